@@ -1,0 +1,193 @@
+"""Fast field-table and field-array codec, derived from `codec.fields.FIELD_TYPES`.
+
+Rules: the struct format of every fixed-size type code is read from the construct
+declaration (`FormatField.fmtstr`), so no wire fact is restated here; value conversion
+and type inference are the shared functions of `codec.fields`. Decoders thread an offset
+through one `bytes` object (py-amqp's technique) and raise `FrameSyntaxError` on any
+overrun, unknown type code or trailing octets; property tests pin this module to the
+construct path on valid, malformed and truncated input.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from construct import FormatField
+
+from codec.constants import Dialect
+from codec.errors import EncodeError, FrameSyntaxError
+from codec.fields import (
+    FIELD_TYPES,
+    Timestamp,
+    Typed,
+    decimal_from_wire,
+    decode_text,
+    infer_kind,
+    timestamp_from_wire,
+    value_to_wire,
+)
+
+_U32 = struct.Struct(">I")
+_DECIMAL = struct.Struct(">BI")
+
+Decoder = Callable[[bytes, int], tuple[dict[str, Any], int]]
+Encoder = Callable[[Any], bytes]
+
+
+def _fixed_structs(dialect: Dialect) -> dict[int, struct.Struct]:
+    """type octet -> struct for every fixed-size type, from the construct declarations."""
+    return {
+        kind[0]: struct.Struct(sub.fmtstr)
+        for kind, (_name, sub) in FIELD_TYPES[dialect].items()
+        if isinstance(sub, FormatField)
+    }
+
+
+class TableCodec:
+    """Decoder and encoder of tables and arrays for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.fixed = _fixed_structs(dialect)
+        self.codes = frozenset(k[0] for k in FIELD_TYPES[dialect])
+        self.x_is_bytes = b"x" in FIELD_TYPES[dialect]
+        self.s_is_shortstr = FIELD_TYPES[dialect].get(b"s", ("",))[0] == "shortstr"
+
+    # -- decoding ------------------------------------------------------------------
+    def decode_table(self, p: bytes, o: int, limit: int = -1) -> tuple[dict[str, Any], int]:
+        (size,) = _U32.unpack_from(p, o)
+        o += 4
+        end = o + size
+        if end > (len(p) if limit < 0 else limit):
+            raise FrameSyntaxError("field table longer than its frame", data=p, offset=o - 4)
+        result: dict[str, Any] = {}
+        while o < end:
+            n = p[o]
+            key = p[o + 1 : o + 1 + n]
+            o += 1 + n
+            if o >= end:
+                raise FrameSyntaxError("truncated field-table entry", data=p, offset=o)
+            result[decode_text(key)], o = self._value(p, o, end)
+        if o != end:
+            raise FrameSyntaxError("field-table entry overruns the table", data=p, offset=end)
+        return result, o
+
+    def decode_array(self, p: bytes, o: int, limit: int = -1) -> tuple[list[Any], int]:
+        (size,) = _U32.unpack_from(p, o)
+        o += 4
+        end = o + size
+        if end > (len(p) if limit < 0 else limit):
+            raise FrameSyntaxError("field array longer than its frame", data=p, offset=o - 4)
+        items = []
+        while o < end:
+            value, o = self._value(p, o, end)
+            items.append(value)
+        if o != end:
+            raise FrameSyntaxError("field-array item overruns the array", data=p, offset=end)
+        return items, o
+
+    def _value(self, p: bytes, o: int, end: int) -> tuple[Any, int]:
+        kind = p[o]
+        o += 1
+        fixed = self.fixed.get(kind)
+        if fixed is not None:
+            if o + fixed.size > end:
+                raise FrameSyntaxError("truncated field value", data=p, offset=o)
+            (value,) = fixed.unpack_from(p, o)
+            o += fixed.size
+            if kind == 0x74:  # t
+                return value != 0, o
+            if kind == 0x54:  # T
+                return timestamp_from_wire(value), o
+            return value, o
+        if kind == 0x53 or (kind == 0x78 and self.x_is_bytes):  # S, x
+            if o + 4 > end:
+                raise FrameSyntaxError("truncated long string", data=p, offset=o)
+            (n,) = _U32.unpack_from(p, o)
+            raw = p[o + 4 : o + 4 + n]
+            o += 4 + n
+            if o > end:
+                raise FrameSyntaxError("truncated long string", data=p, offset=end)
+            return (decode_text(raw) if kind == 0x53 else raw), o
+        if kind == 0x46:  # F
+            if o + 4 > end:
+                raise FrameSyntaxError("truncated nested table", data=p, offset=o)
+            return self.decode_table(p, o, end)
+        if kind == 0x41:  # A
+            if o + 4 > end:
+                raise FrameSyntaxError("truncated nested array", data=p, offset=o)
+            return self.decode_array(p, o, end)
+        if kind == 0x56:  # V
+            return None, o
+        if kind == 0x44:  # D
+            if o + 5 > end:
+                raise FrameSyntaxError("truncated decimal", data=p, offset=o)
+            scale, mantissa = _DECIMAL.unpack_from(p, o)
+            return decimal_from_wire(scale, mantissa), o + 5
+        if kind == 0x73 and self.s_is_shortstr:  # s in the 0-9-1 grammar
+            if o >= end:
+                raise FrameSyntaxError("truncated short string", data=p, offset=o)
+            n = p[o]
+            raw = p[o + 1 : o + 1 + n]
+            o += 1 + n
+            if o > end:
+                raise FrameSyntaxError("truncated short string", data=p, offset=end)
+            return decode_text(raw), o
+        raise FrameSyntaxError(f"unknown field type {bytes([kind])!r}", data=p, offset=o - 1)
+
+    # -- encoding ------------------------------------------------------------------
+    def encode_table(self, table: Any) -> bytes:
+        if not table:
+            return b"\x00\x00\x00\x00"
+        pieces = []
+        for key, value in table.items():
+            raw = key.encode("utf-8", "surrogateescape") if key.__class__ is str else bytes(key)
+            if len(raw) > 255:
+                raise EncodeError(f"field name of {len(raw)} octets exceeds 255")
+            pieces.append(bytes((len(raw),)))
+            pieces.append(raw)
+            pieces.append(self.encode_value(value))
+        body = b"".join(pieces)
+        return _U32.pack(len(body)) + body
+
+    def encode_array(self, items: Any) -> bytes:
+        body = b"".join([self.encode_value(v) for v in items])
+        return _U32.pack(len(body)) + body
+
+    def encode_value(self, value: Any) -> bytes:
+        """Type octet + encoded value; the code comes from `codec.fields.infer_kind`."""
+        kind = infer_kind(value, self.dialect)
+        raw = value.value if isinstance(value, Typed) else value
+        code = kind[0]
+        fixed = self.fixed.get(code)
+        wire = value_to_wire(kind, raw)
+        if fixed is not None:
+            try:
+                return kind + fixed.pack(wire)
+            except struct.error as exc:
+                raise EncodeError(f"value {raw!r} does not fit type {kind!r}: {exc}") from None
+        if code == 0x53 or code == 0x78:  # S, x
+            data: bytes = wire
+            return kind + _U32.pack(len(data)) + data
+        if code == 0x46:
+            return kind + self.encode_table(raw)
+        if code == 0x41:
+            return kind + self.encode_array(raw)
+        if code == 0x56:
+            return kind
+        if code == 0x44:
+            return kind + _DECIMAL.pack(wire["scale"], wire["mantissa"])
+        if code == 0x73 and self.s_is_shortstr:
+            if len(wire) > 255:
+                raise EncodeError("short string over 255 octets")
+            short: bytes = wire
+            return kind + bytes((len(short),)) + short
+        raise EncodeError(f"type code {kind!r} is not part of the {self.dialect.value} dialect")
+
+
+TABLE_CODECS = {dialect: TableCodec(dialect) for dialect in Dialect}
+RABBITMQ_TABLES = TABLE_CODECS[Dialect.RABBITMQ]
+
+__all__ = ["TABLE_CODECS", "RABBITMQ_TABLES", "TableCodec", "Timestamp", "Decoder", "Encoder"]

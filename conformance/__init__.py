@@ -1,0 +1,1 @@
+"""conformance package (see DESIGN.md)."""

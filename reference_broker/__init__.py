@@ -1,0 +1,1 @@
+"""reference broker package (see DESIGN.md)."""

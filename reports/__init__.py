@@ -1,0 +1,1 @@
+"""reports package (see DESIGN.md)."""
