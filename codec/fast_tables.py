@@ -162,7 +162,10 @@ class TableCodec:
         raw = value.value if isinstance(value, Typed) else value
         code = kind[0]
         fixed = self.fixed.get(code)
-        wire = value_to_wire(kind, raw)
+        declared = FIELD_TYPES[self.dialect].get(kind)
+        if declared is None:
+            raise EncodeError(f"type code {kind!r} is not part of the {self.dialect.value} dialect")
+        wire = value_to_wire(declared[0], raw)
         if fixed is not None:
             try:
                 return kind + fixed.pack(wire)

@@ -232,43 +232,45 @@ class _ValueAdapter(Adapter):  # type: ignore[misc]
         self.dialect = dialect
 
     def _decode(self, obj: Any, context: Any, path: str) -> Any:
-        return value_from_wire(obj.kind, obj.value)
+        return value_from_wire(FIELD_TYPES[self.dialect][obj.kind][0], obj.value)
 
     def _encode(self, obj: Any, context: Any, path: str) -> Any:
         kind = infer_kind(obj, self.dialect)
+        if kind not in FIELD_TYPES[self.dialect]:
+            raise EncodeError(f"type code {kind!r} is not part of the {self.dialect.value} dialect")
         raw = obj.value if isinstance(obj, Typed) else obj
-        return {"kind": kind, "value": value_to_wire(kind, raw)}
+        return {"kind": kind, "value": value_to_wire(FIELD_TYPES[self.dialect][kind][0], raw)}
 
 
-def value_from_wire(kind: bytes, raw: Any) -> Any:
-    """Python value of a parsed field (shared by the construct path and the fast path)."""
-    if kind == b"t":
+def value_from_wire(name: str, raw: Any) -> Any:
+    """Python value of a parsed field of type `name` (a FIELD_TYPES name; shared by both paths)."""
+    if name == "bool":
         return raw != 0
-    if kind in (b"S", b"s"):
+    if name in ("longstr", "shortstr"):
         return decode_text(raw)
-    if kind == b"x":
+    if name == "bytes":
         return bytes(raw)
-    if kind == b"T":
+    if name == "timestamp":
         return timestamp_from_wire(raw)
-    if kind == b"D":
+    if name == "decimal":
         return decimal_from_wire(raw.scale, raw.mantissa)
-    if kind == b"A":
+    if name == "array":
         return list(raw)
     return raw
 
 
-def value_to_wire(kind: bytes, value: Any) -> Any:
-    """Inverse of `value_from_wire`: what the construct for `kind` builds from."""
-    if kind == b"t":
+def value_to_wire(name: str, value: Any) -> Any:
+    """Inverse of `value_from_wire`: what the construct for type `name` builds from."""
+    if name == "bool":
         return 1 if value else 0
-    if kind in (b"S", b"s", b"x"):
+    if name in ("longstr", "shortstr", "bytes"):
         return encode_text(value) if isinstance(value, str) else bytes(value)
-    if kind == b"T":
+    if name == "timestamp":
         return timestamp_to_wire(value)
-    if kind == b"D":
+    if name == "decimal":
         scale, mantissa = decimal_to_wire(value)
         return {"scale": scale, "mantissa": mantissa}
-    if kind == b"V":
+    if name == "void":
         return None
     return value
 
