@@ -5,6 +5,7 @@ Public API: the typed method classes and `BasicProperties` (generated from `code
 + body -> one message), the `encode_*` functions, `ReplyCode` and the `CodecError` family.
 """
 
+from codec import _generated
 from codec._generated import *  # noqa: F403
 from codec._generated import METHOD_CLASSES, BasicProperties, Method
 from codec.assembler import Command, ContentAssembler
@@ -45,3 +46,4 @@ __all__ = [
     "UnknownMethodError", "encode_body", "encode_content", "encode_frame", "encode_header",
     "encode_heartbeat", "encode_method",
 ]  # fmt: skip
+__all__ += [n for n in getattr(_generated, "__all__", ()) if n not in __all__]

@@ -76,16 +76,20 @@ def header_struct(dialect: Dialect) -> Struct:
     )
 
 
-def _parse(construct: Any, data: bytes, what: str) -> Any:
+def _parse(construct: Any, data: bytes, what: str, ids: tuple[int, int] = (0, 0)) -> Any:
+    """Parse or raise 502 naming the construct path. RabbitMQ 3.10.8 answers undecodable
+    method fields with 501 "cannot decode <<…>>" and the method's ids (checked live);
+    the spec's code is 502, which the codec reports; a broker edge may map it."""
     stream = io.BytesIO(data)
     try:
         return construct.parse_stream(stream)
     except ConstructError as exc:
         reason = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
         raise FrameSyntaxError(f"cannot decode {what}: {reason}", data=data, offset=stream.tell(),
-                               path=getattr(exc, "path", None)) from None
+                               path=getattr(exc, "path", None), class_id=ids[0], method_id=ids[1]) from None
     except (UnicodeDecodeError, ValueError, OverflowError) as exc:
-        raise FrameSyntaxError(f"cannot decode {what}: {exc}", data=data, offset=stream.tell()) from None
+        raise FrameSyntaxError(f"cannot decode {what}: {exc}", data=data, offset=stream.tell(),
+                               class_id=ids[0], method_id=ids[1]) from None
 
 
 def _flatten(decl: MethodDecl, container: Any) -> dict[str, Any]:
@@ -107,7 +111,7 @@ def decode_method_payload(payload: bytes, dialect: Dialect = Dialect.RABBITMQ) -
         raise UnknownMethodError(f"unknown method {class_id}/{method_id}", data=payload,
                                  class_id=class_id, method_id=method_id)
     decl = METHODS_BY_INDEX[index]
-    parsed = _parse(method_struct(index, dialect), payload, decl.name)
+    parsed = _parse(method_struct(index, dialect), payload, decl.name, (class_id, method_id))
     cls = METHOD_CLASSES[index]
     return cls(**_flatten(decl, parsed.arguments))
 

@@ -260,6 +260,10 @@ def render() -> str:
     for decl in METHODS:
         out.emit(f"    {class_name(decl.name)}: _encode_{decl.index},")
     out.emit("}")
+    out.emit("\n__all__ = [")
+    for name in [*names, "BasicProperties", "Method", "METHOD_CLASSES", "decode_properties", "encode_properties"]:
+        out.emit(f'    "{name}",')
+    out.emit("]")
     return out.render()
 
 

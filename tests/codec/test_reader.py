@@ -101,6 +101,7 @@ def test_reader_truncated_field_is_syntax_error_with_path_and_window() -> None:
     err = info.value
     assert err.code == ReplyCode.SYNTAX_ERROR == 502
     assert err.path is not None and "arguments" in err.path
+    assert (err.class_id, err.method_id) == (50, 10)
     assert "offset" in err.window
 
 
