@@ -22,6 +22,14 @@ _METHOD_IDS = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQH")
 _HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 EMPTY_PROPERTIES = BasicProperties()
+_RABBITMQ_TABLES = TABLE_CODECS[Dialect.RABBITMQ]
+# class -> (class/method id octets, field encoder): one dict lookup per encode.
+_ENCODING = {cls: (_METHOD_IDS.pack(cls.CLASS_ID, cls.METHOD_ID), enc) for cls, enc in ENCODERS.items()}
+
+
+def _table_encoder(dialect: Dialect) -> Any:
+    # `is` first: hashing an Enum member runs Python code, twice per publish otherwise.
+    return _RABBITMQ_TABLES.encode_table if dialect is Dialect.RABBITMQ else TABLE_CODECS[dialect].encode_table
 
 
 class _Event:
@@ -96,11 +104,11 @@ def encode_frame(frame_type: int, channel: int, payload: bytes, frame_end: bytes
 
 
 def encode_method_payload(method: Method, dialect: Dialect = Dialect.RABBITMQ) -> bytes:
+    ids, encoder = _ENCODING[type(method)]
     try:
-        fields = ENCODERS[type(method)](method, TABLE_CODECS[dialect].encode_table)
+        return ids + encoder(method, _table_encoder(dialect))
     except struct.error as exc:
         raise EncodeError(f"{method.NAME}: a value does not fit its field: {exc}") from None
-    return _METHOD_IDS.pack(method.CLASS_ID, method.METHOD_ID) + fields
 
 
 def encode_method(channel: int, method: Method, dialect: Dialect = Dialect.RABBITMQ) -> bytes:
@@ -115,7 +123,7 @@ def encode_header_payload(
     dialect: Dialect = Dialect.RABBITMQ,
 ) -> bytes:
     try:
-        flags, props = encode_properties(properties, TABLE_CODECS[dialect].encode_table)
+        flags, props = encode_properties(properties, _table_encoder(dialect))
         return _CONTENT_HEADER.pack(class_id, 0, body_size, flags) + props
     except struct.error as exc:
         raise EncodeError(f"content header: a value does not fit its field: {exc}") from None
@@ -153,10 +161,23 @@ def encode_content(
     frame_max: int = 0,
     dialect: Dialect = Dialect.RABBITMQ,
 ) -> bytes:
-    """A content method (publish, deliver, get-ok, return), its header and body frames."""
-    parts = [encode_method(channel, method, dialect), encode_header(channel, len(body), properties, dialect)]
+    """A content method (publish, deliver, get-ok, return), its header and body frames,
+    as one bytes object for one socket write."""
+    method_payload = encode_method_payload(method, dialect)
+    header_payload = encode_header_payload(len(body), properties, 60, dialect)
+    parts = [
+        _FRAME_HEADER.pack(1, channel, len(method_payload)),
+        method_payload,
+        FRAME_END_BYTE,
+        _FRAME_HEADER.pack(2, channel, len(header_payload)),
+        header_payload,
+        FRAME_END_BYTE,
+    ]
     if body:
-        parts.append(encode_body(channel, body, frame_max))
+        if frame_max and len(body) > frame_max - FRAME_OVERHEAD:
+            parts.append(encode_body(channel, body, frame_max))
+        else:
+            parts += (_FRAME_HEADER.pack(3, channel, len(body)), body, FRAME_END_BYTE)
     return b"".join(parts)
 
 
