@@ -2434,7 +2434,7 @@ DECODERS: dict[int, Callable[[bytes, int, TableDecoder], tuple[Any, int]]] = {
     5898271: _decode_5898271,
 }
 
-ENCODERS: dict[type, Callable[[Any, TableEncoder], bytes]] = {
+ENCODERS: dict[type[MethodBase], Callable[[Any, TableEncoder], bytes]] = {
     ConnectionStart: _encode_655370,
     ConnectionStartOk: _encode_655371,
     ConnectionSecure: _encode_655380,

@@ -256,7 +256,7 @@ def render() -> str:
     for decl in METHODS:
         out.emit(f"    {decl.index}: _decode_{decl.index},")
     out.emit("}")
-    out.emit("\nENCODERS: dict[type, Callable[[Any, TableEncoder], bytes]] = {")
+    out.emit("\nENCODERS: dict[type[MethodBase], Callable[[Any, TableEncoder], bytes]] = {")
     for decl in METHODS:
         out.emit(f"    {class_name(decl.name)}: _encode_{decl.index},")
     out.emit("}")
