@@ -1,0 +1,81 @@
+"""Broker configuration: defaults follow RabbitMQ 4.3 (RULES.md §9), overridable by a TOML file.
+
+Rules: one dataclass, validated at load; a bad file gives one clear `ConfigError` line.
+`timeout_mode = "legacy"` makes consumer timeouts behave like 3.x-4.2 (TMO-3x-*) and
+`legacy_ruleset` picks 3.10 (global value only) or 3.12 (queue argument and policy too).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration file or option that cannot be used."""
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 5673
+    users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    vhosts: list[str] = field(default_factory=lambda: ["/"])
+    # user -> vhost -> (configure, write, read) regexes; missing = full access to every vhost
+    permissions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    frame_max: int = 131072  # FRM-01
+    frame_min_size: int = 8192  # FRM-02 (4.1+)
+    channel_max: int = 2047
+    heartbeat: int = 60  # seconds, HB-01
+    consumer_timeout: int = 1_800_000  # ms, TMO-01
+    max_message_size: int = 16 * 1024 * 1024  # PC-12, 4.0+
+    timeout_mode: str = "4.3"  # or "legacy"
+    legacy_ruleset: str = "3.12"  # "3.10" or "3.12"
+    tick_interval: int = 60_000  # ms, legacy channel tick (TMO-02)
+    global_qos: bool = False  # 4.3 default: global=true treated per consumer (QOS-03)
+    management_port: int | None = None
+    product: str = "amqp-conformance reference broker"
+    version: str = "0.1.0"
+
+    def validate(self) -> BrokerConfig:
+        if self.timeout_mode not in ("4.3", "legacy"):
+            raise ConfigError(f"timeout_mode must be '4.3' or 'legacy', not {self.timeout_mode!r}")
+        if self.legacy_ruleset not in ("3.10", "3.12"):
+            raise ConfigError(f"legacy_ruleset must be '3.10' or '3.12', not {self.legacy_ruleset!r}")
+        for name in ("frame_max", "channel_max", "heartbeat", "tick_interval", "port"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative")
+        if self.consumer_timeout <= 0:
+            raise ConfigError("consumer_timeout must be a positive integer (ms)")
+        if self.frame_max and self.frame_max < self.frame_min_size:
+            raise ConfigError(f"frame_max must be 0 or at least {self.frame_min_size}")
+        return self
+
+    @property
+    def emulates(self) -> str:
+        """The RabbitMQ version whose rules this configuration follows."""
+        if self.timeout_mode == "legacy":
+            return "3.10" if self.legacy_ruleset == "3.10" else "3.12"
+        return "4.3"
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
+    known = {f.name for f in fields(BrokerConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return BrokerConfig(**data).validate()
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,423 @@
+"""Handlers of basic.*, confirm.*, tx.* and channel.* methods.
+
+Rules (RULES.md): ACK-01..10 acknowledgements, RQ-01..06 requeue, QOS-01..11 prefetch,
+PC-01..13 confirms and transactions, CCN-02..07 consumers. Each handler checks first and
+changes state after, so an error leaves nothing half-settled (ACK-05).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from codec import (
+    BasicAck,
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicQosOk,
+    BasicRecover,
+    BasicRecoverAsync,
+    BasicRecoverOk,
+    BasicReject,
+    BasicReturn,
+    ChannelClose,
+    ChannelFlow,
+    ChannelFlowOk,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    ReplyCode,
+    TxCommit,
+    TxCommitOk,
+    TxRollback,
+    TxRollbackOk,
+    TxSelect,
+    TxSelectOk,
+)
+from reference_broker.core import texts
+from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
+from reference_broker.core.effects import Effect, Send
+from reference_broker.core.routing import binding_matches
+from reference_broker.core.state import QUORUM, Channel, Consumer, Message, PendingPublish, Queue, Unacked
+
+EMPTY = BasicProperties()
+
+
+def resolve_queue(core: BrokerCore, ch: Channel, name: str) -> Queue:
+    """The named queue, or the channel's last declared one for "" (ERR-04 texts)."""
+    vhost = core.connections[ch.conn].vhost
+    if not name:
+        if ch.last_queue is None:
+            raise soft(ReplyCode.NOT_FOUND, "no previously declared queue")
+        name = ch.last_queue
+    queue = core.find_queue(vhost, name)
+    if queue is None:
+        raise soft(ReplyCode.NOT_FOUND, texts.no_queue(name, vhost))
+    if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn:
+        raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, vhost))
+    return queue
+
+
+# -- publish -------------------------------------------------------------------------------
+def route(core: BrokerCore, vhost: str, exchange_name: str, routing_key: str,
+          headers: Mapping[str, Any] | None) -> list[Queue]:
+    """Queues reached from an exchange, following exchange-to-exchange bindings once each."""
+    v = core.vhosts[vhost]
+    if exchange_name == "":
+        queue = v.queues.get(routing_key)
+        return [queue] if queue is not None else []
+    seen_exchanges, queues, todo = set(), {}, [exchange_name]
+    while todo:
+        name = todo.pop()
+        exchange = v.exchanges.get(name)
+        if exchange is None or name in seen_exchanges:
+            continue
+        seen_exchanges.add(name)
+        for b in exchange.bindings:
+            if binding_matches(exchange.kind, b.routing_key, b.arguments, routing_key, headers):
+                if b.is_exchange:
+                    todo.append(b.destination)
+                elif b.destination in v.queues:
+                    queues[b.destination] = v.queues[b.destination]
+    return list(queues.values())
+
+
+def route_and_enqueue(core: BrokerCore, meta: Meta, vhost: str, exchange: str, routing_key: str,
+                      properties: BasicProperties, body: bytes) -> tuple[list[Effect], bool | None]:
+    """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
+    queues = route(core, vhost, exchange, routing_key, properties.headers)
+    if not queues:
+        return [], None
+    effects: list[Effect] = []
+    accepted = True
+    for queue in queues:
+        message = Message(exchange, routing_key, properties, body)
+        ttl = _message_ttl(core, queue, properties)
+        if ttl is not None:
+            message.expires_at = meta.now_ms + ttl
+        ok, dropped = _admit(core, queue)
+        for old in dropped:
+            effects += core.dead_letter(meta, queue, old, "maxlen")
+        if not ok:
+            accepted = False
+            continue
+        queue.enqueue(message)
+        effects += core.dispatch(meta, queue)
+    return effects, accepted
+
+
+def _message_ttl(core: BrokerCore, queue: Queue, properties: BasicProperties) -> int | None:
+    ttls = []
+    queue_ttl = core.queue_setting(queue, "message-ttl")
+    if isinstance(queue_ttl, int) and queue_ttl >= 0:
+        ttls.append(queue_ttl)
+    if properties.expiration is not None and properties.expiration.isdigit():
+        ttls.append(int(properties.expiration))
+    return min(ttls) if ttls else None
+
+
+def _admit(core: BrokerCore, queue: Queue) -> tuple[bool, list[Message]]:
+    """x-max-length: drop-head (default) makes room, reject-publish refuses (PC-08)."""
+    limit = core.queue_setting(queue, "max-length")
+    if not isinstance(limit, int) or queue.ready_count() < limit:
+        return True, []
+    if core.queue_setting(queue, "overflow") in ("reject-publish", "reject-publish-dlx"):
+        return False, []
+    dropped = []
+    while queue.ready_count() >= max(limit, 0) and (old := queue.drop_head()) is not None:
+        dropped.append(old)
+        if limit <= 0:
+            return False, dropped
+    return True, dropped
+
+
+@handles(BasicPublish)
+def basic_publish(core: BrokerCore, meta: Meta, ch: Channel, m: BasicPublish,
+                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    vhost = core.connections[ch.conn].vhost
+    if m.immediate:
+        raise hard(ReplyCode.NOT_IMPLEMENTED, "immediate=true")  # PC-12
+    exchange = core.vhosts[vhost].exchanges.get(m.exchange)
+    if exchange is None:
+        raise soft(ReplyCode.NOT_FOUND, texts.no_exchange(m.exchange, vhost))
+    if exchange.internal:
+        raise soft(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal {texts.x(m.exchange, vhost)}")
+    if len(body) > core.config.max_message_size:
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"message size {len(body)} is larger than configured "
+                   f"max size {core.config.max_message_size}")
+    props = props or EMPTY
+    if ch.tx:
+        ch.tx_publishes.append(PendingPublish(m.exchange, m.routing_key, m.mandatory, props, body))
+        return []
+    return publish_now(core, meta, ch, m.exchange, m.routing_key, m.mandatory, props, body)
+
+
+def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routing_key: str,
+                mandatory: bool, props: BasicProperties, body: bytes) -> list[Effect]:
+    seqno = 0
+    if ch.confirm:
+        seqno, ch.publish_seqno = ch.publish_seqno, ch.publish_seqno + 1  # PC-02
+    vhost = core.connections[ch.conn].vhost
+    effects, accepted = route_and_enqueue(core, meta, vhost, exchange, routing_key, props, body)
+    if accepted is None and mandatory:  # PC-06: the return precedes the confirm
+        effects.insert(0, Send(ch.conn, ch.number, BasicReturn(
+            ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key), props, body))
+    if seqno:
+        (ch.nacks_ready if accepted is False else ch.confirms_ready).append(seqno)
+    return effects
+
+
+# -- consumers -----------------------------------------------------------------------------
+@handles(BasicConsume)
+def basic_consume(core: BrokerCore, meta: Meta, ch: Channel, m: BasicConsume,
+                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    queue = resolve_queue(core, ch, m.queue)
+    vhost = queue.vhost
+    tag = m.consumer_tag
+    if not tag:
+        tag = f"amq.ctag-{ch.conn}.{ch.number}-{core.next_id()}"
+    if tag in ch.consumers:
+        raise hard(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")  # CCN-07
+    if queue.consumers and (m.exclusive or any(c.exclusive for c in queue.consumers.values())):
+        raise soft(ReplyCode.ACCESS_REFUSED, f"{texts.q(queue.name, vhost)} in exclusive use")
+    if queue.kind == QUORUM and ch.global_prefetch:
+        raise hard(ReplyCode.NOT_IMPLEMENTED, f"{texts.q(queue.name, vhost)} does not support global qos")
+    arguments = dict(m.arguments)
+    priority = arguments.get("x-priority", 0)
+    consumer = Consumer(tag, ch.conn, ch.number, queue.name, m.no_ack, m.exclusive, ch.prefetch_count,
+                        arguments, priority if isinstance(priority, int) else 0)
+    consumer.timeout_ms = core.consumer_timeout_for(queue, consumer)
+    ch.consumers[tag] = consumer
+    queue.add_consumer(consumer)
+    effects: list[Effect] = []
+    if not m.nowait:
+        effects.append(Send(ch.conn, ch.number, BasicConsumeOk(tag)))
+    return effects + core.dispatch(meta, queue)
+
+
+def cancel_consumer(core: BrokerCore, meta: Meta, ch: Channel, tag: str) -> list[Effect]:
+    """Drop a consumer; its deliveries stay unacked on the channel (ACK-10)."""
+    consumer = ch.consumers.pop(tag, None)
+    if consumer is None:
+        return []
+    queue = core.find_queue(core.connections[ch.conn].vhost, consumer.queue)
+    if queue is None:
+        return []
+    queue.remove_consumer(consumer)
+    return core.after_consumer_change(meta, queue)
+
+
+@handles(BasicCancel)
+def basic_cancel(core: BrokerCore, meta: Meta, ch: Channel, m: BasicCancel,
+                 props: BasicProperties | None, body: bytes) -> list[Effect]:
+    # CCN-03: an unknown tag is not an error. CCN-04: cancel-ok precedes nothing of it.
+    effects = cancel_consumer(core, meta, ch, m.consumer_tag)
+    reply: list[Effect] = [] if m.nowait else [Send(ch.conn, ch.number, BasicCancelOk(m.consumer_tag))]
+    return reply + effects
+
+
+@handles(BasicCancelOk)
+def basic_cancel_ok(core: BrokerCore, meta: Meta, ch: Channel, m: BasicCancelOk,
+                    props: BasicProperties | None, body: bytes) -> list[Effect]:
+    """CCN-05: 4.3 accepts a client cancel-ok (finishing a broker cancel); ≤4.2 answers 503."""
+    if core.config.timeout_mode == "legacy":
+        raise hard(ReplyCode.COMMAND_INVALID, "unimplemented method")
+    return cancel_consumer(core, meta, ch, m.consumer_tag)
+
+
+@handles(BasicGet)
+def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
+              props: BasicProperties | None, body: bytes) -> list[Effect]:
+    queue = resolve_queue(core, ch, m.queue)
+    effects: list[Effect] = []
+    while (message := queue.pop()) is not None:
+        if message.expires_at is not None and message.expires_at <= meta.now_ms:
+            effects += core.dead_letter(meta, queue, message, "expired")
+            continue
+        tag = ch.next_tag  # ACK-01: get-ok shares the channel's counter
+        ch.next_tag += 1
+        redelivered, properties = core.checkout(queue, message)
+        if not m.no_ack:
+            ch.unacked[tag] = Unacked(tag, queue.name, message, None, meta.now_ms)
+            queue.checked_out += 1
+        reply = BasicGetOk(tag, redelivered, message.exchange, message.routing_key, queue.ready_count())
+        return [*effects, Send(ch.conn, ch.number, reply, properties, message.body)]
+    return [*effects, Send(ch.conn, ch.number, BasicGetEmpty())]
+
+
+# -- acknowledgements ----------------------------------------------------------------------
+def collect(ch: Channel, tag: int, multiple: bool) -> list[Unacked]:
+    """rabbit_channel:collect_acks (ACK-03..06): check everything before changing anything."""
+    if multiple and tag == 0:
+        return list(ch.unacked.values())
+    if tag not in ch.unacked:
+        raise soft(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag))
+    if multiple:
+        return [u for t, u in ch.unacked.items() if t <= tag]
+    return [ch.unacked[tag]]
+
+
+def settle(core: BrokerCore, meta: Meta, ch: Channel, items: list[Unacked], requeue: bool | None,
+           failed: bool) -> list[Effect]:
+    """Ack (requeue None), requeue, or discard/dead-letter deliveries, then dispatch."""
+    vhost = core.connections[ch.conn].vhost
+    touched: dict[str, Queue] = {}
+    effects: list[Effect] = []
+    for u in items:
+        ch.unacked.pop(u.tag, None)
+        consumer = ch.consumers.get(u.consumer_tag) if u.consumer_tag is not None else None
+        if consumer is not None:
+            consumer.timed_out.discard(u.tag)  # TMO-4.3-5: settling clears the timeout state
+            if not u.timed_out:
+                consumer.unacked -= 1
+        queue = core.find_queue(vhost, u.queue)
+        if queue is None:
+            continue  # the queue was deleted: settling just forgets the delivery
+        touched[queue.name] = queue
+        if u.timed_out:
+            continue  # already returned by a timeout: a late ack removes nothing (TMO-4.3-5)
+        queue.checked_out -= 1
+        if requeue:
+            core.return_to_queue(queue, u.message, failed)
+        elif requeue is False:
+            effects += core.dead_letter(meta, queue, u.message, "rejected")
+    for queue in touched.values():
+        effects += core.dispatch(meta, queue)
+    return effects
+
+
+@handles(BasicAck)
+def basic_ack(core: BrokerCore, meta: Meta, ch: Channel, m: BasicAck,
+              props: BasicProperties | None, body: bytes) -> list[Effect]:
+    items = collect(ch, m.delivery_tag, m.multiple)
+    if ch.tx:
+        return _defer(ch, items, "ack", False)  # ACK-08
+    return settle(core, meta, ch, items, None, False)
+
+
+@handles(BasicNack)
+def basic_nack(core: BrokerCore, meta: Meta, ch: Channel, m: BasicNack,
+               props: BasicProperties | None, body: bytes) -> list[Effect]:
+    items = collect(ch, m.delivery_tag, m.multiple)
+    if ch.tx:
+        return _defer(ch, items, "nack", m.requeue)
+    return settle(core, meta, ch, items, m.requeue, False)  # RQ-06 4.3: nack does not count
+
+
+@handles(BasicReject)
+def basic_reject(core: BrokerCore, meta: Meta, ch: Channel, m: BasicReject,
+                 props: BasicProperties | None, body: bytes) -> list[Effect]:
+    items = collect(ch, m.delivery_tag, False)
+    if ch.tx:
+        return _defer(ch, items, "reject", m.requeue)
+    return settle(core, meta, ch, items, m.requeue, True)  # RQ-06 4.3: reject counts
+
+
+def _defer(ch: Channel, items: list[Unacked], kind: str, requeue: bool) -> list[Effect]:
+    for u in items:
+        ch.tx_settles.append((kind, u.tag, False, requeue))
+        ch.unacked.pop(u.tag, None)
+        ch.tx_held[u.tag] = u
+    return []
+
+
+@handles(BasicRecover, BasicRecoverAsync)
+def basic_recover(core: BrokerCore, meta: Meta, ch: Channel, m: BasicRecover | BasicRecoverAsync,
+                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if not m.requeue:
+        raise hard(ReplyCode.NOT_IMPLEMENTED, "requeue=false")  # ACK-09
+    effects = settle(core, meta, ch, list(ch.unacked.values()), True, False)
+    if isinstance(m, BasicRecover):
+        effects.insert(0, Send(ch.conn, ch.number, BasicRecoverOk()))
+    return effects
+
+
+# -- prefetch, flow ------------------------------------------------------------------------
+@handles(BasicQos)
+def basic_qos(core: BrokerCore, meta: Meta, ch: Channel, m: BasicQos,
+              props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if m.prefetch_size != 0:
+        raise hard(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")  # QOS-01
+    if m.global_ and core.config.global_qos:
+        ch.global_prefetch = m.prefetch_count  # QOS-03 (3.x), QOS-05 counts outstanding
+    else:
+        ch.prefetch_count = m.prefetch_count  # QOS-02; 4.3 treats global=true this way
+    effects: list[Effect] = [Send(ch.conn, ch.number, BasicQosOk())]
+    vhost = core.connections[ch.conn].vhost
+    for name in {c.queue for c in ch.consumers.values()}:
+        queue = core.find_queue(vhost, name)
+        if queue is not None:
+            effects += core.dispatch(meta, queue)
+    return effects
+
+
+@handles(ChannelFlow)
+def channel_flow(core: BrokerCore, meta: Meta, ch: Channel, m: ChannelFlow,
+                 props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if not m.active:
+        raise hard(ReplyCode.NOT_IMPLEMENTED, "active=false")  # QOS-11
+    return [Send(ch.conn, ch.number, ChannelFlowOk(True))]
+
+
+@handles(ChannelClose)
+def channel_close(core: BrokerCore, meta: Meta, ch: Channel, m: ChannelClose,
+                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    return core.close_channel(meta, ch)
+
+
+# -- confirms and transactions ---------------------------------------------------------------
+@handles(ConfirmSelect)
+def confirm_select(core: BrokerCore, meta: Meta, ch: Channel, m: ConfirmSelect,
+                   props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if ch.tx:
+        raise soft(ReplyCode.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")  # PC-03
+    ch.confirm = True  # PC-01: selecting again keeps the counter
+    return [] if m.nowait else [Send(ch.conn, ch.number, ConfirmSelectOk())]
+
+
+@handles(TxSelect)
+def tx_select(core: BrokerCore, meta: Meta, ch: Channel, m: TxSelect,
+              props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if ch.confirm:
+        raise soft(ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")  # PC-03
+    ch.tx = True
+    return [Send(ch.conn, ch.number, TxSelectOk())]
+
+
+@handles(TxCommit)
+def tx_commit(core: BrokerCore, meta: Meta, ch: Channel, m: TxCommit,
+              props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if not ch.tx:
+        raise soft(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")  # PC-11
+    effects: list[Effect] = []
+    publishes, ch.tx_publishes = ch.tx_publishes, []
+    for p in publishes:
+        effects += publish_now(core, meta, ch, p.exchange, p.routing_key, p.mandatory, p.properties, p.body)
+    settles, ch.tx_settles = ch.tx_settles, []
+    held, ch.tx_held = ch.tx_held, {}
+    for kind, tag, _multiple, requeue in settles:
+        u = held[tag]
+        effects += settle(core, meta, ch, [u], None if kind == "ack" else requeue, kind == "reject")
+    return [*effects, Send(ch.conn, ch.number, TxCommitOk())]
+
+
+@handles(TxRollback)
+def tx_rollback(core: BrokerCore, meta: Meta, ch: Channel, m: TxRollback,
+                props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if not ch.tx:
+        raise soft(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")  # PC-11
+    ch.tx_publishes.clear()
+    ch.tx_settles.clear()
+    for tag, u in sorted(ch.tx_held.items()):  # ACK-08: deferred acks become unacked again
+        ch.unacked[tag] = u
+    ch.unacked = dict(sorted(ch.unacked.items()))
+    ch.tx_held = {}
+    return [Send(ch.conn, ch.number, TxRollbackOk())]

@@ -1,0 +1,416 @@
+"""BrokerCore: the pure broker (rabbit_fifo's shape: apply(meta, command) -> effects).
+
+Rules:
+- `apply(meta, conn, channel, method, properties, body)` handles one channel command and
+  returns effects; time arrives in `meta`; no I/O, clock, randomness or logging here.
+- Handlers raise `AmqpError`; soft errors close the channel, hard errors the connection
+  (ERR-02), with the failing method's class/method ids unless the error carries its own.
+- After `channel.close` was sent, only close/close-ok are processed (ERR-03).
+- A channel or connection that goes requeues its unacked deliveries (RQ-03); pending
+  confirms die with it silently (PC-13).
+- Confirms collected while applying a batch of commands go out at `flush()`, coalesced by
+  RabbitMQ's rule (PC-04).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codec import (
+    AmqpError,
+    BasicAck,
+    BasicCancel,
+    BasicDeliver,
+    BasicNack,
+    BasicProperties,
+    ChannelClose,
+    ChannelCloseOk,
+    ChannelOpen,
+    ChannelOpenOk,
+    Method,
+    ReplyCode,
+)
+from reference_broker.config import BrokerConfig
+from reference_broker.core.effects import CloseConnection, Effect, Log, Send
+from reference_broker.core.state import (
+    QUORUM,
+    Channel,
+    Connection,
+    Consumer,
+    Exchange,
+    Message,
+    Queue,
+    Unacked,
+    VHost,
+)
+
+Handler = Callable[["BrokerCore", "Meta", Channel, Any, BasicProperties | None, bytes], list[Effect]]
+HANDLERS: dict[type, Handler] = {}
+TIMER_HANDLERS: dict[str, Callable[[BrokerCore, Meta, tuple[object, ...]], list[Effect]]] = {}
+DEFAULT_EXCHANGES = (("", "direct"), ("amq.direct", "direct"), ("amq.fanout", "fanout"),
+                     ("amq.topic", "topic"), ("amq.headers", "headers"), ("amq.match", "headers"))
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """What the core may know about the outside world: the time (monotonic ms)."""
+
+    now_ms: int
+
+
+def handles(*method_types: type) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for t in method_types:
+            HANDLERS[t] = fn
+        return fn
+
+    return register
+
+
+def soft(code: ReplyCode, text: str) -> AmqpError:
+    return AmqpError(code, text, scope="channel")
+
+
+def hard(code: ReplyCode, text: str) -> AmqpError:
+    return AmqpError(code, text, scope="connection")
+
+
+class BrokerCore:
+    """All broker state and the rules that change it."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.vhosts: dict[str, VHost] = {}
+        self.connections: dict[int, Connection] = {}
+        self.policies: dict[str, dict[str, dict[str, Any]]] = {}  # vhost -> name -> policy
+        self.counter = 0  # server-named queues and consumer tags
+        for name in config.vhosts:
+            self.add_vhost(name)
+
+    def add_vhost(self, name: str) -> VHost:
+        vhost = self.vhosts.setdefault(name, VHost(name))
+        for ex_name, kind in DEFAULT_EXCHANGES:
+            vhost.exchanges.setdefault(ex_name, Exchange(ex_name, kind))
+        return vhost
+
+    def next_id(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    # -- connections -------------------------------------------------------------------
+    def connection_opened(self, conn_id: int, vhost: str, user: str, client_properties: dict[str, Any],
+                          channel_max: int, name: str = "") -> None:
+        caps = client_properties.get("capabilities")
+        cancel_notify = isinstance(caps, dict) and caps.get("consumer_cancel_notify") is True
+        self.connections[conn_id] = Connection(conn_id, vhost, user, cancel_notify, channel_max,
+                                               client_properties, name=name)
+
+    def connection_closed(self, meta: Meta, conn_id: int) -> list[Effect]:
+        """The connection is gone: release its channels, delete its exclusive queues (RQ-03)."""
+        conn = self.connections.get(conn_id)
+        if conn is None:
+            return []
+        effects: list[Effect] = []
+        for ch in list(conn.channels.values()):
+            ch.closing = True  # nothing more is delivered to it while the rest is released
+        for ch in list(conn.channels.values()):
+            effects += self.release_channel(meta, ch)
+        vhost = self.vhosts[conn.vhost]
+        for queue in [q for q in vhost.queues.values() if q.exclusive_owner == conn_id]:
+            effects += self.delete_queue(meta, queue)
+        del self.connections[conn_id]
+        return [e for e in effects if not (isinstance(e, Send) and e.conn == conn_id)]
+
+    # -- commands ----------------------------------------------------------------------
+    def apply(self, meta: Meta, conn_id: int, number: int, method: Method,
+              properties: BasicProperties | None = None, body: bytes = b"") -> list[Effect]:
+        conn = self.connections.get(conn_id)
+        if conn is None:
+            return []
+        ch = conn.channels.get(number)
+        try:
+            if isinstance(method, ChannelOpen):
+                return self._open_channel(conn, number, ch)
+            if ch is None:
+                raise hard(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'")
+            if ch.closing:
+                return self._closing_channel(conn, ch, method)
+            handler = HANDLERS.get(type(method))
+            if handler is None:
+                raise hard(ReplyCode.COMMAND_INVALID, "unimplemented method")
+            return handler(self, meta, ch, method, properties, body)
+        except AmqpError as err:
+            if not (err.class_id or err.method_id):
+                err.class_id, err.method_id = method.CLASS_ID, method.METHOD_ID
+            return self.fail(meta, conn, ch, err)
+
+    def fail(self, meta: Meta, conn: Connection, ch: Channel | None, err: AmqpError) -> list[Effect]:
+        if err.scope == "channel" and ch is not None:
+            effects: list[Effect] = [Send(conn.id, ch.number, ChannelClose(
+                err.code, err.reply_text, err.class_id, err.method_id))]
+            effects += self.release_channel(meta, ch)
+            ch.closing = True
+            conn.channels[ch.number] = ch
+            return effects
+        effects = [CloseConnection(conn.id, err.code, err.reply_text, err.class_id, err.method_id)]
+        return effects + self.connection_closed(meta, conn.id)
+
+    def _open_channel(self, conn: Connection, number: int, ch: Channel | None) -> list[Effect]:
+        if ch is not None:
+            raise hard(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen")
+        if number == 0 or (conn.channel_max and number > conn.channel_max):
+            raise hard(ReplyCode.NOT_ALLOWED, f"number of channels opened ({len(conn.channels)}) has "
+                       f"reached the negotiated channel_max ({conn.channel_max})")
+        conn.channels[number] = Channel(conn.id, number)
+        return [Send(conn.id, number, ChannelOpenOk())]
+
+    def _closing_channel(self, conn: Connection, ch: Channel, method: Method) -> list[Effect]:
+        """ERR-03: after the broker sent channel.close only close and close-ok matter."""
+        if isinstance(method, ChannelCloseOk):
+            del conn.channels[ch.number]
+        elif isinstance(method, ChannelClose):
+            return [Send(conn.id, ch.number, ChannelCloseOk())]
+        return []
+
+    def close_channel(self, meta: Meta, ch: Channel) -> list[Effect]:
+        """Client channel.close: release and answer close-ok."""
+        effects = self.release_channel(meta, ch)
+        self.connections[ch.conn].channels.pop(ch.number, None)
+        return [*effects, Send(ch.conn, ch.number, ChannelCloseOk())]
+
+    def release_channel(self, meta: Meta, ch: Channel) -> list[Effect]:
+        """Cancel the channel's consumers and requeue its unacked deliveries (RQ-03)."""
+        touched: dict[tuple[str, str], Queue] = {}
+        for consumer in list(ch.consumers.values()):
+            queue = self.find_queue(self.connections[ch.conn].vhost, consumer.queue)
+            if queue is not None:
+                queue.remove_consumer(consumer)
+                touched[(queue.vhost, queue.name)] = queue
+        ch.consumers.clear()
+        vhost = self.connections[ch.conn].vhost
+        for unacked in [*ch.unacked.values(), *ch.tx_held.values()]:
+            queue = self.find_queue(vhost, unacked.queue)
+            if queue is not None and not unacked.timed_out:
+                self.return_to_queue(queue, unacked.message, failed=True)
+                queue.checked_out -= 1
+                touched[(queue.vhost, queue.name)] = queue
+        ch.unacked.clear()
+        ch.tx_held.clear()
+        ch.confirms_ready.clear()
+        ch.nacks_ready.clear()
+        ch.tx_publishes.clear()
+        ch.tx_settles.clear()
+        effects: list[Effect] = []
+        for queue in touched.values():
+            effects += self.after_consumer_change(meta, queue)
+        return effects
+
+    # -- queues ------------------------------------------------------------------------
+    def find_queue(self, vhost: str, name: str) -> Queue | None:
+        v = self.vhosts.get(vhost)
+        return v.queues.get(name) if v else None
+
+    def return_to_queue(self, queue: Queue, message: Message, failed: bool) -> None:
+        """A delivered message goes back (RQ-01/02); `failed` counts toward the quorum
+        delivery limit in 4.3 (RQ-06: reject and channel loss do, nack and timeout don't)."""
+        if queue.kind == QUORUM and failed:
+            message.delivery_count += 1
+        queue.return_message(message)
+
+    def after_consumer_change(self, meta: Meta, queue: Queue) -> list[Effect]:
+        if queue.auto_delete and queue.had_consumer and not queue.consumers:
+            return self.delete_queue(meta, queue)
+        return self.dispatch(meta, queue)
+
+    def delete_queue(self, meta: Meta, queue: Queue) -> list[Effect]:
+        """Remove a queue: its bindings go, its consumers are cancelled (CCN-02)."""
+        vhost = self.vhosts[queue.vhost]
+        vhost.queues.pop(queue.name, None)
+        effects: list[Effect] = []
+        for exchange in list(vhost.exchanges.values()):
+            before = len(exchange.bindings)
+            exchange.bindings = [b for b in exchange.bindings
+                                 if b.is_exchange or b.destination != queue.name]
+            if before != len(exchange.bindings):
+                effects += self.maybe_auto_delete_exchange(vhost, exchange)
+        for consumer in list(queue.consumers.values()):
+            queue.remove_consumer(consumer)
+            conn = self.connections.get(consumer.conn)
+            ch = conn.channels.get(consumer.channel) if conn else None
+            if ch is None or conn is None:
+                continue
+            ch.consumers.pop(consumer.tag, None)
+            if conn.cancel_notify and not ch.closing:
+                effects.append(Send(conn.id, ch.number, BasicCancel(consumer.tag, nowait=True)))
+        queue.purge()
+        return effects
+
+    def maybe_auto_delete_exchange(self, vhost: VHost, exchange: Exchange) -> list[Effect]:
+        if exchange.auto_delete and not exchange.bindings and exchange.name in vhost.exchanges:
+            del vhost.exchanges[exchange.name]
+            for other in vhost.exchanges.values():
+                other.bindings = [b for b in other.bindings
+                                  if not (b.is_exchange and b.destination == exchange.name)]
+        return []
+
+    # -- delivery ----------------------------------------------------------------------
+    def dispatch(self, meta: Meta, queue: Queue) -> list[Effect]:
+        """Deliver ready messages to consumers with capacity, round-robin by priority."""
+        effects: list[Effect] = []
+        while queue.consumers and queue.ready_count():
+            consumer = self._next_consumer(queue)
+            if consumer is None:
+                break
+            message = queue.pop()
+            if message is None:
+                break
+            if message.expires_at is not None and message.expires_at <= meta.now_ms:
+                effects += self.dead_letter(meta, queue, message, "expired")
+                continue
+            effects.append(self.deliver(meta, consumer, queue, message))
+        return effects
+
+    def _next_consumer(self, queue: Queue) -> Consumer | None:
+        best: Consumer | None = None
+        best_key = ""
+        for key in queue.rotation:
+            consumer = queue.consumers[key]
+            conn = self.connections.get(consumer.conn)
+            ch = conn.channels.get(consumer.channel) if conn else None
+            if ch is None or ch.closing or not consumer.has_capacity():
+                continue
+            if not consumer.no_ack and not ch.global_capacity():
+                continue
+            if best is None or consumer.priority > best.priority:
+                best, best_key = consumer, key
+        if best is not None:
+            queue.rotation.remove(best_key)
+            queue.rotation.append(best_key)
+        return best
+
+    def deliver(self, meta: Meta, consumer: Consumer, queue: Queue, message: Message) -> Send:
+        ch = self.connections[consumer.conn].channels[consumer.channel]
+        tag = ch.next_tag
+        ch.next_tag += 1
+        redelivered, properties = self.checkout(queue, message)
+        if not consumer.no_ack:
+            ch.unacked[tag] = Unacked(tag, queue.name, message, consumer.tag, meta.now_ms)
+            consumer.unacked += 1
+            queue.checked_out += 1
+        method = BasicDeliver(consumer.tag, tag, redelivered, message.exchange, message.routing_key)
+        return Send(ch.conn, ch.number, method, properties, message.body)
+
+    def checkout(self, queue: Queue, message: Message) -> tuple[bool, BasicProperties]:
+        """The redelivered flag (RQ-04) and the properties as delivered (RQ-05 headers)."""
+        properties = message.properties
+        if queue.kind == QUORUM:
+            redelivered = message.acquired_count > 0
+            if redelivered:
+                headers = dict(properties.headers or {})
+                headers["x-delivery-count"] = message.delivery_count
+                headers["x-acquired-count"] = message.acquired_count
+                properties = properties._replace(headers=headers)
+        else:
+            redelivered = message.delivered
+        message.delivered = True
+        message.acquired_count += 1
+        return redelivered, properties
+
+    def dead_letter(self, meta: Meta, queue: Queue, message: Message, reason: str) -> list[Effect]:
+        """Republish to the queue's dead-letter exchange, or drop when it has none."""
+        dlx = self.queue_setting(queue, "dead-letter-exchange")
+        if dlx is None:
+            return []
+        from reference_broker.core.basic import route_and_enqueue
+
+        rk = self.queue_setting(queue, "dead-letter-routing-key") or message.routing_key
+        headers = dict(message.properties.headers or {})
+        death = {"count": 1, "reason": reason, "queue": queue.name, "time": meta.now_ms // 1000,
+                 "exchange": message.exchange, "routing-keys": [message.routing_key]}
+        headers["x-death"] = [death, *list(headers.get("x-death") or [])]
+        headers.setdefault("x-first-death-reason", reason)
+        headers.setdefault("x-first-death-queue", queue.name)
+        headers.setdefault("x-first-death-exchange", message.exchange)
+        props = message.properties._replace(headers=headers, expiration=None)
+        effects, _ok = route_and_enqueue(self, meta, queue.vhost, str(dlx), str(rk), props, message.body)
+        return effects
+
+    def queue_setting(self, queue: Queue, key: str) -> Any:
+        """x-<key> queue argument, else the matching policy's <key> (issue 5 adds policies)."""
+        value = queue.arguments.get(f"x-{key}")
+        if value is None:
+            value = self.policy_definition(queue).get(key)
+        return value
+
+    def policy_definition(self, queue: Queue) -> dict[str, Any]:
+        """The definition of the highest-priority policy matching the queue (issue 5 adds
+        the management API that creates them)."""
+        import re
+
+        best: dict[str, Any] | None = None
+        for policy in self.policies.get(queue.vhost, {}).values():
+            if policy.get("apply-to", "all") not in ("all", "queues", f"{queue.kind}_queues"):
+                continue
+            if not re.search(policy.get("pattern", ""), queue.name):
+                continue
+            if best is None or policy.get("priority", 0) > best.get("priority", 0):
+                best = policy
+        return dict(best.get("definition", {})) if best else {}
+
+    def consumer_timeout_for(self, queue: Queue, consumer: Consumer) -> int | None:
+        """TMO-03 for the 4.3 rules: quorum queues only; consumer argument, else
+        min(queue argument, policy), else the global value. Legacy mode: the channel checks
+        instead (TMO-3x-1), so consumers carry no timeout."""
+        if self.config.timeout_mode == "legacy" or queue.kind != QUORUM:
+            return None
+        value = consumer.arguments.get("x-consumer-timeout")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        candidates = [v for v in (queue.arguments.get("x-consumer-timeout"),
+                                  self.policy_definition(queue).get("consumer-timeout"))
+                      if isinstance(v, int) and not isinstance(v, bool)]
+        return min(candidates) if candidates else self.config.consumer_timeout
+
+    # -- confirms ----------------------------------------------------------------------
+    def flush(self) -> list[Effect]:
+        """Send the confirms collected since the last flush, coalesced (PC-04)."""
+        effects: list[Effect] = []
+        for conn in self.connections.values():
+            for ch in conn.channels.values():
+                if ch.confirms_ready or ch.nacks_ready:
+                    effects += self._send_confirms(ch)
+        return effects
+
+    def _send_confirms(self, ch: Channel) -> list[Effect]:
+        acks, nacks = sorted(ch.confirms_ready), sorted(ch.nacks_ready)
+        ch.confirms_ready, ch.nacks_ready = [], []
+        out: list[Effect] = []
+        if len(acks) == 1:
+            out.append(Send(ch.conn, ch.number, BasicAck(acks[0], False)))
+        elif acks:
+            out += self._coalesce(ch, acks, nacks, lambda tag, multi: BasicAck(tag, multi))
+        if nacks and not ch.closing:
+            out += self._coalesce(ch, nacks, acks, lambda tag, multi: BasicNack(tag, multi, False))
+        return out
+
+    def _coalesce(self, ch: Channel, seqnos: list[int], negative: list[int],
+                  make: Callable[[int, bool], Method]) -> list[Effect]:
+        """rabbit_channel:coalesce_and_send: one multiple=true below the cutoff, then singles."""
+        cutoff = min([seqnos[-1] + 1, *negative])  # nothing stays unconfirmed in this broker
+        below = [s for s in seqnos if s < cutoff]
+        rest = [s for s in seqnos if s >= cutoff]
+        out: list[Effect] = []
+        if below:
+            out.append(Send(ch.conn, ch.number, make(below[-1], True)))
+        out += [Send(ch.conn, ch.number, make(s, False)) for s in rest]
+        return out
+
+    def timer_fired(self, meta: Meta, key: tuple[object, ...]) -> list[Effect]:
+        """A timer of a `StartTimer` effect fired; the key's first element names its kind."""
+        handler = TIMER_HANDLERS.get(str(key[0])) if key else None
+        return handler(self, meta, key) if handler is not None else []
+
+    def log(self, text: str, level: str = "info") -> Log:
+        return Log(level, text)

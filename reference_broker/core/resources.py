@@ -1,0 +1,259 @@
+"""Handlers of exchange.* and queue.* methods: declare, bind, unbind, purge, delete.
+
+Rules: names starting "amq." are reserved (403); the default exchange cannot be declared,
+bound or deleted (403); a redeclaration must be equivalent (406 "inequivalent arg");
+passive declares of missing entities are 404; queue types are classic and quorum, quorum
+queues being durable, non-exclusive and not auto-delete; exclusive queues belong to their
+connection (405 from other connections, ERR-04).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codec import (
+    BasicProperties,
+    ExchangeBind,
+    ExchangeBindOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    ExchangeDelete,
+    ExchangeDeleteOk,
+    ExchangeUnbind,
+    ExchangeUnbindOk,
+    QueueBind,
+    QueueBindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    QueuePurge,
+    QueuePurgeOk,
+    QueueUnbind,
+    QueueUnbindOk,
+    ReplyCode,
+)
+from reference_broker.core import texts
+from reference_broker.core.basic import resolve_queue
+from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
+from reference_broker.core.effects import Effect, Send
+from reference_broker.core.routing import EXCHANGE_TYPES
+from reference_broker.core.state import CLASSIC, QUORUM, Binding, Channel, Exchange, Queue, VHost
+
+DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
+EQUIVALENCE_ARGS = ("x-queue-type", "x-max-length", "x-message-ttl", "x-dead-letter-exchange",
+                    "x-dead-letter-routing-key", "x-overflow", "x-expires", "x-max-priority",
+                    "x-delivery-limit", "x-single-active-consumer")
+
+
+def _vhost(core: BrokerCore, ch: Channel) -> VHost:
+    return core.vhosts[core.connections[ch.conn].vhost]
+
+
+def _reply(ch: Channel, nowait: bool, method: Any) -> list[Effect]:
+    return [] if nowait else [Send(ch.conn, ch.number, method)]
+
+
+def _exchange(v: VHost, name: str) -> Exchange:
+    exchange = v.exchanges.get(name)
+    if exchange is None:
+        raise soft(ReplyCode.NOT_FOUND, texts.no_exchange(name, v.name))
+    return exchange
+
+
+# -- exchanges -----------------------------------------------------------------------------
+@handles(ExchangeDeclare)
+def exchange_declare(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDeclare,
+                     props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    if m.exchange == "":
+        raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
+    existing = v.exchanges.get(m.exchange)
+    if m.passive:
+        if existing is None:
+            raise soft(ReplyCode.NOT_FOUND, texts.no_exchange(m.exchange, v.name))
+        return _reply(ch, m.nowait, ExchangeDeclareOk())
+    if m.exchange.startswith("amq.") and existing is None:
+        raise soft(ReplyCode.ACCESS_REFUSED, f"exchange name '{m.exchange}' contains reserved prefix 'amq.*'")
+    if m.exchange_type not in EXCHANGE_TYPES:
+        raise hard(ReplyCode.COMMAND_INVALID, f"unknown exchange type '{m.exchange_type}'")
+    if existing is not None:
+        what = texts.x(m.exchange, v.name)
+        for arg, received, current in (("type", m.exchange_type, existing.kind),
+                                       ("durable", m.durable, existing.durable),
+                                       ("auto_delete", m.auto_delete, existing.auto_delete),
+                                       ("internal", m.internal, existing.internal)):
+            if received != current:
+                raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, received, current))
+        return _reply(ch, m.nowait, ExchangeDeclareOk())
+    v.exchanges[m.exchange] = Exchange(m.exchange, m.exchange_type, m.durable, m.auto_delete,
+                                       m.internal, dict(m.arguments))
+    return _reply(ch, m.nowait, ExchangeDeclareOk())
+
+
+@handles(ExchangeDelete)
+def exchange_delete(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDelete,
+                    props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    if m.exchange == "" or m.exchange.startswith("amq."):
+        raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED if m.exchange == ""
+                   else f"deletion of system {texts.x(m.exchange, v.name)} not allowed")
+    exchange = v.exchanges.get(m.exchange)
+    if exchange is None:
+        return _reply(ch, m.nowait, ExchangeDeleteOk())  # deleting a missing exchange is a no-op
+    if m.if_unused and exchange.bindings:
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.x(m.exchange, v.name)} in use")
+    del v.exchanges[m.exchange]
+    for other in list(v.exchanges.values()):
+        before = len(other.bindings)
+        other.bindings = [b for b in other.bindings if not (b.is_exchange and b.destination == m.exchange)]
+        if len(other.bindings) != before:
+            core.maybe_auto_delete_exchange(v, other)
+    return _reply(ch, m.nowait, ExchangeDeleteOk())
+
+
+def _bind(v: VHost, source: str, binding: Binding) -> None:
+    exchange = v.exchanges[source]
+    if all(b.key() != binding.key() for b in exchange.bindings):
+        exchange.bindings.append(binding)
+
+
+def _unbind(core: BrokerCore, v: VHost, source: str, binding: Binding) -> None:
+    exchange = v.exchanges[source]
+    exchange.bindings = [b for b in exchange.bindings if b.key() != binding.key()]
+    core.maybe_auto_delete_exchange(v, exchange)
+
+
+def _check_exchange_binding(v: VHost, source: str, destination: str) -> None:
+    for name in (source, destination):
+        if name == "":
+            raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
+        _exchange(v, name)
+
+
+@handles(ExchangeBind)
+def exchange_bind(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeBind,
+                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    _check_exchange_binding(v, m.source, m.destination)
+    _bind(v, m.source, Binding(m.destination, True, m.routing_key, dict(m.arguments)))
+    return _reply(ch, m.nowait, ExchangeBindOk())
+
+
+@handles(ExchangeUnbind)
+def exchange_unbind(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeUnbind,
+                    props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    _check_exchange_binding(v, m.source, m.destination)
+    _unbind(core, v, m.source, Binding(m.destination, True, m.routing_key, dict(m.arguments)))
+    return _reply(ch, m.nowait, ExchangeUnbindOk())
+
+
+# -- queues --------------------------------------------------------------------------------
+def _queue_kind(v: VHost, m: QueueDeclare) -> str:
+    kind = m.arguments.get("x-queue-type", CLASSIC)
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind not in (CLASSIC, QUORUM):
+        raise soft(ReplyCode.PRECONDITION_FAILED,
+                   f"invalid arg 'x-queue-type' for {texts.q(m.queue, v.name)}: unsupported queue type '{kind}'")
+    if kind == QUORUM:
+        for flag, label in ((not m.durable, "non-durable"), (m.exclusive, "exclusive"),
+                            (m.auto_delete, "auto-delete")):
+            if flag:
+                raise soft(ReplyCode.PRECONDITION_FAILED,
+                           f"invalid property '{label}' for {texts.q(m.queue, v.name)}")
+    return str(kind)
+
+
+def _check_equivalent(v: VHost, queue: Queue, m: QueueDeclare, conn: int) -> None:
+    what = texts.q(queue.name, v.name)
+    if queue.exclusive_owner is not None and queue.exclusive_owner != conn:
+        raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(queue.name, v.name))
+    for arg, received, current in (("durable", m.durable, queue.durable),
+                                   ("exclusive", m.exclusive, queue.exclusive_owner is not None),
+                                   ("auto_delete", m.auto_delete, queue.auto_delete)):
+        if received != current:
+            raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, received, current))
+    for arg in EQUIVALENCE_ARGS:
+        got: Any = m.arguments.get(arg)
+        have: Any = queue.arguments.get(arg)
+        if arg == "x-queue-type":
+            got, have = got or CLASSIC, queue.kind
+        if got != have:
+            raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, got, have))
+
+
+@handles(QueueDeclare)
+def queue_declare(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDeclare,
+                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    name = m.queue
+    if m.passive:
+        queue = resolve_queue(core, ch, name)
+    else:
+        if not name:
+            name = f"amq.gen-{ch.conn}.{core.next_id()}"
+        elif name.startswith("amq."):
+            raise soft(ReplyCode.ACCESS_REFUSED,
+                       f"queue name '{name}' contains reserved prefix 'amq.*'")
+        queue = v.queues.get(name)  # type: ignore[assignment]
+        if queue is not None:
+            _check_equivalent(v, queue, m, ch.conn)
+        else:
+            kind = _queue_kind(v, m._replace(queue=name))
+            queue = Queue(name, v.name, kind, m.durable, ch.conn if m.exclusive else None,
+                          m.auto_delete, dict(m.arguments))
+            v.queues[name] = queue
+    ch.last_queue = queue.name
+    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, queue.ready_count(), len(queue.consumers)))
+
+
+@handles(QueueBind)
+def queue_bind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueBind,
+               props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    queue = resolve_queue(core, ch, m.queue)
+    if m.exchange == "":
+        raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
+    _exchange(v, m.exchange)
+    routing_key = m.routing_key if (m.routing_key or m.queue) else queue.name
+    _bind(v, m.exchange, Binding(queue.name, False, routing_key, dict(m.arguments)))
+    return _reply(ch, m.nowait, QueueBindOk())
+
+
+@handles(QueueUnbind)
+def queue_unbind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueUnbind,
+                 props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    queue = resolve_queue(core, ch, m.queue)
+    if m.exchange == "":
+        raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
+    _exchange(v, m.exchange)
+    _unbind(core, v, m.exchange, Binding(queue.name, False, m.routing_key, dict(m.arguments)))
+    return [Send(ch.conn, ch.number, QueueUnbindOk())]
+
+
+@handles(QueuePurge)
+def queue_purge(core: BrokerCore, meta: Meta, ch: Channel, m: QueuePurge,
+                props: BasicProperties | None, body: bytes) -> list[Effect]:
+    queue = resolve_queue(core, ch, m.queue)
+    return _reply(ch, m.nowait, QueuePurgeOk(queue.purge()))
+
+
+@handles(QueueDelete)
+def queue_delete(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDelete,
+                 props: BasicProperties | None, body: bytes) -> list[Effect]:
+    v = _vhost(core, ch)
+    name = m.queue or ch.last_queue or ""
+    queue = v.queues.get(name)
+    if queue is None:
+        return _reply(ch, m.nowait, QueueDeleteOk(0))  # deleting a missing queue is a no-op
+    if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn:
+        raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, v.name))
+    if m.if_unused and queue.consumers:
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} in use")
+    if m.if_empty and queue.ready_count():
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} is not empty")
+    count = queue.ready_count()
+    effects = core.delete_queue(meta, queue)
+    return [*_reply(ch, m.nowait, QueueDeleteOk(count)), *effects]

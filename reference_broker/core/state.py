@@ -1,0 +1,230 @@
+"""Broker state: vhosts, exchanges, queues, connections, channels, consumers, messages.
+
+Rules:
+- Plain mutable data owned by the core; read it through the methods here, change it only
+  from the handlers in `reference_broker.core` (the transport never touches it).
+- Classic queues put a requeued message back at its original position (RQ-01): ready
+  messages sit in a heap keyed by their enqueue sequence. Quorum queues serve returned
+  messages first, in return order (RQ-02): a returns FIFO ahead of the main FIFO.
+- Delivery tags count per channel from 1, shared by consume and get (ACK-01).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from codec import BasicProperties
+
+CLASSIC = "classic"
+QUORUM = "quorum"
+
+
+@dataclass(slots=True, eq=False)
+class Message:
+    exchange: str
+    routing_key: str
+    properties: BasicProperties
+    body: bytes
+    seq: int = 0  # enqueue position in its queue
+    delivered: bool = False  # classic redelivered flag (RQ-04)
+    delivery_count: int = 0  # quorum, 4.3: failed attempts only (RQ-05, RQ-06)
+    acquired_count: int = 0  # quorum: every checkout
+    expires_at: int | None = None  # absolute ms, from x-message-ttl / expiration
+
+    def copy_for_queue(self) -> Message:
+        return Message(self.exchange, self.routing_key, self.properties, self.body)
+
+
+@dataclass(slots=True, eq=False)
+class Consumer:
+    tag: str
+    conn: int
+    channel: int
+    queue: str
+    no_ack: bool
+    exclusive: bool
+    prefetch: int  # 0 = unlimited (QOS-02)
+    arguments: dict[str, Any]
+    priority: int = 0
+    unacked: int = 0
+    timeout_ms: int | None = None  # effective consumer timeout (TMO-03), quorum only
+    timed_out: set[int] = field(default_factory=set)  # delivery tags returned by a timeout
+
+    @property
+    def key(self) -> str:
+        """Unique across channels (tags are unique per channel only)."""
+        return f"{self.tag}@{self.conn}.{self.channel}"
+
+    def has_capacity(self) -> bool:
+        return not self.timed_out and (self.no_ack or self.prefetch == 0 or self.unacked < self.prefetch)
+
+
+@dataclass(slots=True, eq=False)
+class Unacked:
+    tag: int
+    queue: str
+    message: Message
+    consumer_tag: str | None  # None for basic.get
+    delivered_at: int
+    timed_out: bool = False  # returned by a 4.3 timeout; a late ack is accepted (TMO-4.3-5)
+
+
+@dataclass(slots=True, eq=False)
+class Queue:
+    name: str
+    vhost: str
+    kind: str
+    durable: bool
+    exclusive_owner: int | None
+    auto_delete: bool
+    arguments: dict[str, Any]
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    rotation: deque[str] = field(default_factory=deque)
+    checked_out: int = 0
+    next_seq: int = 0
+    had_consumer: bool = False
+    _heap: list[tuple[int, Message]] = field(default_factory=list)  # classic ready set
+    _returns: deque[Message] = field(default_factory=deque)  # quorum returns first
+    _main: deque[Message] = field(default_factory=deque)  # quorum main FIFO
+
+    # -- ready messages ------------------------------------------------------------
+    def ready_count(self) -> int:
+        return len(self._heap) + len(self._returns) + len(self._main)
+
+    def enqueue(self, message: Message) -> None:
+        message.seq = self.next_seq
+        self.next_seq += 1
+        if self.kind == QUORUM:
+            self._main.append(message)
+        else:
+            heapq.heappush(self._heap, (message.seq, message))
+
+    def return_message(self, message: Message) -> None:
+        """Put a delivered message back (RQ-01 classic position, RQ-02 quorum returns first)."""
+        if self.kind == QUORUM:
+            self._returns.append(message)
+        else:
+            heapq.heappush(self._heap, (message.seq, message))
+
+    def peek(self) -> Message | None:
+        if self.kind == QUORUM:
+            return self._returns[0] if self._returns else (self._main[0] if self._main else None)
+        return self._heap[0][1] if self._heap else None
+
+    def pop(self) -> Message | None:
+        if self.kind == QUORUM:
+            if self._returns:
+                return self._returns.popleft()
+            return self._main.popleft() if self._main else None
+        return heapq.heappop(self._heap)[1] if self._heap else None
+
+    def drop_head(self) -> Message | None:
+        """Remove the oldest never-returned message (x-max-length drop-head overflow)."""
+        if self.kind == QUORUM:
+            return self._main.popleft() if self._main else (self._returns.popleft() if self._returns else None)
+        return heapq.heappop(self._heap)[1] if self._heap else None
+
+    def purge(self) -> int:
+        count = self.ready_count()
+        self._heap.clear()
+        self._returns.clear()
+        self._main.clear()
+        return count
+
+    def ready_messages(self) -> list[Message]:
+        if self.kind == QUORUM:
+            return [*self._returns, *self._main]
+        return [m for _seq, m in sorted(self._heap, key=lambda item: item[0])]
+
+    # -- consumers -------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers[consumer.key] = consumer
+        self.rotation.append(consumer.key)
+        self.had_consumer = True
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if self.consumers.pop(consumer.key, None) is not None:
+            self.rotation.remove(consumer.key)
+
+
+@dataclass(slots=True, eq=False)
+class Binding:
+    destination: str
+    is_exchange: bool
+    routing_key: str
+    arguments: dict[str, Any]
+
+    def key(self) -> tuple[str, bool, str, tuple[tuple[str, str], ...]]:
+        return (self.destination, self.is_exchange, self.routing_key,
+                tuple(sorted((k, repr(v)) for k, v in self.arguments.items())))
+
+
+@dataclass(slots=True, eq=False)
+class Exchange:
+    name: str
+    kind: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+    bindings: list[Binding] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class PendingPublish:
+    """A publish inside a transaction, routed at commit (PC-11)."""
+
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    properties: BasicProperties
+    body: bytes
+
+
+@dataclass(slots=True, eq=False)
+class Channel:
+    conn: int
+    number: int
+    closing: bool = False
+    next_tag: int = 1
+    unacked: dict[int, Unacked] = field(default_factory=dict)
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    prefetch_count: int = 0  # for consumers created later (QOS-02)
+    global_prefetch: int = 0  # channel-wide limit when global qos is honoured (QOS-03)
+    confirm: bool = False
+    publish_seqno: int = 1  # next seqno (PC-02)
+    confirms_ready: list[int] = field(default_factory=list)  # acks awaiting the flush (PC-04)
+    nacks_ready: list[int] = field(default_factory=list)
+    tx: bool = False
+    tx_publishes: list[PendingPublish] = field(default_factory=list)
+    tx_settles: list[tuple[str, int, bool, bool]] = field(default_factory=list)  # (kind, tag, multiple, requeue)
+    tx_held: dict[int, Unacked] = field(default_factory=dict)  # settled in the open tx (ACK-08)
+    last_queue: str | None = None  # for an empty queue name (ERR-04 "no previously declared queue")
+    consumer_seq: int = 0
+
+    def global_capacity(self) -> bool:
+        if not self.global_prefetch:
+            return True
+        return sum(1 for u in self.unacked.values() if not u.timed_out) < self.global_prefetch
+
+
+@dataclass(slots=True, eq=False)
+class Connection:
+    id: int
+    vhost: str
+    user: str
+    cancel_notify: bool
+    channel_max: int
+    client_properties: dict[str, Any]
+    channels: dict[int, Channel] = field(default_factory=dict)
+    name: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class VHost:
+    name: str
+    exchanges: dict[str, Exchange] = field(default_factory=dict)
+    queues: dict[str, Queue] = field(default_factory=dict)

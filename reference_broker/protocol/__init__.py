@@ -1,0 +1,1 @@
+"""Sans-IO protocol engines of the reference broker (connection handshake, framing, close)."""

@@ -1,0 +1,287 @@
+"""ServerConnection: one client connection's sans-IO protocol engine (h11's shape).
+
+Rules:
+- `receive_data(bytes, now_ms)` returns effects: `Write` (bytes for this connection),
+  `CloseTransport`, and the core's effects (which may target other connections).
+  `encode(send)` turns a core `Send` for this connection into bytes.
+- Handshake: protocol header (a wrong one is answered with the 0-9-1 header and the socket
+  closes), start/start-ok (PLAIN, AMQPLAIN), tune/tune-ok (FRM-01 bounds, 530), open.
+  Before tune-ok frames are limited to FRAME_MIN_SIZE (FRM-02).
+- Hard errors send connection.close and wait for close-ok (ERR-02); a codec error inside
+  a method frame is answered 501 "cannot decode" as RabbitMQ 3.10.8 does (checked live).
+- Heartbeats (HB-01): `tick(now_ms)` sends one after heartbeat/2 s of silence and closes
+  the transport after 2 intervals with nothing received.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from codec import (
+    NEED_DATA,
+    PROTOCOL_HEADER,
+    AmqpError,
+    BasicProperties,
+    CodecError,
+    Command,
+    ConnectionClose,
+    ConnectionCloseOk,
+    ConnectionOpen,
+    ConnectionOpenOk,
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+    ConnectionUpdateSecret,
+    ConnectionUpdateSecretOk,
+    ContentAssembler,
+    FrameReader,
+    FrameSyntaxError,
+    HeartbeatFrame,
+    Method,
+    ProtocolHeader,
+    ProtocolHeaderError,
+    ReplyCode,
+    encode_content,
+    encode_heartbeat,
+    encode_method,
+)
+from reference_broker.auth import AuthError, authenticate
+from reference_broker.config import BrokerConfig
+from reference_broker.core import BrokerCore, CloseConnection, Effect, Meta, Send
+
+_EMPTY = BasicProperties()
+SERVER_CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}  # CCN-01
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    conn: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseTransport:
+    conn: int
+    reason: str
+
+
+Output = Effect | Write | CloseTransport
+
+
+class ServerConnection:
+    """Protocol state of one connection: handshake, framing, close, heartbeats."""
+
+    def __init__(self, conn_id: int, core: BrokerCore, peer: str = "") -> None:
+        self.id = conn_id
+        self.core = core
+        self.config: BrokerConfig = core.config
+        self.peer = peer
+        self.reader = FrameReader(frame_max=self.config.frame_min_size, expect_protocol_header=True)
+        self.assembler = ContentAssembler()
+        self.state = "header"  # header start_ok tune_ok open opened closing closed
+        self.frame_max = self.config.frame_min_size
+        self.heartbeat = 0
+        self.client_properties: dict[str, Any] = {}
+        self.user = ""
+        self.last_recv = 0
+        self.last_send = 0
+        self.channel_max = 0
+
+    # -- input -------------------------------------------------------------------------
+    def receive_data(self, data: bytes, now_ms: int) -> list[Output]:
+        if self.state == "closed":
+            return []
+        self.last_recv = now_ms
+        self.reader.receive_data(data)
+        out: list[Output] = []
+        meta = Meta(now_ms)
+        while self.state != "closed":
+            try:
+                frame = self.reader.next_frame()
+                if frame is NEED_DATA:
+                    break
+                if isinstance(frame, ProtocolHeader):
+                    out += self._send(meta, 0, self._start())
+                    self.state = "start_ok"
+                    continue
+                command = self.assembler.feed(frame)  # type: ignore[arg-type]
+            except ProtocolHeaderError:
+                return [Write(self.id, PROTOCOL_HEADER), CloseTransport(self.id, "bad protocol header")]
+            except CodecError as err:
+                out += self._codec_error(meta, err)
+                break
+            if command is None or isinstance(command, HeartbeatFrame):
+                continue
+            out += self._command(meta, command)
+        out += self._resolve(meta, self.core.flush())
+        return out
+
+    def _command(self, meta: Meta, command: Command) -> list[Output]:
+        if self.state == "closing":
+            if isinstance(command.method, ConnectionCloseOk):
+                self.state = "closed"
+                return [CloseTransport(self.id, "closed")]
+            if isinstance(command.method, ConnectionClose):
+                self.state = "closed"
+                return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "closed")]
+            return []
+        try:
+            if self.state != "opened":
+                return self._handshake(meta, command)
+            if command.channel == 0:
+                return self._channel_zero(meta, command.method)
+            if command.method.CLASS_ID == 10:
+                raise AmqpError(ReplyCode.COMMAND_INVALID, "unexpected connection method on a channel",
+                                command.method.CLASS_ID, command.method.METHOD_ID, scope="connection")
+            effects = self.core.apply(meta, self.id, command.channel, command.method,
+                                      command.properties, command.body)
+            return self._resolve(meta, effects)
+        except AmqpError as err:
+            return self._close_with(meta, err.code, err.reply_text, err.class_id, err.method_id)
+
+    def _codec_error(self, meta: Meta, err: CodecError) -> list[Output]:
+        code, text = err.code, err.reply_text
+        if isinstance(err, FrameSyntaxError) and err.class_id:
+            code, text = ReplyCode.FRAME_ERROR, f"FRAME_ERROR - cannot decode: {err.reason}"[:255]
+        if self.state in ("header", "start_ok", "tune_ok"):
+            self.state = "closed"
+            return [CloseTransport(self.id, f"codec error during handshake: {err}")]
+        return self._close_with(meta, code, text, err.class_id, err.method_id)
+
+    # -- handshake -------------------------------------------------------------------------
+    def _start(self) -> Method:
+        props = {"product": self.config.product, "version": self.config.version,
+                 "platform": "Python", "emulates": f"RabbitMQ {self.config.emulates}",
+                 "capabilities": SERVER_CAPABILITIES,
+                 "information": "amqp-conformance reference broker"}
+        return ConnectionStart(0, 9, props, b"PLAIN AMQPLAIN", b"en_US")
+
+    def _handshake(self, meta: Meta, command: Command) -> list[Output]:
+        m = command.method
+        if self.state == "start_ok" and isinstance(m, ConnectionStartOk):
+            self.client_properties = dict(m.client_properties)
+            try:
+                self.user = authenticate(self.config, m.mechanism, m.response)
+            except AuthError as err:
+                return self._auth_failed(meta, err)
+            self.state = "tune_ok"
+            return self._send(meta, 0, ConnectionTune(self.config.channel_max, self.config.frame_max,
+                                                      self.config.heartbeat))
+        if self.state == "tune_ok" and isinstance(m, ConnectionTuneOk):
+            self._negotiate(m)
+            self.state = "open"
+            return []
+        if self.state == "open" and isinstance(m, ConnectionOpen):
+            if m.virtual_host not in self.core.vhosts:
+                raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {m.virtual_host} not found", 10, 40)
+            self.core.connection_opened(self.id, m.virtual_host, self.user, self.client_properties,
+                                        self.channel_max, name=self.peer)
+            self.state = "opened"
+            return self._send(meta, 0, ConnectionOpenOk())
+        if isinstance(m, ConnectionClose):
+            self.state = "closed"
+            return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "client closed")]
+        raise AmqpError(ReplyCode.COMMAND_INVALID, f"unexpected {m.NAME} during the handshake",
+                        m.CLASS_ID, m.METHOD_ID, scope="connection")
+
+    def _auth_failed(self, meta: Meta, err: AuthError) -> list[Output]:
+        caps = self.client_properties.get("capabilities")
+        if err.code == ReplyCode.ACCESS_REFUSED and not (
+                isinstance(caps, dict) and caps.get("authentication_failure_close")):
+            self.state = "closed"
+            return [CloseTransport(self.id, str(err))]
+        return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", 10, 11)
+
+    def _negotiate(self, m: ConnectionTuneOk) -> None:
+        """FRM-01: 0 counts as higher than a non-zero server value; below the minimum is 530."""
+        server_frame_max, server_channel_max = self.config.frame_max, self.config.channel_max
+        for name, value, server, minimum in (("frame_max", m.frame_max, server_frame_max,
+                                              self.config.frame_min_size),
+                                             ("channel_max", m.channel_max, server_channel_max, 1)):
+            if server and (value == 0 or value > server):
+                raise AmqpError(ReplyCode.NOT_ALLOWED, f"negotiated {name} = {value} is higher than "
+                                f"the maximum allowed value ({server})", 10, 31)
+            if value and value < minimum:
+                raise AmqpError(ReplyCode.NOT_ALLOWED, f"negotiated {name} = {value} is lower than "
+                                f"the minimum allowed value ({minimum})", 10, 31)
+        self.frame_max = m.frame_max
+        self.reader.frame_max = m.frame_max
+        self.channel_max = m.channel_max
+        self.heartbeat = m.heartbeat  # HB-01: the client's value, no bounds
+
+    def _channel_zero(self, meta: Meta, m: Method) -> list[Output]:
+        if isinstance(m, ConnectionClose):
+            effects = self.core.connection_closed(meta, self.id)
+            self.state = "closed"
+            return [*self._resolve(meta, effects), Write(self.id, encode_method(0, ConnectionCloseOk())),
+                    CloseTransport(self.id, "client closed")]
+        if isinstance(m, ConnectionUpdateSecret):
+            return self._send(meta, 0, ConnectionUpdateSecretOk())
+        raise AmqpError(ReplyCode.COMMAND_INVALID, f"unexpected {m.NAME} on channel 0",
+                        m.CLASS_ID, m.METHOD_ID, scope="connection")
+
+    # -- output ----------------------------------------------------------------------------
+    def _close_with(self, meta: Meta, code: int, text: str, class_id: int, method_id: int) -> list[Output]:
+        effects = self.core.connection_closed(meta, self.id)
+        self.state = "closing"
+        return [*self._resolve(meta, effects),
+                Write(self.id, encode_method(0, ConnectionClose(code, text, class_id, method_id)))]
+
+    def _send(self, meta: Meta, channel: int, method: Method) -> list[Output]:
+        self.last_send = meta.now_ms
+        return [Write(self.id, encode_method(channel, method))]
+
+    def _resolve(self, meta: Meta, effects: list[Effect]) -> list[Output]:
+        """Handle effects aimed at this connection's own state; pass the rest through."""
+        out: list[Output] = []
+        for effect in effects:
+            if isinstance(effect, CloseConnection) and effect.conn == self.id:
+                if self.state != "closing":
+                    self.state = "closing"
+                    out.append(Write(self.id, encode_method(0, ConnectionClose(
+                        effect.code, effect.text, effect.class_id, effect.method_id))))
+            else:
+                out.append(effect)
+        return out
+
+    def encode(self, send: Send) -> bytes:
+        """Bytes for a core Send aimed at this connection (bodies split by frame_max)."""
+        if self.state in ("closed", "closing"):
+            return b""
+        if send.method.HAS_CONTENT:
+            return encode_content(send.channel, send.method, send.properties or _EMPTY, send.body,
+                                  self.frame_max)
+        return encode_method(send.channel, send.method)
+
+    def tick(self, now_ms: int) -> list[Output]:
+        """Heartbeats (HB-01): send after heartbeat/2 idle, give up after 2 silent intervals."""
+        if not self.heartbeat or self.state != "opened":
+            return []
+        interval = self.heartbeat * 1000
+        if now_ms - self.last_recv > 2 * interval:
+            effects = self.core.connection_closed(Meta(now_ms), self.id)
+            self.state = "closed"
+            return [*effects, CloseTransport(self.id, f"missed heartbeats from client, timeout: {self.heartbeat}s")]
+        if now_ms - self.last_send >= interval // 2:
+            self.last_send = now_ms
+            return [Write(self.id, encode_heartbeat())]
+        return []
+
+    def transport_lost(self, now_ms: int) -> list[Output]:
+        if self.state == "closed":
+            return []
+        self.state = "closed"
+        return list(self.core.connection_closed(Meta(now_ms), self.id))
+

@@ -1,0 +1,194 @@
+"""The asyncio transport: moves bytes between sockets and the sans-IO engines, runs timers.
+
+Rules: this module only moves bytes and executes effects (STYLE.md "thin transports");
+every decision is in `reference_broker.core` or `reference_broker.protocol`. Writes for one
+input batch are joined per connection into one `transport.write`. uvloop is used when
+installed. `EmbeddedBroker` runs a server on its own event loop in a thread (for the harness
+and tests) and stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from reference_broker.config import BrokerConfig
+from reference_broker.core import BrokerCore, CancelTimer, CloseConnection, Log, Meta, Send, StartTimer
+from reference_broker.protocol.connection import CloseTransport, Output, ServerConnection, Write
+
+log = logging.getLogger("reference_broker")
+TICK_SECONDS = 1.0
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class _ClientProtocol(asyncio.Protocol):
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.engine: ServerConnection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.engine = self.server.register(self, name)
+        log.info("accepted connection %s (conn %d)", name, self.engine.id)
+
+    def data_received(self, data: bytes) -> None:
+        if self.engine is not None:
+            self.server.execute(self.engine.receive_data(data, now_ms()))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.engine is not None:
+            log.info("connection %s closed (conn %d)", self.engine.peer, self.engine.id)
+            outputs = self.engine.transport_lost(now_ms())
+            self.server.unregister(self.engine.id)
+            self.server.execute(outputs)
+
+
+class BrokerServer:
+    """Listens, owns the core, executes effects."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.core = BrokerCore(config)
+        self.clients: dict[int, _ClientProtocol] = {}
+        self.timers: dict[tuple[object, ...], asyncio.TimerHandle] = {}
+        self._next_conn = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._ticker: asyncio.TimerHandle | None = None
+
+    async def start(self) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _ClientProtocol(self), self.config.host,
+                                                self.config.port, reuse_address=True)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        self._ticker = loop.call_later(TICK_SECONDS, self._tick)
+        log.info("listening on %s:%d (rules of RabbitMQ %s)", host, port, self.config.emulates)
+        return host, port
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for handle in self.timers.values():
+            handle.cancel()
+        if self._server is not None:
+            self._server.close()
+            for client in list(self.clients.values()):
+                if client.transport is not None:
+                    client.transport.abort()
+            await self._server.wait_closed()
+
+    def register(self, client: _ClientProtocol, peer: str) -> ServerConnection:
+        self._next_conn += 1
+        engine = ServerConnection(self._next_conn, self.core, peer)
+        self.clients[engine.id] = client
+        return engine
+
+    def unregister(self, conn_id: int) -> None:
+        self.clients.pop(conn_id, None)
+
+    def execute(self, outputs: list[Output]) -> None:
+        pending: dict[int, list[bytes]] = defaultdict(list)
+        closing: list[tuple[int, str]] = []
+        for out in outputs:
+            if isinstance(out, Send):
+                client = self.clients.get(out.conn)
+                if client is not None and client.engine is not None:
+                    pending[out.conn].append(client.engine.encode(out))
+            elif isinstance(out, Write):
+                pending[out.conn].append(out.data)
+            elif isinstance(out, CloseTransport):
+                closing.append((out.conn, out.reason))
+            elif isinstance(out, StartTimer):
+                self._start_timer(out)
+            elif isinstance(out, CancelTimer):
+                handle = self.timers.pop(out.key, None)
+                if handle is not None:
+                    handle.cancel()
+            elif isinstance(out, Log):
+                log.log(logging.getLevelName(out.level.upper()), out.text)
+            elif isinstance(out, CloseConnection):
+                log.warning("conn %d closed by the broker: %d %s", out.conn, out.code, out.text)
+        for conn_id, chunks in pending.items():
+            client = self.clients.get(conn_id)
+            if client is not None and client.transport is not None and not client.transport.is_closing():
+                client.transport.write(b"".join(chunks))
+        for conn_id, reason in closing:
+            client = self.clients.get(conn_id)
+            if client is not None and client.transport is not None:
+                log.info("closing connection %d: %s", conn_id, reason)
+                client.transport.close()
+
+    def _start_timer(self, timer: StartTimer) -> None:
+        loop = asyncio.get_running_loop()
+        old = self.timers.pop(timer.key, None)
+        if old is not None:
+            old.cancel()
+        delay = max(0.0, (timer.at_ms - now_ms()) / 1000)
+        self.timers[timer.key] = loop.call_later(delay, self._timer_fired, timer.key)
+
+    def _timer_fired(self, key: tuple[object, ...]) -> None:
+        self.timers.pop(key, None)
+        meta = Meta(now_ms())
+        self.execute([*self.core.timer_fired(meta, key), *self.core.flush()])
+
+    def _tick(self) -> None:
+        now = now_ms()
+        for _conn_id, client in list(self.clients.items()):
+            if client.engine is not None:
+                self.execute(client.engine.tick(now))
+        self._ticker = asyncio.get_running_loop().call_later(TICK_SECONDS, self._tick)
+
+
+class EmbeddedBroker:
+    """A reference broker on its own event loop in a daemon thread: `with EmbeddedBroker() as b:`."""
+
+    def __init__(self, config: BrokerConfig | None = None, **overrides: Any) -> None:
+        base = config or BrokerConfig(port=0)
+        for key, value in overrides.items():
+            setattr(base, key, value)
+        self.config = base.validate()
+        self.loop = asyncio.new_event_loop()
+        self.server = BrokerServer(self.config)
+        self.host, self.port = "", 0
+        self._thread = threading.Thread(target=self.loop.run_forever, name="reference-broker", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/"
+
+    def start(self, timeout: float = 10.0) -> EmbeddedBroker:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop)
+        self.host, self.port = future.result(timeout)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        self.loop.close()
+
+    def call(self, fn: Any, timeout: float = 10.0) -> Any:
+        """Run `fn()` on the broker's loop (inspect or change core state from a test)."""
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
