@@ -131,12 +131,12 @@ class BrokerCore:
             return []
         ch = conn.channels.get(number)
         try:
+            if ch is not None and ch.closing:
+                return self._closing_channel(conn, ch, method)
             if isinstance(method, ChannelOpen):
                 return self._open_channel(conn, number, ch)
             if ch is None:
                 raise hard(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'")
-            if ch.closing:
-                return self._closing_channel(conn, ch, method)
             handler = HANDLERS.get(type(method))
             if handler is None:
                 raise hard(ReplyCode.COMMAND_INVALID, "unimplemented method")
