@@ -52,6 +52,7 @@ from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CloseConnection, Effect, Meta, Send
 
 _EMPTY = BasicProperties()
+CLOSE_GRACE_MS = 1_000
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
@@ -98,11 +99,13 @@ class ServerConnection:
         self.last_recv = 0
         self.last_send = 0
         self.channel_max = 0
+        self.broken = False  # a codec error: nothing more can be parsed
+        self.closing_since: int | None = None
 
     # -- input -------------------------------------------------------------------------
     def receive_data(self, data: bytes, now_ms: int) -> list[Output]:
-        if self.state == "closed":
-            return []
+        if self.state == "closed" or self.broken:
+            return []  # a corrupt stream cannot even carry close-ok: `tick` ends it
         self.last_recv = now_ms
         self.reader.receive_data(data)
         out: list[Output] = []
@@ -118,6 +121,7 @@ class ServerConnection:
                     continue
                 command = self.assembler.feed(frame)  # type: ignore[arg-type]
             except ProtocolHeaderError:
+                self.state = "closed"
                 return [Write(self.id, PROTOCOL_HEADER), CloseTransport(self.id, "bad protocol header")]
             except CodecError as err:
                 out += self._codec_error(meta, err)
@@ -158,6 +162,7 @@ class ServerConnection:
         if self.state in ("header", "start_ok", "tune_ok"):
             self.state = "closed"
             return [CloseTransport(self.id, f"codec error during handshake: {err}")]
+        self.broken = True
         return self._close_with(meta, code, text, err.class_id, err.method_id)
 
     # -- handshake -------------------------------------------------------------------------
@@ -236,6 +241,7 @@ class ServerConnection:
     def _close_with(self, meta: Meta, code: int, text: str, class_id: int, method_id: int) -> list[Output]:
         effects = self.core.connection_closed(meta, self.id)
         self.state = "closing"
+        self.closing_since = meta.now_ms
         return [*self._resolve(meta, effects),
                 Write(self.id, encode_method(0, ConnectionClose(code, text, class_id, method_id)))]
 
@@ -250,6 +256,7 @@ class ServerConnection:
             if isinstance(effect, CloseConnection) and effect.conn == self.id:
                 if self.state != "closing":
                     self.state = "closing"
+                    self.closing_since = meta.now_ms
                     out.append(Write(self.id, encode_method(0, ConnectionClose(
                         effect.code, effect.text, effect.class_id, effect.method_id))))
             else:
@@ -266,7 +273,13 @@ class ServerConnection:
         return encode_method(send.channel, send.method)
 
     def tick(self, now_ms: int) -> list[Output]:
-        """Heartbeats (HB-01): send after heartbeat/2 idle, give up after 2 silent intervals."""
+        """Heartbeats (HB-01): send after heartbeat/2 idle, give up after 2 silent intervals.
+        A connection the broker closed gets CLOSE_GRACE_MS for close-ok, then the socket goes."""
+        if self.state == "closing" and self.closing_since is not None:
+            if now_ms - self.closing_since >= CLOSE_GRACE_MS:
+                self.state = "closed"
+                return [CloseTransport(self.id, "no connection.close-ok from the client")]
+            return []
         if not self.heartbeat or self.state != "opened":
             return []
         interval = self.heartbeat * 1000
