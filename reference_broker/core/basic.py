@@ -286,7 +286,7 @@ def settle(core: BrokerCore, meta: Meta, ch: Channel, items: list[Unacked], requ
             continue  # already returned by a timeout: a late ack removes nothing (TMO-4.3-5)
         queue.checked_out -= 1
         if requeue:
-            core.return_to_queue(queue, u.message, failed)
+            effects += core.return_to_queue(meta, queue, u.message, failed)
         elif requeue is False:
             effects += core.dead_letter(meta, queue, u.message, "rejected")
     for queue in touched.values():

@@ -190,10 +190,11 @@ class BrokerCore:
                 touched[(queue.vhost, queue.name)] = queue
         ch.consumers.clear()
         vhost = self.connections[ch.conn].vhost
+        returned: list[Effect] = []
         for unacked in [*ch.unacked.values(), *ch.tx_held.values()]:
             queue = self.find_queue(vhost, unacked.queue)
             if queue is not None and not unacked.timed_out:
-                self.return_to_queue(queue, unacked.message, failed=True)
+                returned += self.return_to_queue(meta, queue, unacked.message, failed=True)
                 queue.checked_out -= 1
                 touched[(queue.vhost, queue.name)] = queue
         ch.unacked.clear()
@@ -202,7 +203,7 @@ class BrokerCore:
         ch.nacks_ready.clear()
         ch.tx_publishes.clear()
         ch.tx_settles.clear()
-        effects: list[Effect] = []
+        effects: list[Effect] = returned
         for queue in touched.values():
             effects += self.after_consumer_change(meta, queue)
         return effects
@@ -212,12 +213,31 @@ class BrokerCore:
         v = self.vhosts.get(vhost)
         return v.queues.get(name) if v else None
 
-    def return_to_queue(self, queue: Queue, message: Message, failed: bool) -> None:
+    def return_to_queue(self, meta: Meta, queue: Queue, message: Message, failed: bool) -> list[Effect]:
         """A delivered message goes back (RQ-01/02); `failed` counts toward the quorum
-        delivery limit in 4.3 (RQ-06: reject and channel loss do, nack and timeout don't)."""
+        delivery limit in 4.3 (RQ-06: reject and channel loss do, nack and timeout don't).
+        Past the limit (default 20, -1 disables) it is dead-lettered or dropped."""
         if queue.kind == QUORUM and failed:
             message.delivery_count += 1
+            limit = self.delivery_limit(queue)
+            if limit is not None and message.delivery_count > limit:
+                return self.dead_letter(meta, queue, message, "delivery_limit")
         queue.return_message(message)
+        return []
+
+    def delivery_limit(self, queue: Queue) -> int | None:
+        """RQ-06: x-delivery-limit or policy delivery-limit (the lower), else 20 in 4.x;
+        none in legacy (3.x) mode; a negative value disables it."""
+        values = [v for v in (queue.arguments.get("x-delivery-limit"),
+                              self.policy_definition(queue).get("delivery-limit"))
+                  if isinstance(v, int) and not isinstance(v, bool)]
+        if values:
+            limit = min(values)
+        elif self.config.timeout_mode == "legacy":
+            return None
+        else:
+            limit = 20
+        return None if limit < 0 else limit
 
     def after_consumer_change(self, meta: Meta, queue: Queue) -> list[Effect]:
         if queue.auto_delete and queue.had_consumer and not queue.consumers:

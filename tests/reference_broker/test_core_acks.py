@@ -205,3 +205,27 @@ def test_core_cancel_leaves_deliveries_unacked() -> None:
     ch = sim.core.connections[1].channels[1]
     assert list(ch.unacked) == [1, 2]
     assert not methods(sim.do(1, 1, BasicAck(2, multiple=True)), ChannelClose)
+
+
+def test_core_quorum_delivery_limit_counts_rejects_not_nacks() -> None:
+    """RQ-06 (4.3): rejects count toward the limit, nack requeues never do."""
+    sim = Sim()
+    sim.connect()
+    sim.open()
+    sim.queue("dlq")
+    sim.queue("q", **{"x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": "",
+                      "x-dead-letter-routing-key": "dlq"})
+    sim.publish("q", b"m")
+    effects = sim.do(1, 1, BasicConsume(queue="q", consumer_tag="c"))
+    for _ in range(5):  # unlimited nack requeues
+        tag = sends(effects, BasicDeliver)[0].method.delivery_tag
+        effects = sim.do(1, 1, BasicNack(tag, requeue=True))
+    for _ in range(2):
+        tag = sends(effects, BasicDeliver)[0].method.delivery_tag
+        effects = sim.do(1, 1, BasicReject(tag, requeue=True))
+    tag = sends(effects, BasicDeliver)[0].method.delivery_tag
+    assert not sends(sim.do(1, 1, BasicReject(tag, requeue=True)), BasicDeliver)  # third failure: over 2
+    dlq = sim.core.find_queue("/", "dlq")
+    assert dlq is not None and [m.body for m in dlq.ready_messages()] == [b"m"]
+    death = dlq.ready_messages()[0].properties.headers["x-death"][0]  # type: ignore[index]
+    assert death["reason"] == "delivery_limit" and death["queue"] == "q"
