@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run lint typecheck unit bench-codec generate clean
+.PHONY: test run lint typecheck unit bench-codec bench-broker generate clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ run: $(STAMP)
 
 bench-codec: $(STAMP)
 	$(BIN)/python bench/codec.py
+
+bench-broker: $(STAMP)
+	$(BIN)/python bench/broker.py
 
 generate: $(STAMP)
 	$(BIN)/python -m codec.generate

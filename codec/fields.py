@@ -140,6 +140,9 @@ FIELD_TYPES: dict[Dialect, dict[bytes, tuple[str, Construct]]] = {
         **_COMMON,
         b"s": ("int16", Int16sb),
         b"l": ("int64", Int64sb),
+        # Decoded, never sent: RabbitMQ reads 'L' as signed 64 too (rabbit_binary_parser,
+        # rabbitmq-server#1093); py-amqp sends integers beyond 32 bits with it.
+        b"L": ("int64", Int64sb),
         b"x": ("bytes", _LongBytes),
     },
     Dialect.AMQP_0_9_1: {

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from reference_broker.config import BrokerConfig
@@ -45,6 +46,16 @@ class _ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.engine is not None:
             self.server.execute(self.engine.receive_data(data, now_ms()))
+
+    def pause_writing(self) -> None:
+        if self.engine is not None:
+            self.server.execute(self.server.core.set_writable(Meta(now_ms()), self.engine.id, False))
+
+    def resume_writing(self) -> None:
+        if self.engine is not None:
+            meta = Meta(now_ms())
+            self.server.execute([*self.server.core.set_writable(meta, self.engine.id, True),
+                                 *self.server.core.flush()])
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.engine is not None:
@@ -96,7 +107,7 @@ class BrokerServer:
     def unregister(self, conn_id: int) -> None:
         self.clients.pop(conn_id, None)
 
-    def execute(self, outputs: list[Output]) -> None:
+    def execute(self, outputs: Sequence[Output]) -> None:
         pending: dict[int, list[bytes]] = defaultdict(list)
         closing: list[tuple[int, str]] = []
         for out in outputs:

@@ -8,6 +8,7 @@ changes state after, so an error leaves nothing half-settled (ACK-05).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import takewhile
 from typing import Any
 
 from codec import (
@@ -261,7 +262,9 @@ def collect(ch: Channel, tag: int, multiple: bool) -> list[Unacked]:
     if tag not in ch.unacked:
         raise soft(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag))
     if multiple:
-        return [u for t, u in ch.unacked.items() if t <= tag]
+        # `unacked` is in tag order (tags only grow; rollback re-sorts): stop at N, so a
+        # multi-ack costs what it settles, not the whole backlog.
+        return list(takewhile(lambda u: u.tag <= tag, ch.unacked.values()))
     return [ch.unacked[tag]]
 
 

@@ -14,6 +14,7 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from codec import (
     ReplyCode,
 )
 from reference_broker.config import BrokerConfig
-from reference_broker.core.effects import CloseConnection, Effect, Log, Send
+from reference_broker.core.effects import CloseConnection, Effect, Log, Send, StartTimer
 from reference_broker.core.state import (
     QUORUM,
     Channel,
@@ -49,6 +50,7 @@ from reference_broker.core.state import (
 Handler = Callable[["BrokerCore", "Meta", Channel, Any, BasicProperties | None, bytes], list[Effect]]
 HANDLERS: dict[type, Handler] = {}
 TIMER_HANDLERS: dict[str, Callable[[BrokerCore, Meta, tuple[object, ...]], list[Effect]]] = {}
+DISPATCH_BATCH = 512
 DEFAULT_EXCHANGES = (("", "direct"), ("amq.direct", "direct"), ("amq.fanout", "fanout"),
                      ("amq.topic", "topic"), ("amq.headers", "headers"), ("amq.match", "headers"))
 
@@ -85,6 +87,7 @@ class BrokerCore:
         self.vhosts: dict[str, VHost] = {}
         self.connections: dict[int, Connection] = {}
         self.policies: dict[str, dict[str, dict[str, Any]]] = {}  # vhost -> name -> policy
+        self.policy_version = 0
         self.counter = 0  # server-named queues and consumer tags
         for name in config.vhosts:
             self.add_vhost(name)
@@ -277,12 +280,19 @@ class BrokerCore:
 
     # -- delivery ----------------------------------------------------------------------
     def dispatch(self, meta: Meta, queue: Queue) -> list[Effect]:
-        """Deliver ready messages to consumers with capacity, round-robin by priority."""
+        """Deliver ready messages to consumers with capacity, round-robin by priority.
+        At most DISPATCH_BATCH per call: a timer effect continues, so one unlimited
+        consumer cannot hold the event loop (or memory) with a whole queue."""
         effects: list[Effect] = []
+        budget = DISPATCH_BATCH
         while queue.consumers and queue.ready_count():
             consumer = self._next_consumer(queue)
             if consumer is None:
                 break
+            if budget == 0:
+                effects.append(StartTimer(("dispatch", queue.vhost, queue.name), meta.now_ms))
+                break
+            budget -= 1
             message = queue.pop()
             if message is None:
                 break
@@ -299,7 +309,7 @@ class BrokerCore:
             consumer = queue.consumers[key]
             conn = self.connections.get(consumer.conn)
             ch = conn.channels.get(consumer.channel) if conn else None
-            if ch is None or ch.closing or not consumer.has_capacity():
+            if ch is None or ch.closing or not consumer.has_capacity() or conn is None or not conn.writable:
                 continue
             if not consumer.no_ack and not ch.global_capacity():
                 continue
@@ -364,11 +374,15 @@ class BrokerCore:
             value = self.policy_definition(queue).get(key)
         return value
 
-    def policy_definition(self, queue: Queue) -> dict[str, Any]:
-        """The definition of the highest-priority policy matching the queue (issue 5 adds
-        the management API that creates them)."""
-        import re
+    def set_policies(self, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
+        self.policies[vhost] = policies
+        self.policy_version += 1
 
+    def policy_definition(self, queue: Queue) -> dict[str, Any]:
+        """The definition of the highest-priority policy matching the queue, cached per
+        queue until the policies change (it is read on every publish)."""
+        if queue.policy_cache is not None and queue.policy_cache[0] == self.policy_version:
+            return queue.policy_cache[1]
         best: dict[str, Any] | None = None
         for policy in self.policies.get(queue.vhost, {}).values():
             if policy.get("apply-to", "all") not in ("all", "queues", f"{queue.kind}_queues"):
@@ -377,7 +391,9 @@ class BrokerCore:
                 continue
             if best is None or policy.get("priority", 0) > best.get("priority", 0):
                 best = policy
-        return dict(best.get("definition", {})) if best else {}
+        definition = dict(best.get("definition", {})) if best else {}
+        queue.policy_cache = (self.policy_version, definition)
+        return definition
 
     def consumer_timeout_for(self, queue: Queue, consumer: Consumer) -> int | None:
         """TMO-03 for the 4.3 rules: quorum queues only; consumer argument, else
@@ -427,8 +443,28 @@ class BrokerCore:
         out += [Send(ch.conn, ch.number, make(s, False)) for s in rest]
         return out
 
+    def set_writable(self, meta: Meta, conn_id: int, writable: bool) -> list[Effect]:
+        """The transport's write buffer crossed a water mark: pause or resume deliveries
+        to this connection (backpressure), then dispatch what became possible."""
+        conn = self.connections.get(conn_id)
+        if conn is None or conn.writable == writable:
+            return []
+        conn.writable = writable
+        if not writable:
+            return []
+        effects: list[Effect] = []
+        for ch in conn.channels.values():
+            for name in {c.queue for c in ch.consumers.values()}:
+                queue = self.find_queue(conn.vhost, name)
+                if queue is not None:
+                    effects += self.dispatch(meta, queue)
+        return effects
+
     def timer_fired(self, meta: Meta, key: tuple[object, ...]) -> list[Effect]:
         """A timer of a `StartTimer` effect fired; the key's first element names its kind."""
+        if key and key[0] == "dispatch":
+            queue = self.find_queue(str(key[1]), str(key[2]))
+            return self.dispatch(meta, queue) if queue is not None else []
         handler = TIMER_HANDLERS.get(str(key[0])) if key else None
         return handler(self, meta, key) if handler is not None else []
 

@@ -86,21 +86,20 @@ class Queue:
     checked_out: int = 0
     next_seq: int = 0
     had_consumer: bool = False
-    _heap: list[tuple[int, Message]] = field(default_factory=list)  # classic ready set
+    policy_cache: tuple[int, dict[str, Any]] | None = None
+    _fresh: deque[Message] = field(default_factory=deque)  # classic: never delivered, in order
+    _heap: list[tuple[int, Message]] = field(default_factory=list)  # classic: requeued, by seq
     _returns: deque[Message] = field(default_factory=deque)  # quorum returns first
     _main: deque[Message] = field(default_factory=deque)  # quorum main FIFO
 
     # -- ready messages ------------------------------------------------------------
     def ready_count(self) -> int:
-        return len(self._heap) + len(self._returns) + len(self._main)
+        return len(self._fresh) + len(self._heap) + len(self._returns) + len(self._main)
 
     def enqueue(self, message: Message) -> None:
         message.seq = self.next_seq
         self.next_seq += 1
-        if self.kind == QUORUM:
-            self._main.append(message)
-        else:
-            heapq.heappush(self._heap, (message.seq, message))
+        (self._main if self.kind == QUORUM else self._fresh).append(message)
 
     def return_message(self, message: Message) -> None:
         """Put a delivered message back (RQ-01 classic position, RQ-02 quorum returns first)."""
@@ -109,26 +108,26 @@ class Queue:
         else:
             heapq.heappush(self._heap, (message.seq, message))
 
-    def peek(self) -> Message | None:
-        if self.kind == QUORUM:
-            return self._returns[0] if self._returns else (self._main[0] if self._main else None)
-        return self._heap[0][1] if self._heap else None
-
     def pop(self) -> Message | None:
+        """Next message: quorum returns first (RQ-02); classic lowest position (RQ-01) from
+        the in-order deque and the small heap of requeued messages (O(1) when none)."""
         if self.kind == QUORUM:
             if self._returns:
                 return self._returns.popleft()
             return self._main.popleft() if self._main else None
-        return heapq.heappop(self._heap)[1] if self._heap else None
+        if self._heap and (not self._fresh or self._heap[0][0] < self._fresh[0].seq):
+            return heapq.heappop(self._heap)[1]
+        return self._fresh.popleft() if self._fresh else None
 
     def drop_head(self) -> Message | None:
-        """Remove the oldest never-returned message (x-max-length drop-head overflow)."""
+        """Remove the head message (x-max-length drop-head overflow)."""
         if self.kind == QUORUM:
             return self._main.popleft() if self._main else (self._returns.popleft() if self._returns else None)
-        return heapq.heappop(self._heap)[1] if self._heap else None
+        return self.pop()
 
     def purge(self) -> int:
         count = self.ready_count()
+        self._fresh.clear()
         self._heap.clear()
         self._returns.clear()
         self._main.clear()
@@ -137,7 +136,7 @@ class Queue:
     def ready_messages(self) -> list[Message]:
         if self.kind == QUORUM:
             return [*self._returns, *self._main]
-        return [m for _seq, m in sorted(self._heap, key=lambda item: item[0])]
+        return sorted([*self._fresh, *(m for _s, m in self._heap)], key=lambda m: m.seq)
 
     # -- consumers -------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -221,6 +220,7 @@ class Connection:
     client_properties: dict[str, Any]
     channels: dict[int, Channel] = field(default_factory=dict)
     name: str = ""
+    writable: bool = True  # false while the transport's write buffer is over its high mark
 
 
 @dataclass(slots=True, eq=False)
