@@ -47,6 +47,10 @@ class BrokerConfig:
         for name in ("frame_max", "channel_max", "heartbeat", "tick_interval", "port"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
+        for user, entries in self.permissions.items():
+            for vhost, regexes in entries.items():
+                if not (isinstance(regexes, list) and len(regexes) == 3):
+                    raise ConfigError(f"permissions[{user!r}][{vhost!r}] must be [configure, write, read]")
         if self.consumer_timeout <= 0:
             raise ConfigError("consumer_timeout must be a positive integer (ms)")
         if self.frame_max and self.frame_max < self.frame_min_size:

@@ -67,6 +67,13 @@ def resolve_queue(core: BrokerCore, ch: Channel, name: str) -> Queue:
     return queue
 
 
+def _check_read(core: BrokerCore, ch: Channel, queue: str) -> None:
+    if core.config.permissions:
+        from reference_broker.core import permissions
+
+        permissions.check(core, ch, "read", "queue", queue)
+
+
 # -- publish -------------------------------------------------------------------------------
 def route(core: BrokerCore, vhost: str, exchange_name: str, routing_key: str,
           headers: Mapping[str, Any] | None) -> list[Queue]:
@@ -151,6 +158,10 @@ def basic_publish(core: BrokerCore, meta: Meta, ch: Channel, m: BasicPublish,
         raise soft(ReplyCode.NOT_FOUND, texts.no_exchange(m.exchange, vhost))
     if exchange.internal:
         raise soft(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal {texts.x(m.exchange, vhost)}")
+    if core.config.permissions:
+        from reference_broker.core import permissions
+
+        permissions.check(core, ch, "write", "exchange", m.exchange)
     if len(body) > core.config.max_message_size:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"message size {len(body)} is larger than configured "
                    f"max size {core.config.max_message_size}")
@@ -181,6 +192,7 @@ def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routin
 def basic_consume(core: BrokerCore, meta: Meta, ch: Channel, m: BasicConsume,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
+    _check_read(core, ch, queue.name)
     vhost = queue.vhost
     tag = m.consumer_tag
     if not tag:
@@ -238,6 +250,7 @@ def basic_cancel_ok(core: BrokerCore, meta: Meta, ch: Channel, m: BasicCancelOk,
 def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
+    _check_read(core, ch, queue.name)
     effects: list[Effect] = []
     while (message := queue.pop()) is not None:
         if message.expires_at is not None and message.expires_at <= meta.now_ms:

@@ -33,7 +33,7 @@ from codec import (
     QueueUnbindOk,
     ReplyCode,
 )
-from reference_broker.core import texts
+from reference_broker.core import permissions, texts
 from reference_broker.core.basic import resolve_queue
 from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
 from reference_broker.core.effects import Effect, Send
@@ -75,6 +75,7 @@ def exchange_declare(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDecla
         return _reply(ch, m.nowait, ExchangeDeclareOk())
     if m.exchange.startswith("amq.") and existing is None:
         raise soft(ReplyCode.ACCESS_REFUSED, f"exchange name '{m.exchange}' contains reserved prefix 'amq.*'")
+    permissions.check(core, ch, "configure", "exchange", m.exchange)
     if m.exchange_type not in EXCHANGE_TYPES:
         raise hard(ReplyCode.COMMAND_INVALID, f"unknown exchange type '{m.exchange_type}'")
     if existing is not None:
@@ -98,6 +99,7 @@ def exchange_delete(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDelete
     if m.exchange == "" or m.exchange.startswith("amq."):
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED if m.exchange == ""
                    else f"deletion of system {texts.x(m.exchange, v.name)} not allowed")
+    permissions.check(core, ch, "configure", "exchange", m.exchange)
     exchange = v.exchanges.get(m.exchange)
     if exchange is None:
         return _reply(ch, m.nowait, ExchangeDeleteOk())  # deleting a missing exchange is a no-op
@@ -136,6 +138,8 @@ def exchange_bind(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeBind,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     _check_exchange_binding(v, m.source, m.destination)
+    permissions.check(core, ch, "write", "exchange", m.destination)
+    permissions.check(core, ch, "read", "exchange", m.source)
     _bind(v, m.source, Binding(m.destination, True, m.routing_key, dict(m.arguments)))
     return _reply(ch, m.nowait, ExchangeBindOk())
 
@@ -196,6 +200,7 @@ def queue_declare(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDeclare,
         elif name.startswith("amq."):
             raise soft(ReplyCode.ACCESS_REFUSED,
                        f"queue name '{name}' contains reserved prefix 'amq.*'")
+        permissions.check(core, ch, "configure", "queue", name)
         queue = v.queues.get(name)  # type: ignore[assignment]
         if queue is not None:
             _check_equivalent(v, queue, m, ch.conn)
@@ -216,6 +221,8 @@ def queue_bind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueBind,
     if m.exchange == "":
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
     _exchange(v, m.exchange)
+    permissions.check(core, ch, "write", "queue", queue.name)
+    permissions.check(core, ch, "read", "exchange", m.exchange)
     routing_key = m.routing_key if (m.routing_key or m.queue) else queue.name
     _bind(v, m.exchange, Binding(queue.name, False, routing_key, dict(m.arguments)))
     return _reply(ch, m.nowait, QueueBindOk())
@@ -237,6 +244,7 @@ def queue_unbind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueUnbind,
 def queue_purge(core: BrokerCore, meta: Meta, ch: Channel, m: QueuePurge,
                 props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
+    permissions.check(core, ch, "read", "queue", queue.name)
     return _reply(ch, m.nowait, QueuePurgeOk(queue.purge()))
 
 
@@ -250,6 +258,7 @@ def queue_delete(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDelete,
         return _reply(ch, m.nowait, QueueDeleteOk(0))  # deleting a missing queue is a no-op
     if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn:
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, v.name))
+    permissions.check(core, ch, "configure", "queue", name)
     if m.if_unused and queue.consumers:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} in use")
     if m.if_empty and queue.ready_count():

@@ -50,6 +50,7 @@ from codec import (
 from reference_broker.auth import AuthError, authenticate
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CloseConnection, Effect, Meta, Send
+from reference_broker.core.permissions import vhost_allowed
 
 _EMPTY = BasicProperties()
 CLOSE_GRACE_MS = 1_000
@@ -191,6 +192,9 @@ class ServerConnection:
         if self.state == "open" and isinstance(m, ConnectionOpen):
             if m.virtual_host not in self.core.vhosts:
                 raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {m.virtual_host} not found", 10, 40)
+            if not vhost_allowed(self.core, self.user, m.virtual_host):
+                raise AmqpError(ReplyCode.NOT_ALLOWED, f"access to vhost '{m.virtual_host}' refused "
+                                f"for user '{self.user}'", 10, 40)
             self.core.connection_opened(self.id, m.virtual_host, self.user, self.client_properties,
                                         self.channel_max, name=self.peer)
             self.state = "opened"

@@ -257,3 +257,18 @@ def test_core_missing_and_locked_queue_texts() -> None:
     s3.open()
     assert methods(s3.do(1, 1, BasicGet(queue="")), ChannelClose)[0].reply_text == (
         "NOT_FOUND - no previously declared queue")
+
+
+def test_core_permissions_refuse_with_403() -> None:
+    """Vhost permissions: configure/write/read regexes, 403 channel errors."""
+    sim = Sim(users={"guest": "guest", "app": "pw"}, permissions={"app": {"/": ["^app\\.", "^app\\.", "^app\\."]}})
+    sim.core.connection_opened(5, "/", "app", {}, 2047)
+    sim.open(5)
+    assert methods(sim.do(5, 1, QueueDeclare(queue="app.q")))[0].queue == "app.q"
+    close = methods(sim.do(5, 1, QueueDeclare(queue="other")), ChannelClose)[0]
+    assert (close.reply_code, close.reply_text) == (
+        403, "ACCESS_REFUSED - access to queue 'other' in vhost '/' refused for user 'app'")
+    sim.do(5, 1, ChannelCloseOk())
+    sim.open(5, 2)
+    close = methods(sim.do(5, 2, BasicPublish(exchange="amq.topic"), BasicProperties(), b"x"), ChannelClose)[0]
+    assert close.reply_code == 403
