@@ -31,6 +31,7 @@ class BrokerConfig:
     heartbeat: int = 60  # seconds, HB-01
     consumer_timeout: int = 1_800_000  # ms, TMO-01
     max_message_size: int = 16 * 1024 * 1024  # PC-12, 4.0+
+    memory_high_watermark: int = 1024 * 1024 * 1024  # ready octets before publishers block
     timeout_mode: str = "4.3"  # or "legacy"
     legacy_ruleset: str = "3.12"  # "3.10" or "3.12"
     tick_interval: int = 60_000  # ms, legacy channel tick (TMO-02)

@@ -19,6 +19,7 @@ from typing import Any
 
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CancelTimer, CloseConnection, Log, Meta, Send, StartTimer
+from reference_broker.core.effects import PauseReading
 from reference_broker.protocol.connection import CloseTransport, Output, ServerConnection, Write
 
 log = logging.getLogger("reference_broker")
@@ -125,6 +126,13 @@ class BrokerServer:
                 handle = self.timers.pop(out.key, None)
                 if handle is not None:
                     handle.cancel()
+            elif isinstance(out, PauseReading):
+                target = self.clients.get(out.conn)
+                if target is not None and target.transport is not None and not target.transport.is_closing():
+                    if out.paused:
+                        target.transport.pause_reading()
+                    else:
+                        target.transport.resume_reading()
             elif isinstance(out, Log):
                 log.log(logging.getLevelName(out.level.upper()), out.text)
             elif isinstance(out, CloseConnection):
@@ -154,6 +162,7 @@ class BrokerServer:
 
     def _tick(self) -> None:
         now = now_ms()
+        self.execute(self.core.memory_check())  # acks and consumers drain without publishes
         for _conn_id, client in list(self.clients.items()):
             if client.engine is not None:
                 self.execute(client.engine.tick(now))

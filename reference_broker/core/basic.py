@@ -174,6 +174,13 @@ def basic_publish(core: BrokerCore, meta: Meta, ch: Channel, m: BasicPublish,
 
 def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routing_key: str,
                 mandatory: bool, props: BasicProperties, body: bytes) -> list[Effect]:
+    conn = core.connections[ch.conn]
+    blocked: list[Effect] = []
+    if not conn.publisher:
+        conn.publisher = True
+        if core.alarm:  # a new publisher during an alarm is blocked at once
+            blocked = core.block_connection(conn, True)
+    core.published = True
     seqno = 0
     if ch.confirm:
         seqno, ch.publish_seqno = ch.publish_seqno, ch.publish_seqno + 1  # PC-02
@@ -184,7 +191,7 @@ def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routin
             ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key), props, body))
     if seqno:
         (ch.nacks_ready if accepted is False else ch.confirms_ready).append(seqno)
-    return effects
+    return effects + blocked
 
 
 # -- consumers -----------------------------------------------------------------------------

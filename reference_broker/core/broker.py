@@ -30,11 +30,13 @@ from codec import (
     ChannelCloseOk,
     ChannelOpen,
     ChannelOpenOk,
+    ConnectionBlocked,
+    ConnectionUnblocked,
     Method,
     ReplyCode,
 )
 from reference_broker.config import BrokerConfig
-from reference_broker.core.effects import CloseConnection, Effect, Log, Send, StartTimer
+from reference_broker.core.effects import CloseConnection, Effect, Log, PauseReading, Send, StartTimer
 from reference_broker.core.state import (
     QUORUM,
     Channel,
@@ -88,6 +90,8 @@ class BrokerCore:
         self.connections: dict[int, Connection] = {}
         self.policies: dict[str, dict[str, dict[str, Any]]] = {}  # vhost -> name -> policy
         self.policy_version = 0
+        self.alarm = False  # memory alarm raised
+        self.published = False  # a publish since the last flush
         self.counter = 0  # server-named queues and consumer tags
         for name in config.vhosts:
             self.add_vhost(name)
@@ -410,9 +414,37 @@ class BrokerCore:
         return min(candidates) if candidates else self.config.consumer_timeout
 
     # -- confirms ----------------------------------------------------------------------
+    def memory_check(self) -> list[Effect]:
+        """Memory alarm: over `memory_high_watermark` ready octets, publishing connections
+        are blocked (connection.blocked to capable clients, reads paused); under 80 % of it
+        they are unblocked."""
+        used = sum(q.ready_bytes for v in self.vhosts.values() for q in v.queues.values())
+        limit = self.config.memory_high_watermark
+        if not self.alarm and used > limit:
+            self.alarm = True
+            return [e for conn in self.connections.values() if conn.publisher
+                    for e in self.block_connection(conn, True)]
+        if self.alarm and used <= limit * 0.8:
+            self.alarm = False
+            return [e for conn in self.connections.values() if conn.publisher
+                    for e in self.block_connection(conn, False)]
+        return []
+
+    def block_connection(self, conn: Connection, on: bool) -> list[Effect]:
+        caps = conn.client_properties.get("capabilities")
+        effects: list[Effect] = [PauseReading(conn.id, on)]
+        if isinstance(caps, dict) and caps.get("connection.blocked"):
+            method = ConnectionBlocked("low on memory") if on else ConnectionUnblocked()
+            effects.insert(0, Send(conn.id, 0, method))
+        return effects
+
     def flush(self) -> list[Effect]:
-        """Send the confirms collected since the last flush, coalesced (PC-04)."""
+        """Send the confirms collected since the last flush, coalesced (PC-04), and raise or
+        clear the memory alarm after publishes."""
         effects: list[Effect] = []
+        if self.published:
+            self.published = False
+            effects += self.memory_check()
         for conn in self.connections.values():
             for ch in conn.channels.values():
                 if ch.confirms_ready or ch.nacks_ready:

@@ -47,6 +47,14 @@ class CancelTimer:
 
 
 @dataclass(frozen=True, slots=True)
+class PauseReading:
+    """Stop (or resume) reading from a connection's socket: RabbitMQ's publisher blocking."""
+
+    conn: int
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """An operator-readable event; the transport decides where it goes."""
 
@@ -54,4 +62,4 @@ class Log:
     text: str
 
 
-Effect = Send | CloseConnection | StartTimer | CancelTimer | Log
+Effect = Send | CloseConnection | StartTimer | CancelTimer | PauseReading | Log

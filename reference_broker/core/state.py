@@ -87,6 +87,7 @@ class Queue:
     next_seq: int = 0
     had_consumer: bool = False
     policy_cache: tuple[int, dict[str, Any]] | None = None
+    ready_bytes: int = 0  # body octets of ready messages (the memory alarm's measure)
     _fresh: deque[Message] = field(default_factory=deque)  # classic: never delivered, in order
     _heap: list[tuple[int, Message]] = field(default_factory=list)  # classic: requeued, by seq
     _returns: deque[Message] = field(default_factory=deque)  # quorum returns first
@@ -99,16 +100,24 @@ class Queue:
     def enqueue(self, message: Message) -> None:
         message.seq = self.next_seq
         self.next_seq += 1
+        self.ready_bytes += len(message.body)
         (self._main if self.kind == QUORUM else self._fresh).append(message)
 
     def return_message(self, message: Message) -> None:
         """Put a delivered message back (RQ-01 classic position, RQ-02 quorum returns first)."""
+        self.ready_bytes += len(message.body)
         if self.kind == QUORUM:
             self._returns.append(message)
         else:
             heapq.heappush(self._heap, (message.seq, message))
 
     def pop(self) -> Message | None:
+        message = self._pop()
+        if message is not None:
+            self.ready_bytes -= len(message.body)
+        return message
+
+    def _pop(self) -> Message | None:
         """Next message: quorum returns first (RQ-02); classic lowest position (RQ-01) from
         the in-order deque and the small heap of requeued messages (O(1) when none)."""
         if self.kind == QUORUM:
@@ -122,11 +131,15 @@ class Queue:
     def drop_head(self) -> Message | None:
         """Remove the head message (x-max-length drop-head overflow)."""
         if self.kind == QUORUM:
-            return self._main.popleft() if self._main else (self._returns.popleft() if self._returns else None)
+            message = self._main.popleft() if self._main else (self._returns.popleft() if self._returns else None)
+            if message is not None:
+                self.ready_bytes -= len(message.body)
+            return message
         return self.pop()
 
     def purge(self) -> int:
         count = self.ready_count()
+        self.ready_bytes = 0
         self._fresh.clear()
         self._heap.clear()
         self._returns.clear()
@@ -221,6 +234,7 @@ class Connection:
     channels: dict[int, Channel] = field(default_factory=dict)
     name: str = ""
     writable: bool = True  # false while the transport's write buffer is over its high mark
+    publisher: bool = False  # has published: blocked while the memory alarm is on
 
 
 @dataclass(slots=True, eq=False)

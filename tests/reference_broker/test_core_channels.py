@@ -272,3 +272,23 @@ def test_core_permissions_refuse_with_403() -> None:
     sim.open(5, 2)
     close = methods(sim.do(5, 2, BasicPublish(exchange="amq.topic"), BasicProperties(), b"x"), ChannelClose)[0]
     assert close.reply_code == 403
+
+
+def test_core_memory_alarm_blocks_publishers_and_unblocks() -> None:
+    """connection.blocked / unblocked to capable publishers; reads paused meanwhile."""
+    from codec import BasicAck, ConnectionBlocked, ConnectionUnblocked
+    from reference_broker.core.effects import PauseReading
+
+    sim = Sim(memory_high_watermark=10)
+    sim.core.connection_opened(1, "/", "guest", {"capabilities": {"connection.blocked": True}}, 2047)
+    sim.open()
+    sim.queue("q")
+    assert not methods(sim.publish("q", b"12345"), ConnectionBlocked)
+    effects = sim.publish("q", b"123456")
+    assert methods(effects, ConnectionBlocked) == [ConnectionBlocked("low on memory")]
+    assert PauseReading(1, True) in effects
+    sim.do(1, 1, BasicConsume(queue="q", consumer_tag="c"))
+    sim.do(1, 1, BasicAck(0, multiple=True))
+    released = sim.core.memory_check()
+    assert methods(released, ConnectionUnblocked) == [ConnectionUnblocked()]
+    assert PauseReading(1, False) in released
