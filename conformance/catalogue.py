@@ -1,0 +1,203 @@
+"""Rule catalogue: the single source of truth for rule IDs, texts and per-profile expectations.
+
+Responsibility: load ``rules.toml`` (package data next to this module) into frozen `Rule`
+records and answer lookups: every rule (`all_rules`), one rule by id (`rule`), the areas
+(`areas`) and what a rule expects on a profile (`expectation`).
+
+Rules:
+- The data lives only in ``rules.toml``; other code names rules by id and never copies their
+  text or expectations. The ID scheme and what counts as a seed sentence are documented at the
+  top of ``rules.toml``.
+- Loading validates the whole file and raises `CatalogueError` naming the offending entry:
+  unique, well-formed ids; known areas and provenance tags; well-formed sources and seed
+  references; every profile of `PROFILES` present, no other, each with ``required``,
+  ``not-applicable`` or ``variant:<description>``.
+- The file is read once per process (cached); `Rule` objects are immutable.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
+from types import MappingProxyType
+from typing import Any
+
+RULES_FILE = "rules.toml"
+
+PROFILES: tuple[str, ...] = ("rabbitmq-4.3", "rabbitmq-4.0", "rabbitmq-3.12", "rabbitmq-3.10", "amqp-0-9-1")
+AREAS: tuple[str, ...] = ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing")
+TAGS: frozenset[str] = frozenset({"SRC", "TEST", "DOC", "INF", "LIVE"})
+
+REQUIRED = "required"
+NOT_APPLICABLE = "not-applicable"
+VARIANT = "variant:"
+
+_KEYS = frozenset({"id", "area", "title", "text", "source", "tags", "seeds", "expect"})
+_RULES_MD_ID = re.compile(r"[A-Z]+(?:-[0-9A-Za-z.]+)+")  # ACK-01, TMO-3x-1, TMO-4.3-1
+_SEED_ID = re.compile(r"S(\d{3})-\d{2}")  # S001-04: seed 001, sentence 04
+_RULES_MD_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?")
+_SEED_REF = re.compile(r"seeds/(\d{3})_[0-9a-f]+\.txt#L[1-9]\d*")
+
+
+class CatalogueError(ValueError):
+    """rules.toml is malformed; the message names the entry and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One catalogue entry: a RULES.md rule or an uncovered seed sentence (``S<seed>-<nn>``)."""
+
+    id: str
+    area: str
+    title: str
+    text: str
+    source: str  # "RULES.md §<n>" or "seeds/<file>#L<line>"
+    tags: tuple[str, ...]  # provenance: SRC, TEST, DOC, INF, LIVE
+    seeds: tuple[str, ...]  # seed sentences this rule covers, "seeds/<file>#L<line>"
+    expect: Mapping[str, str] = field(hash=False)  # profile -> required | not-applicable | variant:...
+
+
+def parse_catalogue(toml_text: str) -> tuple[Rule, ...]:
+    """Parse and validate catalogue TOML; raise `CatalogueError` on any defect."""
+    try:
+        data = tomllib.loads(toml_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogueError(f"{RULES_FILE}: not valid TOML: {exc}") from exc
+    entries = data.get("rule")
+    if not isinstance(entries, list) or not entries:
+        raise CatalogueError(f"{RULES_FILE}: no [[rule]] tables")
+    rules = tuple(_parse_rule(index, entry) for index, entry in enumerate(entries, start=1))
+    seen: set[str] = set()
+    for r in rules:
+        if r.id in seen:
+            raise CatalogueError(f"rule {r.id}: duplicate id")
+        seen.add(r.id)
+    return rules
+
+
+@cache
+def all_rules() -> tuple[Rule, ...]:
+    """Every rule, in catalogue order (read from the package's rules.toml once)."""
+    resource = files("conformance").joinpath(RULES_FILE)
+    return parse_catalogue(resource.read_text(encoding="utf-8"))
+
+
+@cache
+def _index() -> Mapping[str, Rule]:
+    return MappingProxyType({r.id: r for r in all_rules()})
+
+
+def rule(rule_id: str) -> Rule:
+    """The rule with this id; KeyError naming the id if the catalogue has none."""
+    try:
+        return _index()[rule_id]
+    except KeyError:
+        raise KeyError(f"unknown rule id {rule_id!r}: not in the rule catalogue ({RULES_FILE})") from None
+
+
+@cache
+def areas() -> tuple[str, ...]:
+    """The areas that have rules, in the canonical order of `AREAS`."""
+    used = {r.area for r in all_rules()}
+    return tuple(a for a in AREAS if a in used)
+
+
+def expectation(rule_id: str, profile: str) -> str:
+    """What `rule_id` expects on `profile`: required, not-applicable or variant:<description>."""
+    if profile not in PROFILES:
+        raise KeyError(f"unknown profile {profile!r}; known profiles: {', '.join(PROFILES)}")
+    return rule(rule_id).expect[profile]
+
+
+def _parse_rule(index: int, entry: object) -> Rule:
+    if not isinstance(entry, dict):
+        raise CatalogueError(f"rule #{index}: not a table")
+    rule_id = _text(entry, "id", f"rule #{index}")
+    where = f"rule {rule_id}"
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise CatalogueError(f"{where}: unknown keys {unknown}")
+    area = _text(entry, "area", where)
+    if area not in AREAS:
+        raise CatalogueError(f"{where}: unknown area {area!r}; known areas: {', '.join(AREAS)}")
+    source = _text(entry, "source", where)
+    _check_id_and_source(rule_id, source, where)
+    tags = _texts(entry, "tags", where)
+    if not tags or not set(tags) <= TAGS:
+        raise CatalogueError(f"{where}: tags must be a non-empty subset of {sorted(TAGS)}, got {list(tags)}")
+    seeds = _texts(entry, "seeds", where) if "seeds" in entry else ()
+    for ref in seeds:
+        if not _SEED_REF.fullmatch(ref):
+            raise CatalogueError(f"{where}: seed reference {ref!r} is not 'seeds/<file>#L<line>'")
+    return Rule(
+        id=rule_id,
+        area=area,
+        title=_text(entry, "title", where),
+        text=_text(entry, "text", where),
+        source=source,
+        tags=tags,
+        seeds=seeds,
+        expect=_parse_expect(entry.get("expect"), where),
+    )
+
+
+def _check_id_and_source(rule_id: str, source: str, where: str) -> None:
+    seed_id = _SEED_ID.fullmatch(rule_id)
+    if seed_id:
+        ref = _SEED_REF.fullmatch(source)
+        if not ref or ref.group(1) != seed_id.group(1):
+            raise CatalogueError(f"{where}: source must be 'seeds/{seed_id.group(1)}_<hash>.txt#L<line>'")
+    elif _RULES_MD_ID.fullmatch(rule_id):
+        if not _RULES_MD_SOURCE.fullmatch(source):
+            raise CatalogueError(f"{where}: source must be 'RULES.md §<section>', got {source!r}")
+    else:
+        raise CatalogueError(f"{where}: id is neither a RULES.md id nor 'S<seed>-<nn>'")
+
+
+def _parse_expect(value: object, where: str) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        raise CatalogueError(f"{where}: expect must be a table of profile = expectation")
+    missing = [p for p in PROFILES if p not in value]
+    extra = sorted(set(value) - set(PROFILES))
+    if missing or extra:
+        raise CatalogueError(
+            f"{where}: expect must name exactly {list(PROFILES)}; missing {missing}, unknown {extra}"
+        )
+    for profile in PROFILES:
+        if not _well_formed_expectation(value[profile]):
+            raise CatalogueError(
+                f"{where}: expect[{profile!r}] = {value[profile]!r}; "
+                f"want {REQUIRED!r}, {NOT_APPLICABLE!r} or '{VARIANT}<description>'"
+            )
+    return MappingProxyType({profile: value[profile] for profile in PROFILES})
+
+
+def _well_formed_expectation(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    if value in (REQUIRED, NOT_APPLICABLE):
+        return True
+    if not value.startswith(VARIANT):
+        return False
+    description = value[len(VARIANT) :]
+    return bool(description) and description == description.strip() and "\n" not in description
+
+
+def _text(entry: dict[Any, Any], key: str, where: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise CatalogueError(f"{where}: {key!r} must be a non-empty string")
+    return value.strip()
+
+
+def _texts(entry: dict[Any, Any], key: str, where: str) -> tuple[str, ...]:
+    value = entry.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise CatalogueError(f"{where}: {key!r} must be a list of non-empty strings")
+    if len(set(value)) != len(value):
+        raise CatalogueError(f"{where}: {key!r} has duplicates")
+    return tuple(value)
