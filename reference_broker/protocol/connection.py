@@ -51,6 +51,7 @@ from reference_broker.auth import AuthError, authenticate
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CloseConnection, Effect, Meta, Send
 from reference_broker.core.permissions import vhost_allowed
+from reference_broker.protocol import states
 
 _EMPTY = BasicProperties()
 CLOSE_GRACE_MS = 1_000
@@ -92,7 +93,7 @@ class ServerConnection:
         self.peer = peer
         self.reader = FrameReader(frame_max=self.config.frame_min_size, expect_protocol_header=True)
         self.assembler = ContentAssembler()
-        self.state = "header"  # header start_ok tune_ok open opened closing closed
+        self.state = states.HEADER  # header start_ok tune_ok open opened closing closed
         self.frame_max = self.config.frame_min_size
         self.heartbeat = 0
         self.client_properties: dict[str, Any] = {}
@@ -105,24 +106,24 @@ class ServerConnection:
 
     # -- input -------------------------------------------------------------------------
     def receive_data(self, data: bytes, now_ms: int) -> list[Output]:
-        if self.state == "closed" or self.broken:
+        if self.state == states.CLOSED or self.broken:
             return []  # a corrupt stream cannot even carry close-ok: `tick` ends it
         self.last_recv = now_ms
         self.reader.receive_data(data)
         out: list[Output] = []
         meta = Meta(now_ms)
-        while self.state != "closed":
+        while self.state != states.CLOSED:
             try:
                 frame = self.reader.next_frame()
                 if frame is NEED_DATA:
                     break
                 if isinstance(frame, ProtocolHeader):
                     out += self._send(meta, 0, self._start())
-                    self.state = "start_ok"
+                    self.state = states.START_OK
                     continue
                 command = self.assembler.feed(frame)  # type: ignore[arg-type]
             except ProtocolHeaderError:
-                self.state = "closed"
+                self.state = states.CLOSED
                 return [Write(self.id, PROTOCOL_HEADER), CloseTransport(self.id, "bad protocol header")]
             except CodecError as err:
                 out += self._codec_error(meta, err)
@@ -134,16 +135,16 @@ class ServerConnection:
         return out
 
     def _command(self, meta: Meta, command: Command) -> list[Output]:
-        if self.state == "closing":
+        if self.state == states.CLOSING:
             if isinstance(command.method, ConnectionCloseOk):
-                self.state = "closed"
+                self.state = states.CLOSED
                 return [CloseTransport(self.id, "closed")]
             if isinstance(command.method, ConnectionClose):
-                self.state = "closed"
+                self.state = states.CLOSED
                 return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "closed")]
             return []
         try:
-            if self.state != "opened":
+            if self.state != states.OPENED:
                 return self._handshake(meta, command)
             if command.channel == 0:
                 return self._channel_zero(meta, command.method)
@@ -160,8 +161,8 @@ class ServerConnection:
         code, text = err.code, err.reply_text
         if isinstance(err, FrameSyntaxError) and err.class_id:
             code, text = ReplyCode.FRAME_ERROR, f"FRAME_ERROR - cannot decode: {err.reason}"[:255]
-        if self.state in ("header", "start_ok", "tune_ok"):
-            self.state = "closed"
+        if self.state in (states.HEADER, *states.HANDSHAKE_STATES[:2]):
+            self.state = states.CLOSED
             return [CloseTransport(self.id, f"codec error during handshake: {err}")]
         self.broken = True
         return self._close_with(meta, code, text, err.class_id, err.method_id)
@@ -176,20 +177,23 @@ class ServerConnection:
 
     def _handshake(self, meta: Meta, command: Command) -> list[Output]:
         m = command.method
-        if self.state == "start_ok" and isinstance(m, ConnectionStartOk):
+        if (self.state, type(m)) not in states.HANDSHAKE:
+            raise AmqpError(ReplyCode.COMMAND_INVALID, f"unexpected {m.NAME} during the handshake",
+                            m.CLASS_ID, m.METHOD_ID, scope="connection")
+        if isinstance(m, ConnectionStartOk):
             self.client_properties = dict(m.client_properties)
             try:
                 self.user = authenticate(self.config, m.mechanism, m.response)
             except AuthError as err:
                 return self._auth_failed(meta, err)
-            self.state = "tune_ok"
+            self.state = states.TUNE_OK
             return self._send(meta, 0, ConnectionTune(self.config.channel_max, self.config.frame_max,
                                                       self.config.heartbeat))
-        if self.state == "tune_ok" and isinstance(m, ConnectionTuneOk):
+        if isinstance(m, ConnectionTuneOk):
             self._negotiate(m)
-            self.state = "open"
+            self.state = states.OPEN
             return []
-        if self.state == "open" and isinstance(m, ConnectionOpen):
+        if isinstance(m, ConnectionOpen):
             if m.virtual_host not in self.core.vhosts:
                 raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {m.virtual_host} not found", 10, 40)
             if not vhost_allowed(self.core, self.user, m.virtual_host):
@@ -197,19 +201,16 @@ class ServerConnection:
                                 f"for user '{self.user}'", 10, 40)
             self.core.connection_opened(self.id, m.virtual_host, self.user, self.client_properties,
                                         self.channel_max, name=self.peer)
-            self.state = "opened"
+            self.state = states.OPENED
             return self._send(meta, 0, ConnectionOpenOk())
-        if isinstance(m, ConnectionClose):
-            self.state = "closed"
-            return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "client closed")]
-        raise AmqpError(ReplyCode.COMMAND_INVALID, f"unexpected {m.NAME} during the handshake",
-                        m.CLASS_ID, m.METHOD_ID, scope="connection")
+        self.state = states.CLOSED  # connection.close, the table's last entries
+        return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "client closed")]
 
     def _auth_failed(self, meta: Meta, err: AuthError) -> list[Output]:
         caps = self.client_properties.get("capabilities")
         if err.code == ReplyCode.ACCESS_REFUSED and not (
                 isinstance(caps, dict) and caps.get("authentication_failure_close")):
-            self.state = "closed"
+            self.state = states.CLOSED
             return [CloseTransport(self.id, str(err))]
         return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", 10, 11)
 
@@ -233,7 +234,7 @@ class ServerConnection:
     def _channel_zero(self, meta: Meta, m: Method) -> list[Output]:
         if isinstance(m, ConnectionClose):
             effects = self.core.connection_closed(meta, self.id)
-            self.state = "closed"
+            self.state = states.CLOSED
             return [*self._resolve(meta, effects), Write(self.id, encode_method(0, ConnectionCloseOk())),
                     CloseTransport(self.id, "client closed")]
         if isinstance(m, ConnectionUpdateSecret):
@@ -244,7 +245,7 @@ class ServerConnection:
     # -- output ----------------------------------------------------------------------------
     def _close_with(self, meta: Meta, code: int, text: str, class_id: int, method_id: int) -> list[Output]:
         effects = self.core.connection_closed(meta, self.id)
-        self.state = "closing"
+        self.state = states.CLOSING
         self.closing_since = meta.now_ms
         return [*self._resolve(meta, effects),
                 Write(self.id, encode_method(0, ConnectionClose(code, text, class_id, method_id)))]
@@ -258,8 +259,8 @@ class ServerConnection:
         out: list[Output] = []
         for effect in effects:
             if isinstance(effect, CloseConnection) and effect.conn == self.id:
-                if self.state != "closing":
-                    self.state = "closing"
+                if self.state != states.CLOSING:
+                    self.state = states.CLOSING
                     self.closing_since = meta.now_ms
                     out.append(Write(self.id, encode_method(0, ConnectionClose(
                         effect.code, effect.text, effect.class_id, effect.method_id))))
@@ -269,7 +270,7 @@ class ServerConnection:
 
     def encode(self, send: Send) -> bytes:
         """Bytes for a core Send aimed at this connection (bodies split by frame_max)."""
-        if self.state in ("closed", "closing"):
+        if self.state in (states.CLOSED, states.CLOSING):
             return b""
         if send.method.HAS_CONTENT:
             return encode_content(send.channel, send.method, send.properties or _EMPTY, send.body,
@@ -279,17 +280,17 @@ class ServerConnection:
     def tick(self, now_ms: int) -> list[Output]:
         """Heartbeats (HB-01): send after heartbeat/2 idle, give up after 2 silent intervals.
         A connection the broker closed gets CLOSE_GRACE_MS for close-ok, then the socket goes."""
-        if self.state == "closing" and self.closing_since is not None:
+        if self.state == states.CLOSING and self.closing_since is not None:
             if now_ms - self.closing_since >= CLOSE_GRACE_MS:
-                self.state = "closed"
+                self.state = states.CLOSED
                 return [CloseTransport(self.id, "no connection.close-ok from the client")]
             return []
-        if not self.heartbeat or self.state != "opened":
+        if not self.heartbeat or self.state != states.OPENED:
             return []
         interval = self.heartbeat * 1000
         if now_ms - self.last_recv > 2 * interval:
             effects = self.core.connection_closed(Meta(now_ms), self.id)
-            self.state = "closed"
+            self.state = states.CLOSED
             return [*effects, CloseTransport(self.id, f"missed heartbeats from client, timeout: {self.heartbeat}s")]
         if now_ms - self.last_send >= interval // 2:
             self.last_send = now_ms
@@ -297,8 +298,8 @@ class ServerConnection:
         return []
 
     def transport_lost(self, now_ms: int) -> list[Output]:
-        if self.state == "closed":
+        if self.state == states.CLOSED:
             return []
-        self.state = "closed"
+        self.state = states.CLOSED
         return list(self.core.connection_closed(Meta(now_ms), self.id))
 

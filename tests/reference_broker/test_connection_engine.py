@@ -189,3 +189,38 @@ def test_engine_heartbeats_sent_when_idle_and_silence_closes() -> None:
     assert engine.tick(engine.last_send + 999) == []
     assert engine.tick(engine.last_send + 1000) == [Write(1, encode_heartbeat())]
     assert isinstance(engine.tick(engine.last_recv + 4001)[-1], CloseTransport)
+
+
+def test_engine_handshake_table_every_state_and_method() -> None:
+    """h2's state-machine property over the handshake table: a listed (state, method) moves
+    to the listed state; anything else is a 503 connection error (or a silent close before
+    the client can read closes)."""
+    from codec import METHOD_CLASSES
+    from reference_broker.protocol import states
+
+    steps = {states.START_OK: 1, states.TUNE_OK: 2, states.OPEN: 3}
+    for state, depth in steps.items():
+        for _index, cls in sorted(METHOD_CLASSES.items()):
+            client = Client()
+            client.send(PROTOCOL_HEADER)
+            if depth >= 2:
+                client.send(encode_method(0, ConnectionStartOk({}, "PLAIN", PLAIN, "en_US")))
+            if depth >= 3:
+                client.send(encode_method(0, ConnectionTuneOk(2047, 131072, 0)))
+            assert client.engine.state == state
+            method = cls()
+            if cls is ConnectionStartOk:
+                method = ConnectionStartOk({}, "PLAIN", PLAIN, "en_US")
+            if cls is ConnectionTuneOk:
+                method = ConnectionTuneOk(2047, 131072, 0)
+            if cls is ConnectionOpen:
+                method = ConnectionOpen(virtual_host="/")
+            body = encode_method(0, method)
+            if cls.HAS_CONTENT:
+                continue  # content methods need a header: covered by the malformed-input tests
+            out = client.send(body)
+            expected = states.HANDSHAKE.get((state, cls))
+            if expected is None:
+                assert close_of(out).reply_code == 503, (state, cls.NAME)
+            else:
+                assert client.engine.state == expected, (state, cls.NAME)
