@@ -1,0 +1,1 @@
+"""Drivers: the raw codec client (primary), pika and py-amqp adapters."""

@@ -1,0 +1,333 @@
+"""RawClient: the harness's primary driver, our codec over a blocking TCP socket.
+
+Rules (DESIGN.md decision 5):
+- It can send anything: typed methods, content, or raw bytes (malformed frames included).
+- Every frame in and out is recorded with a monotonic timestamp and its connection id.
+- Every wait has a deadline (`timeout * timeout_scale`); a broker that does not answer
+  raises `NoReply("no reply within N s")`, never blocks forever.
+- Broker-initiated channel.close / connection.close are answered (close-ok) and surface as
+  `ChannelClosed` / `ConnectionClosed` outcomes carrying code, class/method id and text.
+- Client capabilities (e.g. consumer_cancel_notify) are chosen per connection.
+- NET-01: a reset after the broker's connection.close is the normal end of the connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from codec import (
+    NEED_DATA,
+    PROTOCOL_HEADER,
+    BasicProperties,
+    ChannelClose,
+    ChannelCloseOk,
+    ChannelOpen,
+    ChannelOpenOk,
+    CodecError,
+    Command,
+    ConnectionClose,
+    ConnectionCloseOk,
+    ConnectionOpen,
+    ConnectionOpenOk,
+    ConnectionStart,
+    ConnectionStartOk,
+    ConnectionTune,
+    ConnectionTuneOk,
+    ContentAssembler,
+    FrameReader,
+    HeartbeatFrame,
+    Method,
+    encode_content,
+    encode_method,
+)
+from codec.frames import Frame
+
+_CONNECTION_IDS = itertools.count(1)
+DEFAULT_CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+}
+
+
+class DriverError(Exception):
+    """Base of the driver's outcomes that are not replies."""
+
+
+class NoReply(DriverError):
+    def __init__(self, seconds: float, waiting_for: str) -> None:
+        super().__init__(f"no reply within {seconds:.1f} s (waiting for {waiting_for})")
+        self.seconds = seconds
+
+
+@dataclass(frozen=True)
+class Closed(DriverError):
+    """The broker closed a channel or the connection."""
+
+    scope: str  # "channel" | "connection"
+    code: int
+    text: str
+    class_id: int
+    method_id: int
+
+    def __str__(self) -> str:
+        return f"{self.scope} closed {self.code} ({self.class_id}/{self.method_id}): {self.text}"
+
+
+class ChannelClosed(Closed):
+    pass
+
+
+class ConnectionClosed(Closed):
+    pass
+
+
+class ConnectionLost(DriverError):
+    """The socket ended without connection.close (reset or EOF)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRecord:
+    ts: float  # time.monotonic()
+    connection: int
+    direction: str  # "in" | "out"
+    channel: int
+    frame: Any  # a codec frame, or raw bytes for send_raw
+
+
+@dataclass
+class Recorder:
+    """Collects the frames of every RawClient given to it (the evidence of a test)."""
+
+    frames: list[FrameRecord] = field(default_factory=list)
+
+    def add(self, record: FrameRecord) -> None:
+        self.frames.append(record)
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+    user: str
+    password: str
+    vhost: str
+
+    @classmethod
+    def parse(cls, url: str) -> BrokerAddress:
+        """amqp://user:pass@host:port/vhost (vhost "" or "/" means "/", %2f allowed)."""
+        parts = urlparse(url)
+        if parts.scheme != "amqp" or not parts.hostname:
+            raise ValueError(f"not an amqp:// URL: {url!r}")
+        vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+        return cls(parts.hostname, parts.port or 5672, unquote(parts.username or "guest"),
+                   unquote(parts.password or "guest"), vhost)
+
+
+class RawClient:
+    """One AMQP connection driven frame by frame."""
+
+    def __init__(self, url: str, *, capabilities: dict[str, Any] | None = None, timeout: float = 5.0,
+                 recorder: Recorder | None = None, heartbeat: int = 0, frame_max: int | None = None,
+                 channel_max: int | None = None) -> None:
+        self.address = BrokerAddress.parse(url)
+        self.capabilities = {**DEFAULT_CAPABILITIES, **(capabilities or {})}
+        self.timeout = timeout
+        self.recorder = recorder or Recorder()
+        self.id = next(_CONNECTION_IDS)
+        self.heartbeat = heartbeat
+        self.want_frame_max, self.want_channel_max = frame_max, channel_max
+        self.sock: socket.socket | None = None
+        self.reader = FrameReader(frame_max=0)
+        self.assembler = ContentAssembler()
+        self.inbox: dict[int, deque[Command]] = {}
+        self.closed_channels: dict[int, ChannelClosed] = {}
+        self.connection_closed: ConnectionClosed | None = None
+        self.lost = False
+        self.server_properties: dict[str, Any] = {}
+        self.tune: ConnectionTune | None = None
+        self.frame_max = 4096
+        self._next_channel = 1
+
+    # -- connection ------------------------------------------------------------------------
+    def connect(self) -> RawClient:
+        self.sock = socket.create_connection((self.address.host, self.address.port), timeout=self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.send_raw(PROTOCOL_HEADER)
+        start = self.expect(0, ConnectionStart).method
+        assert isinstance(start, ConnectionStart)
+        self.server_properties = dict(start.server_properties)
+        response = f"\x00{self.address.user}\x00{self.address.password}".encode()
+        props = {"product": "amqp-conformance", "capabilities": self.capabilities}
+        self.send(0, ConnectionStartOk(props, "PLAIN", response, "en_US"))
+        tune = self.expect(0, ConnectionTune).method
+        assert isinstance(tune, ConnectionTune)
+        self.tune = tune
+        frame_max = tune.frame_max if self.want_frame_max is None else self.want_frame_max
+        channel_max = tune.channel_max if self.want_channel_max is None else self.want_channel_max
+        self.send(0, ConnectionTuneOk(channel_max, frame_max, self.heartbeat))
+        self.frame_max = frame_max
+        self.send(0, ConnectionOpen(virtual_host=self.address.vhost))
+        self.expect(0, ConnectionOpenOk)
+        return self
+
+    def close(self) -> None:
+        """Close politely if still open; never raises, never blocks past the timeout."""
+        try:
+            if self.sock is not None and not self.lost and self.connection_closed is None:
+                self.send(0, ConnectionClose(200, "bye", 0, 0))
+                self.expect(0, ConnectionCloseOk, timeout=min(self.timeout, 2.0))
+        except DriverError:
+            pass
+        except OSError:
+            pass
+        finally:
+            if self.sock is not None:
+                self.sock.close()
+                self.sock = None
+
+    def __enter__(self) -> RawClient:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- channels --------------------------------------------------------------------------
+    def channel(self, number: int | None = None) -> int:
+        """Open a channel (the next free number unless given) and return its number."""
+        if number is None:
+            number = self._next_channel
+            self._next_channel += 1
+        self.rpc(number, ChannelOpen(), ChannelOpenOk)
+        self.closed_channels.pop(number, None)
+        return number
+
+    def close_channel(self, number: int) -> None:
+        self.rpc(number, ChannelClose(200, "bye", 0, 0), ChannelCloseOk)
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(self, channel: int, method: Method, properties: BasicProperties | None = None,
+             body: bytes = b"") -> None:
+        if method.HAS_CONTENT:
+            data = encode_content(channel, method, properties or BasicProperties(), body, self.frame_max)
+        else:
+            data = encode_method(channel, method)
+        self._record("out", channel, Command(channel, method, properties, body))
+        self._write(data)
+
+    def send_raw(self, data: bytes, channel: int = -1) -> None:
+        """Any bytes, e.g. a malformed frame; recorded as raw."""
+        self._record("out", channel, bytes(data))
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if self.sock is None:
+            raise ConnectionLost("not connected")
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            self.lost = True
+            raise ConnectionLost(f"send failed: {exc}") from None
+
+    # -- receiving -------------------------------------------------------------------------
+    def rpc(self, channel: int, method: Method, *reply_types: type, timeout: float | None = None) -> Command:
+        self.send(channel, method)
+        return self.expect(channel, *reply_types, timeout=timeout)
+
+    def expect(self, channel: int, *types: type, timeout: float | None = None) -> Command:
+        """The next command on `channel` (of one of `types` when given); commands of other
+        types on that channel stay queued. Raises Closed/NoReply/ConnectionLost."""
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        names = "/".join(t.NAME for t in types if hasattr(t, "NAME")) or "any method"  # type: ignore[attr-defined]
+        while True:
+            found = self._take(channel, types)
+            if found is not None:
+                return found
+            self._raise_if_closed(channel)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NoReply(limit, f"{names} on channel {channel}")
+            self._read(remaining)
+
+    def poll(self, channel: int, *types: type, duration: float = 0.0) -> Command | None:
+        """Like expect, but None when nothing arrives within `duration` (a bounded look)."""
+        try:
+            return self.expect(channel, *types, timeout=duration)
+        except NoReply:
+            return None
+
+    def pending(self, channel: int) -> list[Command]:
+        """Commands received and not yet taken on a channel."""
+        return list(self.inbox.get(channel, ()))
+
+    def _take(self, channel: int, types: tuple[type, ...]) -> Command | None:
+        box = self.inbox.get(channel)
+        if not box:
+            return None
+        for i, command in enumerate(box):
+            if not types or isinstance(command.method, types):
+                del box[i]
+                return command
+        return None
+
+    def _raise_if_closed(self, channel: int) -> None:
+        if self.connection_closed is not None:
+            raise self.connection_closed
+        if channel in self.closed_channels:
+            raise self.closed_channels[channel]
+        if self.lost:
+            raise ConnectionLost("the broker ended the connection without connection.close")
+
+    def _read(self, timeout: float) -> None:
+        if self.sock is None:
+            raise ConnectionLost("not connected")
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            data = self.sock.recv(262144)
+        except TimeoutError:
+            return
+        except OSError:
+            data = b""  # NET-01: a reset after connection.close is a normal end
+        if not data:
+            self.lost = True
+            return
+        self.reader.receive_data(data)
+        try:
+            while (frame := self.reader.next_frame()) is not NEED_DATA:
+                self._on_frame(frame)  # type: ignore[arg-type]
+        except CodecError as exc:
+            self.lost = True
+            raise ConnectionLost(f"undecodable bytes from the broker: {exc}") from None
+
+    def _on_frame(self, frame: Frame) -> None:
+        channel = getattr(frame, "channel", 0)
+        self._record("in", channel, frame)
+        command = self.assembler.feed(frame)
+        if command is None or isinstance(command, HeartbeatFrame):
+            return
+        m = command.method
+        if isinstance(m, ChannelClose):
+            self.closed_channels[command.channel] = ChannelClosed(
+                "channel", m.reply_code, m.reply_text, m.class_id, m.method_id)
+            self.send(command.channel, ChannelCloseOk())
+        elif isinstance(m, ConnectionClose):
+            self.connection_closed = ConnectionClosed(
+                "connection", m.reply_code, m.reply_text, m.class_id, m.method_id)
+            with contextlib.suppress(ConnectionLost):
+                self.send(0, ConnectionCloseOk())
+        self.inbox.setdefault(command.channel, deque()).append(command)
+
+    def _record(self, direction: str, channel: int, frame: Any) -> None:
+        self.recorder.add(FrameRecord(time.monotonic(), self.id, direction, channel, frame))

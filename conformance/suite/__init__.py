@@ -1,0 +1,1 @@
+"""The conformance suite shipped with the package (`pytest --pyargs conformance.suite`)."""

@@ -1,0 +1,22 @@
+"""ACK-03 over the wire: the first suite test, and the pattern the others follow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from codec import BasicAck, BasicGet, BasicGetEmpty, BasicGetOk, QueueDeclare, QueueDeclareOk
+from conformance.drivers.raw import ChannelClosed, RawClient
+from conformance.plugin import Names
+
+
+@pytest.mark.rules("ACK-03")
+def test_unknown_tag_closes_the_channel_with_406(connect: Callable[..., RawClient], names: Names) -> None:
+    client = connect()
+    ch = client.channel()
+    client.rpc(ch, QueueDeclare(queue=names.queue()), QueueDeclareOk)
+    client.send(ch, BasicAck(delivery_tag=77))
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, BasicGet(queue="whatever"), BasicGetOk, BasicGetEmpty)
+    assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (406, 60, 80)
