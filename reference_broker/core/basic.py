@@ -43,7 +43,7 @@ from codec import (
     TxSelect,
     TxSelectOk,
 )
-from reference_broker.core import texts
+from reference_broker.core import texts, timeouts
 from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.routing import binding_matches
@@ -211,6 +211,7 @@ def basic_consume(core: BrokerCore, meta: Meta, ch: Channel, m: BasicConsume,
     if queue.kind == QUORUM and ch.global_prefetch:
         raise hard(ReplyCode.NOT_IMPLEMENTED, f"{texts.q(queue.name, vhost)} does not support global qos")
     arguments = dict(m.arguments)
+    timeouts.validate_argument(core, queue.name, vhost, queue.kind, arguments.get(timeouts.ARG))
     priority = arguments.get("x-priority", 0)
     consumer = Consumer(tag, ch.conn, ch.number, queue.name, m.no_ack, m.exclusive, ch.prefetch_count,
                         arguments, priority if isinstance(priority, int) else 0)
@@ -266,11 +267,13 @@ def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
         tag = ch.next_tag  # ACK-01: get-ok shares the channel's counter
         ch.next_tag += 1
         redelivered, properties = core.checkout(queue, message)
-        if not m.no_ack:
-            ch.unacked[tag] = Unacked(tag, queue.name, message, None, meta.now_ms)
-            queue.checked_out += 1
         reply = BasicGetOk(tag, redelivered, message.exchange, message.routing_key, queue.ready_count())
-        return [*effects, Send(ch.conn, ch.number, reply, properties, message.body)]
+        effects.append(Send(ch.conn, ch.number, reply, properties, message.body))
+        if not m.no_ack:
+            unacked = ch.unacked[tag] = Unacked(tag, queue.name, message, None, meta.now_ms)
+            queue.checked_out += 1
+            effects += timeouts.arm(core, meta, queue, ch, unacked, timeouts.get_timeout(core, queue))
+        return effects
     return [*effects, Send(ch.conn, ch.number, BasicGetEmpty())]
 
 
@@ -304,6 +307,8 @@ def settle(core: BrokerCore, meta: Meta, ch: Channel, items: list[Unacked], requ
         queue = core.find_queue(vhost, u.queue)
         if queue is None:
             continue  # the queue was deleted: settling just forgets the delivery
+        if u.deadline is not None:
+            timeouts.forget(queue, ch.conn, ch.number, u.tag)
         touched[queue.name] = queue
         if u.timed_out:
             continue  # already returned by a timeout: a late ack removes nothing (TMO-4.3-5)

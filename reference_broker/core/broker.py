@@ -141,7 +141,7 @@ class BrokerCore:
             if ch is not None and ch.closing:
                 return self._closing_channel(conn, ch, method)
             if isinstance(method, ChannelOpen):
-                return self._open_channel(conn, number, ch)
+                return self._open_channel(meta, conn, number, ch)
             if ch is None:
                 raise hard(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'")
             handler = HANDLERS.get(type(method))
@@ -164,14 +164,16 @@ class BrokerCore:
         effects = [CloseConnection(conn.id, err.code, err.reply_text, err.class_id, err.method_id)]
         return effects + self.connection_closed(meta, conn.id)
 
-    def _open_channel(self, conn: Connection, number: int, ch: Channel | None) -> list[Effect]:
+    def _open_channel(self, meta: Meta, conn: Connection, number: int, ch: Channel | None) -> list[Effect]:
         if ch is not None:
             raise hard(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen")
         if number == 0 or (conn.channel_max and number > conn.channel_max):
             raise hard(ReplyCode.NOT_ALLOWED, f"number of channels opened ({len(conn.channels)}) has "
                        f"reached the negotiated channel_max ({conn.channel_max})")
-        conn.channels[number] = Channel(conn.id, number)
-        return [Send(conn.id, number, ChannelOpenOk())]
+        ch = conn.channels[number] = Channel(conn.id, number)
+        from reference_broker.core import timeouts
+
+        return [Send(conn.id, number, ChannelOpenOk()), *timeouts.open_channel(self, meta, ch)]
 
     def _closing_channel(self, conn: Connection, ch: Channel, method: Method) -> list[Effect]:
         """ERR-03: after the broker sent channel.close only close and close-ok matter."""
@@ -200,6 +202,8 @@ class BrokerCore:
         returned: list[Effect] = []
         for unacked in [*ch.unacked.values(), *ch.tx_held.values()]:
             queue = self.find_queue(vhost, unacked.queue)
+            if queue is not None and unacked.deadline is not None:
+                queue.deadlines.pop((ch.conn, ch.number, unacked.tag), None)
             if queue is not None and not unacked.timed_out:
                 returned += self.return_to_queue(meta, queue, unacked.message, failed=True)
                 queue.checked_out -= 1
@@ -303,7 +307,7 @@ class BrokerCore:
             if message.expires_at is not None and message.expires_at <= meta.now_ms:
                 effects += self.dead_letter(meta, queue, message, "expired")
                 continue
-            effects.append(self.deliver(meta, consumer, queue, message))
+            effects += self.deliver(meta, consumer, queue, message)
         return effects
 
     def _next_consumer(self, queue: Queue) -> Consumer | None:
@@ -324,17 +328,23 @@ class BrokerCore:
             queue.rotation.append(best_key)
         return best
 
-    def deliver(self, meta: Meta, consumer: Consumer, queue: Queue, message: Message) -> Send:
+    def deliver(self, meta: Meta, consumer: Consumer, queue: Queue, message: Message) -> list[Effect]:
         ch = self.connections[consumer.conn].channels[consumer.channel]
         tag = ch.next_tag
         ch.next_tag += 1
         redelivered, properties = self.checkout(queue, message)
+        method = BasicDeliver(consumer.tag, tag, redelivered, message.exchange, message.routing_key)
+        effects: list[Effect] = [Send(ch.conn, ch.number, method, properties, message.body)]
         if not consumer.no_ack:
-            ch.unacked[tag] = Unacked(tag, queue.name, message, consumer.tag, meta.now_ms)
+            unacked = Unacked(tag, queue.name, message, consumer.tag, meta.now_ms)
+            ch.unacked[tag] = unacked
             consumer.unacked += 1
             queue.checked_out += 1
-        method = BasicDeliver(consumer.tag, tag, redelivered, message.exchange, message.routing_key)
-        return Send(ch.conn, ch.number, method, properties, message.body)
+            if consumer.timeout_ms is not None:  # 4.3 quorum consumer timeout (TMO-4.3-2)
+                from reference_broker.core import timeouts
+
+                effects += timeouts.arm(self, meta, queue, ch, unacked, consumer.timeout_ms)
+        return effects
 
     def checkout(self, queue: Queue, message: Message) -> tuple[bool, BasicProperties]:
         """The redelivered flag (RQ-04) and the properties as delivered (RQ-05 headers)."""

@@ -33,7 +33,7 @@ from codec import (
     QueueUnbindOk,
     ReplyCode,
 )
-from reference_broker.core import permissions, texts
+from reference_broker.core import permissions, texts, timeouts
 from reference_broker.core.basic import resolve_queue
 from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
 from reference_broker.core.effects import Effect, Send
@@ -206,6 +206,7 @@ def queue_declare(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDeclare,
             _check_equivalent(v, queue, m, ch.conn)
         else:
             kind = _queue_kind(v, m._replace(queue=name))
+            timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
             queue = Queue(name, v.name, kind, m.durable, ch.conn if m.exclusive else None,
                           m.auto_delete, dict(m.arguments))
             v.queues[name] = queue

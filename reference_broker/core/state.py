@@ -70,6 +70,7 @@ class Unacked:
     consumer_tag: str | None  # None for basic.get
     delivered_at: int
     timed_out: bool = False  # returned by a 4.3 timeout; a late ack is accepted (TMO-4.3-5)
+    deadline: int | None = None  # 4.3 quorum consumer timeout (TMO-4.3-2)
 
 
 @dataclass(slots=True, eq=False)
@@ -88,6 +89,8 @@ class Queue:
     had_consumer: bool = False
     policy_cache: tuple[int, dict[str, Any]] | None = None
     ready_bytes: int = 0  # body octets of ready messages (the memory alarm's measure)
+    deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms
+    timer_at: int | None = None  # when the queue's timeout timer is armed for
     _fresh: deque[Message] = field(default_factory=deque)  # classic: never delivered, in order
     _heap: list[tuple[int, Message]] = field(default_factory=list)  # classic: requeued, by seq
     _returns: deque[Message] = field(default_factory=deque)  # quorum returns first
@@ -215,6 +218,7 @@ class Channel:
     tx_settles: list[tuple[str, int, bool, bool]] = field(default_factory=list)  # (kind, tag, multiple, requeue)
     tx_held: dict[int, Unacked] = field(default_factory=dict)  # settled in the open tx (ACK-08)
     last_queue: str | None = None  # for an empty queue name (ERR-04 "no previously declared queue")
+    timeout_at_open: int = 0  # legacy: the global consumer_timeout read at channel.open (TMO-3x-4)
     consumer_seq: int = 0
 
     def global_capacity(self) -> bool:
