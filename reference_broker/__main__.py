@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML file with any BrokerConfig key")
     p.add_argument("--host", help="listen address (default 127.0.0.1; 0.0.0.0 only when asked)")
     p.add_argument("--port", type=int, help="AMQP port (default 5673)")
+    p.add_argument("--management-port", type=int, help="serve the management API subset on this port")
     p.add_argument("--timeout-mode", choices=["4.3", "legacy"], help="consumer-timeout rules")
     p.add_argument("--legacy-ruleset", choices=["3.10", "3.12"])
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config, host=args.host, port=args.port, timeout_mode=args.timeout_mode,
-                             legacy_ruleset=args.legacy_ruleset)
+                             legacy_ruleset=args.legacy_ruleset, management_port=args.management_port)
     except ConfigError as exc:
         print(f"reference-broker: {exc}", file=sys.stderr)
         return 4

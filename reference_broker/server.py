@@ -77,19 +77,58 @@ class BrokerServer:
         self._next_conn = 0
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.TimerHandle | None = None
+        self._management: Any = None  # aiohttp AppRunner when the management API runs
+        self.address: tuple[str, int] = ("", 0)
+        self.management_port: int | None = None
 
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _ClientProtocol(self), self.config.host,
                                                 self.config.port, reuse_address=True)
         host, port = self._server.sockets[0].getsockname()[:2]
+        self.address = (host, port)
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
         log.info("listening on %s:%d (rules of RabbitMQ %s)", host, port, self.config.emulates)
+        if self.config.management_port is not None:
+            await self._start_management()
         return host, port
+
+    async def _start_management(self) -> None:
+        from aiohttp import web
+
+        from reference_broker.management import build_app
+
+        self._management = web.AppRunner(build_app(self), access_log=None)
+        await self._management.setup()
+        site = web.TCPSite(self._management, self.config.host, self.config.management_port)
+        await site.start()
+        self.management_port = int(self._management.addresses[0][1])
+        log.info("management API on http://%s:%s/api/", self.config.host, self.management_port)
+
+    def connection_name(self, conn_id: int) -> str:
+        """RabbitMQ's connection name: "<peer> -> <listener>"."""
+        client = self.clients.get(conn_id)
+        peer = client.engine.peer if client is not None and client.engine is not None else "?"
+        return f"{peer} -> {self.address[0]}:{self.address[1]}"
+
+    def force_close(self, conn_id: int, reason: str) -> None:
+        """Close a connection with 320 CONNECTION_FORCED (ERR-04), as an operator would."""
+        client = self.clients.get(conn_id)
+        if client is not None and client.engine is not None:
+            self.execute(client.engine.close_from_broker(now_ms(), 320, f"CONNECTION_FORCED - {reason}"))
+
+    def apply_policies(self, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
+        """Replace a vhost's policies; they apply to existing queues at once."""
+        self.core.set_policies(vhost, policies)
+        meta = Meta(now_ms())
+        effects = [e for q in list(self.core.vhosts[vhost].queues.values()) for e in self.core.dispatch(meta, q)]
+        self.execute([*effects, *self.core.flush()])
 
     async def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._management is not None:
+            await self._management.cleanup()
         for handle in self.timers.values():
             handle.cancel()
         if self._server is not None:
@@ -185,6 +224,11 @@ class EmbeddedBroker:
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@{self.host}:{self.port}/"
+
+    @property
+    def management_url(self) -> str | None:
+        port = self.server.management_port
+        return None if port is None else f"http://guest:guest@{self.host}:{port}"
 
     def start(self, timeout: float = 10.0) -> EmbeddedBroker:
         self._thread.start()

@@ -297,6 +297,12 @@ class ServerConnection:
             return [Write(self.id, encode_heartbeat())]
         return []
 
+    def close_from_broker(self, now_ms: int, code: int, text: str) -> list[Output]:
+        """An operator closes the connection (management API): connection.close, then wait."""
+        if self.state != states.OPENED:
+            return []
+        return self._close_with(Meta(now_ms), code, text, 0, 0)
+
     def transport_lost(self, now_ms: int) -> list[Output]:
         if self.state == states.CLOSED:
             return []
