@@ -21,22 +21,19 @@ from typing import Any
 
 from codec import (
     AmqpError,
-    BasicAck,
     BasicCancel,
     BasicDeliver,
-    BasicNack,
     BasicProperties,
     ChannelClose,
     ChannelCloseOk,
     ChannelOpen,
     ChannelOpenOk,
-    ConnectionBlocked,
-    ConnectionUnblocked,
     Method,
     ReplyCode,
 )
 from reference_broker.config import BrokerConfig
-from reference_broker.core.effects import CloseConnection, Effect, Log, PauseReading, Send, StartTimer
+from reference_broker.core import batch
+from reference_broker.core.effects import CloseConnection, Effect, Log, Send, StartTimer
 from reference_broker.core.state import (
     QUORUM,
     Channel,
@@ -425,65 +422,14 @@ class BrokerCore:
 
     # -- confirms ----------------------------------------------------------------------
     def memory_check(self) -> list[Effect]:
-        """Memory alarm: over `memory_high_watermark` ready octets, publishing connections
-        are blocked (connection.blocked to capable clients, reads paused); under 80 % of it
-        they are unblocked."""
-        used = sum(q.ready_bytes for v in self.vhosts.values() for q in v.queues.values())
-        limit = self.config.memory_high_watermark
-        if not self.alarm and used > limit:
-            self.alarm = True
-            return [e for conn in self.connections.values() if conn.publisher
-                    for e in self.block_connection(conn, True)]
-        if self.alarm and used <= limit * 0.8:
-            self.alarm = False
-            return [e for conn in self.connections.values() if conn.publisher
-                    for e in self.block_connection(conn, False)]
-        return []
+        return batch.memory_check(self)
 
     def block_connection(self, conn: Connection, on: bool) -> list[Effect]:
-        caps = conn.client_properties.get("capabilities")
-        effects: list[Effect] = [PauseReading(conn.id, on)]
-        if isinstance(caps, dict) and caps.get("connection.blocked"):
-            method = ConnectionBlocked("low on memory") if on else ConnectionUnblocked()
-            effects.insert(0, Send(conn.id, 0, method))
-        return effects
+        return batch.block_connection(self, conn, on)
 
     def flush(self) -> list[Effect]:
-        """Send the confirms collected since the last flush, coalesced (PC-04), and raise or
-        clear the memory alarm after publishes."""
-        effects: list[Effect] = []
-        if self.published:
-            self.published = False
-            effects += self.memory_check()
-        for conn in self.connections.values():
-            for ch in conn.channels.values():
-                if ch.confirms_ready or ch.nacks_ready:
-                    effects += self._send_confirms(ch)
-        return effects
-
-    def _send_confirms(self, ch: Channel) -> list[Effect]:
-        acks, nacks = sorted(ch.confirms_ready), sorted(ch.nacks_ready)
-        ch.confirms_ready, ch.nacks_ready = [], []
-        out: list[Effect] = []
-        if len(acks) == 1:
-            out.append(Send(ch.conn, ch.number, BasicAck(acks[0], False)))
-        elif acks:
-            out += self._coalesce(ch, acks, nacks, lambda tag, multi: BasicAck(tag, multi))
-        if nacks and not ch.closing:
-            out += self._coalesce(ch, nacks, acks, lambda tag, multi: BasicNack(tag, multi, False))
-        return out
-
-    def _coalesce(self, ch: Channel, seqnos: list[int], negative: list[int],
-                  make: Callable[[int, bool], Method]) -> list[Effect]:
-        """rabbit_channel:coalesce_and_send: one multiple=true below the cutoff, then singles."""
-        cutoff = min([seqnos[-1] + 1, *negative])  # nothing stays unconfirmed in this broker
-        below = [s for s in seqnos if s < cutoff]
-        rest = [s for s in seqnos if s >= cutoff]
-        out: list[Effect] = []
-        if below:
-            out.append(Send(ch.conn, ch.number, make(below[-1], True)))
-        out += [Send(ch.conn, ch.number, make(s, False)) for s in rest]
-        return out
+        """What goes out after a batch of commands: coalesced confirms, the memory alarm."""
+        return batch.flush(self)
 
     def set_writable(self, meta: Meta, conn_id: int, writable: bool) -> list[Effect]:
         """The transport's write buffer crossed a water mark: pause or resume deliveries
