@@ -58,7 +58,7 @@ class ContentAssembler:
             return self._header(frame)
         if isinstance(frame, HeartbeatFrame):
             if frame.channel != 0:
-                raise UnexpectedFrameError(f"heartbeat frame on channel {frame.channel}")
+                raise UnexpectedFrameError("type 8, all octets = <<>>")  # RabbitMQ's text (ERR-04)
             return frame
         if isinstance(frame, ProtocolHeader):
             raise UnexpectedFrameError("protocol header after the connection started")

@@ -1,13 +1,23 @@
-"""The pytest plugin (entry point `amqp_conformance`): options, the broker target, fixtures.
+"""The pytest plugin (entry point `amqp_conformance`): options, the broker target, fixtures, verdicts.
 
 Rules:
 - `--broker-url` selects the broker; without it an embedded reference broker starts on a
   free port for the session. `--profile auto` reads server-properties (`profiles.detect`).
-- Every suite test carries `@pytest.mark.rules("ID", ...)`; IDs must exist in the catalogue.
-  A test whose rules are all `not-applicable` on the profile is skipped with that verdict.
+- Every suite test carries `@pytest.mark.rules("ID", ...)`; IDs must exist in the catalogue
+  (an unknown ID makes that test `broken`). Each test gets the marker `area_<area>` of its
+  rules (`-m area_qos`). A test whose rules are all `not-applicable` on the profile is
+  skipped with that verdict.
 - Fixtures: `target` (session: url, profile, timeout scale, admin), `connect` (factory of
   connected `RawClient`s sharing the test's frame `recorder`, closed at teardown),
-  `names` (unique names; queues/exchanges named through it are deleted at teardown).
+  `names` (unique "amqpc." names; queues/exchanges named through it are deleted at
+  teardown), `admin` (the `--broker-admin` adapter; every change is undone at teardown).
+- Every rule test gets a verdict (`outcomes`), counted per area in the terminal summary and,
+  with `--results-dir`, written as records (`results`). With `--alluredir`, tests are
+  labelled epic = area, feature = rule group, story = rule, and get their frame log attached.
+- Between broker tests a health probe runs (`health`); once the broker is wedged or gone,
+  every following broker test is `broken` without touching the network, and the session
+  exits 3. Otherwise any `broken` verdict makes the exit status 2 (DESIGN.md decision 8).
+- `admin.Unavailable` raised by a test or fixture becomes the `unimplemented` verdict.
 - `pytest --broker-url URL` with no paths runs the shipped suite (`conformance/suite`).
 """
 
@@ -15,20 +25,30 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance.catalogue import PROFILES, rule
-from conformance.drivers.raw import BrokerAddress, DriverError, RawClient, Recorder
+from conformance import outcomes
+from conformance.admin import AdminAdapter, RestoringAdmin, Unavailable, parse_admin
+from conformance.catalogue import AREAS, PROFILES, rule
+from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
+from conformance.health import PREFIX, HealthProbe, LeakReport, NameRegistry, close_quietly, find_leaks
 from conformance.profiles import AUTO, Profile, detect
+from conformance.results import ResultsWriter, RunRecord, harness_version, redact_url
+from conformance.verdicts import HarnessError, Verdict, unimplemented
 
 SUITE_DIR = Path(__file__).parent / "suite"
 CLIENTS = ("raw", "pika", "amqp")
+EXIT_BROKEN, EXIT_UNREACHABLE = 2, 3
+AREA_MARKER = "area_"  # `-m area_qos` selects an area
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,47 +61,210 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--client", default="raw", help="driver for client-parametrised tests: raw|pika|amqp")
     group.addoption("--timeout-scale", type=float, default=1.0, help="multiply every wait by this")
     group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
+    group.addoption("--run-id", default=None, help="id of this run in the results (default: a new uuid)")
+
+
+@dataclass
+class Harness:
+    """Session state of the plugin (kept in `config.stash`)."""
+
+    run_id: str
+    admin: AdminAdapter
+    writer: ResultsWriter | None = None
+    run: RunRecord | None = None
+    target: Target | None = None
+    probe: HealthProbe | None = None
+    down: str | None = None  # why the broker counts as wedged/unreachable
+    names: NameRegistry = field(default_factory=NameRegistry)
+    counts: Counter[tuple[str, Verdict]] = field(default_factory=Counter)
+    broken: list[tuple[str, str]] = field(default_factory=list)
+    leaks: LeakReport | None = None
+    allure: bool = False
+
+
+HARNESS = pytest.StashKey[Harness]()
+STATE = pytest.StashKey[outcomes.TestState]()
+RULE_ERROR = pytest.StashKey[str]()
+
+
+def harness(config: pytest.Config) -> Harness:
+    return config.stash[HARNESS]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "rules(*ids): the catalogue rule IDs a test checks")
-    for area in ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing"):
-        config.addinivalue_line("markers", f"{area}: conformance tests of the {area} area")
+    config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
+    for area in AREAS:  # "area_" because a bare `timeout` would be pytest-timeout's marker
+        config.addinivalue_line("markers", f"{AREA_MARKER}{area}: conformance tests of the {area} area")
     profile = config.getoption("--profile")
     if profile != AUTO and profile not in PROFILES:
         raise pytest.UsageError(f"unknown profile {profile!r} (one of: auto, {', '.join(PROFILES)})")
     if config.getoption("--client") not in CLIENTS:
         raise pytest.UsageError(f"--client must be one of {', '.join(CLIENTS)}")
+    if config.getoption("--timeout-scale") <= 0:
+        raise pytest.UsageError("--timeout-scale must be positive")
     url = config.getoption("--broker-url")
-    if url:
-        try:
+    try:
+        if url:
             BrokerAddress.parse(url)
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        admin = parse_admin(config.getoption("--broker-admin"), url or "")
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    run_id = config.getoption("--run-id") or str(uuid.uuid4())
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
+        raise pytest.UsageError(f"--run-id {run_id!r}: letters, digits, '.', '_' and '-' only")
+    state = Harness(run_id, admin, allure=bool(config.getoption("allure_report_dir", None)))
+    results = config.getoption("--results-dir")
+    if results and not config.option.collectonly:
+        try:
+            Path(results).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise pytest.UsageError(f"--results-dir {results}: {exc}") from None
+        state.writer = ResultsWriter(Path(results), run_id)
+        state.run = RunRecord(run_id, redact_url(url) if url else "embedded", config.getoption("--client"),
+                              harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
+                              admin=redact_url(config.getoption("--broker-admin")))
+    config.stash[HARNESS] = state
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """`pytest --broker-url URL` with no paths runs the shipped suite."""
+    """`pytest --broker-url URL` with no paths (nor --pyargs) runs the shipped suite."""
     has_url = any(a == "--broker-url" or a.startswith("--broker-url=") for a in args)
-    if has_url and not _paths_given(args):
+    known = early_config.known_args_namespace  # parsed by pytest: option values are not paths
+    if has_url and not (getattr(known, "file_or_dir", None) or getattr(known, "pyargs", False)):
         args.append(str(SUITE_DIR))
 
 
-def _paths_given(args: list[str]) -> bool:
-    """True when the command line names what to collect (paths, node ids or --pyargs)."""
-    if "--pyargs" in args:
-        return True
-    return any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in args)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = harness(session.config)
+    if state.writer is not None and state.run is not None:
+        state.writer.write_run(state.run)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    allure = harness(config).allure
     for item in items:
         marker = item.get_closest_marker("rules")
         if marker is None:
             continue
         for rule_id in marker.args:
-            area = rule(rule_id).area  # KeyError for an unknown ID: a harness bug
-            item.add_marker(getattr(pytest.mark, area))
+            try:
+                item.add_marker(getattr(pytest.mark, AREA_MARKER + rule(rule_id).area))
+            except KeyError as exc:
+                item.stash[RULE_ERROR] = str(exc.args[0])
+        for label in outcomes.allure_labels(_area(item), [str(r) for r in marker.args]) if allure else ():
+            item.add_marker(label)
+
+
+def _area(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("rules")
+    with contextlib.suppress(KeyError, IndexError):
+        return rule(marker.args[0]).area if marker else "unknown"
+    return "unknown"
+
+
+def _uses_broker(item: pytest.Item) -> bool:
+    return "target" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if RULE_ERROR in item.stash:
+        raise HarnessError(item.stash[RULE_ERROR])
+    state = harness(item.config)
+    if not _uses_broker(item) or state.target is None:
+        return
+    if state.down is None and state.probe is not None:
+        state.down = state.probe.check()
+    if state.down is not None:
+        pytest.skip(outcomes.BROKEN_PREFIX + state.down)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    try:
+        return (yield)
+    except Unavailable as exc:
+        unimplemented(str(exc))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Generator[None, object, object]:
+    try:
+        return (yield)
+    except Unavailable as exc:
+        unimplemented(str(exc))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report: pytest.TestReport = yield
+    if item.get_closest_marker("rules") is None:
+        return report
+    state = harness(item.config)
+    test = item.stash.setdefault(STATE, outcomes.TestState())
+    if report.when == "setup":
+        test.started = datetime.fromtimestamp(call.start, UTC)
+    recorder = (getattr(item, "funcargs", None) or {}).get("recorder")
+    frames = recorder.frames if isinstance(recorder, Recorder) else []
+    exc = call.excinfo.value if call.excinfo is not None else None
+    verdict, message = outcomes.phase_verdict(report, exc, any(f.direction == "in" for f in frames))
+    if verdict is not Verdict.PASSED and outcomes.may_mean_broker_down(exc) and _uses_broker(item):
+        if state.down is None and state.probe is not None:
+            state.down = state.probe.check()
+        if state.down is not None:
+            verdict, message = Verdict.BROKEN, f"{state.down} (the test saw: {message})"
+    test.update(report, verdict, message, exc)
+    if report.when == "teardown":
+        _finish(item, report, test, frames)
+    return report
+
+
+def _finish(item: pytest.Item, report: pytest.TestReport, test: outcomes.TestState, frames: list[Any]) -> None:
+    state = harness(item.config)
+    area = _area(item)
+    state.counts[area, test.verdict] += 1
+    if test.verdict is Verdict.BROKEN:
+        state.broken.append((item.nodeid, test.message or ""))
+    report.user_properties.append(("verdict", test.verdict.value))
+    if state.allure:
+        outcomes.allure_evidence(test, frames)
+    if state.writer is None:
+        return
+    marker = item.get_closest_marker("rules")
+    rule_ids = [str(r) for r in marker.args] if marker else []
+    seed_option = item.config.getoption("hypothesis_seed", None)
+    state.writer.add_test(outcomes.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option),
+                          frames)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = harness(session.config)
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        if state.down is not None:
+            session.exitstatus = EXIT_UNREACHABLE
+        elif state.broken:
+            session.exitstatus = EXIT_BROKEN
+    close_quietly(state.probe)
+    state.admin.close()
+    if state.writer is not None and state.run is not None:
+        state.run.finished, state.run.exit_status = datetime.now(UTC), int(session.exitstatus)
+        state.run.tests = state.writer.tests_written
+        state.writer.close()
+        state.writer.write_run(state.run)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = harness(config)
+    if not (state.counts or state.down or (state.leaks and not state.leaks.clean)):
+        return
+    terminalreporter.section("amqp-conformance verdicts")
+    for line, markup in outcomes.summary_report(state.counts, state.broken, state.down, state.leaks):
+        terminalreporter.write_line(line, **markup)
+    if state.writer is not None:
+        terminalreporter.write_line(f"results: {state.writer.root} (run={state.run_id})")
 
 
 @dataclass
@@ -96,10 +279,15 @@ class Target:
     def timeout(self, seconds: float) -> float:
         return seconds * self.timeout_scale
 
+    @property
+    def vhost(self) -> str:
+        return BrokerAddress.parse(self.url).vhost
+
 
 @pytest.fixture(scope="session")
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     config = request.config
+    state = harness(config)
     url = config.getoption("--broker-url")
     embedded = None
     if not url:
@@ -114,10 +302,22 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     except (OSError, DriverError) as exc:
         if embedded is not None:
             embedded.stop()
-        pytest.exit(f"broker unreachable at {url}: {exc}", returncode=3)
+        state.down = f"broker unreachable at {redact_url(url)}: {exc}"
+        pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
     name = config.getoption("--profile")
     profile = Profile(detect(props) if name == AUTO else name, props)
-    yield Target(url, profile, scale, config.getoption("--broker-admin"), config.getoption("--client"), embedded)
+    made = Target(url, profile, scale, config.getoption("--broker-admin"), config.getoption("--client"), embedded)
+    state.target, state.probe = made, HealthProbe(url, made.timeout(5.0))
+    if state.run is not None:
+        state.run.product, state.run.version = str(props.get("product", "")), str(props.get("version", ""))
+        state.run.profile = profile.name
+        if embedded is not None:
+            state.run.broker_url = f"embedded {redact_url(url)}"
+    yield made
+    close_quietly(state.probe)
+    if state.down is None:
+        admin = None if state.admin.describe() == "none" else state.admin
+        state.leaks = find_leaks(url, made.vhost, state.names, admin, made.timeout(5.0))
     if embedded is not None:
         embedded.stop()
 
@@ -134,31 +334,27 @@ def _rules_apply(request: pytest.FixtureRequest) -> None:
         not_applicable(f"{', '.join(marker.args)} on {profile.name}")
 
 
-@dataclass
-class Session:
-    """Per-test state: the frame recorder and the clients to close."""
-
-    recorder: Recorder = field(default_factory=Recorder)
-    clients: list[RawClient] = field(default_factory=list)
-
-
 @pytest.fixture
 def recorder() -> Recorder:
     return Recorder()
 
 
 @pytest.fixture
-def connect(target: Target, recorder: Recorder) -> Iterator[Callable[..., RawClient]]:
+def connect(target: Target, recorder: Recorder, request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
     clients: list[RawClient] = []
 
     def make(**kwargs: Any) -> RawClient:
         kwargs.setdefault("timeout", target.timeout(5.0))
-        client = RawClient(target.url, recorder=recorder, **kwargs).connect()
+        client = RawClient(target.url, recorder=recorder, **kwargs)
         clients.append(client)
-        return client
+        return client.connect()
 
     yield make
+    down = harness(request.config).down is not None
     for client in clients:
+        if down and client.sock is not None:  # no polite close with a broker that does not answer
+            client.sock.close()
+            client.sock = None
         client.close()
 
 
@@ -167,31 +363,48 @@ class Names:
     prefix: str
     queues: list[str] = field(default_factory=list)
     exchanges: list[str] = field(default_factory=list)
+    registry: NameRegistry | None = None
 
     def queue(self, label: str = "q") -> str:
         name = f"{self.prefix}.{label}.{uuid.uuid4().hex[:8]}"
         self.queues.append(name)
+        if self.registry is not None:
+            self.registry.add("queue", name)
         return name
 
     def exchange(self, label: str = "x") -> str:
         name = f"{self.prefix}.{label}.{uuid.uuid4().hex[:8]}"
         self.exchanges.append(name)
+        if self.registry is not None:
+            self.registry.add("exchange", name)
         return name
 
 
 @pytest.fixture
 def names(target: Target, request: pytest.FixtureRequest) -> Iterator[Names]:
-    made = Names(f"amqpc.{request.node.name[:40]}")
+    state = harness(request.config)
+    made = Names(f"{PREFIX}{request.node.name[:40]}", registry=state.names)
     yield made
-    if not (made.queues or made.exchanges):
+    if not (made.queues or made.exchanges) or state.down is not None:
         return
     from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
 
+    deletes: list[tuple[str, str, Any, type]] = [
+        *(("queue", q, QueueDelete(queue=q), QueueDeleteOk) for q in made.queues),
+        *(("exchange", x, ExchangeDelete(exchange=x), ExchangeDeleteOk) for x in made.exchanges)]
     with contextlib.suppress(OSError, DriverError), RawClient(target.url, timeout=target.timeout(5.0)) as c:
         ch = c.channel()
-        for queue in made.queues:
-            with contextlib.suppress(DriverError):
-                c.rpc(ch, QueueDelete(queue=queue), QueueDeleteOk)
-        for exchange in made.exchanges:
-            with contextlib.suppress(DriverError):
-                c.rpc(ch, ExchangeDelete(exchange=exchange), ExchangeDeleteOk)
+        for kind, name, method, reply in deletes:
+            try:
+                c.rpc(ch, method, reply)
+                state.names.deleted(kind, name)
+            except ChannelClosed:
+                ch = c.channel()
+
+
+@pytest.fixture
+def admin(target: Target, request: pytest.FixtureRequest) -> Iterator[RestoringAdmin]:
+    """The `--broker-admin` adapter for one test; its changes are undone at teardown."""
+    view = RestoringAdmin(harness(request.config).admin, target.vhost)
+    yield view
+    view.restore()

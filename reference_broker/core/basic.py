@@ -12,11 +12,13 @@ from itertools import takewhile
 from typing import Any
 
 from codec import (
+    AmqpError,
     BasicAck,
     BasicCancel,
     BasicCancelOk,
     BasicConsume,
     BasicConsumeOk,
+    BasicDeliver,
     BasicGet,
     BasicGetEmpty,
     BasicGetOk,
@@ -172,6 +174,31 @@ def basic_publish(core: BrokerCore, meta: Meta, ch: Channel, m: BasicPublish,
     return publish_now(core, meta, ch, m.exchange, m.routing_key, m.mandatory, props, body)
 
 
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+def _reply_to(core: BrokerCore, ch: Channel, exchange: str, routing_key: str, props: BasicProperties,
+              body: bytes) -> tuple[BasicProperties, list[Effect] | None]:
+    """Direct reply-to: name the sender's pseudo-queue in reply_to; deliver replies straight
+    to the requester's no-ack consumer, stamped with its channel's current tag without
+    incrementing it (ACK-01's quirk). Returns (properties, effects if it was a reply)."""
+    if props.reply_to == REPLY_TO:
+        if ch.reply_tag is None:
+            raise soft(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
+        props = props._replace(reply_to=f"{REPLY_TO}.g1h2AA.{ch.conn}.{ch.number}")
+    if exchange or not routing_key.startswith(REPLY_TO + "."):
+        return props, None
+    parts = routing_key.split(".")
+    target = None
+    if len(parts) == 6 and parts[4].isdigit() and parts[5].isdigit():
+        conn = core.connections.get(int(parts[4]))
+        target = conn.channels.get(int(parts[5])) if conn else None
+    if target is None or target.reply_tag is None or target.closing:
+        return props, []  # the requester is gone: unroutable
+    deliver = BasicDeliver(target.reply_tag, target.next_tag, False, exchange, routing_key)
+    return props, [Send(target.conn, target.number, deliver, props, body)]
+
+
 def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routing_key: str,
                 mandatory: bool, props: BasicProperties, body: bytes) -> list[Effect]:
     conn = core.connections[ch.conn]
@@ -181,16 +208,22 @@ def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routin
         if core.alarm:  # a new publisher during an alarm is blocked at once
             blocked = core.block_connection(conn, True)
     core.published = True
+    props, direct = _reply_to(core, ch, exchange, routing_key, props, body)
     seqno = 0
     if ch.confirm:
         seqno, ch.publish_seqno = ch.publish_seqno, ch.publish_seqno + 1  # PC-02
     vhost = core.connections[ch.conn].vhost
-    effects, accepted = route_and_enqueue(core, meta, vhost, exchange, routing_key, props, body)
+    if direct is not None:
+        effects, accepted = direct, (True if direct else None)
+    else:
+        effects, accepted = route_and_enqueue(core, meta, vhost, exchange, routing_key, props, body)
     if accepted is None and mandatory:  # PC-06: the return precedes the confirm
         effects.insert(0, Send(ch.conn, ch.number, BasicReturn(
             ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key), props, body))
     if seqno:
         (ch.nacks_ready if accepted is False else ch.confirms_ready).append(seqno)
+    if accepted is False and ch.tx:
+        ch.tx_rejected = True
     return effects + blocked
 
 
@@ -198,13 +231,15 @@ def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routin
 @handles(BasicConsume)
 def basic_consume(core: BrokerCore, meta: Meta, ch: Channel, m: BasicConsume,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
+    if m.queue == REPLY_TO:
+        return _reply_consume(core, ch, m)
     queue = resolve_queue(core, ch, m.queue)
     _check_read(core, ch, queue.name)
     vhost = queue.vhost
     tag = m.consumer_tag
     if not tag:
         tag = f"amq.ctag-{ch.conn}.{ch.number}-{core.next_id()}"
-    if tag in ch.consumers:
+    if tag in ch.consumers or tag == ch.reply_tag:
         raise hard(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")  # CCN-07
     if queue.consumers and (m.exclusive or any(c.exclusive for c in queue.consumers.values())):
         raise soft(ReplyCode.ACCESS_REFUSED, f"{texts.q(queue.name, vhost)} in exclusive use")
@@ -224,8 +259,23 @@ def basic_consume(core: BrokerCore, meta: Meta, ch: Channel, m: BasicConsume,
     return effects + core.dispatch(meta, queue)
 
 
+def _reply_consume(core: BrokerCore, ch: Channel, m: BasicConsume) -> list[Effect]:
+    if not m.no_ack:
+        raise soft(ReplyCode.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+    if ch.reply_tag is not None:
+        raise soft(ReplyCode.PRECONDITION_FAILED, "reply consumer already set")
+    tag = m.consumer_tag or f"amq.ctag-{ch.conn}.{ch.number}-{core.next_id()}"
+    if tag in ch.consumers:
+        raise hard(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    ch.reply_tag = tag
+    return [] if m.nowait else [Send(ch.conn, ch.number, BasicConsumeOk(tag))]
+
+
 def cancel_consumer(core: BrokerCore, meta: Meta, ch: Channel, tag: str) -> list[Effect]:
     """Drop a consumer; its deliveries stay unacked on the channel (ACK-10)."""
+    if tag == ch.reply_tag:
+        ch.reply_tag = None
+        return []
     consumer = ch.consumers.pop(tag, None)
     if consumer is None:
         return []
@@ -259,6 +309,9 @@ def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
     _check_read(core, ch, queue.name)
+    if queue.kind == QUORUM and queue.arguments.get("x-single-active-consumer") is True:
+        raise soft(ReplyCode.RESOURCE_LOCKED, f"cannot obtain access to locked {texts.q(queue.name, queue.vhost)}. "
+                   "basic.get operations are not supported by quorum queues with single active consumer")
     effects: list[Effect] = []
     while (message := queue.pop()) is not None:
         if message.expires_at is not None and message.expires_at <= meta.now_ms:
@@ -434,6 +487,10 @@ def tx_commit(core: BrokerCore, meta: Meta, ch: Channel, m: TxCommit,
     for kind, tag, _multiple, requeue in settles:
         u = held[tag]
         effects += settle(core, meta, ch, [u], None if kind == "ack" else requeue, kind == "reject")
+    if ch.tx_rejected:  # PC-11: what the queues accepted stays; the commit fails
+        ch.tx_rejected = False
+        err = AmqpError(ReplyCode.PRECONDITION_FAILED, "partial tx completion", 90, 20, scope="channel")
+        return effects + core.fail(meta, core.connections[ch.conn], ch, err)
     return [*effects, Send(ch.conn, ch.number, TxCommitOk())]
 
 

@@ -79,7 +79,7 @@ def _send_confirms(ch: Channel) -> list[Effect]:
     elif acks:
         out += _coalesce(ch, acks, nacks, lambda tag, multi: BasicAck(tag, multi))
     if nacks and not ch.closing:
-        out += _coalesce(ch, nacks, acks, lambda tag, multi: BasicNack(tag, multi, False))
+        out += _coalesce(ch, nacks, acks, lambda tag, multi: BasicNack(tag, multi, True))
     return out
 
 

@@ -70,6 +70,14 @@ def handles(*method_types: type) -> Callable[[Handler], Handler]:
     return register
 
 
+class _Final(Exception):
+    """An AmqpError whose class/method ids are final (0/0 where RabbitMQ sends none)."""
+
+    def __init__(self, error: AmqpError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def soft(code: ReplyCode, text: str) -> AmqpError:
     return AmqpError(code, text, scope="channel")
 
@@ -145,6 +153,8 @@ class BrokerCore:
             if handler is None:
                 raise hard(ReplyCode.COMMAND_INVALID, "unimplemented method")
             return handler(self, meta, ch, method, properties, body)
+        except _Final as final:
+            return self.fail(meta, conn, ch, final.error)
         except AmqpError as err:
             if not (err.class_id or err.method_id):
                 err.class_id, err.method_id = method.CLASS_ID, method.METHOD_ID
@@ -164,9 +174,12 @@ class BrokerCore:
     def _open_channel(self, meta: Meta, conn: Connection, number: int, ch: Channel | None) -> list[Effect]:
         if ch is not None:
             raise hard(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen")
-        if number == 0 or (conn.channel_max and number > conn.channel_max):
-            raise hard(ReplyCode.NOT_ALLOWED, f"number of channels opened ({len(conn.channels)}) has "
+        if conn.channel_max and len(conn.channels) >= conn.channel_max:
+            # RabbitMQ counts open channels (not numbers) and sends ids 0/0 (checked live on 3.10.8)
+            err = hard(ReplyCode.NOT_ALLOWED, f"number of channels opened ({len(conn.channels)}) has "
                        f"reached the negotiated channel_max ({conn.channel_max})")
+            err.class_id = err.method_id = 0
+            raise _Final(err)
         ch = conn.channels[number] = Channel(conn.id, number)
         from reference_broker.core import timeouts
 
@@ -310,7 +323,12 @@ class BrokerCore:
     def _next_consumer(self, queue: Queue) -> Consumer | None:
         best: Consumer | None = None
         best_key = ""
-        for key in queue.rotation:
+        if queue.arguments.get("x-single-active-consumer") is True and queue.consumers:
+            first = next(iter(queue.consumers))  # the earliest registered consumer is the active one
+            candidates: Any = (first,)
+        else:
+            candidates = queue.rotation
+        for key in candidates:
             consumer = queue.consumers[key]
             conn = self.connections.get(consumer.conn)
             ch = conn.channels.get(consumer.channel) if conn else None

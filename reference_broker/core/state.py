@@ -219,6 +219,8 @@ class Channel:
     tx_held: dict[int, Unacked] = field(default_factory=dict)  # settled in the open tx (ACK-08)
     last_queue: str | None = None  # for an empty queue name (ERR-04 "no previously declared queue")
     timeout_at_open: int = 0  # legacy: the global consumer_timeout read at channel.open (TMO-3x-4)
+    tx_rejected: bool = False  # a publish in the open tx was refused by a queue (PC-11)
+    reply_tag: str | None = None  # direct reply-to consumer (amq.rabbitmq.reply-to)
     consumer_seq: int = 0
 
     def global_capacity(self) -> bool:

@@ -64,7 +64,7 @@ SERVER_CAPABILITIES = {
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,
 }  # CCN-01
 
 
@@ -158,7 +158,7 @@ class ServerConnection:
             return self._close_with(meta, err.code, err.reply_text, err.class_id, err.method_id)
 
     def _codec_error(self, meta: Meta, err: CodecError) -> list[Output]:
-        code, text = err.code, err.reply_text
+        code, text = err.code, f"{err.code.name} - {err.reason}"[:255]  # the window is for logs
         if isinstance(err, FrameSyntaxError) and err.class_id:
             code, text = ReplyCode.FRAME_ERROR, f"FRAME_ERROR - cannot decode: {err.reason}"[:255]
         if self.state in (states.HEADER, *states.HANDSHAKE_STATES[:2]):
@@ -221,7 +221,9 @@ class ServerConnection:
                                               self.config.frame_min_size),
                                              ("channel_max", m.channel_max, server_channel_max, 1)):
             if server and (value == 0 or value > server):
-                raise AmqpError(ReplyCode.NOT_ALLOWED, f"negotiated {name} = {value} is higher than "
+                # rabbit_reader:get_client_value_detail: " (no limit)" for channel_max 0 only
+                shown = f"{value} (no limit)" if value == 0 and name == "channel_max" else str(value)
+                raise AmqpError(ReplyCode.NOT_ALLOWED, f"negotiated {name} = {shown} is higher than "
                                 f"the maximum allowed value ({server})", 10, 31)
             if value and value < minimum:
                 raise AmqpError(ReplyCode.NOT_ALLOWED, f"negotiated {name} = {value} is lower than "
@@ -239,6 +241,9 @@ class ServerConnection:
                     CloseTransport(self.id, "client closed")]
         if isinstance(m, ConnectionUpdateSecret):
             return self._send(meta, 0, ConnectionUpdateSecretOk())
+        if m.CLASS_ID != 10:  # RabbitMQ 3.10.8, checked live: 504 with this text
+            raise AmqpError(ReplyCode.CHANNEL_ERROR, "unexpected method in connection state running",
+                            m.CLASS_ID, m.METHOD_ID, scope="connection")
         raise AmqpError(ReplyCode.COMMAND_INVALID, f"unexpected {m.NAME} on channel 0",
                         m.CLASS_ID, m.METHOD_ID, scope="connection")
 

@@ -146,7 +146,7 @@ def test_core_reject_publish_overflow_nacks() -> None:
     sim.queue("q", **{"x-max-length": 1, "x-overflow": "reject-publish"})
     sim.do(1, 1, ConfirmSelect())
     assert methods(sim.publish("q", b"a"), BasicAck) == [BasicAck(1, False)]
-    assert methods(sim.publish("q", b"b"), BasicNack) == [BasicNack(2, True, False)]
+    assert methods(sim.publish("q", b"b"), BasicNack) == [BasicNack(2, True, True)]  # as RabbitMQ sends it
 
 
 def test_core_tx_commit_publishes_and_errors() -> None:
@@ -225,8 +225,10 @@ def test_core_channel_errors_are_connection_scope() -> None:
     assert closes(sim2.do(1, 7, BasicGet(queue="q")))[0].text == "CHANNEL_ERROR - expected 'channel.open'"
     sim3 = Sim()
     sim3.connect(channel_max=2)
+    sim3.open(1, 5)  # numbers above channel_max are fine: RabbitMQ counts open channels
     sim3.open(1, 1)
-    assert closes(sim3.do(1, 3, ChannelOpen()))[0].code == 530
+    close = closes(sim3.do(1, 3, ChannelOpen()))[0]
+    assert (close.code, close.class_id, close.method_id) == (530, 0, 0)
 
 
 def test_core_closing_channel_ignores_all_but_close() -> None:
@@ -292,3 +294,39 @@ def test_core_memory_alarm_blocks_publishers_and_unblocks() -> None:
     released = sim.core.memory_check()
     assert methods(released, ConnectionUnblocked) == [ConnectionUnblocked()]
     assert PauseReading(1, False) in released
+
+
+def test_core_direct_reply_to_round_trip() -> None:
+    """Direct reply-to: reply_to rewritten to the requester's pseudo-queue; the reply goes to
+    its no-ack consumer with the channel's current tag, not incremented (ACK-01's quirk)."""
+    from codec import BasicGet
+
+    sim = ready(0)
+    sim.connect(2)
+    sim.open(2)
+    sim.do(1, 1, BasicConsume(queue="amq.rabbitmq.reply-to", no_ack=True, consumer_tag="r"))
+    sim.do(1, 1, BasicPublish(routing_key="q"), BasicProperties(reply_to="amq.rabbitmq.reply-to"), b"?")
+    request = sends(sim.do(2, 1, BasicGet(queue="q", no_ack=True)), BasicGetOk)[0]
+    address = request.properties.reply_to if request.properties else None
+    assert address is not None and address.startswith("amq.rabbitmq.reply-to.")
+    reply = sends(sim.do(2, 1, BasicPublish(routing_key=address), BasicProperties(), b"!"), BasicDeliver)
+    assert [(s.conn, s.method.consumer_tag, s.method.delivery_tag, s.body) for s in reply] == [(1, "r", 1, b"!")]
+    assert sim.core.connections[1].channels[1].next_tag == 1
+    refused = methods(sim.do(2, 1, BasicPublish(routing_key="q"),
+                             BasicProperties(reply_to="amq.rabbitmq.reply-to"), b"x"), ChannelClose)[0]
+    assert refused.reply_text == "PRECONDITION_FAILED - fast reply consumer does not exist"
+    acking = methods(sim.do(1, 1, BasicConsume(queue="amq.rabbitmq.reply-to", consumer_tag="r2")), ChannelClose)[0]
+    assert acking.reply_code == 406
+
+
+def test_core_partial_tx_completion_is_406() -> None:
+    """PC-11: a publish refused by a queue makes tx.commit fail with 406 (90/20)."""
+    sim = Sim()
+    sim.connect()
+    sim.open()
+    sim.queue("q", **{"x-max-length": 0, "x-overflow": "reject-publish"})
+    sim.do(1, 1, TxSelect())
+    sim.publish("q", b"x")
+    close = methods(sim.do(1, 1, TxCommit()), ChannelClose)[0]
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        406, "PRECONDITION_FAILED - partial tx completion", 90, 20)

@@ -1,0 +1,386 @@
+"""Admin adapters (DESIGN.md decision 6): control of the broker outside AMQP.
+
+Responsibility: one interface, `AdminAdapter` (queues, exchanges, connections, policies and
+global application settings such as `consumer_timeout`), with three implementations chosen by
+`--broker-admin`: `ManagementApi` (the RabbitMQ management HTTP API; the reference broker
+serves the same paths), `Rabbitmqctl` (the CLI, each call under a timeout) and `NoAdmin`.
+`RestoringAdmin` wraps an adapter for one test and undoes every change at teardown.
+
+Rules:
+- A capability the adapter does not have raises `Unavailable`: the plugin turns it into the
+  `unimplemented` verdict ("needs --broker-admin ..."). A configured adapter whose call fails
+  raises `AdminError`, a `HarnessError`: the verdict is `broken`, never `failed`.
+- Every change made through `RestoringAdmin` is recorded with its undo (the previous policy or
+  setting) and undone in reverse order at `restore()`; a failed undo is reported, not hidden.
+- Global settings are Erlang application variables of `rabbit` (`consumer_timeout`,
+  `channel_tick_interval`); `None` means unset. Values are integers or booleans only.
+- Passwords never appear in `describe()` or error messages.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import httpx
+
+from conformance.drivers.raw import BrokerAddress
+from conformance.verdicts import HarnessError
+
+GlobalValue = int | bool | None
+_ATOM = re.compile(r"[a-z][a-z0-9_]*")
+NEEDS_ADMIN = "needs --broker-admin (a management API URL or 'rabbitmqctl')"
+
+
+class Unavailable(Exception):
+    """The adapter cannot do this at all: the test's verdict is `unimplemented`."""
+
+
+class AdminError(HarnessError):
+    """An admin call failed: the harness's environment is at fault (`broken`)."""
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    vhost: str
+    messages: int | None = None
+    consumers: int | None = None
+    type: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    name: str  # the identifier `close_connection` takes
+    user: str | None = None
+    vhost: str | None = None
+    peer_port: int | None = None
+    client_properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Policy:
+    vhost: str
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    apply_to: str = "all"
+    priority: int = 0
+
+
+class AdminAdapter(abc.ABC):
+    """What a rule may ask of the broker outside AMQP."""
+
+    @abc.abstractmethod
+    def describe(self) -> str: ...
+
+    @abc.abstractmethod
+    def list_queues(self, vhost: str) -> list[QueueInfo]: ...
+
+    @abc.abstractmethod
+    def list_exchanges(self, vhost: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def list_connections(self) -> list[ConnectionInfo]: ...
+
+    @abc.abstractmethod
+    def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None: ...
+
+    @abc.abstractmethod
+    def get_policy(self, vhost: str, name: str) -> Policy | None: ...
+
+    @abc.abstractmethod
+    def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
+                   apply_to: str = "queues", priority: int = 0) -> None: ...
+
+    @abc.abstractmethod
+    def delete_policy(self, vhost: str, name: str) -> None: ...
+
+    @abc.abstractmethod
+    def get_global(self, key: str) -> GlobalValue: ...
+
+    @abc.abstractmethod
+    def set_global(self, key: str, value: GlobalValue) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (HTTP connections); the adapter is not used afterwards."""
+
+
+class NoAdmin(AdminAdapter):
+    """`--broker-admin none`: every call is `Unavailable`."""
+
+    def describe(self) -> str:
+        return "none"
+
+    def _unavailable(self, *_: Any, **__: Any) -> Any:
+        raise Unavailable(NEEDS_ADMIN)
+
+    list_queues = list_exchanges = list_connections = close_connection = _unavailable
+    get_policy = put_policy = delete_policy = get_global = set_global = _unavailable
+
+
+class ManagementApi(AdminAdapter):
+    """The RabbitMQ management HTTP API (basic auth from the URL, else the broker's user)."""
+
+    def __init__(self, url: str, *, user: str = "guest", password: str = "guest", timeout: float = 10.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        parts = urlsplit(url)
+        user = unquote(parts.username) if parts.username else user
+        password = unquote(parts.password) if parts.password else password
+        port = f":{parts.port}" if parts.port else ""
+        self.base = f"{parts.scheme}://{parts.hostname}{port}{parts.path.rstrip('/')}"
+        self._http = httpx.Client(base_url=self.base, auth=(user, password), timeout=timeout, transport=transport)
+
+    def describe(self) -> str:
+        return self.base
+
+    def _call(self, verb: str, path: str, body: Any = None, missing_ok: bool = False, **headers: str) -> Any:
+        try:
+            response = self._http.request(verb, path, json=body, headers=headers or None)
+        except httpx.HTTPError as exc:
+            raise AdminError(f"management API {verb} {path}: {exc}") from None
+        if missing_ok and response.status_code == 404:
+            return None
+        if response.status_code >= 400:
+            raise AdminError(f"management API {verb} {path}: HTTP {response.status_code} {response.text[:200]}")
+        return response.json() if response.content else None
+
+    def list_queues(self, vhost: str) -> list[QueueInfo]:
+        rows = self._call("GET", f"/api/queues/{_q(vhost)}") or []
+        return [QueueInfo(r["name"], r.get("vhost", vhost), r.get("messages"), r.get("consumers"), r.get("type"),
+                          dict(r.get("arguments") or {})) for r in rows]
+
+    def list_exchanges(self, vhost: str) -> list[str]:
+        return [r["name"] for r in self._call("GET", f"/api/exchanges/{_q(vhost)}") or []]
+
+    def list_connections(self) -> list[ConnectionInfo]:
+        rows = self._call("GET", "/api/connections") or []
+        return [ConnectionInfo(r["name"], r.get("user"), r.get("vhost"), r.get("peer_port"),
+                               dict(r.get("client_properties") or {})) for r in rows]
+
+    def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
+        self._call("DELETE", f"/api/connections/{_q(name)}", missing_ok=True, **{"X-Reason": reason})
+
+    def get_policy(self, vhost: str, name: str) -> Policy | None:
+        row = self._call("GET", f"/api/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
+        if row is None:
+            return None
+        return Policy(vhost, name, row["pattern"], dict(row.get("definition") or {}), row.get("apply-to", "all"),
+                      int(row.get("priority", 0)))
+
+    def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
+                   apply_to: str = "queues", priority: int = 0) -> None:
+        body = {"pattern": pattern, "definition": definition, "apply-to": apply_to, "priority": priority}
+        self._call("PUT", f"/api/policies/{_q(vhost)}/{_q(name)}", body)
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self._call("DELETE", f"/api/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
+
+    def get_global(self, key: str) -> GlobalValue:
+        raise Unavailable(f"the management API cannot read or change {key}; use --broker-admin rabbitmqctl")
+
+    def set_global(self, key: str, value: GlobalValue) -> None:
+        raise Unavailable(f"the management API cannot read or change {key}; use --broker-admin rabbitmqctl")
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _q(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+class Rabbitmqctl(AdminAdapter):
+    """`rabbitmqctl` on this machine (or `$AMQPC_RABBITMQCTL`, e.g. "docker exec rmq rabbitmqctl")."""
+
+    def __init__(self, command: str | None = None, timeout: float = 30.0) -> None:
+        self.command = shlex.split(command or os.environ.get("AMQPC_RABBITMQCTL", "rabbitmqctl"))
+        self.timeout = timeout
+
+    def describe(self) -> str:
+        return "rabbitmqctl"
+
+    def run(self, *args: str) -> str:
+        argv = [*self.command, *args]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False)
+        except FileNotFoundError:
+            raise AdminError(f"{self.command[0]} not found") from None
+        except subprocess.TimeoutExpired:
+            raise AdminError(f"rabbitmqctl {args[0]}: no answer within {self.timeout:.0f} s") from None
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            raise AdminError(f"rabbitmqctl {args[0]} exited {done.returncode}: {lines[-1] if lines else ''}")
+        return done.stdout
+
+    def _json(self, *args: str) -> list[dict[str, Any]]:
+        out = self.run(*args, "-q", "--formatter", "json")
+        return list(json.loads(out)) if out.strip() else []
+
+    def list_queues(self, vhost: str) -> list[QueueInfo]:
+        rows = self._json("list_queues", "-p", vhost, "name", "messages", "consumers", "type", "arguments")
+        return [QueueInfo(r["name"], vhost, r.get("messages"), r.get("consumers"), r.get("type"),
+                          _table(r.get("arguments"))) for r in rows]
+
+    def list_exchanges(self, vhost: str) -> list[str]:
+        return [r["name"] for r in self._json("list_exchanges", "-p", vhost, "name")]
+
+    def list_connections(self) -> list[ConnectionInfo]:
+        rows = self._json("list_connections", "name", "user", "vhost", "peer_port", "client_properties")
+        return [ConnectionInfo(r["name"], r.get("user"), r.get("vhost"), r.get("peer_port"),
+                               _table(r.get("client_properties"))) for r in rows]
+
+    def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
+        # close_connection takes the connection's pid; the JSON formatter mangles pids, the tab one doesn't
+        for line in self.run("list_connections", "-q", "pid", "name").splitlines():
+            pid, _, listed = line.partition("\t")
+            if listed == name:
+                self.run("close_connection", pid, reason)
+                return
+
+    def get_policy(self, vhost: str, name: str) -> Policy | None:
+        for r in self._json("list_policies", "-p", vhost):
+            if r["name"] == name:
+                definition = r["definition"]
+                return Policy(vhost, name, r["pattern"], json.loads(definition) if isinstance(definition, str)
+                              else dict(definition), r.get("apply-to", "all"), int(r.get("priority", 0)))
+        return None
+
+    def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
+                   apply_to: str = "queues", priority: int = 0) -> None:
+        self.run("set_policy", "-p", vhost, "--priority", str(priority), "--apply-to", apply_to,
+                 name, pattern, json.dumps(definition))
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        try:
+            self.run("clear_policy", "-p", vhost, name)
+        except AdminError as exc:
+            if "does not exist" not in str(exc):
+                raise
+
+    def get_global(self, key: str) -> GlobalValue:
+        out = self.run("eval", f"application:get_env(rabbit, {_atom(key)}).").strip()
+        if out == "undefined":
+            return None
+        match = re.fullmatch(r"\{ok,\s*(.+)\}", out)
+        term = match.group(1) if match else ""
+        if term in ("true", "false"):
+            return term == "true"
+        if re.fullmatch(r"-?\d+", term):
+            return int(term)
+        raise AdminError(f"rabbit.{key} = {out}: not an integer or a boolean")
+
+    def set_global(self, key: str, value: GlobalValue) -> None:
+        if value is None:
+            self.run("eval", f"application:unset_env(rabbit, {_atom(key)}).")
+            return
+        if not isinstance(value, int):  # bool is an int
+            raise TypeError(f"rabbit.{key}: an integer or a boolean, not {value!r}")
+        term = str(value).lower() if isinstance(value, bool) else str(value)
+        self.run("eval", f"application:set_env(rabbit, {_atom(key)}, {term}).")
+
+
+def _atom(key: str) -> str:
+    if not _ATOM.fullmatch(key):
+        raise ValueError(f"not a setting name: {key!r}")
+    return key
+
+
+def _table(value: Any) -> dict[str, Any]:
+    """rabbitmqctl's JSON field table ([[key, type, value], ...]) as a dict."""
+    if isinstance(value, dict):
+        return value
+    table: dict[str, Any] = {}
+    for entry in value or []:
+        if isinstance(entry, list) and len(entry) == 3:
+            key, kind, item = entry
+            table[str(key)] = _table(item) if kind == "table" else item
+    return table
+
+
+def parse_admin(spec: str, broker_url: str, timeout: float = 10.0) -> AdminAdapter:
+    """The adapter for a `--broker-admin` value; ValueError (a usage error) for anything else."""
+    if spec in ("", "none"):
+        return NoAdmin()
+    if spec == "rabbitmqctl":
+        return Rabbitmqctl(timeout=max(timeout, 30.0))
+    parts = urlsplit(spec)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        broker = BrokerAddress.parse(broker_url) if broker_url else None
+        user, password = (broker.user, broker.password) if broker else ("guest", "guest")
+        return ManagementApi(spec, user=user, password=password, timeout=timeout)
+    raise ValueError(f"--broker-admin must be 'none', 'rabbitmqctl' or an http(s):// URL, not {spec!r}")
+
+
+class RestoringAdmin(AdminAdapter):
+    """One test's view of the adapter: changes are recorded and undone by `restore()`."""
+
+    def __init__(self, adapter: AdminAdapter, vhost: str = "/") -> None:
+        self.adapter, self.vhost = adapter, vhost
+        self._undo: list[tuple[str, Callable[[], None]]] = []
+
+    def describe(self) -> str:
+        return self.adapter.describe()
+
+    def list_queues(self, vhost: str) -> list[QueueInfo]:
+        return self.adapter.list_queues(vhost)
+
+    def list_exchanges(self, vhost: str) -> list[str]:
+        return self.adapter.list_exchanges(vhost)
+
+    def list_connections(self) -> list[ConnectionInfo]:
+        return self.adapter.list_connections()
+
+    def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
+        self.adapter.close_connection(name, reason)
+
+    def get_policy(self, vhost: str, name: str) -> Policy | None:
+        return self.adapter.get_policy(vhost, name)
+
+    def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
+                   apply_to: str = "queues", priority: int = 0) -> None:
+        previous = self.adapter.get_policy(vhost, name)
+        self.adapter.put_policy(vhost, name, pattern, definition, apply_to, priority)
+        self._undo.append((f"policy {name!r} on {vhost!r}", lambda: self._restore_policy(vhost, name, previous)))
+
+    def _restore_policy(self, vhost: str, name: str, previous: Policy | None) -> None:
+        if previous is None:
+            self.adapter.delete_policy(vhost, name)
+        else:
+            self.adapter.put_policy(vhost, name, previous.pattern, previous.definition, previous.apply_to,
+                                    previous.priority)
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        previous = self.adapter.get_policy(vhost, name)
+        self.adapter.delete_policy(vhost, name)
+        if previous is not None:
+            self._undo.append((f"policy {name!r} on {vhost!r}", lambda: self._restore_policy(vhost, name, previous)))
+
+    def get_global(self, key: str) -> GlobalValue:
+        return self.adapter.get_global(key)
+
+    def set_global(self, key: str, value: GlobalValue) -> None:
+        previous = self.adapter.get_global(key)
+        self.adapter.set_global(key, value)
+        self._undo.append((f"setting {key}", lambda: self.adapter.set_global(key, previous)))
+
+    def restore(self) -> None:
+        """Undo every recorded change, newest first; AdminError naming what could not be undone."""
+        failures = []
+        while self._undo:
+            what, undo = self._undo.pop()
+            try:
+                undo()
+            except (AdminError, Unavailable) as exc:
+                failures.append(f"{what}: {exc}")
+        if failures:
+            raise AdminError("could not restore the broker: " + "; ".join(failures))

@@ -1,0 +1,156 @@
+"""Broker health between tests and the session-end leak check (issue 4, item 7).
+
+Responsibility: `HealthProbe` answers "does the broker still answer?" cheaply between tests;
+`find_leaks` lists the queues and exchanges named with the harness prefix that a run left on
+the broker.
+
+Rules:
+- The probe keeps one connection and checks it with a channel.open/close round trip; when
+  that connection is gone it makes one fresh connection (TCP connect + AMQP handshake). Every
+  wait is bounded by the probe's timeout, so a wedged broker costs at most two timeouts.
+- The probe's answer is None (healthy) or a reason that starts with "broker wedged" (no reply
+  within N s) or "broker unreachable" (refused, reset, closed): the plugin turns it into the
+  `broken` verdict for the current and every following broker test, and exit status 3.
+- Leaks: with an admin adapter, every queue/exchange whose name starts with `PREFIX` is listed
+  (split into those this run created and other leftovers); without one, only the names whose
+  deletion at teardown did not succeed are checked, by passive declare. The check never
+  raises: a failure is reported in `LeakReport.error`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from codec import ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk
+from conformance.admin import AdminAdapter, AdminError, Unavailable
+from conformance.drivers.raw import ChannelClosed, DriverError, NoReply, RawClient
+
+PREFIX = "amqpc."
+_PROBE_CHANNEL = 1
+
+
+class HealthProbe:
+    """One long-lived probe connection to the broker under test."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url, self.timeout = url, timeout
+        self._client: RawClient | None = None
+
+    def check(self) -> str | None:
+        """None when the broker answers; otherwise why not."""
+        if self._client is not None:
+            try:
+                self._round_trip(self._client)
+                return None
+            except (DriverError, OSError):
+                self._drop()
+        try:
+            self._client = RawClient(self.url, timeout=self.timeout)
+            self._round_trip(self._client.connect())
+            return None
+        except NoReply as exc:
+            self._drop()
+            return f"broker wedged: {exc}"
+        except (DriverError, OSError) as exc:
+            self._drop()
+            return f"broker unreachable: {exc}"
+
+    @staticmethod
+    def _round_trip(client: RawClient) -> None:
+        client.channel(_PROBE_CHANNEL)
+        client.close_channel(_PROBE_CHANNEL)
+
+    def _drop(self) -> None:
+        """Forget the connection without a close handshake (the broker is not answering)."""
+        client, self._client = self._client, None
+        if client is not None and client.sock is not None:
+            client.sock.close()
+            client.sock = None
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+@dataclass
+class NameRegistry:
+    """Every queue/exchange name handed out in the run, and those not known to be deleted."""
+
+    created: set[tuple[str, str]] = field(default_factory=set)  # (kind, name), kind queue|exchange
+    undeleted: set[tuple[str, str]] = field(default_factory=set)
+
+    def add(self, kind: str, name: str) -> None:
+        self.created.add((kind, name))
+        self.undeleted.add((kind, name))
+
+    def deleted(self, kind: str, name: str) -> None:
+        self.undeleted.discard((kind, name))
+
+
+@dataclass(frozen=True)
+class LeakReport:
+    method: str  # "admin" | "passive declare" | "skipped"
+    ours: tuple[str, ...] = ()  # "queue amqpc.x" left by this run
+    others: tuple[str, ...] = ()  # other amqpc.* leftovers (earlier or concurrent runs)
+    error: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        return not (self.ours or self.others or self.error)
+
+
+def find_leaks(url: str, vhost: str, registry: NameRegistry, admin: AdminAdapter | None,
+               timeout: float) -> LeakReport:
+    """The harness-named queues and exchanges left on the broker (see the module rules)."""
+    if admin is not None:
+        try:
+            listed = {("queue", q.name) for q in admin.list_queues(vhost)}
+            listed |= {("exchange", x) for x in admin.list_exchanges(vhost)}
+        except Unavailable:
+            pass
+        except AdminError as exc:
+            return LeakReport("admin", error=str(exc))
+        else:
+            ours = {entry for entry in listed if entry in registry.created}
+            others = {entry for entry in listed if entry[1].startswith(PREFIX)} - ours
+            return LeakReport("admin", _labels(ours), _labels(others))
+    try:
+        present = _passive_declare(url, sorted(registry.undeleted), timeout)
+    except (DriverError, OSError) as exc:
+        return LeakReport("passive declare", error=f"leak check failed: {exc}")
+    return LeakReport("passive declare", _labels(present))
+
+
+def _passive_declare(url: str, names: list[tuple[str, str]], timeout: float) -> set[tuple[str, str]]:
+    present: set[tuple[str, str]] = set()
+    if not names:
+        return present
+    with RawClient(url, timeout=timeout) as client:
+        channel = client.channel()
+        for kind, name in names:
+            if kind == "queue":
+                method: QueueDeclare | ExchangeDeclare = QueueDeclare(queue=name, passive=True)
+                reply: type = QueueDeclareOk
+            else:
+                method, reply = ExchangeDeclare(exchange=name, passive=True), ExchangeDeclareOk
+            try:
+                client.rpc(channel, method, reply)
+                present.add((kind, name))
+            except ChannelClosed as closed:  # 404: gone; 405: exclusive to a live connection
+                if closed.code == 405:
+                    present.add((kind, name))
+                channel = client.channel()
+    return present
+
+
+def _labels(entries: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    return tuple(f"{kind} {name}" for kind, name in sorted(entries))
+
+
+def close_quietly(probe: HealthProbe | None) -> None:
+    if probe is not None:
+        with contextlib.suppress(Exception):
+            probe.close()

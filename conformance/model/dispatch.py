@@ -1,0 +1,145 @@
+"""Dispatch: which deliveries may come next, which must still come, and basic.get.
+
+Responsibility: the model as an acceptor of the broker's asynchronous deliveries. The broker
+chooses among consumers (round robin, timing), so the model does not predict one delivery; it
+answers "may this delivery come now?" (`allowed_deliveries`), "must one still come?" (`due`),
+and applies the one observed (`commit_delivery`).
+Rules:
+- ACK-01: a delivery or get-ok takes the channel's next tag; no-ack ones too.
+- RQ-01/RQ-02: only the queue's head candidates may be delivered (queues.py).
+- RQ-04: the redelivered flag of the message taken.
+- QOS-02..09: a consumer receives only within its limits (prefetch.py); a limit lowered while
+  deliveries were in flight lets up to `grace` of them through (QOS-09).
+- QOS-07: basic.get ignores prefetch; get on a missing queue is 404 (channel.close, class 60
+  method 70).
+- CCN-04: a cancelled consumer receives nothing (it is no longer in the channel's consumers).
+"""
+
+from __future__ import annotations
+
+from conformance.model import prefetch
+from conformance.model.channel import ChannelKey, ChannelState, Consumer, Unacked
+from conformance.model.outcomes import ChannelClosed, Deliver, GetEmpty, GetOk, GetOutcome
+from conformance.model.queues import Message, QueueState
+from conformance.model.state import BrokerState, Violation
+
+BASIC_GET = (60, 70)
+
+
+def _connection_usage(state: BrokerState, channel: ChannelState) -> tuple[int, int]:
+    conn = state.connections[channel.connection]
+    used = sum(prefetch.consumer_unacked(c) for c in state.channels_of(channel.connection))
+    return used, conn.global_limit
+
+
+def consumer_may_receive(state: BrokerState, channel: ChannelState, consumer: Consumer) -> bool:
+    """Within the consumer's and the channel's limits now (QOS-02..08), ignoring grace."""
+    queue = state.queues.get(consumer.queue)
+    if queue is None or not prefetch.consumer_has_credit(consumer):
+        return False
+    used, limit = _connection_usage(state, channel)
+    return prefetch.channel_allows(channel, queue.kind, state.traits, used, limit)
+
+
+def _eligible(state: BrokerState, channel: ChannelState, with_grace: bool) -> list[Consumer]:
+    grace = with_grace and state.grace.get(channel.key, 0) > 0
+    out = []
+    for consumer in channel.consumers.values():
+        queue = state.queues.get(consumer.queue)
+        if queue is None or not len(queue.ready):
+            continue
+        if consumer_may_receive(state, channel, consumer) or (grace and prefetch.consumer_has_credit(consumer)):
+            out.append(consumer)
+    return out
+
+
+def allowed_deliveries(state: BrokerState, key: ChannelKey) -> frozenset[Deliver]:
+    """Every basic.deliver that may arrive next on channel `key`."""
+    channel = state.channels.get(key)
+    if channel is None:
+        return frozenset()
+    allowed = set()
+    on_return_only = state.traits.quorum_redelivered_on_return
+    for consumer in _eligible(state, channel, with_grace=True):
+        queue = state.queues[consumer.queue]
+        for message in queue.ready.candidates():
+            allowed.add(Deliver(consumer.tag, channel.next_tag, queue.redelivered(message, on_return_only),
+                                message.body))
+    return frozenset(allowed)
+
+
+def due(state: BrokerState) -> bool:
+    """True while some consumer with room has a ready message: a delivery must still come."""
+    return any(_eligible(state, channel, with_grace=False) for channel in state.channels.values())
+
+
+def due_on(state: BrokerState, key: ChannelKey) -> bool:
+    channel = state.channels.get(key)
+    return channel is not None and bool(_eligible(state, channel, with_grace=False))
+
+
+def _take(state: BrokerState, queue: QueueState, body: bytes) -> Message:
+    for message in queue.ready.candidates():
+        if message.body == body:
+            queue.ready.take(message)
+            message.delivered += 1
+            return message
+    raise Violation(f"{body!r} is not at the head of {queue.name} (RQ-01/RQ-02); "
+                    f"ready: {queue.ready.bodies()}")
+
+
+def commit_delivery(state: BrokerState, key: ChannelKey, delivery: Deliver) -> None:
+    """Apply an observed basic.deliver; Violation when no rule allows it now."""
+    allowed = allowed_deliveries(state, key)
+    if delivery not in allowed:
+        raise Violation(f"unexpected {delivery} on channel {key!r}; allowed now: {sorted(allowed, key=repr)} "
+                        "(ACK-01 tag, RQ-01/02 order, RQ-04 flag, QOS-02..08 limits, CCN-04)")
+    channel = state.channels[key]
+    consumer = channel.consumers[delivery.consumer_tag]
+    queue = state.queues[consumer.queue]
+    if not consumer_may_receive(state, channel, consumer):
+        state.grace[key] -= 1  # QOS-09: an in-flight delivery under the old limit
+    message = _take(state, queue, delivery.body)
+    tag = channel.take_tag()
+    if not consumer.no_ack:
+        channel.unacked[tag] = Unacked(tag, queue.name, message, consumer.tag)
+    prefetch.on_delivery(channel, consumer, queue.kind, state.traits)
+
+
+def get_outcomes(state: BrokerState, key: ChannelKey, queue_name: str) -> frozenset[GetOutcome]:
+    """What basic.get may answer now (QOS-07: no limit applies)."""
+    channel = state.channel(key)
+    queue = state.queues.get(queue_name)
+    if queue is None:
+        return frozenset({ChannelClosed(404, *BASIC_GET)})
+    if not len(queue.ready):
+        return frozenset({GetEmpty()})
+    on_return_only = state.traits.quorum_redelivered_on_return
+    return frozenset(GetOk(channel.next_tag, queue.redelivered(m, on_return_only), m.body)
+                     for m in queue.ready.candidates())
+
+
+def commit_get(state: BrokerState, key: ChannelKey, queue_name: str, no_ack: bool, observed: GetOutcome) -> None:
+    """Apply an observed basic.get answer (the caller closes the channel on ChannelClosed)."""
+    allowed = get_outcomes(state, key, queue_name)
+    if observed not in allowed:
+        raise Violation(f"basic.get {queue_name} answered {observed}; allowed: {sorted(allowed, key=repr)}")
+    if not isinstance(observed, GetOk):
+        return
+    channel = state.channels[key]
+    queue = state.queues[queue_name]
+    message = _take(state, queue, observed.body)
+    tag = channel.take_tag()
+    if not no_ack:
+        channel.unacked[tag] = Unacked(tag, queue_name, message, None)
+
+
+def grace_for_change(state: BrokerState, channel: ChannelState) -> int:
+    """QOS-09: how many deliveries may still be in flight under the limits being replaced."""
+    consumers = _eligible(state, channel, with_grace=False)
+    if not consumers:
+        return 0
+    ready = sum(len(state.queues[q].ready) for q in {c.queue for c in consumers})
+    if channel.global_limit:
+        return max(0, min(ready, channel.global_limit - channel.volume))
+    return ready

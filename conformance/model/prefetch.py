@@ -1,0 +1,98 @@
+"""Prefetch: basic.qos, and whether a consumer may receive one more message now.
+
+Responsibility: the limits of QOS-02..09 as pure functions over the channel's plain data.
+Rules:
+- QOS-02: `global=false` sets the prefetch that consumers created afterwards keep; 0 is
+  unlimited (QOS-10). A consumer may receive while its unacked count is below it.
+- QOS-03/04: on rabbitmq ≤4.2 `global=true` is the channel's limiter, enforced together with
+  the per-consumer limits; rabbitmq-4.3 rewrites it to `global=false`. On those versions a
+  `global=false` qos also switches the channel's limiter off (rabbit_channel's global=false
+  clause calls rabbit_limiter:unlimit_prefetch), as does `global=true, prefetch_count=0`.
+- QOS-05: the limiter counts a "volume": switching it on from off starts the volume at the
+  channel's unacked count, basic.get deliveries included; changing an active limit keeps the
+  volume; each limited delivery adds 1; settling (ack, nack, reject, recover) consumer
+  deliveries subtracts their number (basic.get ones are not subtracted, the TODO QOS-05
+  mentions). Only classic queues ask the limiter (QOS-06 keeps quorum consumers away).
+- QOS-07: basic.get ignores every limit. QOS-08: no-ack consumers have no per-consumer limit
+  and add nothing to the volume, but a reached channel limit pauses them too (classic).
+- 0-9-1 profile: `global=false` is one limit for the channel's consumers, `global=true` one
+  for the connection's; both count unacked consumer deliveries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from conformance.model.channel import ChannelState, Consumer, Unacked
+from conformance.model.traits import GlobalQos, Traits
+
+
+def consumer_has_credit(consumer: Consumer) -> bool:
+    """QOS-02/08: below its own prefetch (or unlimited, or no-ack)."""
+    return consumer.no_ack or consumer.prefetch == 0 or consumer.outstanding < consumer.prefetch
+
+
+def limiter_reached(channel: ChannelState) -> bool:
+    """QOS-03: rabbit_limiter's prefetch_limit_reached (limit ≠ 0 and volume ≥ limit)."""
+    return channel.global_limit != 0 and channel.volume >= channel.global_limit
+
+
+def channel_allows(channel: ChannelState, queue_kind: str, traits: Traits, connection_unacked: int,
+                   connection_limit: int) -> bool:
+    """Whether the channel-wide (or connection-wide) limit lets one more delivery through."""
+    if traits.global_qos is GlobalQos.CHANNEL:
+        return queue_kind != "classic" or not limiter_reached(channel)
+    if traits.global_qos is GlobalQos.CONNECTION:
+        own = consumer_unacked(channel)
+        if channel.global_limit and own >= channel.global_limit:
+            return False
+        return not (connection_limit and connection_unacked >= connection_limit)
+    return True
+
+
+def consumer_unacked(channel: ChannelState) -> int:
+    return sum(1 for u in channel.unacked.values() if u.consumer is not None)
+
+
+def apply_qos(channel: ChannelState, count: int, global_: bool, traits: Traits) -> bool:
+    """Apply basic.qos to the channel; True when the connection-wide limit is to be set."""
+    if traits.global_qos is GlobalQos.CONNECTION:
+        if global_:
+            return True
+        channel.global_limit = count  # 0-9-1: one limit for the channel's consumers
+        return False
+    if global_ and traits.global_qos is GlobalQos.CHANNEL:
+        if count == 0:
+            channel.global_limit, channel.volume = 0, 0
+        else:
+            if channel.global_limit == 0:
+                channel.volume = len(channel.unacked)  # QOS-05, basic.get included
+            channel.global_limit = count
+        return False
+    channel.consumer_prefetch = count  # QOS-02 (and QOS-03 on 4.3: global=true rewritten)
+    channel.global_limit, channel.volume = 0, 0  # unlimit_prefetch: a no-op unless ≤4.2 global
+    return False
+
+
+def on_delivery(channel: ChannelState, consumer: Consumer, queue_kind: str, traits: Traits) -> None:
+    """Count a delivery to `consumer` against its own and the channel's limit."""
+    if consumer.no_ack:
+        return
+    consumer.outstanding += 1
+    if traits.global_qos is GlobalQos.CHANNEL and channel.global_limit and queue_kind == "classic":
+        channel.volume += 1
+
+
+def on_settled(channel: ChannelState, entries: Iterable[Unacked], traits: Traits) -> None:
+    """Release the limits held by settled (acked, rejected, requeued) deliveries."""
+    count = 0
+    for entry in entries:
+        if entry.consumer is None:
+            continue  # basic.get: holds no per-consumer credit, never subtracted (QOS-05)
+        count += 1
+        consumer = channel.consumers.get(entry.consumer)
+        if consumer is not None and consumer.outstanding > 0:
+            consumer.outstanding -= 1
+    if traits.global_qos is GlobalQos.CHANNEL and channel.global_limit and count:
+        # rabbit_limiter {ack, Count}: a zero volume stays zero, otherwise it may go below 0
+        channel.volume = 0 if channel.volume == 0 else channel.volume - count

@@ -1,0 +1,121 @@
+"""Publishing: routing, publisher confirms and mandatory returns.
+
+Responsibility: basic.publish into the model's queues, the confirm sequence of a channel,
+and the checks of the broker's basic.ack/basic.nack/basic.return against it.
+Rules:
+- PC-01: confirm.select (again or not) puts the channel in confirm mode, select-ok replies.
+- PC-02: seqnos start at 1 with the first publish after select; publishes before select are
+  not counted; selecting again does not reset the counter.
+- PC-03: tx.select on a confirm channel is channel.close 406 (90/10); confirm.select on a tx
+  channel is 406 (85/10).
+- PC-04/05/10: each seqno is settled exactly once, by a lone ack/nack or a coalesced
+  multiple=true one whose named seqno is pending; order across seqnos is free, so the model
+  keeps the set that must still be settled (`unsettled`).
+- PC-06: an unroutable mandatory publish is returned (312, exchange, routing key) before it
+  is confirmed; returns on one channel come in publish order.
+- PC-07: a message routed to several queues is confirmed once. PC-08: a queue refusing it
+  (reject-publish overflow) turns its confirm into a nack. PC-09: a queue deleted while a
+  confirm is pending still means ack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance.model.channel import ChannelKey, ExpectedReturn, PendingConfirm, confirm_tags
+from conformance.model.outcomes import OK, ChannelClosed, Confirm, Outcome, Return
+from conformance.model.settlement import close_channel
+from conformance.model.state import BrokerState, Violation
+
+NO_ROUTE = 312
+CONFIRM_SELECT = (85, 10)
+TX_SELECT = (90, 10)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What the model expects of one basic.publish."""
+
+    seqno: int | None  # PC-02: the confirm seqno, None outside confirm mode
+    queues: tuple[str, ...]  # where it was routed
+    refused: tuple[str, ...]  # queues that refused it (PC-08)
+    returned: bool  # PC-06: a basic.return will come
+
+
+def confirm_select(state: BrokerState, key: ChannelKey) -> Outcome:
+    channel = state.channel(key)
+    if channel.tx:
+        close_channel(state, key)
+        return ChannelClosed(406, *CONFIRM_SELECT)
+    channel.confirm = True  # PC-01: idempotent, the counter is kept (PC-02)
+    return OK
+
+
+def tx_select(state: BrokerState, key: ChannelKey) -> Outcome:
+    channel = state.channel(key)
+    if channel.confirm:
+        close_channel(state, key)
+        return ChannelClosed(406, *TX_SELECT)
+    channel.tx = True
+    return OK
+
+
+def publish(state: BrokerState, key: ChannelKey, exchange: str, routing_key: str, body: bytes,
+            mandatory: bool = False) -> Published:
+    channel = state.channel(key)
+    if channel.tx:
+        raise NotImplementedError("publishing inside a transaction is not modelled")
+    targets = state.route(exchange, routing_key)
+    refused = tuple(q for q in targets if not state.queues[q].enqueue(body))
+    returned = mandatory and not targets
+    seqno = None
+    if channel.confirm:
+        seqno = channel.publish_seqno
+        channel.publish_seqno += 1
+        channel.pending[seqno] = PendingConfirm(seqno, nack=bool(refused), needs_return=returned)
+    if returned:
+        channel.returns.append(ExpectedReturn(seqno, exchange, routing_key, body))
+    return Published(seqno, tuple(targets), refused, returned)
+
+
+def on_return(state: BrokerState, key: ChannelKey, observed: Return) -> None:
+    """Check a broker basic.return against the oldest expected one (PC-06)."""
+    channel = state.channel(key)
+    if not channel.returns:
+        raise Violation(f"unexpected {observed} on channel {key!r}: no mandatory unroutable publish is "
+                        "waiting for a return (PC-06)")
+    expected = channel.returns.popleft()
+    want = Return(NO_ROUTE, expected.exchange, expected.routing_key, expected.body)
+    if observed != want:
+        raise Violation(f"{observed} on channel {key!r}; expected {want} (PC-06)")
+    if expected.seqno is not None and expected.seqno in channel.pending:
+        channel.pending[expected.seqno].returned = True
+
+
+def on_confirm(state: BrokerState, key: ChannelKey, observed: Confirm) -> list[int]:
+    """Check and apply a broker basic.ack/nack; returns the seqnos it settled."""
+    channel = state.channel(key)
+    kind = "basic.nack" if observed.nack else "basic.ack"
+    seqnos = confirm_tags(channel.pending, observed.delivery_tag, observed.multiple)
+    if seqnos is None:
+        again = observed.delivery_tag in channel.settled
+        why = "settles it a second time" if again else "names no published seqno"
+        raise Violation(f"{kind} delivery_tag={observed.delivery_tag} multiple={observed.multiple} on channel "
+                        f"{key!r} {why} (PC-02/PC-04/PC-05); pending: {sorted(channel.pending)}")
+    for seqno in seqnos:
+        pending = channel.pending[seqno]
+        if pending.needs_return and not pending.returned:
+            raise Violation(f"{kind} for seqno {seqno} came before its basic.return (PC-06)")
+        if pending.nack != observed.nack:
+            want = "basic.nack (a queue refused it, PC-08)" if pending.nack else "basic.ack (PC-05/PC-07/PC-09)"
+            raise Violation(f"seqno {seqno} settled by {kind} (multiple={observed.multiple}); expected {want}")
+    for seqno in seqnos:
+        del channel.pending[seqno]
+        channel.settled.add(seqno)
+    return seqnos
+
+
+def unsettled(state: BrokerState, key: ChannelKey) -> frozenset[int]:
+    """The seqnos the broker must still settle exactly once on this channel (PC-05)."""
+    channel = state.channels.get(key)
+    return frozenset(channel.pending) if channel is not None else frozenset()

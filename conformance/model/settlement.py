@@ -1,0 +1,100 @@
+"""Settlement: ack, nack, reject, recover, and what closing a channel or connection requeues.
+
+Responsibility: consumer acknowledgements as operations on the model state, each returning
+the outcome the rules prescribe.
+Rules:
+- ACK-03/04/05/06: `channel.settle_tags` decides; an unknown tag closes the channel with 406
+  (class 60, method 80 ack / 90 reject / 120 nack) and settles nothing.
+- ACK-07: requeue=true puts the messages back (RQ-01/RQ-02), requeue=false drops them (no DLX
+  in the model); neither method has a reply.
+- ACK-09: basic.recover requeue=true requeues every unacked delivery of the channel (one
+  batch per queue) and replies recover-ok; requeue=false is connection.close 540 (60/110).
+- ACK-10: cancelling a consumer leaves its deliveries outstanding (nothing here runs).
+- RQ-03: a channel that closes for any reason (client close, channel error, connection close)
+  requeues its unacked deliveries; its consumers go, its pending confirms die (PC-13).
+- QOS-05: settling releases per-consumer credit and the limiter's volume (prefetch.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+
+from conformance.model import prefetch
+from conformance.model.channel import ChannelKey, ChannelState, Unacked, settle_tags
+from conformance.model.outcomes import OK, ChannelClosed, ConnectionClosed, Outcome
+from conformance.model.state import BrokerState
+
+BASIC = 60
+ACK, REJECT, NACK, RECOVER_ASYNC, RECOVER = 80, 90, 120, 100, 110
+
+
+def requeue(state: BrokerState, entries: Iterable[Unacked]) -> None:
+    """Put settled deliveries back into their queues: one batch per queue (RQ-01/02/04)."""
+    batches: dict[str, list[Unacked]] = {}
+    for entry in entries:
+        if entry.queue is not None:  # None: the queue was deleted, nothing to requeue into
+            batches.setdefault(entry.queue, []).append(entry)
+    for name, batch in batches.items():
+        queue = state.queues[name]
+        for entry in batch:
+            entry.message.returned += 1
+        queue.ready.requeue([e.message for e in batch])
+
+
+def _settle(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, method_id: int,
+            requeue_them: bool) -> Outcome:
+    channel = state.channel(key)
+    tags = settle_tags(channel.unacked, tag, multiple)
+    if tags is None:
+        close_channel(state, key)  # ACK-03, then RQ-03
+        return ChannelClosed(406, BASIC, method_id)
+    entries = [channel.unacked.pop(t) for t in tags]
+    prefetch.on_settled(channel, entries, state.traits)
+    if requeue_them:
+        requeue(state, entries)
+    return OK
+
+
+def ack(state: BrokerState, key: ChannelKey, tag: int, multiple: bool) -> Outcome:
+    """basic.ack (ACK-03..06)."""
+    return _settle(state, key, tag, multiple, ACK, requeue_them=False)
+
+
+def nack(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, requeue_them: bool) -> Outcome:
+    """basic.nack (ACK-05..07)."""
+    return _settle(state, key, tag, multiple, NACK, requeue_them)
+
+
+def reject(state: BrokerState, key: ChannelKey, tag: int, requeue_them: bool) -> Outcome:
+    """basic.reject: no multiple field, so tag 0 is always unknown (ACK-06/07)."""
+    return _settle(state, key, tag, False, REJECT, requeue_them)
+
+
+def recover(state: BrokerState, key: ChannelKey, requeue_them: bool = True, asynchronous: bool = False) -> Outcome:
+    """basic.recover / recover-async (ACK-09)."""
+    if not requeue_them:
+        close_connection(state, state.channel(key).connection)
+        return ConnectionClosed(540, BASIC, RECOVER_ASYNC if asynchronous else RECOVER)
+    channel = state.channel(key)
+    entries = list(channel.unacked.values())
+    channel.unacked.clear()
+    prefetch.on_settled(channel, entries, state.traits)
+    requeue(state, entries)
+    return OK
+
+
+def close_channel(state: BrokerState, key: ChannelKey) -> None:
+    """The channel is gone (RQ-03, PC-13); its key may be opened again as a new channel."""
+    channel: ChannelState | None = state.channels.pop(key, None)
+    if channel is None:
+        return
+    requeue(state, channel.unacked.values())
+    for table in (state.owed_cancels, state.maybe_cancels, state.limbo, state.grace):
+        table.pop(key, None)
+
+
+def close_connection(state: BrokerState, connection: Hashable) -> None:
+    """RQ-03 for every channel of the connection."""
+    for channel in state.channels_of(connection):
+        close_channel(state, channel.key)
+    state.connections.pop(connection, None)

@@ -1,0 +1,267 @@
+"""From pytest reports to verdicts and evidence (DESIGN.md decision 4).
+
+Responsibility: classify each phase report of a rule test into a `Verdict` with a message,
+carry one test's state across its phases (`TestState`), extract the evidence that goes into
+its record (the broker's close reply, Hypothesis's minimal example and seed), and render the
+frame log and the per-area summary for humans.
+
+Rules:
+- passed → `passed`. A failure raised by an assertion, `pytest.fail` or a driver outcome
+  (`Closed`, `NoReply`, `ConnectionLost`) is the broker's behaviour → `failed`.
+- `HarnessError`, an `OSError` before the broker sent anything in this test (after that it
+  is `failed`), and any other exception (a bug in the test or the harness) → `broken`. An
+  exception group is `broken` if any member is, else `failed`. The plugin re-judges
+  `NoReply`, `ConnectionLost` and `OSError` with its health probe (`may_mean_broker_down`):
+  `broken` when the broker as a whole is wedged or gone.
+- A skip maps through its prefix (`verdicts.SKIP_PREFIX`, and `BROKEN_PREFIX` for the
+  plugin's own); a skip without a verdict prefix is `broken`: a suite test must say why it
+  does not run. xfail → `failed` (the deviation was observed); XPASS → `passed`.
+- The first phase that does not pass decides; a teardown error only replaces `passed`.
+- Texts stored in records are bounded (`MAX_TEXT` characters).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar, NamedTuple
+
+import pytest
+
+from codec import ChannelClose, Command, ConnectionClose, MethodFrame
+from codec.frames import describe
+from conformance.drivers.raw import Closed, ConnectionLost, DriverError, FrameRecord, NoReply
+from conformance.health import LeakReport
+from conformance.results import TestRecord
+from conformance.verdicts import SKIP_PREFIX, HarnessError, Verdict, verdict_of_skip
+
+BROKEN_PREFIX = "broken: "
+MAX_TEXT = 4000
+_EXAMPLE_NOTE = re.compile(r"^(Falsifying example|Failing test case|state = )")
+_SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
+
+
+class Reply(NamedTuple):
+    """A broker-initiated close: what the records call the test's reply."""
+
+    scope: str  # channel | connection
+    code: int
+    text: str
+    class_id: int
+    method_id: int
+
+
+@dataclass
+class TestState:
+    """One rule test across its setup, call and teardown phases."""
+
+    __test__: ClassVar[bool] = False  # not a pytest test class
+
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    verdict: Verdict = Verdict.PASSED
+    outcome: str = "passed"
+    phase: str = "call"
+    message: str | None = None
+    duration: float = 0.0
+    duration_total: float = 0.0
+    failure: BaseException | None = None
+
+    def update(self, report: pytest.TestReport, verdict: Verdict, message: str | None,
+               exc: BaseException | None) -> None:
+        self.duration_total += report.duration
+        if report.when == "call":
+            self.duration = report.duration
+        if report.failed:
+            self.outcome = "failed"
+        elif report.skipped and self.outcome == "passed":
+            self.outcome = "skipped"
+        replaces = self.verdict is Verdict.PASSED and verdict is not Verdict.PASSED
+        if replaces or (report.when == "call" and self.phase == "call"):
+            self.verdict, self.message, self.phase = verdict, message, report.when
+            self.failure = exc if verdict is not Verdict.PASSED else None
+
+
+def phase_verdict(report: pytest.TestReport, exc: BaseException | None,
+                  broker_replied: bool) -> tuple[Verdict, str | None]:
+    """The verdict one phase report stands for (see the module rules)."""
+    xfail = getattr(report, "wasxfail", None)
+    if report.passed:
+        return Verdict.PASSED, (f"XPASS: {xfail}" if xfail else None)
+    if report.skipped:
+        if xfail is not None:
+            return Verdict.FAILED, _bounded(f"xfail: {xfail}")
+        reason = skip_reason(report)
+        if reason.startswith(BROKEN_PREFIX):
+            return Verdict.BROKEN, _bounded(reason.removeprefix(BROKEN_PREFIX))
+        verdict = verdict_of_skip(reason)
+        if verdict is None:
+            return Verdict.BROKEN, _bounded(f"skipped without a verdict prefix: {reason}")
+        return verdict, _bounded(reason.removeprefix(SKIP_PREFIX[verdict]))
+    if exc is None:
+        return Verdict.FAILED, _bounded(str(report.longrepr))
+    return exception_verdict(exc, broker_replied), _bounded(_exception_text(exc))
+
+
+def exception_verdict(exc: BaseException, broker_replied: bool) -> Verdict:
+    if isinstance(exc, BaseExceptionGroup):
+        members = {exception_verdict(e, broker_replied) for e in exc.exceptions}
+        return Verdict.BROKEN if Verdict.BROKEN in members else Verdict.FAILED
+    if isinstance(exc, HarnessError):
+        return Verdict.BROKEN
+    if isinstance(exc, AssertionError | DriverError | pytest.fail.Exception):
+        return Verdict.FAILED
+    if isinstance(exc, OSError):
+        return Verdict.FAILED if broker_replied else Verdict.BROKEN
+    return Verdict.BROKEN
+
+
+def may_mean_broker_down(exc: BaseException | None) -> bool:
+    """Worth a health probe before judging: the broker went silent or away."""
+    return isinstance(exc, NoReply | ConnectionLost | OSError)
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return str(text).removeprefix("Skipped: ")
+
+
+def _exception_text(exc: BaseException) -> str:
+    if isinstance(exc, pytest.fail.Exception):
+        return exc.msg or "failed"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
+
+
+def _walk(exc: BaseException | None) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    stack = [exc] if exc is not None else []
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+
+
+def reply_of(exc: BaseException | None, frames: Sequence[FrameRecord]) -> Reply | None:
+    """The close that explains a failure, else the last close the broker sent in the test."""
+    for current in _walk(exc):
+        if isinstance(current, Closed):
+            return Reply(current.scope, current.code, current.text, current.class_id, current.method_id)
+    for record in reversed(frames):
+        if record.direction == "in" and isinstance(record.frame, MethodFrame):
+            method = record.frame.method
+            if isinstance(method, ChannelClose | ConnectionClose):
+                scope = "channel" if isinstance(method, ChannelClose) else "connection"
+                return Reply(scope, method.reply_code, method.reply_text, method.class_id, method.method_id)
+    return None
+
+
+def hypothesis_evidence(exc: BaseException | None, configured_seed: object) -> tuple[str | None, str | None]:
+    """(seed, minimal example) from Hypothesis's notes on a failure, if it was a Hypothesis one."""
+    notes = [note for current in _walk(exc) for note in getattr(current, "__notes__", ())]
+    if not any(_EXAMPLE_NOTE.match(note) for note in notes):
+        return None, None
+    example = _bounded("\n".join(notes))
+    found = _SEED.search(example)
+    seed = next(g for g in found.groups() if g) if found else None
+    if seed is None and configured_seed is not None:
+        seed = str(configured_seed)
+    return seed, example
+
+
+def frame_log(frames: Sequence[FrameRecord], limit: int = 2000) -> str:
+    """The frames of a test, one line each: time since the first, connection, direction, frame."""
+    if not frames:
+        return "(no frames recorded)"
+    origin = frames[0].ts
+    lines = [f"+{r.ts - origin:8.3f}s c{r.connection} {r.direction:>3} {_describe(r.frame)}" for r in frames[:limit]]
+    if len(frames) > limit:
+        lines.append(f"... {len(frames) - limit} more frames")
+    return "\n".join(lines)
+
+
+def _describe(frame: Any) -> str:
+    if isinstance(frame, Command):
+        text = describe(MethodFrame(frame.channel, frame.method))
+        return f"{text} + content {len(frame.body)} B" if frame.method.HAS_CONTENT else text
+    if isinstance(frame, bytes | bytearray):
+        return f"raw {len(frame)} B {bytes(frame[:32]).hex()}{'...' if len(frame) > 32 else ''}"
+    return describe(frame)
+
+
+def summary_lines(counts: Counter[tuple[str, Verdict]], areas: Iterable[str]) -> list[str]:
+    """A text table: one row per area, one column per verdict, and a total row."""
+    verdicts = list(Verdict)
+    rows = [a for a in areas if any(counts[a, v] for v in verdicts)]
+    rows += sorted({a for a, _ in counts} - set(rows))
+    width = max([len("area"), len("total"), *(len(a) for a in rows)])
+    head = "area".ljust(width) + "".join(f"{v.value:>15}" for v in verdicts)
+    lines = [head, "-" * len(head)]
+    for area in rows:
+        lines.append(area.ljust(width) + "".join(f"{counts[area, v] or '.':>15}" for v in verdicts))
+    totals = [sum(counts[a, v] for a in rows) for v in verdicts]
+    lines.append("total".ljust(width) + "".join(f"{t:>15}" for t in totals))
+    return lines
+
+
+def test_record(run_id: str, test_id: str, rule_ids: list[str], area: str, test: TestState,
+                frames: Sequence[FrameRecord], seed_option: object) -> TestRecord:
+    """The results record of a finished test, with its reply and Hypothesis evidence."""
+    seed, example = hypothesis_evidence(test.failure, seed_option)
+    record = TestRecord(run_id, test_id, rule_ids, area, test.verdict.value, test.outcome, test.phase,
+                        test.started, test.duration, test.duration_total, hypothesis_seed=seed,
+                        minimal_example=example, message=test.message)
+    reply = reply_of(test.failure, frames)
+    if reply is not None:
+        record.reply_scope, record.reply_code, record.reply_text = reply.scope, reply.code, reply.text
+        record.reply_class_id, record.reply_method_id = reply.class_id, reply.method_id
+    return record
+
+
+def summary_report(counts: Counter[tuple[str, Verdict]], broken: Sequence[tuple[str, str]], down: str | None,
+                   leaks: LeakReport | None, limit: int = 20) -> list[tuple[str, dict[str, bool]]]:
+    """The terminal summary: verdicts per area, broken tests, a down broker, leftovers."""
+    from conformance.catalogue import AREAS
+
+    lines: list[tuple[str, dict[str, bool]]] = [(line, {}) for line in summary_lines(counts, AREAS)]
+    if down:
+        lines.append((f"BROKER DOWN: {down}; the broker tests after it were not run (broken), exit status 3",
+                      {"red": True, "bold": True}))
+    for nodeid, message in broken[:limit]:
+        lines.append((f"broken: {nodeid}: {message.splitlines()[0] if message else ''}", {"yellow": True}))
+    if len(broken) > limit:
+        lines.append((f"... and {len(broken) - limit} more broken tests", {}))
+    if leaks is not None:
+        lines += [(f"leftover (this run, found by {leaks.method}): {e}", {"yellow": True}) for e in leaks.ours]
+        lines += [(f"leftover (earlier or concurrent runs): {e}", {}) for e in leaks.others]
+        if leaks.error:
+            lines.append((f"leak check: {leaks.error}", {"yellow": True}))
+    return lines
+
+
+def allure_labels(area: str, rule_ids: Sequence[str]) -> list[pytest.MarkDecorator]:
+    """allure-pytest label markers: epic = area, feature = rule group ("ACK"), story = rule id."""
+    groups = dict.fromkeys(r.split("-")[0] for r in rule_ids)
+    return [pytest.mark.allure_label(area, label_type="epic"),
+            pytest.mark.allure_label(*groups, label_type="feature"),
+            pytest.mark.allure_label(*rule_ids, label_type="story")]
+
+
+def allure_evidence(test: TestState, frames: Sequence[FrameRecord]) -> None:
+    """Label the running Allure test with its verdict and attach its frame log."""
+    import allure
+
+    allure.dynamic.label("verdict", test.verdict.value)  # type: ignore[no-untyped-call]
+    allure.attach(frame_log(frames), name="frames", attachment_type=allure.attachment_type.TEXT)

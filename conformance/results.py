@@ -1,0 +1,315 @@
+"""Results records (DESIGN.md decision 7): one schema, written as Parquet during every run.
+
+Responsibility: declare the three record kinds of a run (the run, one record per test, one
+per frame), turn a test's recorded frames into frame records, and write them to a results
+directory that accumulates runs (a "results lake").
+
+Rules:
+- The schema is declared once, as plain `Column`s (`COLUMNS["runs" | "tests" | "frames"]`).
+  The pyarrow schemas (`SCHEMAS`) and the Spark DDL (`spark_ddl`, e.g. for
+  `spark.read.schema(...)` or `StructType.fromDDL`) are derived from them; column kinds use
+  Spark's type names.
+- Layout: ``<dir>/<table>/run=<run_id>/part-<n>-<writer>.parquet`` (hive partitioning by
+  run; the runs table holds one ``run.parquet``). A run writes only under its own
+  ``run=<id>`` directories. Files are written under a dot-name and renamed, so readers never
+  see a half-written file. Readers get the partition column `run` (`PARTITION_KEY`; read it
+  as a string, `read_table` does) in addition to the data column `run_id`.
+- Memory is bounded: test and frame rows are buffered and flushed to a new part file every
+  `batch_rows` rows and when the writer closes.
+- Passwords never reach disk: URLs are stored through `redact_url`.
+- Timestamps are UTC; frame `ts` is the recorder's monotonic clock mapped to wall-clock time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from codec import BodyFrame, Command, HeaderFrame, HeartbeatFrame, MethodFrame, ProtocolHeader
+from conformance.drivers.raw import FrameRecord
+
+PARTITION_KEY = "run"
+TABLES = ("runs", "tests", "frames")
+
+
+class Column(NamedTuple):
+    """One column: its name, its kind (a Spark type name) and whether it may be null."""
+
+    name: str
+    kind: str  # string | int | bigint | double | boolean | timestamp | array<string>
+    nullable: bool = True
+
+
+COLUMNS: dict[str, tuple[Column, ...]] = {
+    "runs": (
+        Column("run_id", "string", False),
+        Column("broker_url", "string", False),  # without the password
+        Column("product", "string"),
+        Column("version", "string"),
+        Column("profile", "string"),
+        Column("client", "string", False),
+        Column("harness_version", "string", False),
+        Column("admin", "string"),  # none | rabbitmqctl | management URL without the password
+        Column("timeout_scale", "double", False),
+        Column("started", "timestamp", False),
+        Column("finished", "timestamp"),
+        Column("exit_status", "int"),
+        Column("tests", "int"),
+    ),
+    "tests": (
+        Column("run_id", "string", False),
+        Column("test_id", "string", False),  # the pytest node id
+        Column("rule_ids", "array<string>", False),
+        Column("area", "string", False),
+        Column("verdict", "string", False),  # conformance.verdicts.Verdict values
+        Column("outcome", "string", False),  # pytest's: passed | failed | skipped
+        Column("phase", "string", False),  # setup | call | teardown: where the verdict was decided
+        Column("started", "timestamp", False),
+        Column("duration", "double", False),  # seconds in the call phase
+        Column("duration_total", "double", False),  # seconds in setup + call + teardown
+        Column("reply_scope", "string"),  # channel | connection: the broker's last close, if any
+        Column("reply_code", "int"),
+        Column("reply_text", "string"),
+        Column("reply_class_id", "int"),
+        Column("reply_method_id", "int"),
+        Column("hypothesis_seed", "string"),
+        Column("minimal_example", "string"),  # Hypothesis's shrunk example / steps
+        Column("message", "string"),  # failure summary, skip reason or broken reason
+        Column("frames", "int", False),
+    ),
+    "frames": (
+        Column("run_id", "string", False),
+        Column("test_id", "string", False),
+        Column("connection", "int", False),
+        Column("channel", "int", False),
+        Column("seq", "int", False),  # order within the test
+        Column("ts", "timestamp", False),
+        Column("direction", "string", False),  # in | out
+        Column("frame_type", "string", False),  # method | header | body | heartbeat | protocol-header | raw
+        Column("class_id", "int"),
+        Column("method_id", "int"),
+        Column("method", "string"),  # e.g. basic.ack
+        Column("delivery_tag", "bigint"),
+        Column("multiple", "boolean"),
+        Column("requeue", "boolean"),
+        Column("redelivered", "boolean"),
+        Column("consumer_tag", "string"),
+        Column("reply_code", "int"),
+        Column("reply_text", "string"),
+        Column("body_size", "bigint"),  # content header size, body frame or outgoing body length
+    ),
+}
+
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "array<string>": pa.list_(pa.string()),
+}
+
+
+def arrow_schema(columns: Sequence[Column]) -> pa.Schema:
+    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.kind], nullable=c.nullable) for c in columns])
+
+
+SCHEMAS: dict[str, pa.Schema] = {table: arrow_schema(columns) for table, columns in COLUMNS.items()}
+
+
+def spark_ddl(table: str) -> str:
+    """The table's schema as a Spark DDL string ("run_id STRING NOT NULL, ...")."""
+    return ", ".join(f"{c.name} {c.kind.upper()}{'' if c.nullable else ' NOT NULL'}" for c in COLUMNS[table])
+
+
+def harness_version() -> str:
+    """The installed amqp-conformance version (recorded with every run)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("amqp-conformance")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (user kept): amqp://guest@host:5672/."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc = f"{netloc}:{parts.port}"
+    if parts.username:
+        netloc = f"{parts.username}@{netloc}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    broker_url: str
+    client: str
+    harness_version: str
+    timeout_scale: float
+    started: datetime
+    product: str | None = None
+    version: str | None = None
+    profile: str | None = None
+    admin: str | None = None
+    finished: datetime | None = None
+    exit_status: int | None = None
+    tests: int | None = None
+
+
+@dataclass
+class TestRecord:
+    __test__: ClassVar[bool] = False  # not a pytest test class
+
+    run_id: str
+    test_id: str
+    rule_ids: list[str]
+    area: str
+    verdict: str
+    outcome: str
+    phase: str
+    started: datetime
+    duration: float = 0.0
+    duration_total: float = 0.0
+    reply_scope: str | None = None
+    reply_code: int | None = None
+    reply_text: str | None = None
+    reply_class_id: int | None = None
+    reply_method_id: int | None = None
+    hypothesis_seed: str | None = None
+    minimal_example: str | None = None
+    message: str | None = None
+    frames: int = 0
+
+
+_METHOD_KEYS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text")
+
+
+def frame_fields(frame: Any) -> dict[str, Any]:
+    """The key fields of one recorded frame (codec frame, outgoing Command, or raw bytes)."""
+    if isinstance(frame, Command):
+        row = _method_fields(frame.method)
+        if frame.method.HAS_CONTENT:
+            row["body_size"] = len(frame.body)
+        return row
+    if isinstance(frame, MethodFrame):
+        return _method_fields(frame.method)
+    if isinstance(frame, HeaderFrame):
+        return {"frame_type": "header", "class_id": frame.class_id, "body_size": frame.body_size}
+    if isinstance(frame, BodyFrame):
+        return {"frame_type": "body", "body_size": len(frame.payload)}
+    if isinstance(frame, HeartbeatFrame):
+        return {"frame_type": "heartbeat"}
+    if isinstance(frame, ProtocolHeader) or (isinstance(frame, bytes | bytearray) and bytes(frame[:4]) == b"AMQP"
+                                              and len(frame) == 8):
+        return {"frame_type": "protocol-header"}
+    return {"frame_type": "raw", "body_size": len(frame) if isinstance(frame, bytes | bytearray) else None}
+
+
+def _method_fields(method: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"frame_type": "method", "class_id": method.CLASS_ID, "method_id": method.METHOD_ID,
+                           "method": method.NAME}
+    for key in _METHOD_KEYS:
+        value = getattr(method, key, None)
+        if value is not None:
+            row[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return row
+
+
+def frame_rows(run_id: str, test_id: str, frames: Iterable[FrameRecord], wall_offset: float) -> Iterator[dict[str, Any]]:
+    """Frame records for a test; `wall_offset` maps the monotonic clock to epoch seconds."""
+    for seq, record in enumerate(frames):
+        row = {"run_id": run_id, "test_id": test_id, "connection": record.connection, "channel": record.channel,
+               "seq": seq, "ts": datetime.fromtimestamp(record.ts + wall_offset, UTC),
+               "direction": record.direction}
+        row.update(frame_fields(record.frame))
+        yield row
+
+
+class _PartBuffer:
+    """Rows of one table, flushed to numbered part files under the run's partition directory."""
+
+    def __init__(self, directory: Path, schema: pa.Schema) -> None:
+        self.directory, self.schema = directory, schema
+        self.rows: list[dict[str, Any]] = []
+        self.parts = 0
+        self.token = uuid.uuid4().hex[:8]  # two writers of one run (e.g. workers) never clash
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        table = pa.Table.from_pylist(self.rows, schema=self.schema)
+        _write_atomically(table, self.directory / f"part-{self.parts:05d}-{self.token}.parquet")
+        self.parts += 1
+        self.rows = []
+
+
+def _write_atomically(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, temporary)
+    os.replace(temporary, path)
+
+
+@dataclass
+class ResultsWriter:
+    """Writes one run's records under `root`; `close()` flushes everything left."""
+
+    root: Path
+    run_id: str
+    batch_rows: int = 50_000
+    wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic())
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        partition = f"{PARTITION_KEY}={self.run_id}"
+        self._tests = _PartBuffer(self.root / "tests" / partition, SCHEMAS["tests"])
+        self._frames = _PartBuffer(self.root / "frames" / partition, SCHEMAS["frames"])
+        self._run_path = self.root / "runs" / partition / "run.parquet"
+        self.tests_written = 0
+
+    def write_run(self, record: RunRecord) -> None:
+        """Write (or rewrite) the run record: once at the start, again with `finished`."""
+        _write_atomically(pa.Table.from_pylist([asdict(record)], schema=SCHEMAS["runs"]), self._run_path)
+
+    def add_test(self, record: TestRecord, frames: Sequence[FrameRecord] = ()) -> None:
+        record.frames = len(frames)
+        self._tests.rows.append(asdict(record))
+        self.tests_written += 1
+        self._frames.rows.extend(frame_rows(self.run_id, record.test_id, frames, self.wall_offset))
+        if len(self._frames.rows) >= self.batch_rows:
+            self._frames.flush()
+        if len(self._tests.rows) >= self.batch_rows:
+            self._tests.flush()
+
+    def close(self) -> None:
+        self._tests.flush()
+        self._frames.flush()
+
+
+def read_table(root: Path | str, table: str, run_id: str | None = None) -> pa.Table:
+    """One table of a results directory (all runs, or one), with the `run` partition column."""
+    if table not in TABLES:
+        raise ValueError(f"unknown results table {table!r} (one of: {', '.join(TABLES)})")
+    partitioning = ds.partitioning(pa.schema([(PARTITION_KEY, pa.string())]), flavor="hive")
+    schema = SCHEMAS[table].append(pa.field(PARTITION_KEY, pa.string()))
+    dataset = ds.dataset(Path(root) / table, format="parquet", partitioning=partitioning, schema=schema)
+    expression = ds.field(PARTITION_KEY) == run_id if run_id is not None else None
+    return dataset.to_table(filter=expression)

@@ -1,0 +1,261 @@
+"""Small shared steps of the ack, requeue and qos suite files: declare, publish, consume, look.
+
+Rules:
+- Every wait is bounded: replies use the client's (scaled) timeout; a check that something
+  does NOT arrive is a short bounded `poll`, never a sleep standing in for synchronisation.
+- Publishing returns only once the broker took every message (publisher confirms, or a
+  transaction where confirms are not advertised), so a following consume or get sees them.
+- Queue names always come from the `names` fixture (unique, deleted at teardown); quorum and
+  stream queues are declared durable with their `x-queue-type`.
+- A delivery (basic.deliver or basic.get-ok) is turned into a `Delivery` record so tests read
+  tags, flags, bodies and headers without casting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from codec import (
+    BasicAck,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicReject,
+    Command,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    QueueBind,
+    QueueBindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    TxCommit,
+    TxCommitOk,
+    TxSelect,
+    TxSelectOk,
+)
+from codec import Method as AmqpMethod
+from conformance.drivers.raw import RawClient
+from conformance.plugin import Names
+from conformance.profiles import Profile
+from conformance.verdicts import HarnessError, not_applicable
+
+CLASSIC = "classic"
+QUORUM = "quorum"
+STREAM = "stream"
+Connect = Callable[..., RawClient]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One basic.deliver or basic.get-ok with its content."""
+
+    tag: int
+    redelivered: bool
+    body: bytes
+    headers: Mapping[str, Any]
+    consumer_tag: str | None  # None for basic.get-ok
+
+    @classmethod
+    def of(cls, command: Command) -> Delivery:
+        m = command.method
+        headers = dict((command.properties.headers or {}) if command.properties else {})
+        if isinstance(m, BasicDeliver):
+            return cls(m.delivery_tag, m.redelivered, command.body, headers, m.consumer_tag)
+        if isinstance(m, BasicGetOk):
+            return cls(m.delivery_tag, m.redelivered, command.body, headers, None)
+        raise HarnessError(f"not a delivery: {m!r}")
+
+
+def bodies(deliveries: Iterable[Delivery]) -> list[bytes]:
+    return [d.body for d in deliveries]
+
+
+def tag_of(delivery: Delivery | None) -> int:
+    assert delivery is not None, "basic.get-empty where a message was expected"
+    return delivery.tag
+
+
+def settle(kind: str, tag: int, *, multiple: bool = False, requeue: bool = False) -> AmqpMethod:
+    """basic.ack, basic.reject or basic.nack (`kind`) of `tag`."""
+    if kind == "ack":
+        return BasicAck(delivery_tag=tag, multiple=multiple)
+    if kind == "reject":
+        return BasicReject(delivery_tag=tag, requeue=requeue)
+    return BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue)
+
+
+def require_nack(profile: Profile) -> None:
+    if not profile.rabbitmq:
+        not_applicable("basic.nack is a RabbitMQ extension")
+
+
+def require_kind(profile: Profile, kind: str) -> None:
+    if kind != CLASSIC and not profile.rabbitmq:
+        not_applicable(f"{kind} queues are a RabbitMQ extension")
+
+
+def declare(client: RawClient, ch: int, queue: str, kind: str = CLASSIC,
+            arguments: Mapping[str, Any] | None = None) -> str:
+    """Declare `queue` (classic, quorum or stream) and return its name."""
+    args = dict(arguments or {})
+    if kind != CLASSIC:
+        args["x-queue-type"] = kind
+    client.rpc(ch, QueueDeclare(queue=queue, durable=kind != CLASSIC, arguments=args), QueueDeclareOk)
+    return queue
+
+
+def filled(connect: Connect, names: Names, count: int, kind: str = CLASSIC,
+           arguments: Mapping[str, Any] | None = None) -> tuple[RawClient, int, str]:
+    """A new client, an open channel, and a queue of `kind` holding m1..m<count>."""
+    client = connect()
+    ch = client.channel()
+    queue = declare(client, ch, names.queue(kind), kind, arguments)
+    Publisher(client).publish(queue, messages(count))
+    return client, ch, queue
+
+
+def ready(client: RawClient, ch: int, queue: str) -> int:
+    """Ready messages of `queue` (passive declare); also a round trip proving that the
+    broker handled every earlier method on `ch`."""
+    ok = client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk).method
+    assert isinstance(ok, QueueDeclareOk)
+    return ok.message_count
+
+
+def ready_elsewhere(connect: Connect, queue: str) -> int:
+    """Ready count of `queue` seen from a fresh connection (e.g. after a channel went)."""
+    client = connect()
+    return ready(client, client.channel(), queue)
+
+
+def await_ready(client: RawClient, ch: int, queue: str, count: int, within: float) -> None:
+    """Wait (bounded by `within` seconds) until `queue` has `count` ready messages: for returns
+    a broker makes asynchronously, e.g. a quorum queue noticing a closed channel (RQ-03)."""
+    deadline = time.monotonic() + within
+    while (seen := ready(client, ch, queue)) != count:
+        assert time.monotonic() < deadline, f"{queue}: {seen} ready messages after {within:.1f} s, want {count}"
+        time.sleep(0.01)
+
+
+def with_dead_letter_queue(client: RawClient, ch: int, names: Names) -> tuple[dict[str, Any], str]:
+    """A fanout dead-letter exchange bound to a fresh classic queue: (queue arguments, dlq)."""
+    dlx = names.exchange("dlx")
+    client.rpc(ch, ExchangeDeclare(exchange=dlx, exchange_type="fanout"), ExchangeDeclareOk)
+    dlq = declare(client, ch, names.queue("dlq"))
+    client.rpc(ch, QueueBind(queue=dlq, exchange=dlx), QueueBindOk)
+    return {"x-dead-letter-exchange": dlx}, dlq
+
+
+@dataclass
+class Publisher:
+    """A publishing channel; `publish` returns once the broker took every message: confirm
+    mode where the broker advertises publisher_confirms, else a transaction (tx.commit-ok)."""
+
+    client: RawClient
+    ch: int = 0
+    confirms: bool = True
+    next_seqno: int = 1
+    confirmed: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.ch = self.client.channel()
+        capabilities = self.client.server_properties.get("capabilities")
+        self.confirms = isinstance(capabilities, dict) and capabilities.get("publisher_confirms") is True
+        if self.confirms:
+            self.client.rpc(self.ch, ConfirmSelect(), ConfirmSelectOk)
+        else:
+            self.client.rpc(self.ch, TxSelect(), TxSelectOk)
+
+    def publish(self, queue: str, payloads: Iterable[bytes], properties: BasicProperties | None = None,
+                exchange: str = "") -> None:
+        last = 0
+        for body in payloads:
+            self.client.send(self.ch, BasicPublish(exchange=exchange, routing_key=queue), properties, body)
+            last, self.next_seqno = self.next_seqno, self.next_seqno + 1
+        if not self.confirms:
+            self.client.rpc(self.ch, TxCommit(), TxCommitOk)
+            return
+        while not all(s in self.confirmed for s in range(1, last + 1)):
+            command = self.client.expect(self.ch, BasicAck, BasicNack)
+            m = command.method
+            assert isinstance(m, BasicAck | BasicNack)
+            if isinstance(m, BasicNack):
+                raise HarnessError(f"the broker nacked publish {m.delivery_tag} to {queue!r}")
+            low = 1 if m.multiple else m.delivery_tag
+            self.confirmed.update(range(low, m.delivery_tag + 1))
+
+
+def messages(count: int, prefix: str = "m") -> list[bytes]:
+    """m1, m2, ... (1-based, so bodies read like positions)."""
+    return [f"{prefix}{i}".encode() for i in range(1, count + 1)]
+
+
+def consume(client: RawClient, ch: int, queue: str, *, no_ack: bool = False, tag: str = "",
+            arguments: Mapping[str, Any] | None = None) -> str:
+    """basic.consume; returns the consumer tag (deliveries may already be queued)."""
+    ok = client.rpc(ch, BasicConsume(queue=queue, consumer_tag=tag, no_ack=no_ack,
+                                     arguments=dict(arguments or {})), BasicConsumeOk).method
+    assert isinstance(ok, BasicConsumeOk)
+    return ok.consumer_tag
+
+
+def take(client: RawClient, ch: int, count: int = 1, timeout: float | None = None) -> list[Delivery]:
+    """The next `count` basic.deliver on `ch` (each within the timeout)."""
+    return [Delivery.of(client.expect(ch, BasicDeliver, timeout=timeout)) for _ in range(count)]
+
+
+def take_one(client: RawClient, ch: int, timeout: float | None = None) -> Delivery:
+    return take(client, ch, 1, timeout)[0]
+
+
+def assert_quiet(client: RawClient, ch: int, duration: float, what: str = "delivery") -> None:
+    """Nothing more is delivered on `ch` within the bounded `duration`."""
+    extra = client.poll(ch, BasicDeliver, duration=duration)
+    assert extra is None, f"unexpected {what}: {Delivery.of(extra)}"
+
+
+def drain(client: RawClient, ch: int, quiet: float, limit: int = 1000) -> list[Delivery]:
+    """Every basic.deliver on `ch` until none arrives for `quiet` seconds (at most `limit`)."""
+    out: list[Delivery] = []
+    while len(out) < limit and (command := client.poll(ch, BasicDeliver, duration=quiet)) is not None:
+        out.append(Delivery.of(command))
+    return out
+
+
+def per_consumer(deliveries: Iterable[Delivery]) -> dict[str | None, int]:
+    """How many of `deliveries` each consumer tag got."""
+    counts: dict[str | None, int] = {}
+    for d in deliveries:
+        counts[d.consumer_tag] = counts.get(d.consumer_tag, 0) + 1
+    return counts
+
+
+def get(client: RawClient, ch: int, queue: str, no_ack: bool = False) -> Delivery | None:
+    """basic.get: the delivery, or None for basic.get-empty."""
+    reply = client.rpc(ch, BasicGet(queue=queue, no_ack=no_ack), BasicGetOk, BasicGetEmpty)
+    return None if isinstance(reply.method, BasicGetEmpty) else Delivery.of(reply)
+
+
+def get_all(client: RawClient, ch: int, queue: str, limit: int = 100) -> list[Delivery]:
+    """basic.get until get-empty (at most `limit` messages), manual-ack mode."""
+    out: list[Delivery] = []
+    while len(out) < limit and (d := get(client, ch, queue)) is not None:
+        out.append(d)
+    return out
+
+
+def global_qos_is_channel_wide(profile: Profile) -> bool:
+    """QOS-03: global=true is a channel-wide limit on RabbitMQ before 4.3; 4.3 treats it as
+    per-consumer by default; a plain AMQP 0-9-1 broker applies it to the connection."""
+    return profile.rabbitmq and not profile.at_least("4.3")

@@ -1,0 +1,417 @@
+"""Shared machinery of the model-vs-broker Hypothesis machines (STYLE: the fakeredis shape).
+
+Responsibility: run a client program against a broker over the raw driver and against the
+model (conformance.model) side by side, step by step, and fail with the shrunk steps plus the
+frames of that run.
+Rules:
+- Rules are synchronous (DESIGN decision 5). A method without a reply (ack, nack, reject,
+  publish) is followed by a ping (a passive exchange.declare on the same channel), so its
+  outcome is known: the broker closes the channel before answering the ping, or answers it.
+- Outcomes compare by scope, reply code and class/method id (`model.outcomes`), never text.
+- After every step `settle()` makes the run quiescent: it checks every asynchronous method that
+  arrived (deliveries, confirms, returns, broker cancels) against the model in arrival order
+  per channel, waits (bounded, scaled by the target's timeout) while the model says something
+  must still come, and compares the ready count of every queue (passive queue.declare) until
+  it matches, so the next step starts from the same state on both sides. A delivery that
+  the model does not allow yet is held while other channels may still deliver (a broker
+  writes each channel's frames independently, so arrival order across channels is free).
+- Each example uses fresh connections and uniquely named queues, deleted at teardown.
+- `AMQPC_MACHINE_EXAMPLES` overrides every machine's example count (deeper runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import select
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from hypothesis import HealthCheck, note, settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+
+from codec import (
+    BasicAck,
+    BasicCancel,
+    BasicDeliver,
+    BasicNack,
+    BasicReturn,
+    ChannelClose,
+    Command,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    ExchangeDelete,
+    ExchangeDeleteOk,
+    Method,
+    QueueBind,
+    QueueBindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+)
+from codec.frames import BodyFrame, HeaderFrame, MethodFrame, describe
+from conformance.drivers.raw import ChannelClosed as WireChannelClosed
+from conformance.drivers.raw import ConnectionClosed as WireConnectionClosed
+from conformance.drivers.raw import DriverError, NoReply, RawClient, Recorder
+from conformance.model import (
+    OK,
+    BrokerModel,
+    ChannelClosed,
+    Confirm,
+    ConnectionClosed,
+    Deliver,
+    Outcome,
+    Return,
+    ServerCancel,
+    Violation,
+)
+
+ENV_EXAMPLES = "AMQPC_MACHINE_EXAMPLES"
+CONTROL = 99  # the channel number of the harness's own channel (declares, counts, deletes)
+F = TypeVar("F", bound=Callable[..., None])
+
+
+@dataclass(frozen=True)
+class MachineTarget:
+    """Where and how a machine runs: broker URL, profile name, timeout scale."""
+
+    url: str
+    profile: str
+    timeout_scale: float = 1.0
+
+    def timeout(self, seconds: float) -> float:
+        return seconds * self.timeout_scale
+
+
+def machine_settings(examples: int, steps: int) -> settings:
+    count = int(os.environ.get(ENV_EXAMPLES, "0") or 0) or examples
+    return settings(max_examples=count, stateful_step_count=steps, deadline=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int) -> None:
+    factory: Any = lambda: machine(target)  # noqa: E731 - Hypothesis accepts any factory
+    run_state_machine_as_test(factory, settings=machine_settings(examples, steps))
+
+
+def step(fn: F) -> F:
+    """Wrap a rule: mark the run busy while it executes, then settle (see module docstring)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: ModelMachine, **kwargs: Any) -> None:
+        self.busy = True
+        fn(self, **kwargs)
+        self.sync()
+        ModelMachine.steps_run += 1
+        self.busy = False
+
+    return wrapper  # type: ignore[return-value]
+
+
+def to_outcome(exc: DriverError) -> Outcome:
+    if isinstance(exc, WireChannelClosed):
+        return ChannelClosed(exc.code, exc.class_id, exc.method_id)
+    if isinstance(exc, WireConnectionClosed):
+        return ConnectionClosed(exc.code, exc.class_id, exc.method_id)
+    raise exc
+
+
+class FrameLog:
+    """The frames of one run, formatted lazily (only Hypothesis's final report prints them)."""
+
+    LIMIT = 400
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def __repr__(self) -> str:
+        frames = self.recorder.frames
+        lines = [f"frames of this run ({len(frames)}, oldest first):"]
+        skipped = max(0, len(frames) - self.LIMIT)
+        if skipped:
+            lines.append(f"  ... {skipped} earlier frames")
+        start = frames[0].ts if frames else 0.0
+        for record in frames[skipped:]:
+            arrow = "<" if record.direction == "in" else ">"
+            lines.append(f"  {record.ts - start:8.4f} c{record.connection} {arrow} {format_frame(record.frame)}")
+        return "\n".join(lines)
+
+
+def format_frame(frame: Any) -> str:
+    if isinstance(frame, BodyFrame):
+        return f"ch{frame.channel} body {bytes(frame.payload)[:40]!r}"
+    if isinstance(frame, (MethodFrame, HeaderFrame)):
+        return describe(frame)
+    if isinstance(frame, Command):
+        method = frame.method
+        text = f"ch{frame.channel} {method.NAME} {method.fields()}"
+        return text + (f" body {frame.body[:40]!r}" if method.HAS_CONTENT else "")
+    if isinstance(frame, bytes):
+        return f"raw {frame[:40]!r}"
+    return describe(frame)
+
+
+class MachineClient(RawClient):
+    """RawClient plus one non-blocking read, for waiting on several connections at once."""
+
+    def read_available(self) -> None:
+        """Read what the socket holds now (the caller saw it readable) into the inboxes."""
+        self._read(0.001)
+
+
+class ModelMachine(RuleBasedStateMachine):
+    """Base of the machines: connections, channels, queues, settle, teardown."""
+
+    steps_run: ClassVar[int] = 0
+    SETTLE_SECONDS: ClassVar[float] = 2.0
+
+    def __init__(self, target: MachineTarget) -> None:
+        super().__init__()
+        self.target = target
+        self.model = BrokerModel(target.profile)
+        self.recorder = Recorder()
+        self.clients: dict[str, MachineClient] = {}
+        self.capabilities: dict[str, dict[str, Any]] = {}
+        self.channels: dict[Any, tuple[str, int]] = {}  # model channel key -> (connection, number)
+        self.real: dict[str, str] = {}  # logical queue name -> broker name
+        self.exchanges: dict[str, str] = {}  # logical exchange name -> broker name
+        self.declared_args: dict[str, tuple[bool, dict[str, Any]]] = {}
+        self.prefix = f"amqpc.m.{uuid.uuid4().hex[:10]}"
+        self.body_ids = itertools.count(1)
+        self.busy = False
+        self.control_conn = "A"
+
+    # -- setup -------------------------------------------------------------------------------
+    def connect(self, conn: str, **capabilities: Any) -> MachineClient:
+        client = MachineClient(self.target.url, capabilities=capabilities or None, recorder=self.recorder,
+                               timeout=self.target.timeout(5.0))
+        client.connect()
+        self.clients[conn] = client
+        self.capabilities[conn] = capabilities
+        self.model.open_connection(conn, cancel_notify=capabilities.get("consumer_cancel_notify", True))
+        if conn == self.control_conn:
+            client.channel(CONTROL)
+        return client
+
+    def open(self, key: Any, conn: str = "A", number: int | None = None) -> None:
+        number = number if number is not None else int(key) if isinstance(key, int) else 1
+        client = self.clients[conn]
+        client.inbox.pop(number, None)
+        # RawClient.channel() clears closed_channels only after channel.open-ok, but waiting
+        # for it raises while the number is still marked closed: clear it first
+        client.closed_channels.pop(number, None)
+        client.channel(number)
+        self.channels[key] = (conn, number)
+        self.model.open_channel(key, conn)
+
+    def declare(self, logical: str, kind: str = "classic", *, durable: bool = False, **arguments: Any) -> None:
+        real = self.real.setdefault(logical, f"{self.prefix}.{logical}")
+        if kind == "quorum":
+            durable, arguments = True, {"x-queue-type": "quorum", "x-delivery-limit": 1000, **arguments}
+        self.declared_args[logical] = (durable, arguments)
+        control = self.clients[self.control_conn]
+        control.rpc(CONTROL, QueueDeclare(queue=real, durable=durable, arguments=arguments), QueueDeclareOk)
+        max_length = arguments.get("x-max-length")
+        self.model.declare_queue(logical, kind, max_length=max_length,
+                                 overflow=arguments.get("x-overflow", "drop-head"))
+
+    def declare_fanout(self, logical: str, queues: list[str]) -> None:
+        real = self.exchanges.setdefault(logical, f"{self.prefix}.{logical}")
+        control = self.clients[self.control_conn]
+        control.rpc(CONTROL, ExchangeDeclare(exchange=real, exchange_type="fanout", auto_delete=False),
+                    ExchangeDeclareOk)
+        for queue in queues:
+            control.rpc(CONTROL, QueueBind(queue=self.real[queue], exchange=real), QueueBindOk)
+        self.model.declare_fanout(logical, queues)
+
+    def body(self) -> bytes:
+        return f"m{next(self.body_ids)}".encode()
+
+    def client(self, key: Any) -> tuple[RawClient, int]:
+        conn, number = self.channels[key]
+        return self.clients[conn], number
+
+    # -- calls -------------------------------------------------------------------------------
+    def call_async(self, key: Any, method: Method) -> Outcome:
+        """Send a method that has no reply, then ping the channel: Ok or how it was closed."""
+        client, number = self.client(key)
+        try:
+            client.send(number, method)
+            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+                       ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
+            return OK
+        except DriverError as exc:
+            return self._closed(key, exc)
+
+    def call(self, key: Any, method: Method, *reply: type) -> Outcome:
+        client, number = self.client(key)
+        try:
+            client.rpc(number, method, *reply, timeout=self.target.timeout(self.SETTLE_SECONDS))
+            return OK
+        except DriverError as exc:
+            return self._closed(key, exc)
+
+    def _closed(self, key: Any, exc: DriverError) -> Outcome:
+        if isinstance(exc, NoReply):
+            raise AssertionError(f"channel {key!r}: {exc}") from None
+        outcome = to_outcome(exc)
+        # what arrived before the close came before the broker handled our method: check it
+        # against the model as it was (PC-13 keeps earlier confirms valid, for instance)
+        if isinstance(outcome, ConnectionClosed):
+            conn = self.channels[key][0]
+            for other, (c, _) in self.channels.items():
+                if c == conn and self.model.is_open(other):
+                    self.drain_channel(other)
+        else:
+            self.drain_channel(key)
+        return outcome
+
+    def expect_outcome(self, what: str, observed: Outcome, expected: Outcome) -> None:
+        assert observed == expected, f"{what}: broker gave {observed}, the rules say {expected}"
+
+    def recover_from(self, key: Any, outcome: Outcome) -> None:
+        """After a broker close: reopen the channel, or reconnect and reopen its channels."""
+        if isinstance(outcome, ChannelClosed):
+            conn, number = self.channels[key]
+            self.open(key, conn, number)
+        elif isinstance(outcome, ConnectionClosed):
+            conn = self.channels[key][0]
+            self.clients[conn].close()
+            self.connect(conn, **self.capabilities[conn])
+            for other, (c, number) in list(self.channels.items()):
+                if c == conn:
+                    self.open(other, c, number)
+
+    # -- settling ----------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Check what arrived, wait for what must come, and sync queue counts (module doc)."""
+        deadline = time.monotonic() + self.target.timeout(self.SETTLE_SECONDS)
+        while True:
+            blocked = self.drain()
+            for key, delivery in blocked:
+                # held back only while another channel may still deliver first; a late
+                # arrival there is the one way it can become allowed
+                if time.monotonic() > deadline or not any(self.model.due(k) for k in self.channels if k != key):
+                    self.model.deliver(key, delivery)  # raises the Violation with what was allowed
+            waiting = self.waiting_for()
+            if not waiting:
+                mismatch = self.count_mismatch()
+                if mismatch is None:
+                    break
+                waiting = mismatch
+            if time.monotonic() > deadline:
+                raise Violation(f"after {self.target.timeout(self.SETTLE_SECONDS):.1f} s: {waiting}")
+            self.read(deadline)
+        self.model.quiesce()
+
+    def waiting_for(self) -> str | None:
+        if self.model.due():
+            return "a delivery the rules require did not arrive (QOS-02..08, RQ-01..03)"
+        owed = self.model.owed_cancels()
+        if owed:
+            return f"the broker did not send basic.cancel for {owed} (CCN-02)"
+        return None
+
+    def count_mismatch(self) -> str | None:
+        control = self.clients[self.control_conn]
+        for logical in self.model.queues():
+            reply = control.rpc(CONTROL, QueueDeclare(queue=self.real[logical], passive=True), QueueDeclareOk)
+            assert isinstance(reply.method, QueueDeclareOk)
+            if reply.method.message_count != self.model.ready(logical):
+                return (f"queue {logical} holds {reply.method.message_count} ready messages, the model "
+                        f"{self.model.ready(logical)}: {self.model.ready_bodies(logical)}")
+        return None
+
+    def read(self, deadline: float) -> None:
+        live = {c.sock: c for c in self.clients.values()
+                if c.sock is not None and not c.lost and c.connection_closed is None}
+        if not live:
+            return
+        wait = max(0.0, min(deadline - time.monotonic(), 0.05))
+        readable, _, _ = select.select(list(live), [], [], wait)
+        for sock in readable:
+            client = live[sock]
+            client.read_available()
+            if client.connection_closed is not None:
+                raise client.connection_closed
+
+    def drain(self) -> list[tuple[Any, Deliver]]:
+        """Check every queued asynchronous method; returns deliveries the model holds back."""
+        while True:
+            progress = False
+            blocked: list[tuple[Any, Deliver]] = []
+            for key in list(self.channels):
+                if not self.model.is_open(key):
+                    continue
+                progress |= self.drain_channel(key, blocked)
+            if not progress:
+                return blocked
+
+    def drain_channel(self, key: Any, blocked: list[tuple[Any, Deliver]] | None = None) -> bool:
+        client, number = self.client(key)
+        box = client.inbox.get(number)
+        progress = False
+        while box:
+            command = box[0]
+            m = command.method
+            if isinstance(m, BasicDeliver):
+                delivery = Deliver(m.consumer_tag, m.delivery_tag, m.redelivered, command.body)
+                if delivery not in self.model.deliveries(key):
+                    if blocked is None:
+                        self.model.deliver(key, delivery)  # raises
+                    else:
+                        blocked.append((key, delivery))
+                    return progress
+                self.model.deliver(key, delivery)
+            elif isinstance(m, BasicCancel):
+                self.model.server_cancel(key, ServerCancel(m.consumer_tag))
+            elif isinstance(m, (BasicAck, BasicNack)):
+                self.model.confirm(key, Confirm(m.delivery_tag, m.multiple, isinstance(m, BasicNack)))
+            elif isinstance(m, BasicReturn):
+                self.model.returned(key, Return(m.reply_code, m.exchange, m.routing_key, command.body))
+            elif isinstance(m, ChannelClose):
+                if blocked is not None:  # a close nobody expected
+                    raise Violation(f"channel {key!r} closed by the broker: {m.reply_code} "
+                                    f"({m.class_id}/{m.method_id}) {m.reply_text!r}")
+                return progress
+            else:
+                raise Violation(f"unexpected {m.NAME} on channel {key!r}")
+            box.popleft()
+            progress = True
+        return progress
+
+    # -- teardown ----------------------------------------------------------------------------
+    def final_check(self) -> None:
+        """Hook: what must hold at the end of a run (confirms settled, ...)."""
+
+    def teardown(self) -> None:
+        try:
+            if not self.busy:
+                self.final_check()
+        finally:
+            self.cleanup()
+            note(FrameLog(self.recorder))
+
+    def cleanup(self) -> None:
+        deletes: list[Method] = [QueueDelete(queue=q) for q in self.real.values()]
+        deletes += [ExchangeDelete(exchange=x) for x in self.exchanges.values()]
+        control = self.clients.get(self.control_conn)
+        leftover = list(deletes)
+        if control is not None and control.connection_closed is None and not control.lost:
+            for method in deletes:
+                with contextlib.suppress(DriverError, OSError):
+                    control.rpc(CONTROL, method, QueueDeleteOk, ExchangeDeleteOk, timeout=self.target.timeout(5.0))
+                    leftover.remove(method)
+        for client in self.clients.values():
+            client.close()
+        if leftover:
+            with contextlib.suppress(DriverError, OSError), RawClient(self.target.url, timeout=5.0) as c:
+                ch = c.channel()
+                for method in leftover:
+                    c.rpc(ch, method, QueueDeleteOk, ExchangeDeleteOk)

@@ -1,0 +1,455 @@
+"""Publisher confirms and their transaction neighbours over the wire (RULES.md §4, PC-01..13).
+
+Each test names its rules with `@pytest.mark.rules`; expectations per profile come from the
+catalogue. Acks and nacks are checked by coverage (every seqno settled exactly once, PC-05),
+not by their batching, except where RabbitMQ's coalescing is deterministic (a lone confirm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from codec import (
+    BasicAck,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicQosOk,
+    BasicReturn,
+    ChannelClose,
+    ChannelCloseOk,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    QueueBind,
+    QueueBindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    TxCommit,
+    TxCommitOk,
+    TxRollback,
+    TxRollbackOk,
+    TxSelect,
+    TxSelectOk,
+    encode_content,
+    encode_method,
+)
+from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
+from conformance.plugin import Names, Target
+from conformance.suite.helpers_wire import (
+    Confirms,
+    assert_quiet,
+    default_max_message_size,
+    inbound,
+    methods_after,
+    outcome,
+    publish_burst,
+    publish_large,
+    pump,
+    reopen_channel,
+    sync,
+    wait_channel_closed,
+)
+from conformance.verdicts import not_applicable
+
+Connect = Callable[..., RawClient]
+PERSISTENT = BasicProperties(delivery_mode=2)
+QUIET = 0.3  # seconds of silence that show nothing more is coming, after a round trip
+
+
+def confirm_channel(client: RawClient) -> int:
+    ch = client.channel()
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
+    return ch
+
+
+def declare(client: RawClient, ch: int, queue: str, **kwargs: Any) -> None:
+    client.rpc(ch, QueueDeclare(queue=queue, **kwargs), QueueDeclareOk)
+
+
+def message_count(client: RawClient, ch: int, queue: str) -> int:
+    reply = client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk).method
+    assert isinstance(reply, QueueDeclareOk)
+    return reply.message_count
+
+
+# -- PC-01 / PC-02 ---------------------------------------------------------------------------
+@pytest.mark.rules("PC-01")
+def test_confirm_select_is_answered_and_repeatable(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = client.channel()
+    queue = names.queue()
+    declare(client, ch, queue)
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
+    publish_burst(client, ch, [queue])
+    Confirms.expecting(1, 1).collect(client, ch, target.timeout(5))
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)  # selecting again is harmless ...
+    publish_burst(client, ch, [queue])
+    again = Confirms.expecting(2, 1).collect(client, ch, target.timeout(5))  # ... and keeps counting
+    assert again.acked == {2}
+
+
+@pytest.mark.rules("PC-01")
+def test_confirm_select_nowait_gets_no_reply(connect: Connect, target: Target) -> None:
+    client = connect()
+    ch = client.channel()
+    client.send(ch, ConfirmSelect(nowait=True))
+    assert_quiet(client, ch, QUIET, ConfirmSelectOk)
+
+
+@pytest.mark.rules("PC-02")
+def test_sequence_numbers_start_at_one_after_select(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = client.channel()
+    queue = names.queue()
+    declare(client, ch, queue)
+    publish_burst(client, ch, [queue] * 2)  # before confirm.select: not counted
+    sync(client, ch)
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
+    publish_burst(client, ch, [queue] * 3)
+    confirms = Confirms.expecting(1, 3).collect(client, ch, target.timeout(5))
+    assert confirms.acked == {1, 2, 3}
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
+
+
+# -- PC-03 -----------------------------------------------------------------------------------
+@pytest.mark.rules("PC-03")
+def test_tx_select_on_a_confirm_channel_is_406(connect: Connect) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, TxSelect(), TxSelectOk)
+    assert outcome(closed.value) == ("channel", 406, 90, 10)
+
+
+@pytest.mark.rules("PC-03")
+def test_confirm_select_on_a_tx_channel_is_406(connect: Connect) -> None:
+    client = connect()
+    ch = client.channel()
+    client.rpc(ch, TxSelect(), TxSelectOk)
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
+    assert outcome(closed.value) == ("channel", 406, 85, 10)
+
+
+# -- PC-04 / PC-05 / PC-10 ---------------------------------------------------------------------
+@pytest.mark.rules("PC-04")
+def test_a_lone_confirm_is_not_multiple(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    queue = names.queue()
+    declare(client, ch, queue)
+    for seqno in (1, 2):  # each publish is alone in its flush: nothing else is unconfirmed
+        publish_burst(client, ch, [queue])
+        ack = client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(5)).method
+        assert ack == BasicAck(delivery_tag=seqno, multiple=False)
+
+
+@pytest.mark.rules("PC-04", "PC-05")
+def test_a_burst_is_confirmed_once_per_seqno(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    queue = names.queue()
+    declare(client, ch, queue)
+    publish_burst(client, ch, [queue] * 25)  # the broker may or may not coalesce these
+    confirms = Confirms.expecting(1, 25).collect(client, ch, target.timeout(5))
+    assert confirms.acked == set(range(1, 26)) and not confirms.nacked
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
+
+
+@pytest.mark.rules("PC-04", "PC-08")
+def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    full = names.queue("full")
+    declare(client, ch, full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    publish_burst(client, ch, [full])
+    lone = client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(5)).method
+    # A lone nack covers seqno 1 only, whatever its multiple bit. RabbitMQ 3.10.8 sends
+    # multiple=true here (live): unlike acks, nacks have no single-confirm special case.
+    assert isinstance(lone, BasicNack) and lone.delivery_tag == 1
+    publish_burst(client, ch, [full] * 5)
+    confirms = Confirms.expecting(2, 5).collect(client, ch, target.timeout(5))
+    assert confirms.nacked == set(range(2, 7)) and not confirms.acked
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
+
+
+@pytest.mark.rules("PC-05")
+def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    ok, full = names.queue("ok"), names.queue("full")
+    declare(client, ch, ok)
+    declare(client, ch, full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    keys = [ok, full, f"{ok}.unroutable", ok, full, full, ok, f"{full}.unroutable"]
+    publish_burst(client, ch, keys)
+    confirms = Confirms.expecting(1, len(keys)).collect(client, ch, target.timeout(5))
+    assert confirms.nacked == {i for i, k in enumerate(keys, 1) if k == full}
+    assert confirms.acked == {i for i, k in enumerate(keys, 1) if k != full}
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
+
+
+@pytest.mark.rules("PC-10")
+def test_confirms_of_mixed_durability_cover_every_message(connect: Connect, names: Names,
+                                                         target: Target) -> None:
+    """Order is not guaranteed, so only coverage is checked: persistent messages to a durable
+    queue and transient ones to a transient queue, interleaved in one write."""
+    client = connect()
+    ch = confirm_channel(client)
+    durable, transient = names.queue("durable"), names.queue("transient")
+    declare(client, ch, durable, durable=True)
+    declare(client, ch, transient)
+    one, two = (encode_content(ch, BasicPublish(routing_key=q), p, b"m")
+                for q, p in ((durable, PERSISTENT), (transient, BasicProperties())))
+    for start in (1, 21):
+        client.send_raw((one + two) * 10, channel=ch)
+        confirms = Confirms.expecting(start, 20).collect(client, ch, target.timeout(5))
+        assert confirms.acked == set(range(start, start + 20))
+    assert message_count(client, ch, durable) == 20 and message_count(client, ch, transient) == 20
+
+
+# -- PC-06 -----------------------------------------------------------------------------------
+@pytest.mark.rules("PC-06")
+def test_unroutable_mandatory_is_returned_then_confirmed(connect: Connect, names: Names,
+                                                         target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    exchange = names.exchange()
+    client.rpc(ch, ExchangeDeclare(exchange=exchange, exchange_type="direct"), ExchangeDeclareOk)
+    publish_burst(client, ch, ["nowhere"], exchange=exchange, body=b"returned", mandatory=True)
+    first = client.expect(ch, timeout=target.timeout(5))  # in arrival order: the return first
+    assert first.method == BasicReturn(312, "NO_ROUTE", exchange, "nowhere")
+    assert first.body == b"returned"
+    second = client.expect(ch, timeout=target.timeout(5))
+    assert second.method == BasicAck(delivery_tag=1, multiple=False)
+    assert_quiet(client, ch, QUIET)
+
+
+@pytest.mark.rules("PC-06")
+def test_unroutable_without_mandatory_is_only_confirmed(connect: Connect, names: Names,
+                                                        target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    publish_burst(client, ch, [f"{names.prefix}.no-such-queue"])
+    assert client.expect(ch, timeout=target.timeout(5)).method == BasicAck(delivery_tag=1, multiple=False)
+    assert_quiet(client, ch, QUIET)
+
+
+# -- PC-07 -----------------------------------------------------------------------------------
+@pytest.mark.rules("PC-07")
+def test_persistent_message_in_durable_queue_is_confirmed_once_stored(connect: Connect, names: Names,
+                                                                      target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    queue = names.queue()
+    declare(client, ch, queue, durable=True)
+    publish_burst(client, ch, [queue] * 5, properties=PERSISTENT)
+    assert Confirms.expecting(1, 5).collect(client, ch, target.timeout(5)).acked == {1, 2, 3, 4, 5}
+    assert message_count(client, ch, queue) == 5
+
+
+@pytest.mark.rules("PC-07")
+def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    queue = names.queue()
+    declare(client, ch, queue, durable=True, arguments={"x-queue-type": "quorum"})
+    publish_burst(client, ch, [queue] * 3, properties=PERSISTENT)
+    assert Confirms.expecting(1, 3).collect(client, ch, target.timeout(10)).acked == {1, 2, 3}
+    assert message_count(client, ch, queue) == 3
+
+
+@pytest.mark.rules("PC-07")
+def test_message_routed_to_several_queues_gets_one_confirm(connect: Connect, names: Names,
+                                                           target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    exchange, queues = names.exchange(), [names.queue("a"), names.queue("b"), names.queue("c")]
+    client.rpc(ch, ExchangeDeclare(exchange=exchange, exchange_type="fanout"), ExchangeDeclareOk)
+    declare(client, ch, queues[0], durable=True)
+    declare(client, ch, queues[1])
+    declare(client, ch, queues[2], durable=True, arguments={"x-queue-type": "quorum"})
+    for queue in queues:
+        client.rpc(ch, QueueBind(queue=queue, exchange=exchange), QueueBindOk)
+    publish_burst(client, ch, [""], exchange=exchange, properties=PERSISTENT)
+    assert client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(10)).method == BasicAck(1, False)
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
+    assert [message_count(client, ch, q) for q in queues] == [1, 1, 1]
+
+
+# -- PC-08 / PC-09 ---------------------------------------------------------------------------
+@pytest.mark.rules("PC-08")
+@pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
+def test_a_full_queue_with_reject_publish_nacks(connect: Connect, names: Names, target: Target,
+                                                overflow: str) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    queue = names.queue()
+    declare(client, ch, queue, arguments={"x-max-length": 1, "x-overflow": overflow})
+    publish_burst(client, ch, [queue] * 3)
+    confirms = Confirms.expecting(1, 3).collect(client, ch, target.timeout(5))
+    assert (confirms.acked, confirms.nacked) == ({1}, {2, 3})
+    assert message_count(client, ch, queue) == 1  # the nacked messages were refused, not kept
+
+
+@pytest.mark.rules("PC-09")
+@pytest.mark.parametrize("durable", [True, False], ids=["durable-persistent", "transient"])
+def test_queue_deleted_with_confirms_pending_means_ack(connect: Connect, names: Names, target: Target,
+                                                       durable: bool) -> None:
+    """Publishes and the queue's deletion go in one write, so the deletion can overtake the
+    confirms; whatever was pending must be acked, never nacked."""
+    client = connect()
+    ch = confirm_channel(client)
+    queue = names.queue()
+    declare(client, ch, queue, durable=durable)
+    props = PERSISTENT if durable else BasicProperties()
+    publish_burst(client, ch, [queue] * 50, properties=props, tail=encode_method(ch, QueueDelete(queue=queue)))
+    confirms = Confirms.expecting(1, 50).collect(client, ch, target.timeout(10))
+    assert not confirms.nacked, f"nacked {sorted(confirms.nacked)}: a deleted queue means ack (PC-09)"
+
+
+# -- PC-11 -----------------------------------------------------------------------------------
+@pytest.mark.rules("PC-11")
+@pytest.mark.parametrize("method", [TxCommit(), TxRollback()], ids=["commit", "rollback"])
+def test_commit_or_rollback_outside_tx_is_406(connect: Connect, method: TxCommit | TxRollback) -> None:
+    client = connect()
+    ch = client.channel()
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, method, TxCommitOk, TxRollbackOk)
+    assert outcome(closed.value) == ("channel", 406, 90, method.METHOD_ID)
+
+
+@pytest.mark.rules("PC-11")
+def test_commit_with_a_rejected_publish_is_406(connect: Connect, names: Names, target: Target) -> None:
+    if target.profile.expect("PC-11").startswith("variant:"):
+        not_applicable("partial tx completion is RabbitMQ-specific")
+    client = connect()
+    ch = client.channel()
+    queue = names.queue()
+    declare(client, ch, queue, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    client.rpc(ch, TxSelect(), TxSelectOk)
+    publish_burst(client, ch, [queue])
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, TxCommit(), TxCommitOk)
+    assert outcome(closed.value) == ("channel", 406, 90, 20)
+
+
+@pytest.mark.rules("PC-11")
+def test_commit_ok_follows_the_enqueue_of_every_publish(connect: Connect, names: Names,
+                                                        target: Target) -> None:
+    client = connect()
+    ch, observer = client.channel(), client.channel()
+    queue = names.queue()
+    declare(client, ch, queue, durable=True)
+    client.rpc(ch, TxSelect(), TxSelectOk)
+    publish_burst(client, ch, [queue] * 20, properties=PERSISTENT)
+    assert message_count(client, observer, queue) == 0  # held until the commit
+    client.rpc(ch, TxCommit(), TxCommitOk, timeout=target.timeout(10))
+    assert message_count(client, observer, queue) == 20
+
+
+@pytest.mark.rules("PC-11")
+def test_method_pipelined_behind_commit(connect: Connect, names: Names, target: Target) -> None:
+    """A method that arrives while tx.commit is still being processed is a 504 connection error.
+    Whether the pipelined method finds the commit still running depends on the broker: RabbitMQ
+    3.10.8 waits for the queue (here: persistent messages, durable queue) and answers 504 (live);
+    a broker whose commit completes at once answers commit-ok and then the method normally."""
+    if target.profile.expect("PC-11").startswith("variant:"):
+        not_applicable("the in-commit 504 is RabbitMQ-specific")
+    client = connect()
+    ch = client.channel()
+    queue = names.queue()
+    declare(client, ch, queue, durable=True)
+    client.rpc(ch, TxSelect(), TxSelectOk)
+    tail = encode_method(ch, TxCommit()) + encode_method(ch, BasicQos(prefetch_count=5))
+    publish_burst(client, ch, [queue] * 50, properties=PERSISTENT, body=b"m" * 1000, tail=tail)
+    try:
+        client.expect(ch, TxCommitOk, timeout=target.timeout(10))
+    except ConnectionClosed as closed:
+        assert outcome(closed) == ("connection", 504, 60, 10)
+        return
+    client.expect(ch, BasicQosOk, timeout=target.timeout(5))
+
+
+# -- PC-12 -----------------------------------------------------------------------------------
+@pytest.mark.rules("PC-12")
+def test_immediate_publish_is_540(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = client.channel()
+    queue = names.queue()
+    declare(client, ch, queue)
+    client.send(ch, BasicPublish(routing_key=queue, immediate=True), BasicProperties(), b"m")
+    if target.profile.expect("PC-12").startswith("variant:immediate=true is a spec flag"):
+        returned = client.expect(ch, BasicReturn, timeout=target.timeout(5)).method
+        assert isinstance(returned, BasicReturn) and returned.reply_code == 313
+        return
+    with pytest.raises(ConnectionClosed) as closed:
+        sync(client, ch)
+    assert outcome(closed.value) == ("connection", 540, 60, 40)
+
+
+@pytest.mark.rules("PC-12")
+def test_body_over_the_default_max_message_size_is_406(connect: Connect, names: Names,
+                                                       target: Target) -> None:
+    limit = default_max_message_size(target.profile)
+    if limit is None:
+        not_applicable("message size limits are broker-specific on this profile")
+    client = connect(timeout=target.timeout(30))
+    ch, other = client.channel(), client.channel()
+    queue = names.queue()
+    declare(client, ch, queue)
+    publish_large(client, ch, queue, limit + 1)
+    with pytest.raises(ChannelClosed) as closed:
+        sync(client, ch)
+    assert outcome(closed.value) == ("channel", 406, 60, 40)
+    assert message_count(client, other, queue) == 0  # the connection and other channels go on
+
+
+# -- PC-13 -----------------------------------------------------------------------------------
+@pytest.mark.rules("PC-13")
+def test_pending_confirms_die_with_a_channel_error(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    other = client.channel()
+    queue = names.queue()
+    declare(client, other, queue, durable=True)
+    publish_burst(client, ch, [queue] * 50, properties=PERSISTENT, tail=encode_method(ch, BasicAck(999_999)))
+    closed = wait_channel_closed(client, ch, target.timeout(5))
+    assert outcome(closed) == ("channel", 406, 60, 80)
+    sync(client, other)
+    pump(client, QUIET)
+    late = methods_after(inbound(client, ch), ChannelClose)
+    assert not late, f"sent on channel {ch} after its channel.close: {late}"
+    _fresh_channel_counts_from_one(client, ch, queue, target)
+
+
+@pytest.mark.rules("PC-13")
+def test_pending_confirms_die_with_a_client_close(connect: Connect, names: Names, target: Target) -> None:
+    client = connect()
+    ch = confirm_channel(client)
+    other = client.channel()
+    queue = names.queue()
+    declare(client, other, queue, durable=True)
+    publish_burst(client, ch, [queue] * 50, properties=PERSISTENT)
+    client.close_channel(ch)  # acks may precede close-ok; nothing may follow it
+    sync(client, other)
+    pump(client, QUIET)
+    late = methods_after(inbound(client, ch), ChannelCloseOk)
+    assert not late, f"sent on channel {ch} after its channel.close-ok: {late}"
+    _fresh_channel_counts_from_one(client, ch, queue, target)
+
+
+def _fresh_channel_counts_from_one(client: RawClient, ch: int, queue: str, target: Target) -> None:
+    """The same channel number, reopened: a new counter, and no stale confirm for old seqnos."""
+    reopen_channel(client, ch)
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
+    publish_burst(client, ch, [queue])
+    first = client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(5)).method
+    assert first == BasicAck(delivery_tag=1, multiple=False)
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)

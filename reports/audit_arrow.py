@@ -1,0 +1,176 @@
+"""The trace audit over Arrow: frame tables in, violation tables out, no Spark needed.
+
+Responsibility: adapt `reports.audit` (plain-Python per-channel checkers) to pyarrow tables
+of frame records: compute each row's audit code with vectorised kernels, drop the rows the
+audit ignores (content headers, heartbeats, connection methods), order the rest by
+(run, test, connection, channel, seq), cut them into channels and run the checker on each.
+`audit_lake` applies it run by run to a results directory: the single-process pipeline and
+the body of every Spark task of the shuffle-free plan (`reports.audit_spark`).
+
+Rules:
+- A channel is keyed by (run_id, test_id, connection, channel): connection ids are unique
+  within a test, and a channel never spans tests or runs.
+- Columns the results schema lacks (see `OPTIONAL_COLUMNS`) turn their checks off; they are
+  never invented.
+- Output rows follow `reports.schema.VIOLATIONS`, ordered like the input channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from conformance.results import PARTITION_KEY
+from reports.audit import BODY_IN, Columns, audit_channel_columns, frame_code
+from reports.schema import VIOLATIONS
+
+KEY_COLUMNS = ("run_id", "test_id", "connection", "channel")
+AUDIT_COLUMNS = (*KEY_COLUMNS, "seq", "direction", "frame_type", "method", "delivery_tag", "multiple",
+                 "requeue", "redelivered", "consumer_tag", "reply_code")
+OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest")
+
+
+def input_columns(schema: pa.Schema) -> list[str]:
+    """The columns the audit reads from a frames table with this schema."""
+    return [*AUDIT_COLUMNS, *(c for c in OPTIONAL_COLUMNS if c in schema.names)]
+
+
+def frame_codes(table: pa.Table) -> np.ndarray:
+    """Each row's audit code (`reports.audit.frame_code`), -1 where the audit ignores it."""
+    methods = pc.dictionary_encode(table["method"]).combine_chunks()
+    names = methods.dictionary.to_pylist()
+    code_in = np.array([_code("in", m) for m in names] + [-1], dtype=np.int16)
+    code_out = np.array([_code("out", m) for m in names] + [-1], dtype=np.int16)
+    index = methods.indices.fill_null(len(names)).to_numpy()
+    incoming = pc.equal(table["direction"], "in").fill_null(False).to_numpy(zero_copy_only=False)
+    codes: np.ndarray = np.where(incoming, code_in[index], code_out[index])
+    if "body_digest" in table.column_names:  # message identity comes from the first body frame
+        body = pc.equal(table["frame_type"], "body").fill_null(False).to_numpy(zero_copy_only=False)
+        codes[body & incoming] = BODY_IN
+    return codes
+
+
+def _code(direction: str, method: str | None) -> int:
+    code = frame_code(direction, "method", method) if method is not None else None
+    return -1 if code is None else code
+
+
+def audit_table(frames: pa.Table) -> pa.Table:
+    """Audit every channel of a frames table (any row order); one row per finding."""
+    codes = frame_codes(frames)
+    keep = np.flatnonzero(codes >= 0)
+    table = frames.take(keep) if len(keep) < frames.num_rows else frames
+    codes = codes[keep]
+    if table.num_rows == 0:
+        return VIOLATIONS.empty_table()
+    run, test = _Dictionary(table["run_id"]), _Dictionary(table["test_id"])
+    conn, chan, seq = (_ints(table[name]) for name in ("connection", "channel", "seq"))
+    order = np.lexsort((seq, chan, conn, test.indices, run.indices))
+    keys = (run.indices[order], test.indices[order], conn[order], chan[order])
+    change = np.zeros(len(order), dtype=bool)
+    change[0] = True
+    for key in keys:
+        change[1:] |= key[1:] != key[:-1]
+    starts = np.flatnonzero(change).tolist()
+    cols = _columns(table.take(order), codes[order], seq[order])
+    return _findings_table(cols, starts, keys, run.names, test.names)
+
+
+class _Dictionary:
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        encoded = pc.dictionary_encode(column).combine_chunks()
+        self.indices: np.ndarray = encoded.indices.to_numpy()
+        self.names: list[str] = encoded.dictionary.to_pylist()
+
+
+def _ints(column: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.fill_null(column, 0).to_numpy())
+
+
+def _columns(table: pa.Table, codes: np.ndarray, seq: np.ndarray) -> Columns:
+    def ints(name: str) -> list[int]:
+        return pc.fill_null(table[name], 0).to_numpy().tolist()  # type: ignore[no-any-return]
+
+    def flags(name: str) -> list[bool]:
+        return pc.fill_null(table[name], False).to_numpy(zero_copy_only=False).tolist()  # type: ignore[no-any-return]
+
+    def optional(name: str, kind: str) -> list[Any] | None:
+        if name not in table.column_names:
+            return None
+        values: list[Any] = table[name].to_pylist() if kind == "str" else ints(name) if kind == "int" \
+            else flags(name)
+        return values
+
+    return Columns(codes.tolist(), seq.tolist(), ints("delivery_tag"), flags("multiple"), flags("requeue"),
+                   flags("redelivered"), table["consumer_tag"].to_pylist(), ints("reply_code"),
+                   optional("prefetch_count", "int"), optional("no_ack", "bool"),
+                   optional("global_qos", "bool"), optional("body_digest", "str"))
+
+
+def _findings_table(cols: Columns, starts: list[int], keys: tuple[np.ndarray, ...],
+                    runs: list[str], tests: list[str]) -> pa.Table:
+    rows: dict[str, list[object]] = {name: [] for name in VIOLATIONS.names}
+    bounds = [*starts, len(cols.code)]
+    for start, stop in pairwise(bounds):
+        findings = audit_channel_columns(cols, start, stop)
+        if not findings:
+            continue
+        key = (runs[keys[0][start]], tests[keys[1][start]], int(keys[2][start]), int(keys[3][start]))
+        for f in findings:
+            for name, value in zip(VIOLATIONS.names, (*key, f.seq, f.kind, f.rule_id, f.severity, f.detail),
+                                   strict=True):
+                rows[name].append(value)
+    return pa.table(rows, schema=VIOLATIONS)
+
+
+# --- a results directory, run by run -------------------------------------------------------
+
+
+def run_partitions(root: str | Path) -> list[tuple[str, str]]:
+    """(run id, directory) of every run partition of `root`/frames (local path or URI)."""
+    fs, base = pafs.FileSystem.from_uri(_uri(root))
+    frames = f"{base.rstrip('/')}/frames"
+    if fs.get_file_info(frames).type != pafs.FileType.Directory:
+        return []
+    found = []
+    for info in fs.get_file_info(pafs.FileSelector(frames)):
+        if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION_KEY}="):
+            run = info.base_name.split("=", 1)[1]
+            found.append((run, _join_uri(root, f"frames/{info.base_name}")))
+    return sorted(found)
+
+
+def _uri(root: str | Path) -> str:
+    text = str(root)
+    return text if "://" in text else Path(text).resolve().as_uri()
+
+
+def _join_uri(root: str | Path, relative: str) -> str:
+    return f"{_uri(root).rstrip('/')}/{relative}"
+
+
+def read_run_frames(directory: str, *, use_threads: bool = True) -> pa.Table:
+    """The audit's columns of one run partition directory (its part files, any number)."""
+    fs, path = pafs.FileSystem.from_uri(directory)
+    dataset = ds.dataset(path, filesystem=fs, format="parquet")  # one writer per run: one schema
+    return dataset.to_table(columns=input_columns(dataset.schema), use_threads=use_threads)
+
+
+def audit_runs(directories: list[str], *, use_threads: bool = True) -> Iterator[pa.Table]:
+    """Audit run partitions one after the other (memory bounded by the largest run)."""
+    for directory in directories:
+        yield audit_table(read_run_frames(directory, use_threads=use_threads))
+
+
+def audit_lake(root: str | Path) -> pa.Table:
+    """The single-process audit of a whole results directory."""
+    tables = list(audit_runs([d for _, d in run_partitions(root)]))
+    return pa.concat_tables(tables) if tables else VIOLATIONS.empty_table()

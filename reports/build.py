@@ -1,0 +1,216 @@
+"""Build the report: run the Spark jobs on a results directory, collect, render.
+
+Responsibility: `build_report(spark, results_dir, out)` reads the lake, runs the jobs of
+`reports.jobs` and the trace audit (`reports.audit_spark`), collects the small results into
+`reports.model.ReportData`, pulls the frames of the failing tests, and writes the site with
+`reports.render.render_site`.
+
+Rules:
+- Only aggregates, the latest runs' failing tests and their frames reach the driver; the
+  frames of passing tests never leave Spark.
+- Failing test pages cover each target's latest run, verdicts `failed` and `broken`, at most
+  `max_failure_pages` of them (oldest test ids first, the rest listed without a page).
+- The audit runs with the shuffle-free per-run plan unless `audit_plan="grouped"`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from conformance.catalogue import AREAS, PROFILES, all_rules, rule
+from reports import jobs
+from reports.audit_spark import audit_by_run, audit_grouped
+from reports.model import (
+    HISTORY_RUNS,
+    Cell,
+    Change,
+    FailingTest,
+    Flake,
+    Reply,
+    ReportData,
+    Rule,
+    RunPoint,
+    Target,
+    Violation,
+    page_for_test,
+)
+from reports.render import FrameLog, render_site
+from reports.spark import read_results
+
+
+@dataclass
+class Lake:
+    runs: DataFrame
+    tests: DataFrame
+    frames: DataFrame
+
+
+def read_lake(spark: SparkSession, root: str | Path) -> Lake:
+    return Lake(*(read_results(spark, root, t) for t in ("runs", "tests", "frames")))
+
+
+def build_report(spark: SparkSession, results_dir: str | Path, out: str | Path, *,
+                 max_failure_pages: int = 5000, audit_plan: str = "by-run") -> ReportData:
+    """Compute and write the report for every run under `results_dir`; return its data."""
+    lake = read_lake(spark, results_dir)
+    verdicts = jobs.rule_verdicts(lake.tests, lake.runs, jobs.catalogue_frame(spark)).cache()
+    try:
+        data = collect(spark, lake, verdicts, str(results_dir), max_failure_pages, audit_plan)
+        render_site(data, out, frame_logs(lake.frames, data.failing))
+    finally:
+        verdicts.unpersist()
+    return data
+
+
+def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: str, max_failure_pages: int,
+            audit_plan: str) -> ReportData:
+    runs = [r.asDict() for r in jobs.runs_with_targets(lake.runs).collect()]
+    latest = {r["run_id"]: r for r in runs if r["latest"]}
+    scores = jobs.run_scores(verdicts).collect()
+    areas = jobs.area_scores(verdicts).where("latest").collect()
+    failing = _failing_tests(lake.tests, latest, max_failure_pages)
+    matrix = _matrix(jobs.matrix(verdicts).collect(), failing)
+    violations = _violations(spark, lake, results_dir, audit_plan, {r["run_id"]: r["target"] for r in runs},
+                             {(t.run_id, t.test_id): t for t in failing})
+    changes = [_change(r) for r in jobs.history(verdicts, lake.runs).collect()]
+    latest_pairs = {(c.run_b, c.target) for c in changes} & {(r, v["target"]) for r, v in latest.items()}
+    return ReportData(
+        generated=datetime.now(UTC), results_dir=results_dir, runs=len(runs), tests=lake.tests.count(),
+        areas=_areas(verdicts), targets=_targets(runs, scores, areas), rules=_rules(verdicts), matrix=matrix,
+        trend=[_point(r) for r in scores],
+        changes=sorted((c for c in changes if (c.run_b, c.target) in latest_pairs),
+                       key=lambda c: (not c.regression, c.target, c.rule_id)),
+        regressions=sorted((c for c in changes if c.regression), key=lambda c: (c.run_b or "", c.rule_id),
+                           reverse=True),
+        flakes=[_flake(r) for r in jobs.flakes(verdicts).orderBy(F.desc("flips"), "target", "rule_id").collect()],
+        violations=violations, failing=failing, rule_history=_rule_history(verdicts))
+
+
+def _areas(verdicts: DataFrame) -> list[str]:
+    found = {r.area for r in verdicts.select("area").distinct().collect()}
+    return [a for a in AREAS if a in found] + sorted(found - set(AREAS) - {None})
+
+
+def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) -> list[Target]:
+    by_run = {r.run_id: r for r in scores}
+    area_scores: dict[str, dict[str, float | None]] = defaultdict(dict)
+    for row in areas:
+        area_scores[row.run_id][row.area] = row.score
+    counted: dict[str, int] = defaultdict(int)
+    for run in runs:
+        counted[run["target"]] += 1
+    targets = []
+    for run in sorted((r for r in runs if r["latest"]), key=lambda r: r["target"]):
+        score = by_run.get(run["run_id"])
+        targets.append(Target(
+            label=run["target"], run_id=run["run_id"], started=run["started"], product=run["product"],
+            version=run["version"], profile=run["profile"], client=run["client"], broker_url=run["broker_url"],
+            runs=counted[run["target"]], score=score.score if score else None,
+            counts={v: getattr(score, v) for v in jobs.VERDICT_ORDER} if score else {},
+            areas=area_scores.get(run["run_id"], {})))
+    return targets
+
+
+def _rules(verdicts: DataFrame) -> list[Rule]:
+    catalogue = [Rule(r.id, r.area, r.title, r.text, r.source, r.tags, r.seeds, dict(r.expect)) for r in all_rules()]
+    known = {r.id for r in catalogue}
+    extra = verdicts.where(~F.col("rule_id").isin(list(known))).select("rule_id", "area").distinct().collect()
+    return catalogue + [Rule(r.rule_id, r.area or "?", "(not in the catalogue)", "", "?", in_catalogue=False)
+                        for r in sorted(extra, key=lambda r: r.rule_id)]
+
+
+def _matrix(rows: list[Row], failing: list[FailingTest]) -> dict[str, dict[str, Cell]]:
+    pages: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for test in failing:
+        for rule_id in test.rule_ids:
+            pages[rule_id, test.target].append(test.page)
+    matrix: dict[str, dict[str, Cell]] = defaultdict(dict)
+    for r in rows:
+        matrix[r.rule_id][r.target] = Cell(r.verdict, r.run_id, r.tests, r.failing_tests or 0,
+                                           pages.get((r.rule_id, r.target), []))
+    return dict(matrix)
+
+
+def _point(r: Row) -> RunPoint:
+    return RunPoint(r.run_id, r.target, r.started, r.ordinal, r.score, {v: getattr(r, v) for v in jobs.VERDICT_ORDER})
+
+
+def _change(r: Row) -> Change:
+    return Change(r.target, r.run_a, r.run_b, r.rule_id, r.verdict_a, r.verdict_b, r.change, bool(r.regression))
+
+
+def _flake(r: Row) -> Flake:
+    return Flake(r.target, r.rule_id, r.area, r.runs, r.flips, r.failures, r.sequence, r.last, float(r.flip_rate))
+
+
+def _rule_history(verdicts: DataFrame) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    recent = verdicts.withColumn("newest", F.max("ordinal").over(Window.partitionBy("target"))).where(
+        F.col("ordinal") > F.col("newest") - HISTORY_RUNS)
+    history: dict[str, dict[str, list[tuple[str, str]]]] = defaultdict(lambda: defaultdict(list))
+    for r in recent.select("rule_id", "target", "ordinal", "run_id", "verdict").orderBy("ordinal").collect():
+        history[r.rule_id][r.target].append((r.run_id, r.verdict))
+    return {rule: dict(targets) for rule, targets in history.items()}
+
+
+def _failing_tests(tests: DataFrame, latest: dict[str, dict[str, Any]], limit: int) -> list[FailingTest]:
+    rows = (tests.where(F.col("run_id").isin(list(latest)) & F.col("verdict").isin("failed", "broken"))
+            .orderBy("run_id", "test_id").limit(limit).collect())
+    failing = []
+    for r in rows:
+        run = latest[r.run_id]
+        profile = run["profile"]
+        expected = [(rule_id, _expectation(rule_id, profile)) for rule_id in r.rule_ids]
+        failing.append(FailingTest(
+            page=page_for_test(r.run_id, r.test_id), run_id=r.run_id, target=run["target"], profile=profile,
+            test_id=r.test_id, rule_ids=list(r.rule_ids), area=r.area, verdict=r.verdict, outcome=r.outcome,
+            phase=r.phase, started=r.started, duration=r.duration,
+            reply=Reply(r.reply_scope, r.reply_code, r.reply_text, r.reply_class_id, r.reply_method_id),
+            message=r.message, hypothesis_seed=r.hypothesis_seed, minimal_example=r.minimal_example,
+            frames=r.frames, expected=expected))
+    return failing
+
+
+def _expectation(rule_id: str, profile: str | None) -> str:
+    if profile not in PROFILES:
+        return "see the rule"
+    try:
+        return rule(rule_id).expect[profile or ""]
+    except KeyError:
+        return "unknown rule"
+
+
+def _violations(spark: SparkSession, lake: Lake, results_dir: str, plan: str, targets: dict[str, str],
+                pages: dict[tuple[str, str], FailingTest]) -> list[Violation]:
+    found = audit_grouped(lake.frames) if plan == "grouped" else audit_by_run(spark, results_dir)
+    violations = []
+    for r in found.orderBy("run_id", "test_id", "connection", "channel", "seq").collect():
+        test = pages.get((r.run_id, r.test_id))
+        v = Violation(targets.get(r.run_id, "?"), r.run_id, r.test_id, r.connection, r.channel, r.seq, r.kind,
+                      r.rule_id, r.severity, r.detail, test.page if test else None)
+        violations.append(v)
+        if test is not None:
+            test.violations.append(v)
+    violations.sort(key=lambda v: (v.severity != "error", v.target, v.run_id, v.test_id, v.seq))
+    return violations
+
+
+def frame_logs(frames: DataFrame, failing: list[FailingTest]) -> list[FrameLog]:
+    """The frames of the failing tests, one log per test page, in seq order."""
+    if not failing:
+        return []
+    spark = frames.sparkSession
+    keys = spark.createDataFrame([(t.run_id, t.test_id) for t in failing], "run_id STRING, test_id STRING")
+    wanted = frames.join(F.broadcast(keys), ["run_id", "test_id"]).drop("run")
+    table = wanted.toArrow()
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in table.sort_by([("run_id", "ascending"), ("test_id", "ascending"), ("seq", "ascending")]).to_pylist():
+        rows[row["run_id"], row["test_id"]].append(row)
+    return [(t.page, rows.get((t.run_id, t.test_id), [])) for t in failing]

@@ -1,0 +1,90 @@
+"""`amqp-conformance report RESULTS_DIR --out DIR [--spark-master URL]`: the report command.
+
+Responsibility: parse the arguments, start Spark, build the report (`reports.build`), print
+where it is. `report_main(argv) -> int` is what the `amqp-conformance` console script calls.
+
+Exit codes (DESIGN.md decision 8): 0 report written; 2 Spark or the environment failed;
+4 usage error (bad arguments, no results under RESULTS_DIR), reported as one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from conformance.results import PARTITION_KEY
+
+PROG = "amqp-conformance report"
+EXIT_OK, EXIT_ENVIRONMENT, EXIT_USAGE = 0, 2, 4
+
+
+class UsageError(Exception):
+    """Bad arguments: one line for stderr, exit status 4."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Build the HTML conformance report from a results directory "
+                                       "(Parquet written by `amqp-conformance run --results-dir`).")
+    p.add_argument("results_dir", metavar="RESULTS_DIR", help="results directory (runs/, tests/, frames/)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write the static site into")
+    p.add_argument("--spark-master", metavar="URL", default=None,
+                   help="Spark master (default local[*]; SPARK_REMOTE selects Spark Connect). A cluster must "
+                        "read RESULTS_DIR from shared storage (hdfs://, s3a://, or the same NFS path)")
+    p.add_argument("--max-failure-pages", type=int, default=5000, metavar="N",
+                   help="at most N failing-test pages (default 5000)")
+    p.add_argument("--audit-plan", choices=("by-run", "grouped"), default="by-run",
+                   help="trace audit plan: per run partition without shuffle (default) or grouped per channel")
+    return p
+
+
+def _check_results_dir(text: str) -> None:
+    if "://" in text:
+        return  # remote storage: Spark will say if it is not there
+    root = Path(text)
+    if not root.is_dir():
+        raise UsageError(f"RESULTS_DIR {text}: not a directory")
+    if not any((root / "runs").glob(f"{PARTITION_KEY}=*/*.parquet")):
+        raise UsageError(f"RESULTS_DIR {text}: no runs found (expected runs/{PARTITION_KEY}=<id>/*.parquet)")
+
+
+def report_main(argv: Sequence[str] | None = None) -> int:
+    """Run the report command; return its exit status."""
+    try:
+        args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        _check_results_dir(args.results_dir)
+        if args.max_failure_pages < 0:
+            raise UsageError("--max-failure-pages must be >= 0")
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    started = time.perf_counter()
+    try:
+        from reports.build import build_report
+        from reports.spark import spark_session
+
+        spark = spark_session(args.spark_master)
+        data = build_report(spark, args.results_dir, args.out, max_failure_pages=args.max_failure_pages,
+                            audit_plan=args.audit_plan)
+    except Exception as exc:  # Spark, Java or storage trouble: the environment, not the user
+        print(f"{PROG}: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+              file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    index = Path(args.out) / "index.html"
+    print(f"report: {index} ({data.runs} runs, {len(data.targets)} targets, {len(data.failing)} failing tests, "
+          f"{len(data.violations)} audit findings; {time.perf_counter() - started:.1f} s)")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(report_main())

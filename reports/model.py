@@ -1,0 +1,200 @@
+"""The report's data: plain records between the Spark pipeline and the HTML renderer.
+
+Responsibility: hold everything one report shows, as small JSON-able dataclasses, so the
+renderer (`reports.render`) is tested without Spark and the collector (`reports.build`) without
+templates.
+
+Rules: no behaviour beyond naming (page slugs, target slugs) and the JSON summary; values
+are already computed (scores are fractions in [0, 1] or None when nothing counts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+HISTORY_RUNS = 30
+VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "not-applicable", "broken")
+
+
+def slug(text: str) -> str:
+    """A file-name-safe slug: lower-case words joined by '-' (non-empty)."""
+    words = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+    return words or "x"
+
+
+def page_for_test(run_id: str, test_id: str) -> str:
+    """The page name of one test of one run: readable prefix + stable hash."""
+    digest = hashlib.sha1(f"{run_id}\0{test_id}".encode()).hexdigest()[:10]
+    name = test_id.rsplit("::", 1)[-1]
+    return f"{slug(name)[:48]}-{digest}"
+
+
+@dataclass
+class Target:
+    label: str
+    run_id: str
+    started: datetime
+    product: str | None
+    version: str | None
+    profile: str | None
+    client: str
+    broker_url: str
+    runs: int
+    score: float | None
+    counts: dict[str, int]
+    areas: dict[str, float | None]  # area -> score in the latest run
+
+    @property
+    def slug(self) -> str:
+        return slug(self.label)
+
+
+@dataclass
+class RunPoint:
+    run_id: str
+    target: str
+    started: datetime
+    ordinal: int
+    score: float | None
+    counts: dict[str, int]
+
+
+@dataclass
+class Cell:
+    verdict: str
+    run_id: str
+    tests: int
+    failing_tests: int
+    pages: list[str] = field(default_factory=list)  # failing test pages of this rule and target
+
+
+@dataclass
+class Rule:
+    id: str
+    area: str
+    title: str
+    text: str
+    source: str
+    tags: tuple[str, ...] = ()
+    seeds: tuple[str, ...] = ()
+    expect: dict[str, str] = field(default_factory=dict)
+    in_catalogue: bool = True
+
+
+@dataclass
+class Reply:
+    scope: str | None
+    code: int | None
+    text: str | None
+    class_id: int | None
+    method_id: int | None
+
+    def __bool__(self) -> bool:
+        return self.code is not None
+
+
+@dataclass
+class Violation:
+    target: str
+    run_id: str
+    test_id: str
+    connection: int
+    channel: int
+    seq: int
+    kind: str
+    rule_id: str
+    severity: str
+    detail: str
+    page: str | None = None  # the test's page, when it has one
+
+
+@dataclass
+class FailingTest:
+    page: str
+    run_id: str
+    target: str
+    profile: str | None
+    test_id: str
+    rule_ids: list[str]
+    area: str
+    verdict: str
+    outcome: str
+    phase: str
+    started: datetime
+    duration: float
+    reply: Reply
+    message: str | None
+    hypothesis_seed: str | None
+    minimal_example: str | None
+    frames: int
+    expected: list[tuple[str, str]] = field(default_factory=list)  # (rule id, expectation on the profile)
+    violations: list[Violation] = field(default_factory=list)
+
+
+@dataclass
+class Change:
+    target: str
+    run_a: str | None
+    run_b: str | None
+    rule_id: str
+    verdict_a: str | None
+    verdict_b: str | None
+    change: str
+    regression: bool
+
+
+@dataclass
+class Flake:
+    target: str
+    rule_id: str
+    area: str | None
+    runs: int
+    flips: int
+    failures: int
+    sequence: str
+    last: str
+    flip_rate: float
+
+
+@dataclass
+class ReportData:
+    generated: datetime
+    results_dir: str
+    runs: int
+    tests: int
+    areas: list[str]
+    targets: list[Target]
+    rules: list[Rule]
+    matrix: dict[str, dict[str, Cell]]  # rule id -> target label -> cell
+    trend: list[RunPoint]
+    changes: list[Change]  # between each target's two latest runs
+    regressions: list[Change]  # every regression in the history
+    flakes: list[Flake]
+    violations: list[Violation]
+    failing: list[FailingTest]
+    # rule id -> target -> [(run id, verdict)], oldest first (the target's last `HISTORY_RUNS` runs)
+    rule_history: dict[str, dict[str, list[tuple[str, str]]]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary (summary.json): one entry per target, and the totals."""
+        return {
+            "generated": self.generated.isoformat(),
+            "runs": self.runs,
+            "tests": self.tests,
+            "targets": [
+                {"target": t.label, "slug": t.slug, "run_id": t.run_id, "started": t.started.isoformat(),
+                 "product": t.product, "version": t.version, "profile": t.profile, "client": t.client,
+                 "runs": t.runs, "score": t.score, "counts": t.counts, "areas": t.areas,
+                 "badge": f"badges/{t.slug}.svg"}
+                for t in self.targets
+            ],
+            "regressions": len(self.regressions),
+            "flakes": len(self.flakes),
+            "violations": {"errors": sum(v.severity == "error" for v in self.violations),
+                           "warnings": sum(v.severity == "warning" for v in self.violations)},
+            "failing_tests": len(self.failing),
+        }

@@ -1,0 +1,151 @@
+"""The static HTML report: `ReportData` in, a directory of pages out (Jinja2).
+
+Responsibility: write the site —
+  index.html          overview: targets x areas scores, score trend, verdict bars, regressions,
+                      flakes, audit summary
+  matrix.html         rules x targets coloured by verdict, filterable (text, area, verdict)
+  rules/<id>.html     one page per rule: text, source, per-profile expectation, verdicts, history
+  failures.html       the failing tests of each target's latest run
+  tests/<page>.html   one page per failing test: observed vs expected reply, shrunk steps,
+                      the frame log (lazy-loaded from frames/<page>.js)
+  audit.html          trace-audit findings
+  summary.json        the JSON summary; badges/<target>.svg one badge per target
+  static/             CSS and JS
+
+Rules:
+- Pages work from file:// and from any static web server: frame logs load as scripts
+  (`frames/<page>.js` calls `amqpcFrameLog(...)`), never through fetch/XHR.
+- A test page stays small however long its frame log: the log is only in its .js file.
+- Everything is escaped by Jinja2's autoescape; SVG comes from `reports.svg` (escaped there).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from reports import svg
+from reports.model import VERDICTS, ReportData
+
+STATIC = Path(__file__).parent / "static"
+FrameLog = tuple[str, list[dict[str, Any]]]  # (test page, frame rows in seq order)
+
+
+def environment() -> Environment:
+    env = Environment(loader=PackageLoader("reports", "templates"), autoescape=select_autoescape(["html", "j2"]),
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["pct"] = _pct
+    env.filters["when"] = _when
+    env.filters["verdict_bar"] = lambda counts: Markup(svg.verdict_bar(counts))
+    env.globals["verdicts"] = VERDICTS
+    env.globals["score_colour"] = svg.score_colour
+    return env
+
+
+def _pct(score: float | None) -> str:
+    return "\N{EN DASH}" if score is None else f"{score * 100:.0f}%"
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog] = ()) -> Path:
+    """Write the whole site under `out`; return the path of index.html."""
+    out = Path(out)
+    for sub in ("rules", "tests", "frames", "badges"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copytree(STATIC, out / "static", dirs_exist_ok=True)
+    env = environment()
+    context = _context(data)
+    pages = {"index.html": "overview.html.j2", "matrix.html": "matrix.html.j2",
+             "failures.html": "failures.html.j2", "audit.html": "audit.html.j2"}
+    for name, template in pages.items():
+        _write(out / name, env.get_template(template).render(**context, root=""))
+    rule_template = env.get_template("rule.html.j2")
+    for rule in data.rules:
+        _write(out / "rules" / f"{rule.id}.html", rule_template.render(**context, rule=rule, root="../"))
+    test_template = env.get_template("test.html.j2")
+    for test in data.failing:
+        _write(out / "tests" / f"{test.page}.html", test_template.render(**context, test=test, root="../"))
+    for page, rows in frame_logs:
+        _write(out / "frames" / f"{page}.js", frame_log_script(page, rows))
+    _write(out / "summary.json", json.dumps(data.summary(), indent=2, default=str) + "\n")
+    for target in data.targets:
+        counts = target.counts
+        scored = sum(counts.get(v, 0) for v in ("passed", "failed", "non-strict", "unimplemented"))
+        message = f"{_pct(target.score)} ({counts.get('passed', 0)}/{scored})"
+        _write(out / "badges" / f"{target.slug}.svg",
+               svg.badge("AMQP 0-9-1", message, svg.score_colour(target.score)) + "\n")
+    return out / "index.html"
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def _context(data: ReportData) -> dict[str, Any]:
+    series: dict[str, list[tuple[int, float | None]]] = defaultdict(list)
+    for point in sorted(data.trend, key=lambda p: (p.target, p.ordinal)):
+        series[point.target].append((point.ordinal, point.score))
+    violation_counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for v in data.violations:
+        violation_counts[v.kind][v.target] += 1
+    return {
+        "data": data,
+        "trend_svg": Markup(svg.trend_chart(series)) if series else Markup(""),
+        "series_colours": {label: svg.SERIES_COLOURS[i % len(svg.SERIES_COLOURS)] for i, label in enumerate(series)},
+        "rules_by_id": {r.id: r for r in data.rules},
+        "violation_counts": violation_counts,
+        "failing_by_target": _group(data.failing, "target"),
+    }
+
+
+def _group(items: Iterable[Any], attribute: str) -> Mapping[str, list[Any]]:
+    grouped: dict[str, list[Any]] = defaultdict(list)
+    for item in items:
+        grouped[getattr(item, attribute)].append(item)
+    return grouped
+
+
+FRAME_FIELDS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",
+                "body_size")
+
+
+def frame_log_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
+    """Frame records (seq order) as compact rows: seq, ms since the first, conn, ch, dir, kind, fields."""
+    out: list[list[Any]] = []
+    first: datetime | None = None
+    for row in rows:
+        ts = row.get("ts")
+        if first is None and isinstance(ts, datetime):
+            first = ts
+        ms = round((ts - first).total_seconds() * 1000, 3) if isinstance(ts, datetime) and first else 0
+        kind = row.get("method") or row.get("frame_type") or "?"
+        fields = " ".join(_field(name, row.get(name)) for name in FRAME_FIELDS if row.get(name) is not None)
+        out.append([row.get("seq"), ms, row.get("connection"), row.get("channel"), row.get("direction"), kind,
+                    fields])
+    return out
+
+
+def _field(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return f"{name}={'true' if value else 'false'}"
+    if isinstance(value, str):
+        return f"{name}={json.dumps(value)}"
+    return f"{name}={value}"
+
+
+def frame_log_script(page: str, rows: list[dict[str, Any]]) -> str:
+    payload = {"page": page, "columns": ["seq", "ms", "conn", "ch", "dir", "frame", "fields"],
+               "rows": frame_log_rows(rows)}
+    text = json.dumps(payload, separators=(",", ":"), default=str).replace("</", "<\\/")
+    return f"window.amqpcFrameLog && window.amqpcFrameLog({text});\n"

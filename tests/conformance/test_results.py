@@ -1,0 +1,153 @@
+"""Tests of the results records (conformance/results.py): schema, frame fields, Parquet layout."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from codec import (
+    BasicAck,
+    BasicDeliver,
+    BasicNack,
+    BasicPublish,
+    BodyFrame,
+    ChannelClose,
+    Command,
+    HeaderFrame,
+    HeartbeatFrame,
+    MethodFrame,
+)
+from conformance.drivers.raw import FrameRecord
+from conformance.results import (
+    COLUMNS,
+    PARTITION_KEY,
+    SCHEMAS,
+    ResultsWriter,
+    RunRecord,
+    TestRecord,
+    frame_fields,
+    frame_rows,
+    read_table,
+    redact_url,
+    spark_ddl,
+)
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def _run(run_id: str = "r1") -> RunRecord:
+    return RunRecord(run_id, "amqp://guest@127.0.0.1:5672/", "raw", "0.1.0", 1.0, NOW, product="RabbitMQ",
+                     version="3.10.8", profile="rabbitmq-3.10")
+
+
+def _test(test_id: str, run_id: str = "r1", verdict: str = "passed") -> TestRecord:
+    return TestRecord(run_id, test_id, ["ACK-03"], "ack", verdict, "passed", "call", NOW, 0.01, 0.02)
+
+
+def _frames() -> list[FrameRecord]:
+    return [
+        FrameRecord(10.0, 1, "out", -1, b"AMQP\x00\x00\x09\x01"),
+        FrameRecord(10.1, 1, "out", 1, Command(1, BasicAck(delivery_tag=3, multiple=True))),
+        FrameRecord(10.2, 1, "in", 1, MethodFrame(1, ChannelClose(406, "PRECONDITION_FAILED - unknown delivery tag 3", 60, 80))),
+    ]
+
+
+def test_record_dataclasses_match_the_declared_columns() -> None:
+    assert {f.name for f in dataclasses.fields(RunRecord)} == {c.name for c in COLUMNS["runs"]}
+    assert {f.name for f in dataclasses.fields(TestRecord)} == {c.name for c in COLUMNS["tests"]}
+    produced = set().union(*(frame_rows("r", "t", [f], 0.0).__next__().keys() for f in _frames()))
+    assert produced <= {c.name for c in COLUMNS["frames"]}
+    assert SCHEMAS["tests"].field("rule_ids").type.value_type == SCHEMAS["runs"].field("run_id").type
+
+
+def test_schema_spark_ddl_is_derived_from_the_columns() -> None:
+    ddl = spark_ddl("frames")
+    assert ddl.startswith("run_id STRING NOT NULL, test_id STRING NOT NULL, connection INT NOT NULL")
+    assert "delivery_tag BIGINT," in ddl and "multiple BOOLEAN," in ddl
+    assert "rule_ids ARRAY<STRING> NOT NULL" in spark_ddl("tests")
+    assert len(ddl.split(", ")) == len(COLUMNS["frames"])
+
+
+def test_redact_url_drops_only_the_password() -> None:
+    assert redact_url("amqp://guest:secret@host:5672/v") == "amqp://guest@host:5672/v"
+    assert redact_url("http://admin:pw@h:15672") == "http://admin@h:15672"
+    assert redact_url("amqp://host/") == "amqp://host/"
+    assert redact_url("rabbitmqctl") == "rabbitmqctl"
+
+
+def test_frame_fields_per_frame_kind() -> None:
+    ack = frame_fields(Command(1, BasicAck(delivery_tag=7, multiple=True)))
+    assert ack == {"frame_type": "method", "class_id": 60, "method_id": 80, "method": "basic.ack",
+                   "delivery_tag": 7, "multiple": True}
+    nack = frame_fields(MethodFrame(1, BasicNack(delivery_tag=2, multiple=False, requeue=True)))
+    assert (nack["method"], nack["requeue"]) == ("basic.nack", True)
+    deliver = frame_fields(MethodFrame(1, BasicDeliver("ctag", 4, True, "", "q")))
+    assert (deliver["consumer_tag"], deliver["delivery_tag"], deliver["redelivered"]) == ("ctag", 4, True)
+    publish = frame_fields(Command(1, BasicPublish(exchange="", routing_key="q"), None, b"12345"))
+    assert (publish["method"], publish["body_size"]) == ("basic.publish", 5)
+    assert frame_fields(HeaderFrame(1, 60, 0, 99, None)) == {"frame_type": "header", "class_id": 60, "body_size": 99}
+    assert frame_fields(BodyFrame(1, b"abc")) == {"frame_type": "body", "body_size": 3}
+    assert frame_fields(HeartbeatFrame(0)) == {"frame_type": "heartbeat"}
+    assert frame_fields(b"AMQP\x00\x00\x09\x01") == {"frame_type": "protocol-header"}
+    assert frame_fields(b"\x01\x00") == {"frame_type": "raw", "body_size": 2}
+    close = frame_fields(MethodFrame(0, ChannelClose(406, "PRECONDITION_FAILED - x", 60, 80)))
+    assert (close["reply_code"], close["reply_text"]) == (406, "PRECONDITION_FAILED - x")
+
+
+def test_writer_partitions_by_run_and_runs_accumulate(tmp_path: Path) -> None:
+    for run_id in ("r1", "r2"):
+        writer = ResultsWriter(tmp_path, run_id)
+        writer.write_run(_run(run_id))
+        writer.add_test(_test("t::a", run_id), _frames())
+        writer.add_test(_test("t::b", run_id, "failed"))
+        writer.close()
+    assert len(list((tmp_path / "tests" / f"{PARTITION_KEY}=r1").glob("part-00000-*.parquet"))) == 1
+    tests = read_table(tmp_path, "tests")
+    assert tests.num_rows == 4
+    assert sorted(set(tests.column("run").to_pylist())) == ["r1", "r2"]
+    one = read_table(tmp_path, "tests", "r2").to_pylist()
+    assert {(r["test_id"], r["verdict"], r["frames"]) for r in one} == {("t::a", "passed", 3), ("t::b", "failed", 0)}
+    assert read_table(tmp_path, "runs").num_rows == 2
+
+
+def test_written_files_carry_the_declared_schema(tmp_path: Path) -> None:
+    writer = ResultsWriter(tmp_path, "r1")
+    writer.write_run(_run())
+    writer.add_test(_test("t::a"), _frames())
+    writer.close()
+    for table in ("runs", "tests", "frames"):
+        (path,) = (tmp_path / table / "run=r1").glob("*.parquet")
+        assert pq.read_schema(path).remove_metadata() == SCHEMAS[table]
+    frames = read_table(tmp_path, "frames", "r1").to_pylist()
+    assert [f["seq"] for f in frames] == [0, 1, 2]
+    assert [f["frame_type"] for f in frames] == ["protocol-header", "method", "method"]
+    assert frames[2]["reply_code"] == 406 and frames[1]["multiple"] is True
+    assert (frames[1]["ts"] - frames[0]["ts"]).total_seconds() == pytest.approx(0.1, abs=1e-5)
+
+
+def test_writer_flushes_in_bounded_batches_and_rewrites_the_run_record(tmp_path: Path) -> None:
+    writer = ResultsWriter(tmp_path, "r1", batch_rows=4)
+    run = _run()
+    writer.write_run(run)
+    for n in range(5):
+        writer.add_test(_test(f"t::{n}"), _frames())
+    parts = tmp_path / "frames" / "run=r1"
+    assert len(list(parts.glob("part-*.parquet"))) == 2  # 6 + 6 rows flushed, 3 pending
+    writer.close()
+    assert len(list(parts.glob("part-*.parquet"))) == 3
+    run.finished, run.exit_status, run.tests = NOW, 0, writer.tests_written
+    writer.write_run(run)
+    assert read_table(tmp_path, "frames").num_rows == 15
+    assert read_table(tmp_path, "tests").num_rows == 5
+    (record,) = read_table(tmp_path, "runs").to_pylist()
+    assert (record["exit_status"], record["tests"], record["finished"]) == (0, 5, NOW)
+    assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_read_table_rejects_an_unknown_table(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown results table"):
+        read_table(tmp_path, "nope")

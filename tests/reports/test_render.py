@@ -1,0 +1,106 @@
+"""The HTML renderer on hand-made report data (no JVM): pages, escaping, badges, frame logs."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from reports.model import (
+    Cell,
+    Change,
+    FailingTest,
+    Flake,
+    Reply,
+    ReportData,
+    Rule,
+    RunPoint,
+    Target,
+    Violation,
+    page_for_test,
+)
+from reports.render import frame_log_rows, frame_log_script, render_site
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+EVIL = "<script>alert(1)</script>"
+
+
+def sample() -> tuple[ReportData, list[tuple[str, list[dict[str, object]]]]]:
+    label = "RabbitMQ 3.10.8 · rabbitmq-3.10 · raw"
+    target = Target(label, "r2", T0, "RabbitMQ", "3.10.8", "rabbitmq-3.10", "raw", "amqp://guest@h/", 2, 0.5,
+                    {"passed": 1, "failed": 1}, {"ack": 0.5})
+    page = page_for_test("r2", f"suite/test_ack.py::test_x[{EVIL}]")
+    violation = Violation(label, "r2", f"suite/test_ack.py::test_x[{EVIL}]", 1, 1, 2, "tag-sequence", "ACK-01",
+                          "error", "delivery tag 3, expected 2", page)
+    failing = FailingTest(page, "r2", label, "rabbitmq-3.10", f"suite/test_ack.py::test_x[{EVIL}]", ["ACK-01"],
+                          "ack", "failed", "failed", "call", T0, 0.25, Reply("channel", 406, EVIL, 60, 80),
+                          f"expected 406 {EVIL}", "123", "state.ack(tag=3)", 3, [("ACK-01", "required")],
+                          [violation])
+    data = ReportData(
+        generated=T0, results_dir="/r", runs=2, tests=2, areas=["ack"], targets=[target],
+        rules=[Rule("ACK-01", "ack", "tags count", f"text {EVIL}", "RULES.md §1"),
+               Rule("ACK-02", "ack", "max tag", "t", "RULES.md §1")],
+        matrix={"ACK-01": {label: Cell("failed", "r2", 1, 1, [page])}, "ACK-02": {label: Cell("passed", "r2", 1, 0)}},
+        trend=[RunPoint("r1", label, T0, 1, 1.0, {}), RunPoint("r2", label, T0, 2, 0.5, {})],
+        changes=[Change(label, "r1", "r2", "ACK-01", "passed", "failed", "changed", True)],
+        regressions=[Change(label, "r1", "r2", "ACK-01", "passed", "failed", "changed", True)],
+        flakes=[Flake(label, "ACK-02", "ack", 5, 2, 1, "PPFPP", "passed", 0.5)],
+        violations=[violation], failing=[failing],
+        rule_history={"ACK-01": {label: [("r1", "passed"), ("r2", "failed")]}})
+    frames = [{"seq": i, "ts": T0 + timedelta(milliseconds=i), "connection": 1, "channel": 1,
+               "direction": "in" if i % 2 else "out", "frame_type": "method", "method": "basic.deliver",
+               "delivery_tag": i + 1, "redelivered": False, "reply_text": EVIL} for i in range(3)]
+    return data, [(page, frames)]
+
+
+def test_render_writes_every_page(tmp_path: Path) -> None:
+    data, logs = sample()
+    index = render_site(data, tmp_path, logs)
+    assert index == tmp_path / "index.html"
+    page = data.failing[0].page
+    for name in ("index.html", "matrix.html", "failures.html", "audit.html", "rules/ACK-01.html",
+                 "rules/ACK-02.html", f"tests/{page}.html", f"frames/{page}.js", "static/report.css",
+                 "static/report.js", "summary.json", f"badges/{data.targets[0].slug}.svg"):
+        assert (tmp_path / name).is_file(), name
+
+
+def test_render_escapes_everything_from_the_records(tmp_path: Path) -> None:
+    data, logs = sample()
+    render_site(data, tmp_path, logs)
+    for path in tmp_path.rglob("*.html"):
+        assert EVIL not in path.read_text(), path
+    script = (tmp_path / "frames" / f"{data.failing[0].page}.js").read_text()
+    assert "</script>" not in script and "<\\/script>" in script
+
+
+def test_render_summary_and_badge(tmp_path: Path) -> None:
+    data, logs = sample()
+    render_site(data, tmp_path, logs)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["targets"][0]["score"] == 0.5 and summary["regressions"] == 1
+    assert summary["violations"] == {"errors": 1, "warnings": 0} and summary["failing_tests"] == 1
+    badge = ET.parse(tmp_path / summary["targets"][0]["badge"]).getroot()
+    assert badge.tag.endswith("svg") and "50% (1/2)" in "".join(badge.itertext())
+
+
+def test_render_test_page_is_small_and_points_at_its_log(tmp_path: Path) -> None:
+    data, logs = sample()
+    render_site(data, tmp_path, logs)
+    page = data.failing[0].page
+    html = (tmp_path / "tests" / f"{page}.html").read_text()
+    assert f'data-frame-log="../frames/{page}.js"' in html and 'data-flagged="1:1:2 "' in html
+    assert "basic.deliver" not in html  # the log itself is only in the script
+
+
+def test_frame_log_rows_are_compact() -> None:
+    rows = frame_log_rows(sample()[1][0][1])
+    assert rows[1][:6] == [1, 1.0, 1, 1, "in", "basic.deliver"]
+    assert rows[1][6].startswith("delivery_tag=2 redelivered=false reply_text=")
+    assert frame_log_script("p", []).startswith("window.amqpcFrameLog && window.amqpcFrameLog(")
+
+
+def test_render_an_empty_lake(tmp_path: Path) -> None:
+    data = ReportData(T0, "/r", 0, 0, [], [], [], {}, [], [], [], [], [], [])
+    render_site(data, tmp_path)
+    assert "No findings." in (tmp_path / "audit.html").read_text()
