@@ -61,8 +61,10 @@ DEFAULT_CAPABILITIES = {
 }
 
 
-class DriverError(Exception):
-    """Base of the driver's outcomes that are not replies."""
+class DriverError(AssertionError):
+    """Base of the driver's outcomes that are not the expected reply. An AssertionError, so a
+    test that meets one reports a failed broker behaviour (allure: failed, not broken); the
+    plugin still turns a wedged broker into `broken` after its health probe."""
 
 
 class NoReply(DriverError):
@@ -209,8 +211,9 @@ class RawClient:
         if number is None:
             number = self._next_channel
             self._next_channel += 1
+        self.closed_channels.pop(number, None)  # reopening a number the broker closed
+        self.inbox.pop(number, None)
         self.rpc(number, ChannelOpen(), ChannelOpenOk)
-        self.closed_channels.pop(number, None)
         return number
 
     def close_channel(self, number: int) -> None:
