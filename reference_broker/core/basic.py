@@ -212,15 +212,22 @@ def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routin
     seqno = 0
     if ch.confirm:
         seqno, ch.publish_seqno = ch.publish_seqno, ch.publish_seqno + 1  # PC-02
+        if core.fault("confirms_start_at_zero"):
+            seqno -= 1
     vhost = core.connections[ch.conn].vhost
     if direct is not None:
         effects, accepted = direct, (True if direct else None)
     else:
         effects, accepted = route_and_enqueue(core, meta, vhost, exchange, routing_key, props, body)
+    returned = Send(ch.conn, ch.number, BasicReturn(ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key),
+                    props, body)
+    if accepted is None and mandatory and seqno and core.fault("return_after_ack"):
+        return [*effects, Send(ch.conn, ch.number, BasicAck(seqno, False)), returned, *blocked]
     if accepted is None and mandatory:  # PC-06: the return precedes the confirm
-        effects.insert(0, Send(ch.conn, ch.number, BasicReturn(
-            ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key), props, body))
-    if seqno:
+        effects.insert(0, returned)
+    lost = (seqno == 3 and core.fault("confirm_lost")) or (
+        accepted is None and core.fault("unroutable_never_confirmed"))
+    if (seqno or ch.confirm) and not lost:
         (ch.nacks_ready if accepted is False else ch.confirms_ready).append(seqno)
     if accepted is False and ch.tx:
         ch.tx_rejected = True
@@ -251,6 +258,8 @@ def basic_consume(core: BrokerCore, meta: Meta, ch: Channel, m: BasicConsume,
     consumer = Consumer(tag, ch.conn, ch.number, queue.name, m.no_ack, m.exclusive, ch.prefetch_count,
                         arguments, priority if isinstance(priority, int) else 0)
     consumer.timeout_ms = core.consumer_timeout_for(queue, consumer)
+    if core.fault("tags_restart_per_consumer"):
+        ch.next_tag = 1
     ch.consumers[tag] = consumer
     queue.add_consumer(consumer)
     effects: list[Effect] = []
@@ -283,13 +292,20 @@ def cancel_consumer(core: BrokerCore, meta: Meta, ch: Channel, tag: str) -> list
     if queue is None:
         return []
     queue.remove_consumer(consumer)
-    return core.after_consumer_change(meta, queue)
+    effects: list[Effect] = []
+    if core.fault("cancel_requeues"):
+        own = [u for u in ch.unacked.values() if u.consumer_tag == tag]
+        effects = settle(core, meta, ch, own, True, False)
+    return effects + core.after_consumer_change(meta, queue)
 
 
 @handles(BasicCancel)
 def basic_cancel(core: BrokerCore, meta: Meta, ch: Channel, m: BasicCancel,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
     # CCN-03: an unknown tag is not an error. CCN-04: cancel-ok precedes nothing of it.
+    if core.fault("cancel_unknown_tag_error") and m.consumer_tag not in ch.consumers and (
+            m.consumer_tag != ch.reply_tag):
+        raise soft(ReplyCode.NOT_FOUND, f"unknown consumer tag '{m.consumer_tag}'")
     effects = cancel_consumer(core, meta, ch, m.consumer_tag)
     reply: list[Effect] = [] if m.nowait else [Send(ch.conn, ch.number, BasicCancelOk(m.consumer_tag))]
     return reply + effects
@@ -313,6 +329,8 @@ def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
         raise soft(ReplyCode.RESOURCE_LOCKED, f"cannot obtain access to locked {texts.q(queue.name, queue.vhost)}. "
                    "basic.get operations are not supported by quorum queues with single active consumer")
     effects: list[Effect] = []
+    if core.fault("get_obeys_prefetch") and ch.prefetch_count and len(ch.unacked) >= ch.prefetch_count:
+        return [Send(ch.conn, ch.number, BasicGetEmpty())]
     while (message := queue.pop()) is not None:
         if message.expires_at is not None and message.expires_at <= meta.now_ms:
             effects += core.dead_letter(meta, queue, message, "expired")
@@ -331,12 +349,19 @@ def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
 
 
 # -- acknowledgements ----------------------------------------------------------------------
-def collect(ch: Channel, tag: int, multiple: bool) -> list[Unacked]:
+def collect(core: BrokerCore, ch: Channel, tag: int, multiple: bool) -> list[Unacked]:
     """rabbit_channel:collect_acks (ACK-03..06): check everything before changing anything."""
     if multiple and tag == 0:
-        return list(ch.unacked.values())
+        return [] if core.fault("tag_zero_multiple_ignored") else list(ch.unacked.values())
     if tag not in ch.unacked:
+        if (multiple and core.fault("multi_unknown_tag_silent")) or (
+                not multiple and core.fault("double_ack_accepted")):
+            return []
+        if core.fault("unknown_tag_closes_connection"):
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag), scope="connection")
         raise soft(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag))
+    if multiple and core.fault("multi_ack_only_named"):
+        return [ch.unacked[tag]]
     if multiple:
         # `unacked` is in tag order (tags only grow; rollback re-sorts): stop at N, so a
         # multi-ack costs what it settles, not the whole backlog.
@@ -364,6 +389,8 @@ def settle(core: BrokerCore, meta: Meta, ch: Channel, items: list[Unacked], requ
             timeouts.forget(queue, ch.conn, ch.number, u.tag)
         touched[queue.name] = queue
         if u.timed_out:
+            if core.fault("late_ack_removes_message") and requeue is None:
+                queue.remove(u.message)
             continue  # already returned by a timeout: a late ack removes nothing (TMO-4.3-5)
         queue.checked_out -= 1
         if requeue:
@@ -378,7 +405,7 @@ def settle(core: BrokerCore, meta: Meta, ch: Channel, items: list[Unacked], requ
 @handles(BasicAck)
 def basic_ack(core: BrokerCore, meta: Meta, ch: Channel, m: BasicAck,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
-    items = collect(ch, m.delivery_tag, m.multiple)
+    items = collect(core, ch, m.delivery_tag, m.multiple)
     if ch.tx:
         return _defer(ch, items, "ack", False)  # ACK-08
     return settle(core, meta, ch, items, None, False)
@@ -387,16 +414,17 @@ def basic_ack(core: BrokerCore, meta: Meta, ch: Channel, m: BasicAck,
 @handles(BasicNack)
 def basic_nack(core: BrokerCore, meta: Meta, ch: Channel, m: BasicNack,
                props: BasicProperties | None, body: bytes) -> list[Effect]:
-    items = collect(ch, m.delivery_tag, m.multiple)
+    items = collect(core, ch, m.delivery_tag, m.multiple)
+    requeue = m.requeue or core.fault("nack_requeue_false_requeues")
     if ch.tx:
-        return _defer(ch, items, "nack", m.requeue)
-    return settle(core, meta, ch, items, m.requeue, False)  # RQ-06 4.3: nack does not count
+        return _defer(ch, items, "nack", requeue)
+    return settle(core, meta, ch, items, requeue, False)  # RQ-06 4.3: nack does not count
 
 
 @handles(BasicReject)
 def basic_reject(core: BrokerCore, meta: Meta, ch: Channel, m: BasicReject,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
-    items = collect(ch, m.delivery_tag, False)
+    items = collect(core, ch, m.delivery_tag, False)
     if ch.tx:
         return _defer(ch, items, "reject", m.requeue)
     return settle(core, meta, ch, items, m.requeue, True)  # RQ-06 4.3: reject counts
@@ -415,6 +443,9 @@ def basic_recover(core: BrokerCore, meta: Meta, ch: Channel, m: BasicRecover | B
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
     if not m.requeue:
         raise hard(ReplyCode.NOT_IMPLEMENTED, "requeue=false")  # ACK-09
+    if core.fault("recover_no_redelivered"):
+        for u in ch.unacked.values():
+            u.message.delivered, u.message.acquired_count = False, 0
     effects = settle(core, meta, ch, list(ch.unacked.values()), True, False)
     if isinstance(m, BasicRecover):
         effects.insert(0, Send(ch.conn, ch.number, BasicRecoverOk()))
@@ -425,9 +456,9 @@ def basic_recover(core: BrokerCore, meta: Meta, ch: Channel, m: BasicRecover | B
 @handles(BasicQos)
 def basic_qos(core: BrokerCore, meta: Meta, ch: Channel, m: BasicQos,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
-    if m.prefetch_size != 0:
+    if m.prefetch_size != 0 and not core.fault("prefetch_size_accepted"):
         raise hard(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")  # QOS-01
-    if m.global_ and core.config.global_qos:
+    if m.global_ and (core.config.global_qos or core.fault("global_qos_channel_wide")):
         ch.global_prefetch = m.prefetch_count  # QOS-03 (3.x), QOS-05 counts outstanding
     else:
         ch.prefetch_count = m.prefetch_count  # QOS-02; 4.3 treats global=true this way
@@ -467,7 +498,7 @@ def confirm_select(core: BrokerCore, meta: Meta, ch: Channel, m: ConfirmSelect,
 @handles(TxSelect)
 def tx_select(core: BrokerCore, meta: Meta, ch: Channel, m: TxSelect,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
-    if ch.confirm:
+    if ch.confirm and not core.fault("tx_select_on_confirm_accepted"):
         raise soft(ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")  # PC-03
     ch.tx = True
     return [Send(ch.conn, ch.number, TxSelectOk())]

@@ -66,18 +66,20 @@ def flush(core: BrokerCore) -> list[Effect]:
     for conn in core.connections.values():
         for ch in conn.channels.values():
             if ch.confirms_ready or ch.nacks_ready:
-                effects += _send_confirms(ch)
+                effects += _send_confirms(ch, core.fault("confirm_duplicated"), core.fault("multiple_ack_covers_nacked"))
     return effects
 
 
-def _send_confirms(ch: Channel) -> list[Effect]:
+def _send_confirms(ch: Channel, duplicate: bool = False, cover_nacked: bool = False) -> list[Effect]:
     acks, nacks = sorted(ch.confirms_ready), sorted(ch.nacks_ready)
     ch.confirms_ready, ch.nacks_ready = [], []
     out: list[Effect] = []
     if len(acks) == 1:
         out.append(Send(ch.conn, ch.number, BasicAck(acks[0], False)))
     elif acks:
-        out += _coalesce(ch, acks, nacks, lambda tag, multi: BasicAck(tag, multi))
+        out += _coalesce(ch, acks, [] if cover_nacked else nacks, lambda tag, multi: BasicAck(tag, multi))
+    if duplicate:  # fault confirm_duplicated
+        out += list(out)
     if nacks and not ch.closing:
         out += _coalesce(ch, nacks, acks, lambda tag, multi: BasicNack(tag, multi, True))
     return out

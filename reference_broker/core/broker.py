@@ -31,6 +31,7 @@ from codec import (
     Method,
     ReplyCode,
 )
+from reference_broker import faults
 from reference_broker.config import BrokerConfig
 from reference_broker.core import batch
 from reference_broker.core.effects import CloseConnection, Effect, Log, Send, StartTimer
@@ -95,11 +96,16 @@ class BrokerCore:
         self.connections: dict[int, Connection] = {}
         self.policies: dict[str, dict[str, dict[str, Any]]] = {}  # vhost -> name -> policy
         self.policy_version = 0
+        self.faults = faults.check([*config.faults, *faults.from_environment()])
         self.alarm = False  # memory alarm raised
         self.published = False  # a publish since the last flush
         self.counter = 0  # server-named queues and consumer tags
         for name in config.vhosts:
             self.add_vhost(name)
+
+    def fault(self, name: str) -> bool:
+        """Is this named fault switched on (reference_broker.faults; issue 6)?"""
+        return name in self.faults
 
     def add_vhost(self, name: str) -> VHost:
         vhost = self.vhosts.setdefault(name, VHost(name))
@@ -161,7 +167,7 @@ class BrokerCore:
             return self.fail(meta, conn, ch, err)
 
     def fail(self, meta: Meta, conn: Connection, ch: Channel | None, err: AmqpError) -> list[Effect]:
-        if err.scope == "channel" and ch is not None:
+        if err.scope == "channel" and ch is not None and not self.fault("soft_errors_close_connection"):
             effects: list[Effect] = [Send(conn.id, ch.number, ChannelClose(
                 err.code, err.reply_text, err.class_id, err.method_id))]
             effects += self.release_channel(meta, ch)
@@ -215,7 +221,8 @@ class BrokerCore:
             if queue is not None and unacked.deadline is not None:
                 queue.deadlines.pop((ch.conn, ch.number, unacked.tag), None)
             if queue is not None and not unacked.timed_out:
-                returned += self.return_to_queue(meta, queue, unacked.message, failed=True)
+                if not self.fault("no_requeue_on_channel_close"):
+                    returned += self.return_to_queue(meta, queue, unacked.message, failed=True)
                 queue.checked_out -= 1
                 touched[(queue.vhost, queue.name)] = queue
         ch.unacked.clear()
@@ -243,6 +250,10 @@ class BrokerCore:
             limit = self.delivery_limit(queue)
             if limit is not None and message.delivery_count > limit:
                 return self.dead_letter(meta, queue, message, "delivery_limit")
+        if (self.fault("requeue_to_tail") and queue.kind != QUORUM) or (
+                self.fault("quorum_returns_not_first") and queue.kind == QUORUM):
+            queue.enqueue(message)  # a new position at the tail
+            return []
         queue.return_message(message)
         return []
 
@@ -283,7 +294,9 @@ class BrokerCore:
             if ch is None or conn is None:
                 continue
             ch.consumers.pop(consumer.tag, None)
-            if conn.cancel_notify and not ch.closing:
+            notify = (conn.cancel_notify or self.fault("cancel_without_capability")) and not self.fault(
+                "no_cancel_on_queue_delete")
+            if notify and not ch.closing:
                 effects.append(Send(conn.id, ch.number, BasicCancel(consumer.tag, nowait=True)))
         queue.purge()
         return effects
@@ -332,7 +345,11 @@ class BrokerCore:
             consumer = queue.consumers[key]
             conn = self.connections.get(consumer.conn)
             ch = conn.channels.get(consumer.channel) if conn else None
-            if ch is None or ch.closing or not consumer.has_capacity() or conn is None or not conn.writable:
+            slack = 1 if self.fault("prefetch_off_by_one") else 0
+            if ch is None or ch.closing or not consumer.has_capacity(slack) or conn is None or not conn.writable:
+                continue
+            if consumer.no_ack and consumer.prefetch and self.fault("no_ack_obeys_prefetch") and (
+                    consumer.unacked >= consumer.prefetch):
                 continue
             if not consumer.no_ack and not ch.global_capacity():
                 continue
@@ -350,6 +367,8 @@ class BrokerCore:
         redelivered, properties = self.checkout(queue, message)
         method = BasicDeliver(consumer.tag, tag, redelivered, message.exchange, message.routing_key)
         effects: list[Effect] = [Send(ch.conn, ch.number, method, properties, message.body)]
+        if consumer.no_ack and self.fault("no_ack_obeys_prefetch"):
+            consumer.unacked += 1  # counted and never released
         if not consumer.no_ack:
             unacked = Unacked(tag, queue.name, message, consumer.tag, meta.now_ms)
             ch.unacked[tag] = unacked
@@ -375,6 +394,8 @@ class BrokerCore:
             redelivered = message.delivered
         message.delivered = True
         message.acquired_count += 1
+        if self.fault("redelivered_not_set"):
+            redelivered = False
         return redelivered, properties
 
     def dead_letter(self, meta: Meta, queue: Queue, message: Message, reason: str) -> list[Effect]:
@@ -431,12 +452,15 @@ class BrokerCore:
         if self.config.timeout_mode == "legacy" or queue.kind != QUORUM:
             return None
         value = consumer.arguments.get("x-consumer-timeout")
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and not self.fault(
+                "consumer_timeout_argument_ignored"):
             return value
-        candidates = [v for v in (queue.arguments.get("x-consumer-timeout"),
-                                  self.policy_definition(queue).get("consumer-timeout"))
-                      if isinstance(v, int) and not isinstance(v, bool)]
-        return min(candidates) if candidates else self.config.consumer_timeout
+        if self.fault("global_before_policy"):
+            return self.config.consumer_timeout
+        from reference_broker.core import timeouts
+
+        per_queue = timeouts.queue_timeout(self, queue)
+        return self.config.consumer_timeout if per_queue is None else per_queue
 
     # -- confirms ----------------------------------------------------------------------
     def memory_check(self) -> list[Effect]:

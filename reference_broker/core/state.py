@@ -58,8 +58,8 @@ class Consumer:
         """Unique across channels (tags are unique per channel only)."""
         return f"{self.tag}@{self.conn}.{self.channel}"
 
-    def has_capacity(self) -> bool:
-        return not self.timed_out and (self.no_ack or self.prefetch == 0 or self.unacked < self.prefetch)
+    def has_capacity(self, slack: int = 0) -> bool:
+        return not self.timed_out and (self.no_ack or self.prefetch == 0 or self.unacked < self.prefetch + slack)
 
 
 @dataclass(slots=True, eq=False)
@@ -139,6 +139,19 @@ class Queue:
                 self.ready_bytes -= len(message.body)
             return message
         return self.pop()
+
+    def remove(self, message: Message) -> None:
+        """Take a ready message out wherever it is (used only by the late-ack fault)."""
+        for store in (self._fresh, self._returns, self._main):
+            if message in store:
+                store.remove(message)
+                self.ready_bytes -= len(message.body)
+                return
+        entries = [entry for entry in self._heap if entry[1] is not message]
+        if len(entries) != len(self._heap):
+            self._heap[:] = entries
+            heapq.heapify(self._heap)
+            self.ready_bytes -= len(message.body)
 
     def purge(self) -> int:
         count = self.ready_count()

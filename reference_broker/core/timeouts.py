@@ -51,7 +51,9 @@ def queue_timeout(core: BrokerCore, queue: Queue) -> int | None:
     """min(queue argument, policy), when either is set (TMO-03)."""
     candidates = (queue.arguments.get(ARG), core.policy_definition(queue).get("consumer-timeout"))
     values = [v for v in candidates if _is_int(v)]
-    return min(values) if values else None
+    if not values:
+        return None
+    return max(values) if core.fault("timeout_max_of_queue_and_policy") else min(values)
 
 
 # -- 4.3: per-delivery deadlines in the quorum queue -----------------------------------------
@@ -90,6 +92,8 @@ def on_queue_timer(core: BrokerCore, meta: Meta, key: tuple[object, ...]) -> lis
     effects: list[Effect] = []
     closing: dict[tuple[int, int], Channel] = {}
     cancelled: set[tuple[int, int, str]] = set()
+    if core.fault("partial_timeout_returns_all"):
+        expired = _whole_consumers(core, queue, expired)
     for conn_id, number, tag in expired:
         del queue.deadlines[(conn_id, number, tag)]
         conn = core.connections.get(conn_id)
@@ -98,7 +102,7 @@ def on_queue_timer(core: BrokerCore, meta: Meta, key: tuple[object, ...]) -> lis
         if conn is None or ch is None or u is None or u.timed_out or ch.closing:
             continue
         consumer = ch.consumers.get(u.consumer_tag) if u.consumer_tag is not None else None
-        if consumer is None or not conn.cancel_notify:
+        if consumer is None or not conn.cancel_notify or core.fault("timeout_closes_channel_with_capability"):
             closing[(conn_id, number)] = ch  # TMO-4.3-3: no capability, or a basic.get delivery
             continue
         u.timed_out = True  # TMO-4.3-5: a late ack is accepted and removes nothing
@@ -108,12 +112,27 @@ def on_queue_timer(core: BrokerCore, meta: Meta, key: tuple[object, ...]) -> lis
         if not consumer.timed_out and (conn_id, number, consumer.tag) not in cancelled:
             cancelled.add((conn_id, number, consumer.tag))
             effects.append(Send(conn_id, number, BasicCancel(consumer.tag, nowait=True)))
-        consumer.timed_out.add(tag)
+        if not core.fault("timed_out_consumer_not_paused"):
+            consumer.timed_out.add(tag)
     for (conn_id, _number), ch in closing.items():
         err = AmqpError(ReplyCode.PRECONDITION_FAILED, texts.consumer_timeout(ch.number, -1), scope="channel")
         effects += core.fail(meta, core.connections[conn_id], ch, err)
     effects += core.dispatch(meta, queue)
     return effects + rearm(queue)
+
+
+def _whole_consumers(core: BrokerCore, queue: Queue, expired: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Fault partial_timeout_returns_all: every delivery of a consumer with an expired one."""
+    owners = set()
+    for conn_id, number, tag in expired:
+        conn = core.connections.get(conn_id)
+        u = conn.channels[number].unacked.get(tag) if conn and number in conn.channels else None
+        if u is not None:
+            owners.add((conn_id, number, u.consumer_tag))
+    more = [k for k in queue.deadlines if k not in expired and any(
+        (k[0], k[1]) == (c, n) and (u := core.connections[c].channels[n].unacked.get(k[2])) is not None
+        and u.consumer_tag == t for c, n, t in owners)]
+    return sorted([*expired, *more])
 
 
 def rearm(queue: Queue) -> list[Effect]:

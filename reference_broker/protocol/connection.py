@@ -229,7 +229,7 @@ class ServerConnection:
                 raise AmqpError(ReplyCode.NOT_ALLOWED, f"negotiated {name} = {value} is lower than "
                                 f"the minimum allowed value ({minimum})", 10, 31)
         self.frame_max = m.frame_max
-        self.reader.frame_max = m.frame_max
+        self.reader.frame_max = 0 if self.core.fault("frame_max_not_enforced") else m.frame_max
         self.channel_max = m.channel_max
         self.heartbeat = m.heartbeat  # HB-01: the client's value, no bounds
 

@@ -1,0 +1,59 @@
+"""The fault switchboard: off by default, named, and each one observable in the core."""
+
+from __future__ import annotations
+
+import pytest
+
+from codec import BasicAck, BasicConsume, BasicDeliver, BasicNack, BasicQos, ChannelClose, ConfirmSelect
+from reference_broker.config import BrokerConfig
+from reference_broker.core import BrokerCore
+from reference_broker.faults import BY_NAME, ENV, FAULTS
+from tests.reference_broker.sim import Sim, closes, methods, sends
+
+
+def test_faults_are_off_by_default_and_named_uniquely() -> None:
+    assert BrokerCore(BrokerConfig()).faults == frozenset()
+    assert len(BY_NAME) == len(FAULTS) >= 30
+    assert {f.area for f in FAULTS} >= {"ack", "requeue", "qos", "confirms", "cancel", "timeout", "errors", "framing"}
+
+
+def test_unknown_fault_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown fault"):
+        BrokerCore(BrokerConfig(faults=["no_such_fault"]))
+
+
+def test_fault_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "confirm_duplicated, prefetch_off_by_one")
+    assert BrokerCore(BrokerConfig()).faults == {"confirm_duplicated", "prefetch_off_by_one"}
+
+
+def consuming(n: int, fault: str, prefetch: int = 0) -> tuple[Sim, list]:
+    sim = Sim(faults=[fault])
+    sim.connect()
+    sim.open()
+    sim.queue("q")
+    sim.publish("q", *[f"m{i}".encode() for i in range(n)])
+    if prefetch:
+        sim.do(1, 1, BasicQos(prefetch_count=prefetch))
+    return sim, sim.do(1, 1, BasicConsume(queue="q", consumer_tag="c"))
+
+
+def test_fault_examples_change_behaviour() -> None:
+    sim, _ = consuming(3, "multi_ack_only_named")
+    sim.do(1, 1, BasicAck(3, multiple=True))
+    assert list(sim.core.connections[1].channels[1].unacked) == [1, 2]
+    sim, _ = consuming(1, "unknown_tag_closes_connection")
+    assert closes(sim.do(1, 1, BasicAck(9)))[0].code == 406
+    sim, effects = consuming(5, "prefetch_off_by_one", prefetch=2)
+    assert len(sends(effects, BasicDeliver)) == 3
+    sim, _ = consuming(1, "nack_requeue_false_requeues")
+    assert sends(sim.do(1, 1, BasicNack(1, requeue=False)), BasicDeliver)
+    sim = Sim(faults=["confirm_duplicated"])
+    sim.connect()
+    sim.open()
+    sim.queue("q")
+    sim.do(1, 1, ConfirmSelect())
+    assert methods(sim.publish("q", b"x"), BasicAck) == [BasicAck(1), BasicAck(1)]
+    sim, _ = consuming(0, "soft_errors_close_connection")
+    assert closes(sim.do(1, 1, BasicAck(5)))
+    assert not methods(sim.do(1, 1, BasicAck(5)), ChannelClose)
