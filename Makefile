@@ -34,6 +34,9 @@ bench-codec: $(STAMP)
 bench-broker: $(STAMP)
 	$(BIN)/python bench/broker.py
 
+mutation: $(STAMP)
+	$(BIN)/python -m conformance.mutation --out results/mutation
+
 generate: $(STAMP)
 	$(BIN)/python -m codec.generate
 
