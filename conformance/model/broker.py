@@ -102,6 +102,10 @@ class BrokerModel:
     def unsettled(self, ch: ChannelKey) -> frozenset[int]:
         return publishing.unsettled(self.state, ch)
 
+    def confirm_mode(self, ch: ChannelKey) -> bool:
+        channel = self.state.channels.get(ch)
+        return channel is not None and channel.confirm
+
     def expected_returns(self, ch: ChannelKey) -> int:
         channel = self.state.channels.get(ch)
         return len(channel.returns) if channel is not None else 0
@@ -111,10 +115,13 @@ class BrokerModel:
         """basic.qos (QOS-02..05); a change while deliveries are due allows QOS-09 overshoot."""
         channel = self.state.channel(ch)
         grace = dispatch.grace_for_change(self.state, channel)
+        was_limited = channel.global_limit != 0
         if prefetch.apply_qos(channel, prefetch_count, global_, self.traits):
             self.state.connections[channel.connection].global_limit = prefetch_count
         if grace:
             self.state.grace[ch] = self.state.grace.get(ch, 0) + grace
+            if not was_limited and channel.global_limit:
+                channel.uncounted += grace  # QOS-09: in flight, so never counted
         return OK
 
     def consume(self, ch: ChannelKey, queue: str, tag: str, *, no_ack: bool = False) -> Outcome:
@@ -144,8 +151,13 @@ class BrokerModel:
         return dispatch.due(self.state) if ch is None else dispatch.due_on(self.state, ch)
 
     def quiesce(self) -> None:
-        """The client has seen everything that was in flight: end QOS-09 allowances."""
+        """The client has seen everything that was in flight: end QOS-09 allowances, and
+        requeues racing a limiter resume have landed (queues.py)."""
         self.state.grace.clear()
+        for channel in self.state.channels.values():
+            channel.uncounted = 0
+        for queue in self.state.queues.values():
+            queue.ready.land()
 
     def get_outcomes(self, ch: ChannelKey, queue: str) -> frozenset[GetOutcome]:
         return dispatch.get_outcomes(self.state, ch, queue)
@@ -189,6 +201,9 @@ class BrokerModel:
     def consumer_tags(self, ch: ChannelKey) -> tuple[str, ...]:
         channel = self.state.channels.get(ch)
         return tuple(channel.consumers) if channel is not None else ()
+
+    def consumer_no_ack(self, ch: ChannelKey, tag: str) -> bool:
+        return self.state.channel(ch).consumers[tag].no_ack
 
     def consumer_queue(self, ch: ChannelKey, tag: str) -> str:
         return self.state.channel(ch).consumers[tag].queue

@@ -101,6 +101,8 @@ class ChannelState:
     consumer_prefetch: int = 0  # QOS-02, QOS-10: unlimited by default
     global_limit: int = 0  # QOS-03: the channel's limiter (0: inactive)
     volume: int = 0  # QOS-05: what the limiter counts as outstanding
+    volume_low: int = 0  # QOS-09: the volume if in-flight deliveries went uncounted
+    uncounted: int = 0  # QOS-09: in-flight deliveries the limiter may never have counted
     confirm: bool = False  # PC-01
     tx: bool = False  # PC-03
     publish_seqno: int = 1  # PC-02

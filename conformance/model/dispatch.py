@@ -32,23 +32,27 @@ def _connection_usage(state: BrokerState, channel: ChannelState) -> tuple[int, i
     return used, conn.global_limit
 
 
-def consumer_may_receive(state: BrokerState, channel: ChannelState, consumer: Consumer) -> bool:
-    """Within the consumer's and the channel's limits now (QOS-02..08), ignoring grace."""
+def consumer_may_receive(state: BrokerState, channel: ChannelState, consumer: Consumer,
+                         optimistic: bool = True) -> bool:
+    """Within the consumer's and the channel's limits now (QOS-02..08), ignoring grace;
+    `optimistic`: may receive (else: must, QOS-09 volume range)."""
     queue = state.queues.get(consumer.queue)
     if queue is None or not prefetch.consumer_has_credit(consumer):
         return False
     used, limit = _connection_usage(state, channel)
-    return prefetch.channel_allows(channel, queue.kind, state.traits, used, limit)
+    return prefetch.channel_allows(channel, queue.kind, state.traits, used, limit, optimistic)
 
 
 def _eligible(state: BrokerState, channel: ChannelState, with_grace: bool) -> list[Consumer]:
+    """Consumers that may (with_grace) or must (without) receive a ready message now."""
     grace = with_grace and state.grace.get(channel.key, 0) > 0
     out = []
     for consumer in channel.consumers.values():
         queue = state.queues.get(consumer.queue)
         if queue is None or not len(queue.ready):
             continue
-        if consumer_may_receive(state, channel, consumer) or (grace and prefetch.consumer_has_credit(consumer)):
+        if consumer_may_receive(state, channel, consumer, optimistic=with_grace) or (
+                grace and prefetch.consumer_has_credit(consumer)):
             out.append(consumer)
     return out
 
@@ -141,5 +145,5 @@ def grace_for_change(state: BrokerState, channel: ChannelState) -> int:
         return 0
     ready = sum(len(state.queues[q].ready) for q in {c.queue for c in consumers})
     if channel.global_limit:
-        return max(0, min(ready, channel.global_limit - channel.volume))
+        return max(0, min(ready, channel.global_limit - channel.volume_low))
     return ready

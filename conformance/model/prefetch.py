@@ -15,6 +15,10 @@ Rules:
   mentions). Only classic queues ask the limiter (QOS-06 keeps quorum consumers away).
 - QOS-07: basic.get ignores every limit. QOS-08: no-ack consumers have no per-consumer limit
   and add nothing to the volume, but a reached channel limit pauses them too (classic).
+- QOS-09: a limit switched on while deliveries are in flight does not count those (they were
+  decided before it, and the channel had not recorded them yet), so the volume is known
+  only as a range: `volume` counts them, `volume_low` does not. A delivery may come while
+  the low bound is below the limit; one must come while the high bound is.
 - 0-9-1 profile: `global=false` is one limit for the channel's consumers, `global=true` one
   for the connection's; both count unacked consumer deliveries.
 """
@@ -32,16 +36,24 @@ def consumer_has_credit(consumer: Consumer) -> bool:
     return consumer.no_ack or consumer.prefetch == 0 or consumer.outstanding < consumer.prefetch
 
 
-def limiter_reached(channel: ChannelState) -> bool:
-    """QOS-03: rabbit_limiter's prefetch_limit_reached (limit ≠ 0 and volume ≥ limit)."""
-    return channel.global_limit != 0 and channel.volume >= channel.global_limit
+def limiter_reached(channel: ChannelState, optimistic: bool = False) -> bool:
+    """QOS-03: rabbit_limiter's prefetch_limit_reached (limit ≠ 0 and volume ≥ limit);
+    `optimistic`: judged by the low bound of the volume (QOS-09)."""
+    volume = channel.volume_low if optimistic else channel.volume
+    return channel.global_limit != 0 and volume >= channel.global_limit
+
+
+def requeue_races_resume(channel: ChannelState, traits: Traits) -> bool:
+    """A requeue now also resumes a reached channel limiter: the two race (queues.py)."""
+    return traits.global_qos is GlobalQos.CHANNEL and limiter_reached(channel)
 
 
 def channel_allows(channel: ChannelState, queue_kind: str, traits: Traits, connection_unacked: int,
-                   connection_limit: int) -> bool:
-    """Whether the channel-wide (or connection-wide) limit lets one more delivery through."""
+                   connection_limit: int, optimistic: bool = False) -> bool:
+    """Whether the channel-wide (or connection-wide) limit lets one more delivery through
+    (`optimistic`: may, judged by the low bound of the volume; else must)."""
     if traits.global_qos is GlobalQos.CHANNEL:
-        return queue_kind != "classic" or not limiter_reached(channel)
+        return queue_kind != "classic" or not limiter_reached(channel, optimistic)
     if traits.global_qos is GlobalQos.CONNECTION:
         own = consumer_unacked(channel)
         if channel.global_limit and own >= channel.global_limit:
@@ -63,15 +75,19 @@ def apply_qos(channel: ChannelState, count: int, global_: bool, traits: Traits) 
         return False
     if global_ and traits.global_qos is GlobalQos.CHANNEL:
         if count == 0:
-            channel.global_limit, channel.volume = 0, 0
+            _unlimit(channel)
         else:
             if channel.global_limit == 0:
-                channel.volume = len(channel.unacked)  # QOS-05, basic.get included
+                channel.volume = channel.volume_low = len(channel.unacked)  # QOS-05, gets included
             channel.global_limit = count
         return False
     channel.consumer_prefetch = count  # QOS-02 (and QOS-03 on 4.3: global=true rewritten)
-    channel.global_limit, channel.volume = 0, 0  # unlimit_prefetch: a no-op unless ≤4.2 global
+    _unlimit(channel)  # unlimit_prefetch: a no-op unless ≤4.2 global
     return False
+
+
+def _unlimit(channel: ChannelState) -> None:
+    channel.global_limit = channel.volume = channel.volume_low = channel.uncounted = 0
 
 
 def on_delivery(channel: ChannelState, consumer: Consumer, queue_kind: str, traits: Traits) -> None:
@@ -81,6 +97,10 @@ def on_delivery(channel: ChannelState, consumer: Consumer, queue_kind: str, trai
     consumer.outstanding += 1
     if traits.global_qos is GlobalQos.CHANNEL and channel.global_limit and queue_kind == "classic":
         channel.volume += 1
+        if channel.uncounted:
+            channel.uncounted -= 1  # QOS-09: maybe decided before the limit existed
+        else:
+            channel.volume_low += 1
 
 
 def on_settled(channel: ChannelState, entries: Iterable[Unacked], traits: Traits) -> None:
@@ -96,3 +116,4 @@ def on_settled(channel: ChannelState, entries: Iterable[Unacked], traits: Traits
     if traits.global_qos is GlobalQos.CHANNEL and channel.global_limit and count:
         # rabbit_limiter {ack, Count}: a zero volume stays zero, otherwise it may go below 0
         channel.volume = 0 if channel.volume == 0 else channel.volume - count
+        channel.volume_low = 0 if channel.volume_low == 0 else channel.volume_low - count

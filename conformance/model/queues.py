@@ -5,15 +5,23 @@ Rules:
 - RQ-01 (classic): a requeued message goes back to its original position (ordered by the
   order in which the queue accepted it).
 - RQ-02 (quorum): returned messages go to a returns FIFO that is served before the main
-  queue, in the order they were returned. One client operation that returns several
-  messages at once (basic.nack multiple, basic.recover, a channel closing, RQ-03) returns them
-  as one batch whose inner order the rule does not fix: any message of the first batch may
-  come next.
+  queue, in the order they were returned. Messages returned by one queue operation form one
+  batch whose inner order the rule does not fix: any message of the first batch may come next.
+- One client operation may reach a queue as several operations: basic.nack/reject with
+  multiple and basic.recover settle per (queue, consumer tag) and each basic.get delivery on
+  its own (rabbit_channel:foreach_per_queue), and the queue may deliver between them; another
+  broker may requeue them as one batch. The rules fix neither, so such a requeue is a set of
+  "landing" groups: one of them (any) lands before the next delivery, the others whenever,
+  alone or joining the batch of the first (quorum). A channel closing (RQ-03) is one group.
+- With a channel-wide limit (rabbitmq ≤4.2, QOS-03) a requeue that frees the reached limiter
+  races the limiter's "resume" (another process), so even its first group may land after
+  deliveries of other ready messages (seen live on 3.10.8: recover after a reached global
+  limit of 2 delivered m3 before m1 in 17 of 60 runs).
 - RQ-04: `redelivered` is true once a message has been delivered before (classic, and quorum
   from 4.0 "acquired"); quorum ≤3.13: once it has been returned. `Message` counts both.
 - PC-08 overflow: `x-max-length` with `reject-publish` refuses a publish while the ready
   count is at the limit; the default `drop-head` drops the oldest ready message.
-Candidates are returned as a tuple in a stable order so the machines' messages are stable.
+Candidates are returned in a stable order so the machines' messages are stable.
 """
 
 from __future__ import annotations
@@ -39,38 +47,70 @@ class Message:
         return f"Message({self.body!r}, seq={self.seq}, delivered={self.delivered}, returned={self.returned})"
 
 
+def _sorted(messages: set[Message]) -> tuple[Message, ...]:
+    return tuple(sorted(messages))
+
+
 @dataclass(slots=True)
 class ClassicReady:
     """RQ-01: ready messages ordered by their original position."""
 
     messages: list[Message] = field(default_factory=list)
+    landing: list[list[Message]] = field(default_factory=list)  # groups of one requeue, not landed
+    first_landed: bool = True  # a group of that requeue has landed (or none had to: a race)
 
     def __len__(self) -> int:
-        return len(self.messages)
+        return len(self.messages) + sum(len(g) for g in self.landing)
 
     def push(self, message: Message) -> None:
         self.messages.append(message)  # new messages have the highest seq
 
-    def requeue(self, batch: list[Message]) -> None:
-        for message in batch:
+    def requeue(self, groups: list[list[Message]], racing: bool = False) -> None:
+        self.land()
+        groups = [g for g in groups if g]
+        if len(groups) == 1 and not racing:
+            self._land_group(groups[0])
+        elif groups:
+            self.landing, self.first_landed = groups, racing
+
+    def _land_group(self, group: list[Message]) -> None:
+        for message in group:
             bisect.insort(self.messages, message)
 
+    def land(self) -> None:
+        for group in self.landing:
+            self._land_group(group)
+        self.landing, self.first_landed = [], True
+
     def candidates(self) -> tuple[Message, ...]:
-        return tuple(self.messages[:1])
+        head = self.messages[0] if self.messages else None
+        options = {min(m for m in (head, min(g)) if m is not None) for g in self.landing}
+        if head is not None and self.first_landed:
+            options.add(head)
+        return _sorted(options)
 
     def take(self, message: Message) -> None:
+        for group in self.landing:
+            if message in group:
+                self.landing.remove(group)
+                self._land_group(group)
+                break
+        # taking the head before any group: one landed behind it, which one does not matter
+        self.first_landed = True
         self.messages.remove(message)
 
     def drop_head(self) -> None:
+        self.land()
         del self.messages[0]
 
     def clear(self) -> int:
+        self.land()
         count = len(self.messages)
         self.messages.clear()
         return count
 
     def bodies(self) -> list[bytes]:
-        return [m.body for m in self.messages]
+        return [m.body for m in sorted([*self.messages, *(m for g in self.landing for m in g)])]
 
 
 @dataclass(slots=True)
@@ -79,42 +119,77 @@ class QuorumReady:
 
     returns: deque[list[Message]] = field(default_factory=deque)
     main: deque[Message] = field(default_factory=deque)
+    landing: list[list[Message]] = field(default_factory=list)  # groups of one requeue, not landed
+    first_landed: bool = True
+    batch: list[Message] | None = None  # the returns batch that groups of that requeue may join
 
     def __len__(self) -> int:
-        return len(self.main) + sum(len(b) for b in self.returns)
+        return len(self.main) + sum(len(b) for b in self.returns) + sum(len(g) for g in self.landing)
 
     def push(self, message: Message) -> None:
         self.main.append(message)
 
-    def requeue(self, batch: list[Message]) -> None:
-        if batch:
-            self.returns.append(sorted(batch))
+    def requeue(self, groups: list[list[Message]], racing: bool = False) -> None:
+        self.land()
+        groups = [list(g) for g in groups if g]
+        if len(groups) == 1 and not racing:
+            self.returns.append(groups[0])
+        elif groups:
+            self.landing, self.first_landed, self.batch = groups, racing, None
+
+    def _joinable(self) -> bool:
+        return bool(self.returns) and self.batch is not None and self.returns[0] is self.batch
+
+    def _land_group(self, group: list[Message]) -> None:
+        self.landing.remove(group)
+        self.first_landed = True
+        if self.batch is not None and any(b is self.batch for b in self.returns):
+            self.batch.extend(group)  # landed together with earlier groups: one batch
+        else:
+            self.batch = list(group)
+            self.returns.append(self.batch)
+
+    def land(self) -> None:
+        while self.landing:
+            self._land_group(self.landing[0])
+        self.batch = None
 
     def candidates(self) -> tuple[Message, ...]:
+        landing = {m for g in self.landing for m in g}
         if self.returns:
-            return tuple(self.returns[0])
-        return tuple(list(self.main)[:1])
+            return _sorted(set(self.returns[0]) | (landing if self._joinable() else set()))
+        options = set(landing)
+        if self.main and self.first_landed:
+            options.add(self.main[0])
+        return _sorted(options)
 
     def take(self, message: Message) -> None:
-        if self.returns:
+        group = next((g for g in self.landing if message in g), None)
+        if group is not None:
+            self._land_group(group)
+        if self.returns and message in self.returns[0]:
             first = self.returns[0]
             first.remove(message)
             if not first:
                 self.returns.popleft()
             return
+        self.first_landed = True
         self.main.remove(message)
 
     def drop_head(self) -> None:
+        self.land()
         self.take(self.candidates()[0])
 
     def clear(self) -> int:
         count = len(self)
+        self.landing, self.first_landed, self.batch = [], True, None
         self.returns.clear()
         self.main.clear()
         return count
 
     def bodies(self) -> list[bytes]:
-        return [m.body for b in self.returns for m in b] + [m.body for m in self.main]
+        landing = [m.body for g in self.landing for m in g]
+        return [m.body for b in self.returns for m in b] + landing + [m.body for m in self.main]
 
 
 Ready = ClassicReady | QuorumReady

@@ -28,17 +28,27 @@ BASIC = 60
 ACK, REJECT, NACK, RECOVER_ASYNC, RECOVER = 80, 90, 120, 100, 110
 
 
-def requeue(state: BrokerState, entries: Iterable[Unacked]) -> None:
-    """Put settled deliveries back into their queues: one batch per queue (RQ-01/02/04)."""
-    batches: dict[str, list[Unacked]] = {}
+def _group_key(entry: Unacked) -> tuple[int, int | bytes]:
+    """rabbit_channel:foreach_per_queue order: gets (an integer tag) before consumer tags."""
+    return (0, entry.tag) if entry.consumer is None else (1, entry.consumer.encode())
+
+
+def requeue(state: BrokerState, entries: Iterable[Unacked], racing: bool = False, atomic: bool = False) -> None:
+    """Put settled deliveries back into their queues (RQ-01/02/04): per queue, one group per
+    consumer tag and per basic.get delivery, or one group when the queue sees it as one
+    operation (`atomic`: a channel closing); `racing`: a limiter resume races it (queues.py)."""
+    per_queue: dict[str, dict[tuple[int, int | bytes], list[Unacked]]] = {}
     for entry in entries:
         if entry.queue is not None:  # None: the queue was deleted, nothing to requeue into
-            batches.setdefault(entry.queue, []).append(entry)
-    for name, batch in batches.items():
-        queue = state.queues[name]
-        for entry in batch:
-            entry.message.returned += 1
-        queue.ready.requeue([e.message for e in batch])
+            key = (0, 0) if atomic else _group_key(entry)
+            per_queue.setdefault(entry.queue, {}).setdefault(key, []).append(entry)
+    for name, groups in per_queue.items():
+        batches = []
+        for key in sorted(groups):
+            for entry in groups[key]:
+                entry.message.returned += 1
+            batches.append([e.message for e in groups[key]])
+        state.queues[name].ready.requeue(batches, racing)
 
 
 def _settle(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, method_id: int,
@@ -49,9 +59,10 @@ def _settle(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, metho
         close_channel(state, key)  # ACK-03, then RQ-03
         return ChannelClosed(406, BASIC, method_id)
     entries = [channel.unacked.pop(t) for t in tags]
+    racing = prefetch.requeue_races_resume(channel, state.traits)
     prefetch.on_settled(channel, entries, state.traits)
     if requeue_them:
-        requeue(state, entries)
+        requeue(state, entries, racing)
     return OK
 
 
@@ -78,23 +89,30 @@ def recover(state: BrokerState, key: ChannelKey, requeue_them: bool = True, asyn
     channel = state.channel(key)
     entries = list(channel.unacked.values())
     channel.unacked.clear()
+    racing = prefetch.requeue_races_resume(channel, state.traits)
     prefetch.on_settled(channel, entries, state.traits)
-    requeue(state, entries)
+    requeue(state, entries, racing)
     return OK
 
 
-def close_channel(state: BrokerState, key: ChannelKey) -> None:
+def close_channel(state: BrokerState, key: ChannelKey, requeue_unacked: bool = True) -> None:
     """The channel is gone (RQ-03, PC-13); its key may be opened again as a new channel."""
     channel: ChannelState | None = state.channels.pop(key, None)
     if channel is None:
         return
-    requeue(state, channel.unacked.values())
+    if requeue_unacked:
+        requeue(state, channel.unacked.values(), atomic=True)
     for table in (state.owed_cancels, state.maybe_cancels, state.limbo, state.grace):
         table.pop(key, None)
 
 
 def close_connection(state: BrokerState, connection: Hashable) -> None:
-    """RQ-03 for every channel of the connection."""
-    for channel in state.channels_of(connection):
-        close_channel(state, channel.key)
+    """RQ-03 for every channel of the connection. The channels end in an order the client
+    cannot know, so per queue their deliveries come back as one group (no order among them).
+    Not modelled: a no-ack consumer on a channel that ends later may take (and lose) what an
+    earlier one requeued; the machines do not close a connection that has one."""
+    channels = state.channels_of(connection)
+    requeue(state, [u for c in channels for u in c.unacked.values()], atomic=True)
+    for channel in channels:
+        close_channel(state, channel.key, requeue_unacked=False)
     state.connections.pop(connection, None)

@@ -8,7 +8,7 @@ Rules:
   publish) is followed by a ping (a passive exchange.declare on the same channel), so its
   outcome is known: the broker closes the channel before answering the ping, or answers it.
 - Outcomes compare by scope, reply code and class/method id (`model.outcomes`), never text.
-- After every step `settle()` makes the run quiescent: it checks every asynchronous method that
+- After every step `sync()` makes the run quiescent: it checks every asynchronous method that
   arrived (deliveries, confirms, returns, broker cancels) against the model in arrival order
   per channel, waits (bounded, scaled by the target's timeout) while the model says something
   must still come, and compares the ready count of every queue (passive queue.declare) until
@@ -16,7 +16,7 @@ Rules:
   the model does not allow yet is held while other channels may still deliver (a broker
   writes each channel's frames independently, so arrival order across channels is free).
 - Each example uses fresh connections and uniquely named queues, deleted at teardown.
-- `AMQPC_MACHINE_EXAMPLES` overrides every machine's example count (deeper runs).
+- `AMQPC_MACHINE_EXAMPLES` overrides every machine's example count (machine_support).
 """
 
 from __future__ import annotations
@@ -24,15 +24,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import os
 import select
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from hypothesis import HealthCheck, note, settings
+from hypothesis import note
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from codec import (
@@ -42,7 +40,6 @@ from codec import (
     BasicNack,
     BasicReturn,
     ChannelClose,
-    Command,
     ExchangeDeclare,
     ExchangeDeclareOk,
     ExchangeDelete,
@@ -55,9 +52,6 @@ from codec import (
     QueueDelete,
     QueueDeleteOk,
 )
-from codec.frames import BodyFrame, HeaderFrame, MethodFrame, describe
-from conformance.drivers.raw import ChannelClosed as WireChannelClosed
-from conformance.drivers.raw import ConnectionClosed as WireConnectionClosed
 from conformance.drivers.raw import DriverError, NoReply, RawClient, Recorder
 from conformance.model import (
     OK,
@@ -71,28 +65,21 @@ from conformance.model import (
     ServerCancel,
     Violation,
 )
+from conformance.suite.machine_support import (
+    ENV_EXAMPLES,
+    FrameLog,
+    MachineClient,
+    MachineTarget,
+    format_frame,
+    machine_settings,
+    to_outcome,
+)
 
-ENV_EXAMPLES = "AMQPC_MACHINE_EXAMPLES"
+__all__ = ["CONTROL", "ENV_EXAMPLES", "FrameLog", "MachineClient", "MachineTarget", "ModelMachine",
+           "format_frame", "machine_settings", "run_machine", "step", "to_outcome"]
+
 CONTROL = 99  # the channel number of the harness's own channel (declares, counts, deletes)
 F = TypeVar("F", bound=Callable[..., None])
-
-
-@dataclass(frozen=True)
-class MachineTarget:
-    """Where and how a machine runs: broker URL, profile name, timeout scale."""
-
-    url: str
-    profile: str
-    timeout_scale: float = 1.0
-
-    def timeout(self, seconds: float) -> float:
-        return seconds * self.timeout_scale
-
-
-def machine_settings(examples: int, steps: int) -> settings:
-    count = int(os.environ.get(ENV_EXAMPLES, "0") or 0) or examples
-    return settings(max_examples=count, stateful_step_count=steps, deadline=None,
-                    suppress_health_check=list(HealthCheck))
 
 
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int) -> None:
@@ -101,7 +88,7 @@ def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples:
 
 
 def step(fn: F) -> F:
-    """Wrap a rule: mark the run busy while it executes, then settle (see module docstring)."""
+    """Wrap a rule: mark the run busy while it executes, then sync (see module docstring)."""
 
     @functools.wraps(fn)
     def wrapper(self: ModelMachine, **kwargs: Any) -> None:
@@ -112,57 +99,6 @@ def step(fn: F) -> F:
         self.busy = False
 
     return wrapper  # type: ignore[return-value]
-
-
-def to_outcome(exc: DriverError) -> Outcome:
-    if isinstance(exc, WireChannelClosed):
-        return ChannelClosed(exc.code, exc.class_id, exc.method_id)
-    if isinstance(exc, WireConnectionClosed):
-        return ConnectionClosed(exc.code, exc.class_id, exc.method_id)
-    raise exc
-
-
-class FrameLog:
-    """The frames of one run, formatted lazily (only Hypothesis's final report prints them)."""
-
-    LIMIT = 400
-
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder = recorder
-
-    def __repr__(self) -> str:
-        frames = self.recorder.frames
-        lines = [f"frames of this run ({len(frames)}, oldest first):"]
-        skipped = max(0, len(frames) - self.LIMIT)
-        if skipped:
-            lines.append(f"  ... {skipped} earlier frames")
-        start = frames[0].ts if frames else 0.0
-        for record in frames[skipped:]:
-            arrow = "<" if record.direction == "in" else ">"
-            lines.append(f"  {record.ts - start:8.4f} c{record.connection} {arrow} {format_frame(record.frame)}")
-        return "\n".join(lines)
-
-
-def format_frame(frame: Any) -> str:
-    if isinstance(frame, BodyFrame):
-        return f"ch{frame.channel} body {bytes(frame.payload)[:40]!r}"
-    if isinstance(frame, (MethodFrame, HeaderFrame)):
-        return describe(frame)
-    if isinstance(frame, Command):
-        method = frame.method
-        text = f"ch{frame.channel} {method.NAME} {method.fields()}"
-        return text + (f" body {frame.body[:40]!r}" if method.HAS_CONTENT else "")
-    if isinstance(frame, bytes):
-        return f"raw {frame[:40]!r}"
-    return describe(frame)
-
-
-class MachineClient(RawClient):
-    """RawClient plus one non-blocking read, for waiting on several connections at once."""
-
-    def read_available(self) -> None:
-        """Read what the socket holds now (the caller saw it readable) into the inboxes."""
-        self._read(0.001)
 
 
 class ModelMachine(RuleBasedStateMachine):
@@ -181,7 +117,7 @@ class ModelMachine(RuleBasedStateMachine):
         self.channels: dict[Any, tuple[str, int]] = {}  # model channel key -> (connection, number)
         self.real: dict[str, str] = {}  # logical queue name -> broker name
         self.exchanges: dict[str, str] = {}  # logical exchange name -> broker name
-        self.declared_args: dict[str, tuple[bool, dict[str, Any]]] = {}
+        self.declared: dict[str, tuple[str, bool, dict[str, Any]]] = {}  # logical -> declare call
         self.prefix = f"amqpc.m.{uuid.uuid4().hex[:10]}"
         self.body_ids = itertools.count(1)
         self.busy = False
@@ -210,16 +146,33 @@ class ModelMachine(RuleBasedStateMachine):
         self.channels[key] = (conn, number)
         self.model.open_channel(key, conn)
 
-    def declare(self, logical: str, kind: str = "classic", *, durable: bool = False, **arguments: Any) -> None:
+    def declare(self, logical: str, kind: str = "classic", *, durable: bool = False,
+                arguments: dict[str, Any] | None = None) -> None:
         real = self.real.setdefault(logical, f"{self.prefix}.{logical}")
-        if kind == "quorum":
+        self.declared[logical] = (kind, durable, dict(arguments or {}))
+        arguments = dict(arguments or {})
+        if kind == "quorum":  # a high delivery limit: RQ-06 is not what these machines check
             durable, arguments = True, {"x-queue-type": "quorum", "x-delivery-limit": 1000, **arguments}
-        self.declared_args[logical] = (durable, arguments)
         control = self.clients[self.control_conn]
         control.rpc(CONTROL, QueueDeclare(queue=real, durable=durable, arguments=arguments), QueueDeclareOk)
         max_length = arguments.get("x-max-length")
         self.model.declare_queue(logical, kind, max_length=max_length,
                                  overflow=arguments.get("x-overflow", "drop-head"))
+
+    def delete_and_declare(self, logical: str) -> None:
+        """queue.delete, then the same declare and bindings again (a new, empty queue)."""
+        control = self.clients[self.control_conn]
+        reply = control.rpc(CONTROL, QueueDelete(queue=self.real[logical]), QueueDeleteOk)
+        assert isinstance(reply.method, QueueDeleteOk)
+        expected = self.model.delete_queue(logical)
+        assert reply.method.message_count == expected, \
+            f"queue.delete {logical}: delete-ok says {reply.method.message_count} messages, the model {expected}"
+        kind, durable, arguments = self.declared[logical]
+        self.declare(logical, kind, durable=durable, arguments=arguments)
+        for exchange, queues in self.model.state.fanouts.items():
+            if logical in queues:
+                control.rpc(CONTROL, QueueBind(queue=self.real[logical], exchange=self.exchanges[exchange]),
+                            QueueBindOk)
 
     def declare_fanout(self, logical: str, queues: list[str]) -> None:
         real = self.exchanges.setdefault(logical, f"{self.prefix}.{logical}")
@@ -247,7 +200,7 @@ class ModelMachine(RuleBasedStateMachine):
                        ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
             return OK
         except DriverError as exc:
-            return self._closed(key, exc)
+            return self.closed_outcome(key, exc)
 
     def call(self, key: Any, method: Method, *reply: type) -> Outcome:
         client, number = self.client(key)
@@ -255,19 +208,22 @@ class ModelMachine(RuleBasedStateMachine):
             client.rpc(number, method, *reply, timeout=self.target.timeout(self.SETTLE_SECONDS))
             return OK
         except DriverError as exc:
-            return self._closed(key, exc)
+            return self.closed_outcome(key, exc)
 
-    def _closed(self, key: Any, exc: DriverError) -> Outcome:
+    def closed_outcome(self, key: Any, exc: DriverError) -> Outcome:
+        """The outcome a broker close means, after checking what arrived before it."""
         if isinstance(exc, NoReply):
             raise AssertionError(f"channel {key!r}: {exc}") from None
         outcome = to_outcome(exc)
         # what arrived before the close came before the broker handled our method: check it
         # against the model as it was (PC-13 keeps earlier confirms valid, for instance)
         if isinstance(outcome, ConnectionClosed):
+            # RQ-03 while the connection goes: a closing channel's requeues may reach consumers
+            # on sibling channels that are closing too; those deliveries die with them
             conn = self.channels[key][0]
             for other, (c, _) in self.channels.items():
                 if c == conn and self.model.is_open(other):
-                    self.drain_channel(other)
+                    self.drain_channel(other, drop_deliveries=True)
         else:
             self.drain_channel(key)
         return outcome
@@ -353,14 +309,17 @@ class ModelMachine(RuleBasedStateMachine):
             if not progress:
                 return blocked
 
-    def drain_channel(self, key: Any, blocked: list[tuple[Any, Deliver]] | None = None) -> bool:
+    def drain_channel(self, key: Any, blocked: list[tuple[Any, Deliver]] | None = None,
+                      drop_deliveries: bool = False) -> bool:
         client, number = self.client(key)
         box = client.inbox.get(number)
         progress = False
         while box:
             command = box[0]
             m = command.method
-            if isinstance(m, BasicDeliver):
+            if isinstance(m, BasicDeliver) and drop_deliveries:
+                pass
+            elif isinstance(m, BasicDeliver):
                 delivery = Deliver(m.consumer_tag, m.delivery_tag, m.redelivered, command.body)
                 if delivery not in self.model.deliveries(key):
                     if blocked is None:
@@ -370,6 +329,8 @@ class ModelMachine(RuleBasedStateMachine):
                     return progress
                 self.model.deliver(key, delivery)
             elif isinstance(m, BasicCancel):
+                if not m.nowait:
+                    raise Violation(f"broker basic.cancel {m.consumer_tag!r} on {key!r} without nowait=true (CCN-02)")
                 self.model.server_cancel(key, ServerCancel(m.consumer_tag))
             elif isinstance(m, (BasicAck, BasicNack)):
                 self.model.confirm(key, Confirm(m.delivery_tag, m.multiple, isinstance(m, BasicNack)))

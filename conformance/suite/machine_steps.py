@@ -62,7 +62,7 @@ def get(m: ModelMachine, key: Any, queue: str, no_ack: bool = False) -> GetOutco
         g = reply.method
         observed = GetOk(g.delivery_tag, g.redelivered, reply.body) if isinstance(g, BasicGetOk) else GetEmpty()
     except DriverError as exc:
-        observed = m._closed(key, exc)  # type: ignore[assignment]
+        observed = m.closed_outcome(key, exc)  # type: ignore[assignment]
     assert observed in allowed, f"basic.get {queue}: broker gave {observed}, the rules allow {sorted(allowed, key=repr)}"
     m.model.get(key, queue, observed, no_ack=no_ack)
     if not isinstance(observed, (GetOk, GetEmpty)):
@@ -91,7 +91,7 @@ def cancel(m: ModelMachine, key: Any, tag: str) -> None:
         client.send(number, BasicCancel(consumer_tag=tag))
         reply = client.expect(number, BasicCancelOk, timeout=m.target.timeout(m.SETTLE_SECONDS))
     except DriverError as exc:
-        observed = m._closed(key, exc)
+        observed = m.closed_outcome(key, exc)
         m.expect_outcome(f"basic.cancel {tag}", observed, m.model.cancel(key, tag))
         return
     assert isinstance(reply.method, BasicCancelOk)

@@ -462,6 +462,8 @@ def basic_qos(core: BrokerCore, meta: Meta, ch: Channel, m: BasicQos,
         ch.global_prefetch = m.prefetch_count  # QOS-03 (3.x), QOS-05 counts outstanding
     else:
         ch.prefetch_count = m.prefetch_count  # QOS-02; 4.3 treats global=true this way
+        if not m.global_:
+            ch.global_prefetch = 0  # 3.x: global=false unlimits the channel (checked live on 3.10.8)
     effects: list[Effect] = [Send(ch.conn, ch.number, BasicQosOk())]
     vhost = core.connections[ch.conn].vhost
     for name in {c.queue for c in ch.consumers.values()}:

@@ -351,8 +351,8 @@ class BrokerCore:
             if consumer.no_ack and consumer.prefetch and self.fault("no_ack_obeys_prefetch") and (
                     consumer.unacked >= consumer.prefetch):
                 continue
-            if not consumer.no_ack and not ch.global_capacity():
-                continue
+            if not ch.global_capacity():
+                continue  # QOS-08: a reached global limit pauses no-ack consumers too
             if best is None or consumer.priority > best.priority:
                 best, best_key = consumer, key
         if best is not None:

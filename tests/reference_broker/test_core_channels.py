@@ -330,3 +330,13 @@ def test_core_partial_tx_completion_is_406() -> None:
     close = methods(sim.do(1, 1, TxCommit()), ChannelClose)[0]
     assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
         406, "PRECONDITION_FAILED - partial tx completion", 90, 20)
+
+
+def test_core_global_qos_mode_matches_3x_limiter() -> None:
+    """With global qos honoured: qos(global=false) lifts the channel limit (as 3.10.8's
+    rabbit_limiter:unlimit_prefetch does) and a reached limit pauses no-ack consumers (QOS-08)."""
+    sim = ready(3, global_qos=True)
+    sim.do(1, 1, BasicQos(prefetch_count=1, global_=True))
+    assert len(sends(sim.do(1, 1, BasicConsume(queue="q", consumer_tag="a")), BasicDeliver)) == 1
+    assert not sends(sim.do(1, 1, BasicConsume(queue="q", consumer_tag="n", no_ack=True)), BasicDeliver)
+    assert len(sends(sim.do(1, 1, BasicQos(prefetch_count=5)), BasicDeliver)) == 2

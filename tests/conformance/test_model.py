@@ -1,0 +1,455 @@
+"""The executable model (conformance.model) on its own: no broker, plain pytest and Hypothesis.
+
+Example tests pin each rule the model encodes; property tests fold random command logs
+through the model (the rabbit_fifo way) and check its invariants after every step.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.model import (
+    OK,
+    BrokerModel,
+    ChannelClosed,
+    Confirm,
+    ConnectionClosed,
+    Deliver,
+    GetEmpty,
+    GetOk,
+    Return,
+    ServerCancel,
+    Violation,
+    confirm_tags,
+    settle_tags,
+    traits,
+)
+from conformance.model.traits import GlobalQos
+
+RABBIT_PROFILES = ("rabbitmq-4.3", "rabbitmq-4.0", "rabbitmq-3.12", "rabbitmq-3.10")
+
+
+def model(profile: str = "rabbitmq-4.3", *queues: tuple[str, str]) -> BrokerModel:
+    m = BrokerModel(profile)
+    m.open_channel(1)
+    m.open_channel(2)
+    for name, kind in queues or (("q", "classic"),):
+        m.declare_queue(name, kind)
+    return m
+
+
+def publish(m: BrokerModel, queue: str, *bodies: str, ch: int = 1) -> None:
+    for body in bodies:
+        m.publish(ch, "", queue, body.encode())
+
+
+def get(m: BrokerModel, queue: str = "q", ch: int = 1, no_ack: bool = False) -> GetOk | GetEmpty:
+    """basic.get taking the first allowed answer (deterministic for these tests)."""
+    allowed = sorted(m.get_outcomes(ch, queue), key=repr)
+    assert len(allowed) == 1, allowed
+    answer = allowed[0]
+    assert isinstance(answer, (GetOk, GetEmpty))
+    m.get(ch, queue, answer, no_ack=no_ack)
+    return answer
+
+
+def deliver_all(m: BrokerModel) -> list[tuple[int, Deliver]]:
+    """Take deliveries while any is due, the lowest allowed first."""
+    out = []
+    while m.due():
+        for ch in (1, 2):
+            allowed = sorted(m.deliveries(ch), key=repr)
+            if allowed:
+                m.deliver(ch, allowed[0])
+                out.append((ch, allowed[0]))
+                break
+    return out
+
+
+def test_settle_tags_follows_ack_rules() -> None:
+    assert settle_tags([1, 2, 3], 2, False) == [2]
+    assert settle_tags([1, 2, 3], 2, True) == [1, 2]
+    assert settle_tags([1, 2, 3], 0, True) == [1, 2, 3]  # ACK-06
+    assert settle_tags([], 0, True) == []  # ACK-06: not an error with nothing outstanding
+    assert settle_tags([1, 2, 3], 0, False) is None  # ACK-06
+    assert settle_tags([1, 3], 2, True) is None  # ACK-05: the named tag must be outstanding
+    assert settle_tags([1, 2], 7, False) is None  # ACK-03
+
+
+@given(st.sets(st.integers(1, 30)), st.integers(0, 31), st.booleans())
+def test_settle_tags_settles_only_outstanding_tags(outstanding: set[int], tag: int, multiple: bool) -> None:
+    tags = sorted(outstanding)
+    settled = settle_tags(tags, tag, multiple)
+    if settled is None:
+        assert tag not in outstanding and not (tag == 0 and multiple)
+        return
+    assert set(settled) <= outstanding
+    if tag:
+        assert tag in settled and all(t <= tag for t in settled)
+        assert multiple or settled == [tag]
+
+
+def test_confirm_tags_settles_each_seqno_once() -> None:
+    assert confirm_tags({1, 2, 3}, 2, True) == [1, 2]
+    assert confirm_tags({3}, 3, False) == [3]
+    assert confirm_tags({3}, 2, True) is None  # PC-05: 2 was settled already
+    assert confirm_tags(set(), 1, False) is None
+
+
+def test_traits_per_profile() -> None:
+    assert traits("rabbitmq-4.3").global_qos is GlobalQos.PER_CONSUMER
+    assert traits("rabbitmq-3.10").global_qos is GlobalQos.CHANNEL
+    assert traits("rabbitmq-3.12").quorum_redelivered_on_return
+    assert not traits("rabbitmq-4.0").quorum_redelivered_on_return
+    assert not traits("amqp-0-9-1").quorum_queues
+    with pytest.raises(ValueError):
+        traits("rabbitmq-9")
+
+
+@pytest.mark.parametrize("profile", RABBIT_PROFILES)
+def test_tags_are_per_channel_and_shared_by_get_and_consume(profile: str) -> None:
+    m = model(profile)
+    publish(m, "q", "m1", "m2", "m3")
+    assert get(m) == GetOk(1, False, b"m1")
+    assert m.consume(1, "q", "c1", no_ack=True) == OK
+    assert deliver_all(m) == [(1, Deliver("c1", 2, False, b"m2")), (1, Deliver("c1", 3, False, b"m3"))]
+    publish(m, "q", "m4")
+    m.cancel(1, "c1")
+    assert get(m, ch=2) == GetOk(1, False, b"m4")  # ACK-01: channels count on their own
+
+
+def test_unknown_double_and_zero_tags_close_the_channel_with_their_method_id() -> None:
+    m = model()
+    publish(m, "q", "m1", "m2")
+    get(m)
+    assert m.ack(1, 1) == OK
+    assert m.ack(1, 1) == ChannelClosed(406, 60, 80)  # ACK-04
+    assert not m.is_open(1)
+    m.open_channel(1)
+    assert m.reject(1, 0) == ChannelClosed(406, 60, 90)  # ACK-06 (reject has no multiple)
+    m.open_channel(1)
+    assert m.nack(1, 5, multiple=True) == ChannelClosed(406, 60, 120)  # ACK-03
+    m.open_channel(1)
+    assert m.ack(1, 0, multiple=True) == OK  # ACK-06: nothing outstanding is fine
+
+
+def test_multiple_with_a_settled_tag_settles_nothing() -> None:
+    m = model()
+    publish(m, "q", "m1", "m2", "m3")
+    for _ in range(3):
+        get(m)
+    assert m.ack(1, 2) == OK
+    assert m.ack(1, 2, multiple=True) == ChannelClosed(406, 60, 80)  # ACK-05
+    assert m.ready_bodies("q") == [b"m1", b"m3"]  # RQ-03: the close requeued both, in place
+
+
+def test_recover_requeues_with_redelivered_and_requeue_false_closes_the_connection() -> None:
+    m = model()
+    publish(m, "q", "m1", "m2")
+    get(m)
+    assert m.recover(1) == OK
+    assert get(m) == GetOk(2, True, b"m1")  # ACK-09, RQ-04
+    assert m.recover(1, requeue=False) == ConnectionClosed(540, 60, 110)
+    assert not m.is_open(1) and not m.is_open(2)
+    assert m.ready("q") == 2
+
+
+def test_cancel_leaves_deliveries_outstanding() -> None:
+    m = model()
+    publish(m, "q", "m1")
+    m.consume(1, "q", "c1")
+    deliver_all(m)
+    assert m.cancel(1, "c1") == OK
+    assert m.unacked_tags(1) == (1,)  # ACK-10
+    assert m.ack(1, 1) == OK
+
+
+def test_classic_requeue_goes_back_to_its_position_and_quorum_returns_come_first() -> None:
+    m = model("rabbitmq-4.3", ("c", "classic"), ("qq", "quorum"))
+    for queue in ("c", "qq"):
+        publish(m, queue, f"{queue}1", f"{queue}2", f"{queue}3")
+        first, second = get(m, queue), get(m, queue)
+        assert isinstance(first, GetOk) and isinstance(second, GetOk)
+        m.reject(1, second.delivery_tag, requeue=True)
+        m.reject(1, first.delivery_tag, requeue=True)
+    assert m.ready_bodies("c") == [b"c1", b"c2", b"c3"]  # RQ-01
+    assert m.ready_bodies("qq") == [b"qq2", b"qq1", b"qq3"]  # RQ-02
+
+
+def test_channel_close_requeues_and_drops_pending_confirms() -> None:
+    m = model()
+    m.confirm_select(1)
+    publish(m, "q", "m1")
+    get(m, ch=2)
+    m.close_channel(2)
+    assert m.ready_bodies("q") == [b"m1"]  # RQ-03
+    m.close_channel(1)
+    assert m.unsettled(1) == frozenset()  # PC-13
+
+
+def test_nack_multiple_over_two_consumers_may_land_in_two_steps() -> None:
+    m = model()
+    publish(m, "q", "m1", "m2", "m3")
+    m.qos(1, 1)
+    m.consume(1, "q", "b")
+    assert deliver_all(m) == [(1, Deliver("b", 1, False, b"m1"))]
+    m.consume(1, "q", "a")
+    assert deliver_all(m) == [(1, Deliver("a", 2, False, b"m2"))]
+    assert m.nack(1, 0, multiple=True, requeue=True) == OK
+    # one requeue per consumer tag, "a" first: m2 is back at once, m1 may land later
+    assert {d.body for d in m.deliveries(1)} == {b"m1", b"m2"}
+    m.deliver(1, Deliver("b", 3, True, b"m2"))
+    assert {d.body for d in m.deliveries(1)} == {b"m1", b"m3"}
+    m.quiesce()
+    assert {d.body for d in m.deliveries(1)} == {b"m1"}
+
+
+def test_per_consumer_prefetch_applies_to_new_consumers_only() -> None:
+    m = model()
+    publish(m, "q", "m1", "m2", "m3")
+    m.consume(1, "q", "c1")
+    m.qos(1, 1)
+    m.consume(1, "q", "c2")
+    deliveries = deliver_all(m)
+    assert len(deliveries) == 3  # c1 is unlimited (QOS-02)
+    assert sum(d.consumer_tag == "c2" for _, d in deliveries) <= 1
+
+
+@pytest.mark.parametrize("profile", ["rabbitmq-3.10", "rabbitmq-4.3"])
+def test_global_qos_is_channel_wide_only_before_4_3(profile: str) -> None:
+    m = model(profile)
+    publish(m, "q", "m1", "m2", "m3", "m4")
+    m.qos(1, 2, global_=True)
+    m.consume(1, "q", "c1")
+    m.consume(1, "q", "c2")
+    delivered = len(deliver_all(m))
+    assert delivered == (2 if profile == "rabbitmq-3.10" else 4)  # QOS-03
+
+
+def test_global_limit_counts_gets_and_recover_lowers_it() -> None:
+    m = model("rabbitmq-3.10")
+    publish(m, "q", "m1", "m2", "m3")
+    get(m)
+    m.qos(1, 2, global_=True)  # QOS-05: the get already counts
+    m.consume(1, "q", "c1")
+    assert len(deliver_all(m)) == 1
+    m.recover(1)  # QOS-05: recover subtracts the consumer's delivery only
+    assert len(deliver_all(m)) == 1
+
+
+def test_global_false_switches_a_global_limit_off_before_4_3() -> None:
+    m = model("rabbitmq-3.10")
+    publish(m, "q", "m1", "m2", "m3")
+    m.qos(1, 1, global_=True)
+    m.consume(1, "q", "c1")
+    assert len(deliver_all(m)) == 1
+    m.qos(1, 5, global_=False)  # rabbit_channel: unlimit_prefetch
+    assert len(deliver_all(m)) == 2
+
+
+def test_no_ack_consumers_are_paused_by_a_reached_global_limit() -> None:
+    m = model("rabbitmq-3.10")
+    publish(m, "q", "m1", "m2")
+    m.qos(1, 1, global_=True)
+    m.consume(1, "q", "manual")
+    deliver_all(m)
+    m.consume(1, "q", "auto", no_ack=True)
+    assert not m.due() and not m.deliveries(1)  # QOS-08
+    m.ack(1, 1)
+    assert m.deliveries(1)
+
+
+def test_quorum_consume_under_a_global_limit_is_540() -> None:
+    m = model("rabbitmq-3.10", ("qq", "quorum"))
+    m.qos(1, 1, global_=True)
+    assert m.consume(1, "qq", "c1") == ConnectionClosed(540, 60, 20)  # QOS-06
+
+
+def test_basic_get_ignores_prefetch() -> None:
+    m = model("rabbitmq-3.10")
+    publish(m, "q", "m1", "m2")
+    m.qos(1, 1, global_=True)
+    assert isinstance(get(m), GetOk) and isinstance(get(m), GetOk)  # QOS-07
+
+
+def test_lowering_a_limit_in_flight_allows_a_transient_overshoot() -> None:
+    m = model("rabbitmq-3.10")
+    m.qos(1, 3, global_=True)
+    m.consume(1, "q", "c1")
+    publish(m, "q", "m1", "m2", "m3")
+    m.qos(1, 1, global_=True)  # QOS-09: three were allowed when the change happened
+    for body in (b"m1", b"m2", b"m3"):
+        (delivery,) = m.deliveries(1)
+        assert delivery.body == body
+        m.deliver(1, delivery)
+        assert not m.due()  # only the first one had to come under the new limit
+    assert not m.deliveries(1)
+    m.quiesce()
+    assert not m.deliveries(1)
+
+
+def test_confirm_seqnos_start_at_select_and_settle_once() -> None:
+    m = model()
+    assert m.publish(1, "", "q", b"before").seqno is None  # PC-02
+    m.confirm_select(1)
+    assert [m.publish(1, "", "q", b).seqno for b in (b"a", b"b", b"c")] == [1, 2, 3]
+    m.confirm_select(1)  # PC-01: no reset
+    assert m.publish(1, "", "q", b"d").seqno == 4
+    assert m.confirm(1, Confirm(2, multiple=True)) == [1, 2]  # PC-04
+    assert m.confirm(1, Confirm(4, multiple=False)) == [4]  # PC-10: any order
+    with pytest.raises(Violation):
+        m.confirm(1, Confirm(2, multiple=False))  # PC-05: settled twice
+    assert m.unsettled(1) == frozenset({3})
+
+
+def test_unroutable_mandatory_publish_is_returned_before_its_ack() -> None:
+    m = model()
+    m.confirm_select(1)
+    published = m.publish(1, "", "nowhere", b"x", mandatory=True)
+    assert published.returned and published.queues == ()
+    with pytest.raises(Violation):
+        m.confirm(1, Confirm(1, multiple=False))  # PC-06
+    m.returned(1, Return(312, "", "nowhere", b"x"))
+    assert m.confirm(1, Confirm(1, multiple=False)) == [1]
+
+
+def test_a_refused_publish_is_nacked_and_fanout_confirms_once() -> None:
+    m = model("rabbitmq-4.3", ("a", "classic"), ("b", "classic"))
+    m.declare_queue("full", max_length=0, overflow="reject-publish")
+    m.declare_fanout("fan", ["a", "b", "full"])
+    m.confirm_select(1)
+    published = m.publish(1, "fan", "", b"x")
+    assert published.refused == ("full",) and published.queues == ("a", "b", "full")
+    with pytest.raises(Violation):
+        m.confirm(1, Confirm(1, multiple=False))  # PC-08: must be a nack
+    assert m.confirm(1, Confirm(1, multiple=False, nack=True)) == [1]
+    assert (m.ready("a"), m.ready("b"), m.ready("full")) == (1, 1, 0)  # PC-07
+
+
+def test_confirm_and_tx_exclude_each_other() -> None:
+    m = model()
+    m.confirm_select(1)
+    assert m.tx_select(1) == ChannelClosed(406, 90, 10)  # PC-03
+    assert m.tx_select(2) == OK
+    assert m.confirm_select(2) == ChannelClosed(406, 85, 10)
+
+
+def test_queue_delete_cancels_consumers_per_capability() -> None:
+    m = BrokerModel("rabbitmq-3.10")
+    m.open_connection("A", cancel_notify=True)
+    m.open_connection("B", cancel_notify=False)
+    m.open_channel("a", "A")
+    m.open_channel("b", "B")
+    m.declare_queue("q")
+    m.consume("a", "q", "ca", no_ack=True)
+    m.consume("b", "q", "cb", no_ack=True)
+    m.consume("a", "q", "gone", no_ack=True)
+    m.cancel("a", "gone")
+    m.delete_queue("q")
+    assert m.owed_cancels() == {"a": frozenset({"ca"})}  # CCN-02
+    assert not m.may_reuse_tag("b", "cb")
+    with pytest.raises(Violation):
+        m.server_cancel("b", ServerCancel("cb"))  # no capability, no notification
+    m.server_cancel("a", ServerCancel("ca"))
+    assert m.owed_cancels() == {}
+    assert m.cancel("a", "ca") == OK  # CCN-03
+    assert m.consume("a", "q", "x") == ChannelClosed(404, 60, 20)  # CCN-07
+
+
+def test_a_client_cancel_racing_the_broker_makes_its_notification_optional() -> None:
+    m = BrokerModel("rabbitmq-4.3")
+    m.open_channel(1)
+    m.declare_queue("q")
+    m.consume(1, "q", "c1", no_ack=True)
+    m.delete_queue("q")
+    assert m.cancel(1, "c1") == OK
+    assert m.owed_cancels() == {}
+    m.server_cancel(1, ServerCancel("c1"))  # may still come (CCN-03)
+
+
+def test_reusing_a_live_tag_is_530_and_requeues_the_connection() -> None:
+    m = model()
+    publish(m, "q", "m1")
+    m.consume(1, "q", "c1")
+    deliver_all(m)
+    assert m.consume(2, "q", "c1") == OK  # another channel: fine
+    assert m.consume(1, "q", "c1") == ConnectionClosed(530, 60, 20)
+    assert m.ready("q") == 1
+
+
+# -- property tests: fold random command logs through the model ------------------------------
+
+COMMANDS = st.lists(st.tuples(
+    st.sampled_from(["publish", "get", "consume", "cancel", "ack", "nack", "reject", "recover", "close",
+                     "qos", "deliver"]),
+    st.sampled_from([1, 2]), st.sampled_from(["c", "qq"]), st.integers(0, 6), st.booleans(),
+), max_size=40)
+
+
+def _run(m: BrokerModel, command: tuple[str, int, str, int, bool], counter: list[int]) -> None:
+    op, ch, queue, n, flag = command
+    if not m.is_open(ch):
+        m.open_channel(ch)
+    if op == "publish":
+        counter[0] += 1
+        m.publish(ch, "", queue, f"m{counter[0]}".encode())
+    elif op == "get":
+        answer = sorted(m.get_outcomes(ch, queue), key=repr)[0]
+        m.get(ch, queue, answer, no_ack=flag)
+    elif op == "consume":
+        counter[1] += 1
+        m.consume(ch, queue, f"c{counter[1]}", no_ack=flag)
+    elif op == "cancel":
+        tags = m.consumer_tags(ch)
+        if tags:
+            m.cancel(ch, tags[n % len(tags)])
+    elif op in ("ack", "nack", "reject"):
+        tags = m.unacked_tags(ch)
+        tag = tags[n % len(tags)] if tags and n else n
+        if op == "ack":
+            m.ack(ch, tag, flag)
+        elif op == "nack":
+            m.nack(ch, tag, flag, requeue=True)
+        else:
+            m.reject(ch, tag, requeue=flag)
+    elif op == "recover":
+        m.recover(ch, requeue=True)
+    elif op == "close":
+        m.close_channel(ch)
+    elif op == "qos":
+        m.qos(ch, n % 4, flag)
+    else:
+        allowed = sorted(m.deliveries(ch), key=repr)
+        if allowed:
+            m.deliver(ch, allowed[n % len(allowed)])
+
+
+def _check_invariants(m: BrokerModel) -> None:
+    seen: list[bytes] = []
+    for queue in m.queues():
+        seen += m.ready_bodies(queue)
+    for channel in m.state.channels.values():
+        tags = list(channel.unacked)
+        assert tags == sorted(tags) and all(0 < t < channel.next_tag for t in tags)  # ACK-01
+        seen += [u.message.body for u in channel.unacked.values()]
+        for consumer in channel.consumers.values():
+            held = sum(1 for u in channel.unacked.values() if u.consumer == consumer.tag)
+            assert consumer.outstanding == held
+            assert consumer.no_ack or consumer.prefetch == 0 or held <= consumer.prefetch  # QOS-02
+        assert channel.volume_low <= channel.volume
+    assert len(seen) == len(set(seen)), "a message is in two places at once"
+
+
+@pytest.mark.parametrize("profile", RABBIT_PROFILES)
+@settings(max_examples=60, deadline=None)
+@given(commands=COMMANDS)
+def test_model_invariants_hold_over_any_command_log(profile: str, commands: list[tuple[str, int, str, int, bool]]) -> None:
+    m = model(profile, ("c", "classic"), ("qq", "quorum"))
+    counter = [0, 0]
+    for command in commands:
+        _run(m, command, counter)
+        _check_invariants(m)
+        m.quiesce()
+        _check_invariants(m)
