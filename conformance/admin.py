@@ -186,10 +186,19 @@ class ManagementApi(AdminAdapter):
         self._call("DELETE", f"/api/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
 
     def get_global(self, key: str) -> GlobalValue:
-        raise Unavailable(f"the management API cannot read or change {key}; use --broker-admin rabbitmqctl")
+        """RabbitMQ's API cannot read `consumer_timeout`; the reference broker serves it as an
+        extension at /api/global-parameters/<key> (a 404 elsewhere means Unavailable)."""
+        row = self._call("GET", f"/api/global-parameters/{_q(key)}", missing_ok=True)
+        if not isinstance(row, dict) or "value" not in row:
+            raise Unavailable(f"the management API cannot read or change {key}; use --broker-admin rabbitmqctl")
+        value = row["value"]
+        return value if isinstance(value, int) else None
 
     def set_global(self, key: str, value: GlobalValue) -> None:
-        raise Unavailable(f"the management API cannot read or change {key}; use --broker-admin rabbitmqctl")
+        self.get_global(key)  # Unavailable where the extension is absent
+        if value is None:
+            raise Unavailable(f"{key} cannot be unset through the management API")
+        self._call("PUT", f"/api/global-parameters/{_q(key)}", {"name": key, "value": value})
 
     def close(self) -> None:
         self._http.close()

@@ -19,6 +19,10 @@ Rules:
   exits 3. Otherwise any `broken` verdict makes the exit status 2 (DESIGN.md decision 8).
 - `admin.Unavailable` raised by a test or fixture becomes the `unimplemented` verdict.
 - `pytest --broker-url URL` with no paths runs the shipped suite (`conformance/suite`).
+- Each rule test's teardown report carries its `evidence` (verdict, area, rules, reply,
+  frame log) for `amqp-conformance run` and pytest-xdist's controller; under pytest-xdist
+  the workers share the controller's run id and only the controller writes the run record
+  (`distributed`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from conformance import outcomes
+from conformance import distributed, evidence, outcomes
 from conformance.admin import AdminAdapter, RestoringAdmin, Unavailable, parse_admin
 from conformance.catalogue import AREAS, PROFILES, rule
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
@@ -80,6 +84,8 @@ class Harness:
     broken: list[tuple[str, str]] = field(default_factory=list)
     leaks: LeakReport | None = None
     allure: bool = False
+    worker: bool = False  # a pytest-xdist worker: the controller writes the run record
+    remote_tests: int = 0  # test records written by pytest-xdist workers
 
 
 HARNESS = pytest.StashKey[Harness]()
@@ -110,10 +116,11 @@ def pytest_configure(config: pytest.Config) -> None:
         admin = parse_admin(config.getoption("--broker-admin"), url or "")
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    run_id = config.getoption("--run-id") or str(uuid.uuid4())
+    run_id = config.getoption("--run-id") or distributed.worker_run_id(config) or str(uuid.uuid4())
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
         raise pytest.UsageError(f"--run-id {run_id!r}: letters, digits, '.', '_' and '-' only")
-    state = Harness(run_id, admin, allure=bool(config.getoption("allure_report_dir", None)))
+    state = Harness(run_id, admin, allure=bool(config.getoption("allure_report_dir", None)),
+                    worker=distributed.is_worker(config))
     results = config.getoption("--results-dir")
     if results and not config.option.collectonly:
         try:
@@ -125,6 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
                               harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
                               admin=redact_url(config.getoption("--broker-admin")))
     config.stash[HARNESS] = state
+    distributed.register(config, state)
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
@@ -137,7 +145,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = harness(session.config)
-    if state.writer is not None and state.run is not None:
+    if state.writer is not None and state.run is not None and not state.worker:
         state.writer.write_run(state.run)
 
 
@@ -228,12 +236,14 @@ def _finish(item: pytest.Item, report: pytest.TestReport, test: outcomes.TestSta
     if test.verdict is Verdict.BROKEN:
         state.broken.append((item.nodeid, test.message or ""))
     report.user_properties.append(("verdict", test.verdict.value))
+    marker = item.get_closest_marker("rules")
+    rule_ids = [str(r) for r in marker.args] if marker else []
+    evidence.attach(report, evidence.build(item.nodeid, test.verdict.value, area, rule_ids, test.message,
+                                           test.failure, frames, test.duration_total))
     if state.allure:
         outcomes.allure_evidence(test, frames)
     if state.writer is None:
         return
-    marker = item.get_closest_marker("rules")
-    rule_ids = [str(r) for r in marker.args] if marker else []
     seed_option = item.config.getoption("hypothesis_seed", None)
     state.writer.add_test(outcomes.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option),
                           frames)
@@ -249,10 +259,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = EXIT_BROKEN
     close_quietly(state.probe)
     state.admin.close()
-    if state.writer is not None and state.run is not None:
-        state.run.finished, state.run.exit_status = datetime.now(UTC), int(session.exitstatus)
-        state.run.tests = state.writer.tests_written
+    if state.writer is not None:
         state.writer.close()
+    if state.writer is not None and state.run is not None and not state.worker:
+        state.run.finished, state.run.exit_status = datetime.now(UTC), int(session.exitstatus)
+        state.run.tests = state.writer.tests_written + state.remote_tests
         state.writer.write_run(state.run)
 
 
@@ -293,8 +304,10 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     if not url:
         from reference_broker.server import EmbeddedBroker
 
-        embedded = EmbeddedBroker().start()
+        embedded = EmbeddedBroker(management_port=0).start()
         url = embedded.url
+        if config.getoption("--broker-admin") == "none" and embedded.management_url:
+            state.admin = parse_admin(embedded.management_url, url)  # the embedded broker's own API
     scale = config.getoption("--timeout-scale")
     try:
         with RawClient(url, timeout=5.0 * scale) as probe:

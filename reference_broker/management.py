@@ -7,7 +7,8 @@ Rules:
   only those vhosts (403 for others).
 - Paths: GET /api/overview, GET /api/definitions, GET /api/policies[/{vhost}[/{name}]],
   PUT/DELETE /api/policies/{vhost}/{name}, GET /api/queues[/{vhost}[/{name}]],
-  GET /api/connections, DELETE /api/connections/{name} (320 CONNECTION_FORCED).
+  GET /api/exchanges[/{vhost}], GET /api/connections, DELETE /api/connections/{name}
+  (320 CONNECTION_FORCED).
 - Extension (not in RabbitMQ): GET/PUT /api/global-parameters/consumer_timeout changes the
   global consumer timeout at runtime (value in ms); legacy-mode channels read it at open.
 """
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
     from reference_broker.server import BrokerServer
 
 POLICY_KEYS = {"consumer-timeout", "max-length", "message-ttl", "dead-letter-exchange",
-               "dead-letter-routing-key", "delivery-limit", "overflow", "expires"}
+               "dead-letter-routing-key", "delivery-limit", "overflow", "expires",
+               # accepted, no effect on a single node (TMO-4.3-6)
+               "consumer-disconnected-timeout"}
 APPLY_TO = {"all", "queues", "exchanges", "classic_queues", "quorum_queues"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -216,6 +219,18 @@ async def close_connection(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def exchanges(request: web.Request) -> web.Response:
+    server: BrokerServer = request.app["server"]
+    vhost = request.match_info.get("vhost")
+    if vhost is not None and vhost not in server.core.vhosts:
+        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+    names = [vhost] if vhost is not None else _visible(request)
+    return web.json_response([
+        {"name": x.name, "vhost": v, "type": x.kind, "durable": x.durable, "auto_delete": x.auto_delete,
+         "internal": x.internal, "arguments": x.arguments}
+        for v in names for x in sorted(server.core.vhosts[v].exchanges.values(), key=lambda e: e.name)])
+
+
 async def definitions(request: web.Request) -> web.Response:
     server: BrokerServer = request.app["server"]
     core = server.core
@@ -264,6 +279,8 @@ def build_app(server: BrokerServer) -> web.Application:
     app.router.add_get("/api/queues", queues)
     app.router.add_get("/api/queues/{vhost}", queues)
     app.router.add_get("/api/queues/{vhost}/{name}", queue)
+    app.router.add_get("/api/exchanges", exchanges)
+    app.router.add_get("/api/exchanges/{vhost}", exchanges)
     app.router.add_get("/api/policies", policies)
     app.router.add_get("/api/policies/{vhost}", policies)
     app.router.add_get("/api/policies/{vhost}/{name}", policy)

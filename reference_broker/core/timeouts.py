@@ -114,6 +114,8 @@ def on_queue_timer(core: BrokerCore, meta: Meta, key: tuple[object, ...]) -> lis
             effects.append(Send(conn_id, number, BasicCancel(consumer.tag, nowait=True)))
         if not core.fault("timed_out_consumer_not_paused"):
             consumer.timed_out.add(tag)
+    if queue.arguments.get("x-single-active-consumer") is True:
+        _hand_over(queue, {f"{tag}@{c}.{n}" for c, n, tag in cancelled})
     for (conn_id, _number), ch in closing.items():
         err = AmqpError(ReplyCode.PRECONDITION_FAILED, texts.consumer_timeout(ch.number, -1), scope="channel")
         effects += core.fail(meta, core.connections[conn_id], ch, err)
@@ -133,6 +135,17 @@ def _whole_consumers(core: BrokerCore, queue: Queue, expired: list[tuple[int, in
         (k[0], k[1]) == (c, n) and (u := core.connections[c].channels[n].unacked.get(k[2])) is not None
         and u.consumer_tag == t for c, n, t in owners)]
     return sorted([*expired, *more])
+
+
+def _hand_over(queue: Queue, just_timed_out: set[str]) -> None:
+    """TMO-4.3-7: a single active consumer that just timed out with nothing else checked out
+    goes back to the waiting list, so the next waiting consumer becomes active."""
+    for key, consumer in list(queue.consumers.items()):
+        if key in just_timed_out and consumer.timed_out and consumer.unacked == 0:
+            del queue.consumers[key]
+            queue.consumers[key] = consumer  # to the back of the waiting list
+            queue.rotation.remove(key)
+            queue.rotation.append(key)
 
 
 def rearm(queue: Queue) -> list[Effect]:
