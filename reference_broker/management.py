@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +153,7 @@ async def put_policy(request: web.Request) -> web.Response:
         body = await request.json()
     except ValueError:
         return web.json_response({"error": "bad_request", "reason": "body is not JSON"}, status=400)
-    problem = _check_policy(body)
+    problem = _check_policy(body, server.config.emulates)
     if problem:
         return web.json_response({"error": "bad_request", "reason": problem}, status=400)
     table = dict(server.core.policies.get(vhost, {}))
@@ -163,13 +164,18 @@ async def put_policy(request: web.Request) -> web.Response:
     return web.Response(status=201 if created else 204)
 
 
-def _check_policy(body: Any) -> str:
+def _check_policy(body: Any, emulates: str) -> str:
     if not isinstance(body, dict) or not isinstance(body.get("pattern"), str):
         return "pattern is required"
+    try:
+        re.compile(body["pattern"])
+    except re.error as exc:
+        return f"Validation failed\n\n{body['pattern']} is not a valid regular expression ({exc})"
     definition = body.get("definition")
     if not isinstance(definition, dict) or not definition:
         return "definition must be a non-empty object"
-    unknown = sorted(set(definition) - POLICY_KEYS)
+    keys = POLICY_KEYS - ({"consumer-timeout"} if emulates == "3.10" else set())  # TMO-03: 3.12+
+    unknown = sorted(set(definition) - keys)
     if unknown:
         return f"Validation failed\n\n[{{<<\"{unknown[0]}\">>,...}}] are not recognised policy settings"
     if body.get("apply-to", "all") not in APPLY_TO:

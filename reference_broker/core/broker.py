@@ -437,8 +437,11 @@ class BrokerCore:
         for policy in self.policies.get(queue.vhost, {}).values():
             if policy.get("apply-to", "all") not in ("all", "queues", f"{queue.kind}_queues"):
                 continue
-            if not re.search(policy.get("pattern", ""), queue.name):
-                continue
+            try:
+                if not re.search(policy.get("pattern", ""), queue.name):
+                    continue
+            except re.error:
+                continue  # refused at PUT; a bad pattern in a config never matches
             if best is None or policy.get("priority", 0) > best.get("priority", 0):
                 best = policy
         definition = dict(best.get("definition", {})) if best else {}

@@ -85,3 +85,12 @@ def test_management_global_consumer_timeout_extension(managed: EmbeddedBroker) -
 def test_management_definitions_shape(managed: EmbeddedBroker) -> None:
     data = api(managed).get("/api/definitions").json()
     assert {"rabbit_version", "users", "vhosts", "policies", "queues", "exchanges", "bindings"} <= set(data)
+
+
+def test_management_refuses_bad_policy_patterns_and_3_10_keys(managed: EmbeddedBroker) -> None:
+    client = api(managed)
+    bad = client.put("/api/policies/%2F/bad", json={"pattern": "[", "definition": {"max-length": 5}})
+    assert bad.status_code == 400 and "not a valid regular expression" in bad.json()["reason"]
+    with EmbeddedBroker(management_port=0, timeout_mode="legacy", legacy_ruleset="3.10") as legacy:
+        refused = api(legacy).put("/api/policies/%2F/t", json={"pattern": ".*", "definition": {"consumer-timeout": 5}})
+        assert refused.status_code == 400 and "not recognised policy settings" in refused.json()["reason"]
