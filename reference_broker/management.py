@@ -35,11 +35,12 @@ POLICY_KEYS = {"consumer-timeout", "max-length", "message-ttl", "dead-letter-exc
                "consumer-disconnected-timeout"}
 APPLY_TO = {"all", "queues", "exchanges", "classic_queues", "quorum_queues"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SERVER_KEY: web.AppKey[Any] = web.AppKey("server")
 
 
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     header = request.headers.get("Authorization", "")
     user = None
     if header.startswith("Basic "):
@@ -85,7 +86,7 @@ def queue_json(server: BrokerServer, q: Queue) -> dict[str, Any]:
 
 
 async def overview(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     core = server.core
     queues = [q for v in core.vhosts.values() for q in v.queues.values()]
     return web.json_response({
@@ -102,12 +103,12 @@ async def overview(request: web.Request) -> web.Response:
 
 
 def _visible(request: web.Request) -> list[str]:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     return [v for v in server.core.vhosts if _allowed(server, request["user"], v)]
 
 
 async def queues(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in server.core.vhosts:
         return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
@@ -117,7 +118,7 @@ async def queues(request: web.Request) -> web.Response:
 
 
 async def queue(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     q = server.core.find_queue(request.match_info["vhost"], request.match_info["name"])
     if q is None:
         return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
@@ -129,14 +130,14 @@ def _policies(server: BrokerServer, vhost: str) -> list[dict[str, Any]]:
 
 
 async def policies(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     vhost = request.match_info.get("vhost")
     names = [vhost] if vhost is not None else _visible(request)
     return web.json_response([p for v in names for p in _policies(server, v)])
 
 
 async def policy(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     vhost, name = request.match_info["vhost"], request.match_info["name"]
     found = server.core.policies.get(vhost, {}).get(name)
     if found is None:
@@ -145,7 +146,7 @@ async def policy(request: web.Request) -> web.Response:
 
 
 async def put_policy(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     vhost, name = request.match_info["vhost"], request.match_info["name"]
     if vhost not in server.core.vhosts:
         return web.json_response({"error": "bad_request", "reason": f"vhost {vhost} not found"}, status=400)
@@ -187,7 +188,7 @@ def _check_policy(body: Any, emulates: str) -> str:
 
 
 async def delete_policy(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     vhost, name = request.match_info["vhost"], request.match_info["name"]
     table = dict(server.core.policies.get(vhost, {}))
     if table.pop(name, None) is None:
@@ -207,7 +208,7 @@ def _connection_json(server: BrokerServer, conn_id: int) -> dict[str, Any] | Non
 
 
 async def connections(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     visible = set(_visible(request))
     found = [c for conn_id in sorted(server.core.connections)
              if (c := _connection_json(server, conn_id)) is not None and c["vhost"] in visible]
@@ -215,7 +216,7 @@ async def connections(request: web.Request) -> web.Response:
 
 
 async def close_connection(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     name = request.match_info["name"]
     conn_id = next((i for i in server.core.connections if server.connection_name(i) == name), None)
     if conn_id is None:
@@ -226,7 +227,7 @@ async def close_connection(request: web.Request) -> web.Response:
 
 
 async def exchanges(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in server.core.vhosts:
         return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
@@ -238,7 +239,7 @@ async def exchanges(request: web.Request) -> web.Response:
 
 
 async def definitions(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     core = server.core
     vhosts = _visible(request)
     return web.json_response({
@@ -259,12 +260,12 @@ async def definitions(request: web.Request) -> web.Response:
 
 
 async def get_global(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     return web.json_response({"name": "consumer_timeout", "value": server.config.consumer_timeout})
 
 
 async def put_global(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app["server"]
+    server: BrokerServer = request.app[SERVER_KEY]
     try:
         body = await request.json()
     except ValueError:
@@ -279,7 +280,7 @@ async def put_global(request: web.Request) -> web.Response:
 
 def build_app(server: BrokerServer) -> web.Application:
     app = web.Application(middlewares=[_auth])
-    app["server"] = server
+    app[SERVER_KEY] = server
     app.router.add_get("/api/overview", overview)
     app.router.add_get("/api/definitions", definitions)
     app.router.add_get("/api/queues", queues)
