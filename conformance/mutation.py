@@ -46,7 +46,7 @@ class Outcome:
         return bool(self.killers)
 
 
-def run_fault(fault: Fault, out: Path, scope: str, time_limit: float) -> Outcome:
+def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: bool = True) -> Outcome:
     run_id = f"mutation-{fault.name}"
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:randomly", "-q",
            "--results-dir", str(out), "--run-id", run_id, "-p", "no:cacheprovider"]
@@ -54,8 +54,10 @@ def run_fault(fault: Fault, out: Path, scope: str, time_limit: float) -> Outcome
         cmd += ["-m", f"area_{fault.area} and not slow"]
     else:
         cmd += ["-m", "not slow"]
-    env = {**os.environ, "AMQPC_BROKER_FAULTS": fault.name, "AMQPC_MACHINE_EXAMPLES": os.environ.get(
-        "AMQPC_MACHINE_EXAMPLES", "10")}
+    if not machines:
+        cmd += ["-k", "not machine"]
+    env = {**os.environ, "AMQPC_BROKER_FAULTS": fault.name, "AMQPC_MACHINE_SHRINK": "0",
+           "AMQPC_MACHINE_EXAMPLES": os.environ.get("AMQPC_MACHINE_EXAMPLES", "20")}
     env.pop("AMQPC_BROKER_URL", None)
     started = time.monotonic()
     try:
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scope", choices=["area", "all"], default="area", help="tests run per fault")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds per fault run")
+    parser.add_argument("--no-machines", action="store_true", help="example tests only (faster)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        outcomes = list(pool.map(lambda n: run_fault(BY_NAME[n], out, args.scope, args.time_limit), names))
+        outcomes = list(pool.map(
+            lambda n: run_fault(BY_NAME[n], out, args.scope, args.time_limit, not args.no_machines), names))
     print_report(outcomes)
     summary = {"score": sum(o.killed for o in outcomes) / max(len(outcomes), 1),
                "faults": [{**asdict(o), "killed": o.killed} for o in outcomes]}

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from codec import Command
 from codec.frames import BodyFrame, HeaderFrame, MethodFrame, describe
@@ -27,6 +27,7 @@ from conformance.drivers.raw import DriverError, RawClient, Recorder
 from conformance.model import ChannelClosed, ConnectionClosed, Outcome
 
 ENV_EXAMPLES = "AMQPC_MACHINE_EXAMPLES"
+ENV_SHRINK = "AMQPC_MACHINE_SHRINK"
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,11 @@ class MachineTarget:
 
 def machine_settings(examples: int, steps: int) -> settings:
     count = int(os.environ.get(ENV_EXAMPLES, "0") or 0) or examples
+    phases = tuple(Phase)
+    if os.environ.get(ENV_SHRINK) == "0":  # mutation runs: a kill matters, not its minimal form
+        phases = (Phase.explicit, Phase.reuse, Phase.generate)
     return settings(max_examples=count, stateful_step_count=steps, deadline=None,
-                    suppress_health_check=list(HealthCheck))
+                    suppress_health_check=list(HealthCheck), phases=phases)
 
 
 def to_outcome(exc: DriverError) -> Outcome:
