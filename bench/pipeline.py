@@ -49,8 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--channels", type=int, default=50_000, help="channels in total (default 50 000)")
     p.add_argument("--tests", type=float, default=1e6, help="test results in total (default 1e6)")
-    p.add_argument("--lake", type=Path, default=None, help="write (or reuse, with --reuse) the lake here")
-    p.add_argument("--reuse", action="store_true", help="reuse the lake at --lake if it is there")
+    p.add_argument("--lake", type=Path, default=None, help="write the lake here and keep it (default: a temp dir)")
     p.add_argument("--all-plans", action="store_true", help="also time applyInArrow and the SQL tag check")
     p.add_argument("--repeat", type=int, default=1, help="best of N timings per case")
     p.add_argument("--quick", action="store_true", help="tiny lake, one repeat: a smoke run")
@@ -115,24 +114,29 @@ def _duckdb_tag_check(root: Path) -> str:
 
 
 def spark_cases(master: str, root: Path, stats: LakeStats, args: argparse.Namespace) -> dict[str, float]:
+    from pyspark.sql import functions as F
+
     from reports import jobs
     from reports.audit_spark import audit_by_run, audit_grouped, tag_sequence_findings
     from reports.spark import read_results, spark_session
 
     spark = spark_session(master, app_name="amqp-conformance bench", conf={"spark.driver.memory": "4g"})
     try:
-        cores = spark.sparkContext.defaultParallelism
         runs = sorted(p.name.split("=", 1)[1] for p in (root / "frames").iterdir())
-        audit_by_run(spark, str(root), only=runs[:cores]).collect()  # warm-up: JIT, one Python worker per core
         results: dict[str, float] = {}
 
-        def matrix() -> int:
+        def matrix(only: list[str] | None = None) -> int:
             tests, run_rows = read_results(spark, root, "tests"), read_results(spark, root, "runs")
+            if only is not None:
+                tests, run_rows = tests.where(F.col("run").isin(only)), run_rows.where(F.col("run").isin(only))
             verdicts = jobs.rule_verdicts(tests, run_rows, jobs.catalogue_frame(spark)).cache()
             cells = len(jobs.matrix(verdicts).collect()) + len(jobs.run_scores(verdicts).collect())
             verdicts.unpersist()
             return cells
 
+        if not args.quick:  # warm-up on a few runs: JVM JIT and query compilation, one Python worker per core
+            matrix(runs[:4])
+            audit_by_run(spark, str(root), only=runs[:4]).collect()
         results["matrix_s"], _ = best(args.repeat, matrix)
         results["audit_s"], rows = best(args.repeat, lambda: audit_by_run(spark, str(root)).collect())
         check(f"{master} audit_by_run", Counter(r.kind for r in rows), stats)
@@ -155,8 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="amqpc-lake-")) if owned else args.lake
     try:
         started = time.perf_counter()
-        if args.reuse and (root / "frames").is_dir():
-            raise SystemExit("--reuse needs the lake's stats; regenerate instead (drop --reuse)")
         shutil.rmtree(root, ignore_errors=True)
         stats = write_lake(root, shape)
         print(f"lake: {stats.runs} runs, {stats.channels} channels, {stats.frames} frames, {stats.tests} tests "
@@ -171,7 +173,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str, float]]) -> None:
-    two, one = spark["local[2]"], spark["local[1]"]
     rows = [("audit, single process (pyarrow + Python checker)", single["single_audit_s"], stats.frames)]
     if "duckdb_tag_check_s" in single:
         rows.append(("tag check, DuckDB windows", single["duckdb_tag_check_s"], stats.frames))
@@ -184,7 +185,13 @@ def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str
     print(f"\n{'case':<52} {'seconds':>9} {'rows/s':>12}")
     for name, seconds, count in rows:
         print(f"{name:<52} {seconds:>9.2f} {count / seconds:>12,.0f}")
-    result = {
+    print(json.dumps(summary(stats, single, spark)))
+
+
+def summary(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The JSON line: ratios (>1: the first named is faster), times in seconds, rows/s."""
+    two, one = spark["local[2]"], spark["local[1]"]
+    result: dict[str, float] = {
         "frames": stats.frames, "runs": stats.runs, "channels": stats.channels, "tests": stats.tests,
         "single_audit_s": round(single["single_audit_s"], 3),
         "spark_local2_audit_s": round(two["audit_s"], 3), "spark_local1_audit_s": round(one["audit_s"], 3),
@@ -199,7 +206,7 @@ def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str
         if key in two:
             result[f"{key.removesuffix('_s')}_local2_s"] = round(two[key], 3)
             result[f"{key.removesuffix('_s')}_local1_s"] = round(one[key], 3)
-    print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

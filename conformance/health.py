@@ -20,6 +20,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ class HealthProbe:
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url, self.timeout = url, timeout
+        self.queue = f"amqpc-health.{uuid.uuid4().hex[:12]}"  # not PREFIX: never a leak
         self._client: RawClient | None = None
 
     def check(self) -> str | None:
@@ -57,9 +59,10 @@ class HealthProbe:
             self._drop()
             return f"broker unreachable: {exc}"
 
-    @staticmethod
-    def _round_trip(client: RawClient) -> None:
+    def _round_trip(self, client: RawClient) -> None:
         client.channel(_PROBE_CHANNEL)
+        client.rpc(_PROBE_CHANNEL, QueueDeclare(queue=self.queue, exclusive=True, auto_delete=True),
+                   QueueDeclareOk)
         client.close_channel(_PROBE_CHANNEL)
 
     def _drop(self) -> None:

@@ -111,6 +111,8 @@ def exception_verdict(exc: BaseException, broker_replied: bool) -> Verdict:
         return Verdict.BROKEN if Verdict.BROKEN in members else Verdict.FAILED
     if isinstance(exc, HarnessError):
         return Verdict.BROKEN
+    if isinstance(exc, Closed) and exc.code == 540:  # NOT_IMPLEMENTED: issue 4 item 6
+        return Verdict.UNIMPLEMENTED
     if isinstance(exc, AssertionError | DriverError | pytest.fail.Exception):
         return Verdict.FAILED
     if isinstance(exc, OSError):

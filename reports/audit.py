@@ -28,129 +28,56 @@ What is checked (each finding names its rule):
   delivery (`body_digest` of the first body frame); without it the check is off.
 
 Rules: ERR-03 — once the broker sent channel.close the client's later frames are ignored.
+Raw bytes the client sent (a recorded `raw` frame: hand-built or malformed frames) are opaque:
+from then on the channel lifetime is only checked for what the broker alone decides (ACK-01),
+since the client may have published or acked anything.
 Acks inside a transaction (ACK-08) are checked at once, settled at tx.commit and restored by
 tx.rollback. Checkers never raise on odd input: an unexpected frame is skipped, not fatal.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-# Direction-specific frame codes; everything else is irrelevant to the audit and dropped.
-(DELIVER_IN, GET_OK_IN, GET_OUT, ACK_OUT, NACK_OUT, REJECT_OUT, ACK_IN, NACK_IN, PUBLISH_OUT,
- CONFIRM_SELECT_OUT, QOS_OUT, CONSUME_OUT, CONSUME_OK_IN, RECOVER_OUT, OPEN_OUT, CLOSE_OUT, CLOSE_IN,
- CLOSE_OK_IN, TX_SELECT_OUT, TX_COMMIT_OUT, TX_ROLLBACK_OUT, REPLY_IN, REQUEST_OUT, BODY_IN) = range(24)
-N_CODES = 24
+from reports.audit_state import (
+    ACK_IN,
+    ACK_OUT,
+    BODY_IN,
+    CLOSE_IN,
+    CLOSE_OK_IN,
+    CLOSE_OUT,
+    CONFIRM_SELECT_OUT,
+    CONSUME_OK_IN,
+    CONSUME_OUT,
+    DELIVER_IN,
+    GET_OK_IN,
+    GET_OUT,
+    KINDS,
+    N_CODES,
+    NACK_IN,
+    NACK_OUT,
+    OPEN_OUT,
+    PUBLISH_OUT,
+    QOS_OUT,
+    RAW_OUT,
+    RECOVER_OUT,
+    REJECT_OUT,
+    REPLY_IN,
+    REQUEST_OUT,
+    TX_COMMIT_OUT,
+    TX_ROLLBACK_OUT,
+    TX_SELECT_OUT,
+    ChannelState,
+    Columns,
+    Consumer,
+    Finding,
+    Handler,
+    frame_code,
+)
 
-_OUT = {"basic.get": GET_OUT, "basic.ack": ACK_OUT, "basic.nack": NACK_OUT, "basic.reject": REJECT_OUT,
-        "basic.publish": PUBLISH_OUT, "confirm.select": CONFIRM_SELECT_OUT, "basic.qos": QOS_OUT,
-        "basic.consume": CONSUME_OUT, "basic.recover": RECOVER_OUT, "basic.recover-async": RECOVER_OUT,
-        "channel.open": OPEN_OUT, "channel.close": CLOSE_OUT, "tx.select": TX_SELECT_OUT,
-        "tx.commit": TX_COMMIT_OUT, "tx.rollback": TX_ROLLBACK_OUT}
-_IN = {"basic.deliver": DELIVER_IN, "basic.get-ok": GET_OK_IN, "basic.ack": ACK_IN, "basic.nack": NACK_IN,
-       "basic.consume-ok": CONSUME_OK_IN, "channel.close": CLOSE_IN, "channel.close-ok": CLOSE_OK_IN}
-# Client frames that carry no request (no reply expects them): never prove the broker is alive.
-_NOT_REQUESTS = frozenset({"channel.close-ok", "channel.flow-ok", "basic.cancel-ok"})
-
-KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
-    "tag-sequence": ("ACK-01", "error"),
-    "ack-unknown-tag": ("ACK-03", "error"),
-    "ack-settled-tag": ("ACK-04", "error"),
-    "multi-ack-beyond": ("ACK-05", "error"),
-    "confirm-unpublished": ("PC-02", "error"),
-    "confirm-duplicate": ("PC-05", "error"),
-    "confirm-missing": ("PC-05", "warning"),
-    "prefetch-exceeded": ("QOS-02", "error"),
-    "redelivered-missing": ("RQ-04", "error"),
-}
-
-
-def frame_code(direction: str | None, frame_type: str | None, method: str | None) -> int | None:
-    """The audit code of one frame record, or None when the audit ignores it."""
-    if method is None:
-        return BODY_IN if frame_type == "body" and direction == "in" else None
-    if direction == "out":
-        if method in _OUT:
-            return _OUT[method]
-        return None if method in _NOT_REQUESTS or method.startswith("connection.") else REQUEST_OUT
-    if method in _IN:
-        return _IN[method]
-    if method.endswith("-ok") or method == "basic.get-empty":
-        return None if method.startswith("connection.") else REPLY_IN
-    return None
-
-
-class Finding(NamedTuple):
-    seq: int
-    kind: str
-    detail: str
-    severity: str = "error"
-
-    @property
-    def rule_id(self) -> str:
-        return KINDS[self.kind][0]
-
-
-class Columns(NamedTuple):
-    """One or more channels' frames as parallel lists (the audit's input), in seq order.
-
-    Optional columns are None when the records lack them; the checks needing them are off.
-    """
-
-    code: Sequence[int]
-    seq: Sequence[int]
-    delivery_tag: Sequence[int | None]
-    multiple: Sequence[bool | None]
-    requeue: Sequence[bool | None]
-    redelivered: Sequence[bool | None]
-    consumer_tag: Sequence[str | None]
-    reply_code: Sequence[int | None]
-    prefetch_count: Sequence[int | None] | None = None
-    no_ack: Sequence[bool | None] | None = None
-    global_qos: Sequence[bool | None] | None = None
-    body_digest: Sequence[str | None] | None = None
-
-
-@dataclass(slots=True)
-class Consumer:
-    limit: int  # 0 = unlimited
-    no_ack: bool
-    unacked: int = 0
-
-
-@dataclass(slots=True)
-class ChannelState:
-    """Everything the broker promised on one channel lifetime, as seen in the frames."""
-
-    findings: list[Finding] = field(default_factory=list)
-    next_tag: int = 1
-    outstanding: dict[int, str | None] = field(default_factory=dict)  # tag -> consumer tag; ascending
-    identity: dict[int, str] = field(default_factory=dict)  # tag -> message identity, when known
-    awaiting_body: int = 0  # tag of the last delivery whose identity is still unknown
-    awaiting_redelivered: bool = False  # that delivery's redelivered flag
-    requeued: Counter[str] = field(default_factory=Counter)
-    consumers: dict[str, Consumer] = field(default_factory=dict)
-    consume_limits: deque[tuple[str | None, int, bool]] = field(default_factory=deque)
-    consumer_prefetch: int = 0
-    get_no_ack: bool = False
-    confirming: bool = False
-    published: int = 0
-    unconfirmed: dict[int, None] = field(default_factory=dict)  # ascending seqnos
-    tx: bool = False
-    tx_settled: list[tuple[int, str | None, bool]] = field(default_factory=list)  # (tag, ctag, requeue)
-    pending_error: Finding | None = None  # an invalid ack the broker must answer with 406
-    requests_after_error: int = 0
-    broker_closed: bool = False
-    client_closed: bool = False
-
-    def find(self, seq: int, kind: str, detail: str) -> None:
-        self.findings.append(Finding(seq, kind, detail, KINDS[kind][1]))
-
-
-Handler = Callable[[ChannelState, Columns, int], None]
+__all__ = ["BODY_IN", "KINDS", "RAW_OUT", "ChannelFrame", "Columns", "Finding", "audit_channel",
+           "audit_channel_columns", "frame_code"]
 
 
 def audit_channel_columns(cols: Columns, start: int = 0, stop: int | None = None) -> list[Finding]:
@@ -163,9 +90,14 @@ def audit_channel_columns(cols: Columns, start: int = 0, stop: int | None = None
             _finish(state)
             found, state = state.findings, ChannelState()
             state.findings = found
+            handlers = _HANDLERS
             continue
         if state.broker_closed and code != CLOSE_OK_IN:
             continue  # ERR-03: the broker ignores what follows its channel.close
+        if code == RAW_OUT:
+            state.pending_error = None
+            handlers = _OPAQUE_HANDLERS
+            continue
         handlers[code](state, cols, i)
     _finish(state)
     return state.findings
@@ -454,6 +386,18 @@ def _ignore(s: ChannelState, c: Columns, i: int) -> None:
     return None
 
 
+def _tag_only(s: ChannelState, c: Columns, i: int) -> None:
+    tag = c.delivery_tag[i] or 0
+    if tag != s.next_tag:  # ACK-01
+        what = "delivery tag" if c.code[i] == DELIVER_IN else "basic.get-ok tag"
+        s.find(c.seq[i], "tag-sequence", f"{what} {tag}, expected {s.next_tag}")
+    s.next_tag = tag + 1
+
+
+def _opaque_close(s: ChannelState, c: Columns, i: int) -> None:
+    s.broker_closed = True
+
+
 _HANDLERS: list[Handler] = [_ignore] * N_CODES
 for _code, _handler in ((DELIVER_IN, _deliver), (GET_OK_IN, _get_ok), (GET_OUT, _get), (ACK_OUT, _client_ack),
                         (NACK_OUT, _client_ack), (REJECT_OUT, _client_ack), (ACK_IN, _confirm),
@@ -464,3 +408,9 @@ for _code, _handler in ((DELIVER_IN, _deliver), (GET_OK_IN, _get_ok), (GET_OUT, 
                         (TX_ROLLBACK_OUT, _tx_rollback), (REPLY_IN, _reply), (REQUEST_OUT, _request),
                         (BODY_IN, _body)):
     _HANDLERS[_code] = _handler
+
+# After opaque raw bytes from the client: only what the broker alone decides is checked.
+_OPAQUE_HANDLERS: list[Handler] = [_ignore] * N_CODES
+for _code, _handler in ((DELIVER_IN, _tag_only), (GET_OK_IN, _tag_only), (CLOSE_IN, _opaque_close),
+                        (CLOSE_OK_IN, _opaque_close)):
+    _OPAQUE_HANDLERS[_code] = _handler

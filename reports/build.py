@@ -16,6 +16,8 @@ Rules:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,31 +74,58 @@ def build_report(spark: SparkSession, results_dir: str | Path, out: str | Path, 
 
 def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: str, max_failure_pages: int,
             audit_plan: str) -> ReportData:
-    runs = [r.asDict() for r in jobs.runs_with_targets(lake.runs).collect()]
+    # Independent Spark jobs run concurrently: on small lakes the time goes to per-job latency.
+    audit = audit_grouped(lake.frames) if audit_plan == "grouped" else audit_by_run(spark, results_dir)
+    found = _concurrently({
+        "runs": lambda: jobs.runs_with_targets(lake.runs).collect(),
+        "scores": lambda: jobs.run_scores(verdicts).collect(),
+        "areas": lambda: jobs.area_scores(verdicts).where("latest").collect(),
+        "matrix": lambda: jobs.matrix(verdicts).collect(),
+        "history": lambda: jobs.history(verdicts, lake.runs).collect(),
+        "flakes": lambda: jobs.flakes(verdicts).orderBy(F.desc("flips"), "target", "rule_id").collect(),
+        "recent": lambda: _recent_verdicts(verdicts).collect(),
+        "tests": lambda: lake.tests.count(),
+        "audit": lambda: audit.orderBy("run_id", "test_id", "connection", "channel", "seq").collect(),
+    })
+    runs = [r.asDict() for r in found["runs"]]
     latest = {r["run_id"]: r for r in runs if r["latest"]}
-    scores = jobs.run_scores(verdicts).collect()
-    areas = jobs.area_scores(verdicts).where("latest").collect()
     failing = _failing_tests(lake.tests, latest, max_failure_pages)
-    matrix = _matrix(jobs.matrix(verdicts).collect(), failing)
-    violations = _violations(spark, lake, results_dir, audit_plan, {r["run_id"]: r["target"] for r in runs},
+    violations = _violations(found["audit"], {r["run_id"]: r["target"] for r in runs},
                              {(t.run_id, t.test_id): t for t in failing})
-    changes = [_change(r) for r in jobs.history(verdicts, lake.runs).collect()]
-    latest_pairs = {(c.run_b, c.target) for c in changes} & {(r, v["target"]) for r, v in latest.items()}
+    changes = [_change(r) for r in found["history"]]
+    latest_pairs = {(r, v["target"]) for r, v in latest.items()}
+    recent = found["recent"]
     return ReportData(
-        generated=datetime.now(UTC), results_dir=results_dir, runs=len(runs), tests=lake.tests.count(),
-        areas=_areas(verdicts), targets=_targets(runs, scores, areas), rules=_rules(verdicts), matrix=matrix,
-        trend=[_point(r) for r in scores],
+        generated=datetime.now(UTC), results_dir=results_dir, runs=len(runs), tests=found["tests"],
+        areas=_areas(recent), targets=_targets(runs, found["scores"], found["areas"]), rules=_rules(recent),
+        matrix=_matrix(found["matrix"], failing), trend=[_point(r) for r in found["scores"]],
         changes=sorted((c for c in changes if (c.run_b, c.target) in latest_pairs),
-                       key=lambda c: (not c.regression, c.target, c.rule_id)),
+                       key=lambda c: (not c.regression, _CHANGE_ORDER[c.change], c.target, c.rule_id)),
         regressions=sorted((c for c in changes if c.regression), key=lambda c: (c.run_b or "", c.rule_id),
                            reverse=True),
-        flakes=[_flake(r) for r in jobs.flakes(verdicts).orderBy(F.desc("flips"), "target", "rule_id").collect()],
-        violations=violations, failing=failing, rule_history=_rule_history(verdicts))
+        flakes=[_flake(r) for r in found["flakes"]], violations=violations, failing=failing,
+        rule_history=_rule_history(recent))
 
 
-def _areas(verdicts: DataFrame) -> list[str]:
-    found = {r.area for r in verdicts.select("area").distinct().collect()}
-    return [a for a in AREAS if a in found] + sorted(found - set(AREAS) - {None})
+_CHANGE_ORDER = {"changed": 0, "removed": 1, "added": 2}
+
+
+def _concurrently(thunks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="report-job") as pool:
+        futures = {name: pool.submit(thunk) for name, thunk in thunks.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _recent_verdicts(verdicts: DataFrame) -> DataFrame:
+    """Each target's last `HISTORY_RUNS` runs: rule verdicts for the history dots, areas, unknown rules."""
+    newest = F.max("ordinal").over(Window.partitionBy("target"))
+    return (verdicts.withColumn("newest", newest).where(F.col("ordinal") > F.col("newest") - HISTORY_RUNS)
+            .select("rule_id", "area", "target", "ordinal", "run_id", "verdict"))
+
+
+def _areas(recent: list[Row]) -> list[str]:
+    found = {r.area for r in recent if r.area}
+    return [a for a in AREAS if a in found] + sorted(found - set(AREAS))
 
 
 def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) -> list[Target]:
@@ -111,7 +140,7 @@ def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) ->
     for run in sorted((r for r in runs if r["latest"]), key=lambda r: r["target"]):
         score = by_run.get(run["run_id"])
         targets.append(Target(
-            label=run["target"], run_id=run["run_id"], started=run["started"], product=run["product"],
+            label=run["target"], run_id=run["run_id"], started=_utc(run["started"]), product=run["product"],
             version=run["version"], profile=run["profile"], client=run["client"], broker_url=run["broker_url"],
             runs=counted[run["target"]], score=score.score if score else None,
             counts={v: getattr(score, v) for v in jobs.VERDICT_ORDER} if score else {},
@@ -119,12 +148,12 @@ def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) ->
     return targets
 
 
-def _rules(verdicts: DataFrame) -> list[Rule]:
+def _rules(recent: list[Row]) -> list[Rule]:
     catalogue = [Rule(r.id, r.area, r.title, r.text, r.source, r.tags, r.seeds, dict(r.expect)) for r in all_rules()]
     known = {r.id for r in catalogue}
-    extra = verdicts.where(~F.col("rule_id").isin(list(known))).select("rule_id", "area").distinct().collect()
-    return catalogue + [Rule(r.rule_id, r.area or "?", "(not in the catalogue)", "", "?", in_catalogue=False)
-                        for r in sorted(extra, key=lambda r: r.rule_id)]
+    extra = sorted({(r.rule_id, r.area or "?") for r in recent if r.rule_id not in known})
+    return catalogue + [Rule(rule_id, area, "(not in the catalogue)", "", "?", in_catalogue=False)
+                        for rule_id, area in extra]
 
 
 def _matrix(rows: list[Row], failing: list[FailingTest]) -> dict[str, dict[str, Cell]]:
@@ -139,8 +168,13 @@ def _matrix(rows: list[Row], failing: list[FailingTest]) -> dict[str, dict[str, 
     return dict(matrix)
 
 
+def _utc(value: datetime) -> datetime:
+    """An aware UTC datetime: `collect()` hands back naive datetimes in the process's local time."""
+    return value.astimezone(UTC)
+
+
 def _point(r: Row) -> RunPoint:
-    return RunPoint(r.run_id, r.target, r.started, r.ordinal, r.score, {v: getattr(r, v) for v in jobs.VERDICT_ORDER})
+    return RunPoint(r.run_id, r.target, _utc(r.started), r.ordinal, r.score, {v: getattr(r, v) for v in jobs.VERDICT_ORDER})
 
 
 def _change(r: Row) -> Change:
@@ -151,11 +185,9 @@ def _flake(r: Row) -> Flake:
     return Flake(r.target, r.rule_id, r.area, r.runs, r.flips, r.failures, r.sequence, r.last, float(r.flip_rate))
 
 
-def _rule_history(verdicts: DataFrame) -> dict[str, dict[str, list[tuple[str, str]]]]:
-    recent = verdicts.withColumn("newest", F.max("ordinal").over(Window.partitionBy("target"))).where(
-        F.col("ordinal") > F.col("newest") - HISTORY_RUNS)
+def _rule_history(recent: list[Row]) -> dict[str, dict[str, list[tuple[str, str]]]]:
     history: dict[str, dict[str, list[tuple[str, str]]]] = defaultdict(lambda: defaultdict(list))
-    for r in recent.select("rule_id", "target", "ordinal", "run_id", "verdict").orderBy("ordinal").collect():
+    for r in sorted(recent, key=lambda r: r.ordinal):
         history[r.rule_id][r.target].append((r.run_id, r.verdict))
     return {rule: dict(targets) for rule, targets in history.items()}
 
@@ -171,7 +203,7 @@ def _failing_tests(tests: DataFrame, latest: dict[str, dict[str, Any]], limit: i
         failing.append(FailingTest(
             page=page_for_test(r.run_id, r.test_id), run_id=r.run_id, target=run["target"], profile=profile,
             test_id=r.test_id, rule_ids=list(r.rule_ids), area=r.area, verdict=r.verdict, outcome=r.outcome,
-            phase=r.phase, started=r.started, duration=r.duration,
+            phase=r.phase, started=_utc(r.started), duration=r.duration,
             reply=Reply(r.reply_scope, r.reply_code, r.reply_text, r.reply_class_id, r.reply_method_id),
             message=r.message, hypothesis_seed=r.hypothesis_seed, minimal_example=r.minimal_example,
             frames=r.frames, expected=expected))
@@ -187,11 +219,9 @@ def _expectation(rule_id: str, profile: str | None) -> str:
         return "unknown rule"
 
 
-def _violations(spark: SparkSession, lake: Lake, results_dir: str, plan: str, targets: dict[str, str],
-                pages: dict[tuple[str, str], FailingTest]) -> list[Violation]:
-    found = audit_grouped(lake.frames) if plan == "grouped" else audit_by_run(spark, results_dir)
+def _violations(rows: list[Row], targets: dict[str, str], pages: dict[tuple[str, str], FailingTest]) -> list[Violation]:
     violations = []
-    for r in found.orderBy("run_id", "test_id", "connection", "channel", "seq").collect():
+    for r in rows:
         test = pages.get((r.run_id, r.test_id))
         v = Violation(targets.get(r.run_id, "?"), r.run_id, r.test_id, r.connection, r.channel, r.seq, r.kind,
                       r.rule_id, r.severity, r.detail, test.page if test else None)

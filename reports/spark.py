@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from reports.schema import struct_type
 
 DEFAULT_MASTER = "local[*]"
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, instead of Spark's chatty default
 _PACKAGES = ("reports", "conformance", "codec")
 
 
@@ -52,6 +53,9 @@ def spark_session(master: str | None = None, *, app_name: str = "amqp-conformanc
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions(master)),
         "spark.driver.host": "127.0.0.1" if local else "",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}" if local else "",
+        # Listing a lake of many run partitions as a Spark job costs seconds on a local master.
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000" if local else "",
         **(conf or {}),
     }
     for key, value in settings.items():
@@ -101,7 +105,10 @@ def _location(root: str | Path, table: str) -> str:
 def _exists(spark: SparkSession, location: str) -> bool:
     if "://" not in location:
         return Path(location).is_dir() and any(Path(location).glob("*=*/*.parquet"))
-    jvm: Any = spark.sparkContext._jvm  # Hadoop's FileSystem sees every scheme the cluster does
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    try:
+        jvm: Any = spark.sparkContext._jvm  # Hadoop's FileSystem sees every scheme the cluster does
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    except Exception:  # Spark Connect: no JVM here; let the read say whether the table is there
+        return True
     return bool(fs.exists(path))

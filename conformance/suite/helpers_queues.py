@@ -45,7 +45,7 @@ from codec import (
     TxSelectOk,
 )
 from codec import Method as AmqpMethod
-from conformance.drivers.raw import RawClient
+from conformance.drivers.raw import NoReply, RawClient
 from conformance.plugin import Names
 from conformance.profiles import Profile
 from conformance.verdicts import HarnessError, not_applicable
@@ -186,14 +186,20 @@ class Publisher:
         if not self.confirms:
             self.client.rpc(self.ch, TxCommit(), TxCommitOk)
             return
+        deadline = time.monotonic() + self.client.timeout  # moves on with every new confirm
         while not all(s in self.confirmed for s in range(1, last + 1)):
-            command = self.client.expect(self.ch, BasicAck, BasicNack)
+            if time.monotonic() >= deadline:  # e.g. a broker repeating acks that confirm nothing new
+                raise NoReply(self.client.timeout, f"confirms of seqnos up to {last} on channel {self.ch}")
+            command = self.client.expect(self.ch, BasicAck, BasicNack, timeout=deadline - time.monotonic())
             m = command.method
             assert isinstance(m, BasicAck | BasicNack)
             if isinstance(m, BasicNack):
                 raise HarnessError(f"the broker nacked publish {m.delivery_tag} to {queue!r}")
             low = 1 if m.multiple else m.delivery_tag
+            before = len(self.confirmed)
             self.confirmed.update(range(low, m.delivery_tag + 1))
+            if len(self.confirmed) > before:  # acks that confirm nothing new do not extend the wait
+                deadline = time.monotonic() + self.client.timeout
 
 
 def messages(count: int, prefix: str = "m") -> list[bytes]:

@@ -362,17 +362,11 @@ class ModelMachine(RuleBasedStateMachine):
     def cleanup(self) -> None:
         deletes: list[Method] = [QueueDelete(queue=q) for q in self.real.values()]
         deletes += [ExchangeDelete(exchange=x) for x in self.exchanges.values()]
-        control = self.clients.get(self.control_conn)
-        leftover = list(deletes)
-        if control is not None and control.connection_closed is None and not control.lost:
-            for method in deletes:
-                with contextlib.suppress(DriverError, OSError):
-                    control.rpc(CONTROL, method, QueueDeleteOk, ExchangeDeleteOk, timeout=self.target.timeout(5.0))
-                    leftover.remove(method)
-        for client in self.clients.values():
+        for client in self.clients.values():  # first: no consumer left on what we delete
             client.close()
-        if leftover:
-            with contextlib.suppress(DriverError, OSError), RawClient(self.target.url, timeout=5.0) as c:
+        if deletes:
+            with contextlib.suppress(DriverError, OSError), \
+                    RawClient(self.target.url, timeout=self.target.timeout(5.0)) as c:
                 ch = c.channel()
-                for method in leftover:
+                for method in deletes:
                     c.rpc(ch, method, QueueDeleteOk, ExchangeDeleteOk)

@@ -116,6 +116,7 @@ def test_quorum_nack_multiple_returns_in_delivery_order(connect: Connect, names:
 
 @pytest.mark.rules("RQ-02", "RQ-03")
 def test_quorum_channel_close_returns_come_first(connect: Connect, names: Names, target: Target) -> None:
+    require_kind(target.profile, QUORUM)
     client, watcher, queue = filled(connect, names, 4, QUORUM)
     first, second = client.channel(), client.channel()
     assert get(client, first, queue) is not None  # m1

@@ -44,6 +44,11 @@
   const flagged = new Set((box.dataset.flagged || "").trim().split(/\s+/).filter(Boolean));
 
   window.amqpcFrameLog = function (log) {
+    if (log.rows.length === 0) {
+      box.replaceChildren(document.createTextNode("No frames were recorded for this test."));
+      box.dataset.loaded = "true";
+      return;
+    }
     const table = document.createElement("table");
     table.id = "frame-log-table";
     const head = table.createTHead().insertRow();
@@ -80,12 +85,5 @@
     document.body.appendChild(script);
   }
 
-  if ("IntersectionObserver" in window) {
-    const observer = new IntersectionObserver((entries) => {
-      if (entries.some((e) => e.isIntersecting)) { observer.disconnect(); load(); }
-    });
-    observer.observe(box);
-  } else {
-    load();
-  }
+  load();  // only this test's log: the page itself never carries it
 })();

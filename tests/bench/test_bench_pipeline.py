@@ -1,5 +1,8 @@
-"""`bench/pipeline.py --quick` runs to completion and ends with its JSON line (keys only; timings
-are never asserted). It starts its own Spark JVM, hence the `spark` marker."""
+"""bench/pipeline.py: the JSON line's shape in-process (no JVM), and `--quick` end to end.
+
+The `--quick` run starts its own Spark JVM twice over (local[2], local[1]), which costs 15-50 s
+depending on the machine, so it is `slow` (run it with `-m slow`). Timings are never asserted.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,20 @@ KEYS = {"frames", "runs", "channels", "tests", "single_audit_s", "spark_local2_a
         "spark_local1_rows_per_s", "matrix_local2_s", "matrix_local1_s"}
 
 
+def test_summary_has_the_ratios() -> None:
+    from bench.pipeline import parse_args, shape_of, summary
+    from reports.synthetic import LakeStats
+
+    stats = LakeStats(runs=100, tests=1_000_000, channels=50_000, frames=10_000_000, expected=Counter())
+    spark = {"local[2]": {"audit_s": 4.0, "matrix_s": 5.0}, "local[1]": {"audit_s": 8.0, "matrix_s": 6.0}}
+    result = summary(stats, {"single_audit_s": 6.0}, spark)
+    assert set(result) == KEYS
+    assert result["audit_spark_x_single"] == 1.5 and result["scaling_local2_x_local1"] == 2.0
+    shape = shape_of(parse_args([]))
+    assert shape.runs * shape.channels_per_run == 50_000 and shape.runs * shape.tests_per_run == 1_000_000
+
+
+@pytest.mark.slow
 @pytest.mark.spark
 def test_quick_run_ends_with_json_line() -> None:
     require(shutil.which("java"), "Java (>= 17) for Spark")

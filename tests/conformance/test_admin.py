@@ -81,6 +81,8 @@ class FakeManagement:
         if parts[0] == "connections":
             self.closed.append((parts[1], request.headers.get("x-reason")))
             return httpx.Response(204)
+        if parts[0] != "policies":
+            return httpx.Response(404, json={"error": "Object Not Found", "reason": "Not Found"})
         return self._policy(request, parts[1], parts[2])
 
     def _policy(self, request: httpx.Request, vhost: str, name: str) -> httpx.Response:
@@ -140,8 +142,12 @@ def test_management_api_errors_are_admin_errors_and_globals_unavailable(fake: Fa
     down = ManagementApi("http://mgmt:15672", transport=httpx.MockTransport(refuse))
     with pytest.raises(AdminError, match="connection refused"):
         down.list_connections()
-    with pytest.raises(Unavailable, match="rabbitmqctl"):
+    with pytest.raises(AdminError, match="connection refused"):
         down.set_global("consumer_timeout", 1000)
+    # RabbitMQ's API has no consumer_timeout (404): Unavailable; the reference broker's has it
+    rabbit = ManagementApi("http://admin:pw@mgmt:15672", transport=httpx.MockTransport(fake))
+    with pytest.raises(Unavailable, match="rabbitmqctl"):
+        rabbit.set_global("consumer_timeout", 1000)
 
 
 # -- RestoringAdmin -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from conformance.results import SCHEMAS
 from reports.audit import ChannelFrame, Finding, audit_channel
-from reports.audit_arrow import audit_table
+from reports.audit_arrow import audit_group, audit_table
 from tests.reports.channel_sim import CONFIRMS, REQUEUE, ChannelSim, steps, valid_traces
 
 F = ChannelFrame
@@ -221,3 +221,27 @@ def test_audit_arrow_adapter_agrees_with_the_checker(plans: list[list[tuple[str,
     got = list(zip(found["test_id"].to_pylist(), found["seq"].to_pylist(), found["kind"].to_pylist(),
                    found["detail"].to_pylist(), strict=True))
     assert sorted(got) == sorted(expected)
+    per_group = pa.concat_tables([audit_group(t) for t in tables])  # the applyInArrow body, one channel each
+    assert per_group.sort_by([("test_id", "ascending"), ("seq", "ascending")]).equals(
+        found.sort_by([("test_id", "ascending"), ("seq", "ascending")]))
+
+
+@given(st.lists(st.integers(1, 10_000), min_size=1, max_size=40), st.integers(1, 8))
+def test_audit_runs_are_packed_into_balanced_bins(sizes: list[int], slots: int) -> None:
+    from reports.audit_spark import pack
+
+    runs = [(f"r{i}", f"d{i}", size) for i, size in enumerate(sizes)]
+    bins = pack(runs, slots)
+    assert sorted(d for b in bins for d in b) == sorted(d for _, d, _ in runs)
+    assert len(bins) == min(slots, len(runs)) and all(bins)
+    size = {d: s for _, d, s in runs}
+    totals = [sum(size[d] for d in b) for b in bins]
+    assert max(totals) - min(totals) <= max(sizes)  # greedy largest-first: within one run of each other
+
+
+def test_audit_raw_client_bytes_leave_only_the_tag_check() -> None:
+    raw = F(0, "out", None, frame_type="raw")  # e.g. a publish sent as hand-built bytes
+    frames = renumber([*OPEN, F(0, "out", "confirm.select"), F(0, "in", "confirm.select-ok"), raw,
+                       F(0, "in", "basic.ack", delivery_tag=1), *CONSUME, deliver(1), deliver(3),
+                       F(0, "out", "basic.ack", delivery_tag=7)])
+    assert [(f.kind, f.detail) for f in audit_channel(frames)] == [("tag-sequence", "delivery tag 3, expected 2")]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +62,14 @@ def test_build_audit_findings_point_at_test_pages(site: Site, lake: Lake) -> Non
     assert kinds == lake.stats.expected
     paged = [v for v in site.data.violations if v.page]
     assert all((site.root / "tests" / f"{v.page}.html").is_file() for v in paged)
+
+
+def test_build_a_lake_with_runs_only(spark: Any, lake: Lake, tmp_path: Path) -> None:
+    from reports.build import build_report
+
+    shutil.copytree(lake.root / "runs", tmp_path / "lake" / "runs")  # runs that wrote no test or frame yet
+    data = build_report(spark, tmp_path / "lake", tmp_path / "site")
+    assert len(data.targets) == len(TARGETS) and all(t.score is None for t in data.targets)
+    assert not data.failing and not data.violations
+    summary = json.loads((tmp_path / "site" / "summary.json").read_text())
+    assert summary["targets"][0]["started"].endswith("+00:00")
