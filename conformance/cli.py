@@ -1,29 +1,36 @@
 """The `amqp-conformance` command line (console script `amqp-conformance = conformance.cli:main`).
 
-Responsibility: parse the command line and dispatch to one subcommand. Today: `rules` (the
-catalogue with the suite's coverage per rule and per area); `run` and `report` plug in the
-same way.
+Responsibility: parse the command line and dispatch to one subcommand: `run` (the suite
+against a broker as a CI gate, `runner`), `baseline` (a baseline file from a recorded run),
+`rules` (the catalogue with the suite's coverage per rule and per area), `report` (the HTML
+report, `reports.cli`) and `broker` (the reference broker, `reference_broker.__main__`).
 
 Rules:
 - Each subcommand is a `Command` in `COMMANDS` (name, help, add_arguments, run); adding one
-  touches nothing else. `run(args)` returns the exit status.
+  touches nothing else. `run(args)` returns the exit status. A command with `own_parser`
+  (`report`, `broker`) gets the rest of the command line unparsed as `args.argv` and parses
+  it with its own parser, so its options are exactly those of its own entry point.
 - Exit statuses follow DESIGN.md decision 8: 0 ok, 1 unexpected failure, 2 harness or
   environment error, 3 broker unreachable, 4 usage error. A usage error prints exactly one
   line on stderr ("amqp-conformance: error: ...") and nothing on stdout.
 - `rules`: exit 0; 2 if part of the suite could not be collected or names unknown rule IDs
   (the table is still printed, the problems go to stderr).
+- `baseline`: exit 0 when the file is written; 4 when the results hold no such run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from conformance.catalogue import AREAS
+from conformance.catalogue import AREAS, PROFILES
 
 PROG = "amqp-conformance"
 EXIT_OK, EXIT_HARNESS, EXIT_USAGE = 0, 2, 4
@@ -44,6 +51,7 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    own_parser: bool = False
 
 
 def _rules_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,8 +93,106 @@ def _rules_run(args: argparse.Namespace) -> int:
     return EXIT_HARNESS if coverage.unknown or coverage.errors else EXIT_OK
 
 
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    from conformance.runner import DEFAULT_OUT
+
+    parser.add_argument("--broker-url", default=os.environ.get("AMQPC_BROKER_URL"), metavar="URL",
+                        help="amqp://user:pass@host:port/vhost (default: an embedded reference broker)")
+    parser.add_argument("--profile", default="auto", metavar="P", help=f"auto (default) or one of: {', '.join(PROFILES)}")
+    parser.add_argument("--client", default="raw", metavar="C", help="driver: raw (default), pika or amqp")
+    parser.add_argument("--broker-admin", default=None, metavar="A",
+                        help="management API URL (http://user:pass@host:15672), 'rabbitmqctl' or 'none' "
+                             "(default: none; the embedded broker's own API when no URL is given)")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="FILE", help="known deviations (TOML)")
+    parser.add_argument("--strict-baseline", action="store_true",
+                        help="a baseline deviation that passes (XPASS) fails the run")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                        help=f"results, junit.xml, pytest-output.txt, report/ (default: {DEFAULT_OUT})")
+    parser.add_argument("--select", nargs="+", default=[], metavar="AREA|RULE",
+                        help="only these areas or rule IDs (see `amqp-conformance rules`)")
+    parser.add_argument("--jobs", default="1", metavar="N", help="parallel workers (pytest-xdist), or 'auto'")
+    parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X", help="multiply every wait by X")
+    parser.add_argument("--run-id", default=None, metavar="ID", help="id of this run in the results")
+    parser.add_argument("--suite", type=Path, default=None, metavar="DIR",
+                        help="run the rule tests in DIR instead of the shipped suite")
+    parser.add_argument("--report", action="store_true", help="also build the HTML report into DIR/report (Spark)")
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    from conformance import runner
+
+    options = runner.RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
+                                args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
+                                args.run_id, args.suite, args.report)
+    try:
+        return runner.run(options)
+    except runner.UsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _baseline_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="results", type=Path, required=True, metavar="RESULTS_DIR",
+                        help="a results directory (`amqp-conformance run --out DIR` writes DIR/results)")
+    parser.add_argument("--run", default=None, metavar="RUN_ID", help="the run to use (default: the latest)")
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="the baseline file to write")
+
+
+def _baseline_run(args: argparse.Namespace) -> int:
+    from conformance.baseline import from_results
+
+    results = args.results / "results" if (args.results / "results" / "runs").is_dir() else args.results
+    try:
+        text, run_id, entries = from_results(results, args.run)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        args.out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
+    print(f"baseline: {args.out} ({entries} deviations from the failed tests of run {run_id}); "
+          f"replace each TODO reason before using it")
+    return EXIT_OK
+
+
+def _forwarded(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("argv", nargs=argparse.REMAINDER, help="the options of the command (see its --help)")
+
+
+def _report_run(args: argparse.Namespace) -> int:
+    try:
+        from reports.cli import report_main
+    except ImportError:
+        print(f"{PROG}: error: report not available yet (the reports package is not installed)", file=sys.stderr)
+        return EXIT_HARNESS
+    return report_main(args.argv)
+
+
+def _broker_run(args: argparse.Namespace) -> int:
+    from reference_broker.__main__ import build_parser as broker_parser
+    from reference_broker.__main__ import main as broker_main
+
+    parser = broker_parser()
+    parser.prog = f"{PROG} broker"
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            parser.parse_args(args.argv)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            return EXIT_OK  # --help
+        lines = errors.getvalue().strip().splitlines()
+        raise UsageError(lines[-1].split("error: ", 1)[-1] if lines else "bad broker options") from None
+    return broker_main(args.argv)
+
+
 COMMANDS: tuple[Command, ...] = (
+    Command("run", "run the conformance suite against a broker (the CI gate)", _run_arguments, _run_run),
+    Command("baseline", "write a baseline of known deviations from a recorded run", _baseline_arguments,
+            _baseline_run),
     Command("rules", "list the rule catalogue with the suite's coverage", _rules_arguments, _rules_run),
+    Command("report", "build the HTML report from results directories", _forwarded, _report_run, own_parser=True),
+    Command("broker", "start the reference broker (same options as python -m reference_broker)", _forwarded,
+            _broker_run, own_parser=True),
 )
 
 
@@ -94,7 +200,8 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
     parser = _Parser(prog=PROG, description="Conformance harness for AMQP 0-9-1 brokers.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in commands:
-        child = sub.add_parser(command.name, help=command.help, description=command.help)
+        child = sub.add_parser(command.name, help=command.help, description=command.help,
+                               add_help=not command.own_parser)
         command.add_arguments(child)
         child.set_defaults(handler=command.run)
     return parser
@@ -102,7 +209,11 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        forwarded = next((c for c in COMMANDS if c.own_parser and argv[:1] == [c.name]), None)
+        if forwarded is not None:
+            return forwarded.run(argparse.Namespace(argv=argv[1:]))
         args = parser.parse_args(argv)
         if args.command is None:
             raise UsageError(f"a command is required ({', '.join(c.name for c in COMMANDS)}); see --help")

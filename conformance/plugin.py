@@ -19,10 +19,8 @@ Rules:
   exits 3. Otherwise any `broken` verdict makes the exit status 2 (DESIGN.md decision 8).
 - `admin.Unavailable` raised by a test or fixture becomes the `unimplemented` verdict.
 - `pytest --broker-url URL` with no paths runs the shipped suite (`conformance/suite`).
-- Each rule test's teardown report carries its `evidence` (verdict, area, rules, reply,
-  frame log) for `amqp-conformance run` and pytest-xdist's controller; under pytest-xdist
-  the workers share the controller's run id and only the controller writes the run record
-  (`distributed`).
+- A rule test's teardown report carries its `evidence` (for `amqp-conformance run`); under
+  pytest-xdist, workers and controller act as one session (`distributed`).
 """
 
 from __future__ import annotations
@@ -353,7 +351,8 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture
-def connect(target: Target, recorder: Recorder, request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
+def connect(target: Target, recorder: Recorder, names: Names,
+            request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
     clients: list[RawClient] = []
 
     def make(**kwargs: Any) -> RawClient:

@@ -1,0 +1,257 @@
+"""Baselines: a broker's known deviations, so a CI gate fails only on new ones (DESIGN.md decision 8).
+
+Responsibility: read and validate a baseline file (`load_baseline`), judge a run's verdicts
+against it (`judge`), and write one from a run's recorded failures (`from_results`).
+
+The file is TOML:
+
+    [baseline]                      # optional
+    description = "RabbitMQ 3.10.8, auto profile"
+
+    [[deviation]]
+    rule = "S002-01"                # a catalogue rule ID (required)
+    reason = "why this is accepted" # required, non-empty
+    link = "https://..."            # optional
+    tests = ["test_cancel.py::test_cancel_pipelined_behind_consume_is_answered"]  # optional
+    profiles = ["rabbitmq-3.10"]    # optional: only runs judged by these profiles
+    intermittent = true             # optional: it fails on some runs only (never an XPASS)
+
+Rules:
+- A deviation without `tests` covers every test that checks its rule; with `tests`, only
+  those. A test pattern is "file.py::name[params]", "file.py::name" (every parametrisation),
+  or the same without "file.py::".
+- A `failed` test covered by an applicable deviation is `expected`: it does not fail the gate.
+- A deviation (or one of its test patterns) whose covered tests ran, none failed and at least
+  one passed is an XPASS: the broker no longer deviates, so the entry should be removed. Its
+  passing tests get the gate outcome `xpass`; `--strict-baseline` fails the gate on it. An
+  `intermittent` deviation (a race the broker loses only sometimes) is never an XPASS.
+- Other verdicts (`broken`, `non-strict`, `unimplemented`, `not-applicable`) are never
+  changed by a baseline.
+- Every defect of the file is a `BaselineError` naming the file and the entry: unknown keys,
+  unknown rule IDs or profiles, an empty reason, a duplicate entry.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from conformance.catalogue import PROFILES, all_rules
+from conformance.evidence import TestEvidence, test_key
+
+EXPECTED, XPASS = "expected", "xpass"
+_DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "profiles", "intermittent"})
+_TOP_KEYS = frozenset({"baseline", "deviation"})
+
+
+class BaselineError(ValueError):
+    """The baseline file is unreadable or invalid; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Deviation:
+    rule: str
+    reason: str
+    link: str | None = None
+    tests: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
+    intermittent: bool = False
+
+    def applies_to(self, profile: str | None) -> bool:
+        return not self.profiles or profile in self.profiles
+
+    def describe(self, pattern: str | None = None) -> str:
+        return f"{self.rule} ({pattern})" if pattern else self.rule
+
+
+@dataclass(frozen=True)
+class Baseline:
+    source: str
+    deviations: tuple[Deviation, ...]
+    description: str | None = None
+
+
+def load_baseline(path: Path | str) -> Baseline:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"baseline {path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    return parse_baseline(text, str(path))
+
+
+def parse_baseline(text: str, source: str = "<baseline>") -> Baseline:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BaselineError(f"baseline {source}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise BaselineError(f"baseline {source}: unknown keys {unknown} (want [baseline] and [[deviation]])")
+    header = data.get("baseline", {})
+    if not isinstance(header, dict) or not isinstance(header.get("description", ""), str):
+        raise BaselineError(f"baseline {source}: [baseline] must be a table with an optional description")
+    entries = data.get("deviation", [])
+    if not isinstance(entries, list):
+        raise BaselineError(f"baseline {source}: 'deviation' must be an array of tables ([[deviation]])")
+    deviations = tuple(_deviation(source, index, entry) for index, entry in enumerate(entries, start=1))
+    seen: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
+    for index, d in enumerate(deviations, start=1):
+        key = (d.rule, d.tests, d.profiles)
+        if key in seen:
+            raise BaselineError(f"baseline {source}: deviation #{index} ({d.rule}): duplicate entry")
+        seen.add(key)
+    return Baseline(source, deviations, header.get("description"))
+
+
+def _deviation(source: str, index: int, entry: object) -> Deviation:
+    where = f"baseline {source}: deviation #{index}"
+    if not isinstance(entry, dict):
+        raise BaselineError(f"{where}: not a table")
+    unknown = sorted(set(entry) - _DEVIATION_KEYS)
+    if unknown:
+        raise BaselineError(f"{where}: unknown keys {unknown} (known: {', '.join(sorted(_DEVIATION_KEYS))})")
+    rule_id = entry.get("rule")
+    if not isinstance(rule_id, str) or rule_id not in {r.id for r in all_rules()}:
+        raise BaselineError(f"{where}: rule {rule_id!r} is not a rule ID of the catalogue")
+    where = f"{where} ({rule_id})"
+    reason = entry.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise BaselineError(f"{where}: 'reason' must be a non-empty string")
+    link = entry.get("link")
+    if link is not None and (not isinstance(link, str) or not link.startswith(("http://", "https://"))):
+        raise BaselineError(f"{where}: 'link' must be an http(s):// URL")
+    tests, profiles = _strings(entry, "tests", where), _strings(entry, "profiles", where)
+    for profile in profiles:
+        if profile not in PROFILES:
+            raise BaselineError(f"{where}: unknown profile {profile!r} (one of: {', '.join(PROFILES)})")
+    intermittent = entry.get("intermittent", False)
+    if not isinstance(intermittent, bool):
+        raise BaselineError(f"{where}: 'intermittent' must be true or false")
+    return Deviation(rule_id, reason.strip(), link, tests, profiles, intermittent)
+
+
+def _strings(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise BaselineError(f"{where}: {key!r} must be a list of non-empty strings")
+    return tuple(v.strip() for v in value)
+
+
+def matches(pattern: str, nodeid: str) -> bool:
+    """Whether a baseline test pattern names this test (see the module rules)."""
+    key = test_key(nodeid)
+    name = key.partition("::")[2] or key
+    candidates = {key, key.split("[", 1)[0], name, name.split("[", 1)[0]}
+    return pattern in candidates
+
+
+@dataclass
+class Judgement:
+    """A run judged against a baseline: the gate outcome of every test, and the XPASS entries."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)  # nodeid -> verdict, "expected" or "xpass"
+    reasons: dict[str, Deviation] = field(default_factory=dict)  # nodeid of an expected failure -> its entry
+    xpasses: list[tuple[Deviation, str | None, tuple[str, ...]]] = field(default_factory=list)
+    unexercised: list[Deviation] = field(default_factory=list)  # applicable entries no test of the run checked
+
+    def outcome(self, test: TestEvidence) -> str:
+        return self.outcomes.get(test.nodeid, test.verdict)
+
+
+def judge(tests: Sequence[TestEvidence], baseline: Baseline | None, profile: str | None) -> Judgement:
+    """Apply `baseline` to a run's tests (see the module rules)."""
+    result = Judgement({t.nodeid: t.verdict for t in tests})
+    for deviation in baseline.deviations if baseline is not None else ():
+        if not deviation.applies_to(profile):
+            continue
+        covered = [t for t in tests if deviation.rule in t.rule_ids]
+        if not covered:
+            result.unexercised.append(deviation)
+        for pattern in deviation.tests or (None,):
+            unit = [t for t in covered if pattern is None or matches(pattern, t.nodeid)]
+            failed = [t for t in unit if t.verdict == "failed"]
+            for test in failed:
+                result.outcomes[test.nodeid] = EXPECTED
+                result.reasons.setdefault(test.nodeid, deviation)
+            passed = [t for t in unit if t.verdict == "passed"]
+            if passed and not failed and not deviation.intermittent:
+                result.xpasses.append((deviation, pattern, tuple(t.nodeid for t in passed)))
+    for *_, nodeids in result.xpasses:
+        for nodeid in nodeids:
+            result.outcomes[nodeid] = XPASS
+    return result
+
+
+def from_results(results_dir: Path | str, run_id: str | None = None) -> tuple[str, str, int]:
+    """(baseline TOML text, run id, entries) from a run's failed tests; the latest run by default.
+
+    ValueError when the directory holds no runs or not that one.
+    """
+    from conformance.results import read_table
+
+    try:
+        runs = read_table(results_dir, "runs").to_pylist()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--from {results_dir}: no results there ({str(exc).splitlines()[0]})") from None
+    if not runs:
+        raise ValueError(f"--from {results_dir}: no runs recorded there")
+    if run_id is None:
+        run = max(runs, key=lambda r: r["started"])
+    else:
+        run = next((r for r in runs if r["run_id"] == run_id), None)
+        if run is None:
+            raise ValueError(f"--run {run_id}: no such run in {results_dir}")
+    tests = read_table(results_dir, "tests", run["run_id"]).to_pylist()
+    deviations = _deviations_of(tests, run.get("profile"), run["run_id"])
+    return render(deviations, _header(run)), str(run["run_id"]), len(deviations)
+
+
+def _deviations_of(tests: list[dict[str, Any]], profile: str | None, run_id: str) -> list[Deviation]:
+    failed = [t for t in tests if t["verdict"] == "failed" and t["rule_ids"]]
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for test in failed:
+        by_rule.setdefault(test["rule_ids"][0], []).append(test)
+    deviations = []
+    for rule_id, rows in by_rule.items():
+        checking = [t for t in tests if rule_id in t["rule_ids"]]
+        patterns = () if len(checking) == len(rows) else tuple(sorted(test_key(t["test_id"]) for t in rows))
+        message = next((str(t["message"]).splitlines()[0] for t in rows if t["message"]), "no message")
+        reason = f"TODO: why this is accepted. Seen in run {run_id}: {message[:300]}"
+        deviations.append(Deviation(rule_id, reason, None, patterns, (profile,) if profile else ()))
+    return deviations
+
+
+def _header(run: dict[str, Any]) -> str:
+    broker = " ".join(str(run.get(k) or "") for k in ("product", "version")).strip() or run.get("broker_url")
+    return (f"# amqp-conformance baseline, written {datetime.now(UTC):%Y-%m-%d} by `amqp-conformance baseline` from run\n"
+            f"# {run['run_id']} ({broker}, profile {run.get('profile')}, client {run.get('client')}).\n"
+            f"# Replace each TODO reason with why the deviation is accepted, and add a link where one exists.\n")
+
+
+def render(deviations: Iterable[Deviation], header: str = "", description: str | None = None) -> str:
+    """Baseline TOML for `deviations` (strings are written as TOML basic strings)."""
+    lines = [header.rstrip("\n")] if header else []
+    if description:
+        lines += ["[baseline]", f"description = {_string(description)}", ""]
+    for d in deviations:
+        lines += ["[[deviation]]", f"rule = {_string(d.rule)}", f"reason = {_string(d.reason)}"]
+        if d.link:
+            lines.append(f"link = {_string(d.link)}")
+        if d.tests:
+            lines.append(f"tests = [{', '.join(_string(t) for t in d.tests)}]")
+        if d.profiles:
+            lines.append(f"profiles = [{', '.join(_string(p) for p in d.profiles)}]")
+        if d.intermittent:
+            lines.append("intermittent = true")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _string(text: str) -> str:
+    # JSON string escapes are valid TOML basic-string escapes; TOML also wants DEL escaped
+    return json.dumps(text).replace("\x7f", "\\u007f")

@@ -1,0 +1,165 @@
+"""pytest-xdist support for the plugin: one run, one record set and one summary across workers.
+
+Responsibility: when pytest-xdist distributes the suite (`-n N`, `amqp-conformance run
+--jobs N`), make the workers and the controller behave as one harness session.
+
+Rules:
+- The controller hands its run id to every worker (`pytest_configure_node`), so all workers
+  write their test and frame records under one run (each worker's part files carry their own
+  token); only the controller writes the run record.
+- Each worker reaches the broker on its own (the `target` session fixture runs per worker:
+  with `--broker-url` they share that broker; without it, each starts its own embedded one).
+- Workers send back, in `workeroutput`, what the controller's run record and exit status need:
+  the broker's product, version and profile, whether the broker went down, and how many test
+  records they wrote.
+- The controller counts verdicts from the workers' teardown reports (their `evidence`
+  attribute), so the terminal summary and exit statuses 2 (broken) and 3 (broker down) are
+  the same as in a single process.
+- Tests that use the `admin` fixture may change broker-wide settings (the global consumer
+  timeout), so across workers they run alone: every broker test holds a shared lock, an
+  admin test an exclusive one (`BrokerLock`, flock on files in a directory the controller
+  creates; writers are not starved). Without `fcntl` (Windows) there is no lock.
+- Nothing here is active without pytest-xdist; the hooks are optional hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import pytest
+
+from conformance import evidence
+from conformance.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from conformance.plugin import Harness
+
+RUN_ID_KEY = "amqpc_run_id"
+LOCK_KEY = "amqpc_lock_dir"
+OUTPUT_KEY = "amqpc"
+
+
+def worker_run_id(config: pytest.Config) -> str | None:
+    """The run id the controller gave this worker, or None outside a worker."""
+    workerinput = getattr(config, "workerinput", None)
+    return str(workerinput[RUN_ID_KEY]) if workerinput and RUN_ID_KEY in workerinput else None
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def register(config: pytest.Config, state: Harness) -> None:
+    """Register the controller or worker half when pytest-xdist is active."""
+    if is_worker(config):
+        lock_dir = config.workerinput.get(LOCK_KEY)  # type: ignore[attr-defined]
+        config.pluginmanager.register(WorkerSide(state, lock_dir), "amqpc-xdist-worker")
+    elif config.pluginmanager.has_plugin("xdist") and getattr(config.option, "dist", "no") != "no":
+        config.pluginmanager.register(ControllerSide(state), "amqpc-xdist-controller")
+
+
+class BrokerLock:
+    """A readers-writer lock shared by the worker processes (flock on two files)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._turnstile: IO[str] = open(directory / "turnstile", "a+")  # noqa: SIM115 - held for the session
+        self._main: IO[str] = open(directory / "main", "a+")  # noqa: SIM115
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool) -> Iterator[None]:
+        import fcntl
+
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # a waiting writer blocks new readers here
+        if exclusive:
+            fcntl.flock(self._main, fcntl.LOCK_EX)
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+            fcntl.flock(self._main, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._main, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self._turnstile.close()
+        self._main.close()
+
+
+def _has_fcntl() -> bool:
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class WorkerSide:
+    def __init__(self, state: Harness, lock_dir: str | None) -> None:
+        self.state = state
+        self.lock = BrokerLock(Path(lock_dir)) if lock_dir and _has_fcntl() else None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+        fixtures = getattr(item, "fixturenames", ())
+        if self.lock is None or "target" not in fixtures:
+            return (yield)
+        with self.lock.hold(exclusive="admin" in fixtures):
+            return (yield)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        state, run = self.state, self.state.run
+        output: dict[str, Any] = {
+            "down": state.down,
+            "tests": state.writer.tests_written if state.writer is not None else 0,
+        }
+        if run is not None:
+            output.update(product=run.product, version=run.version, profile=run.profile, broker_url=run.broker_url)
+        elif state.target is not None:
+            output["profile"] = state.target.profile.name
+        session.config.workeroutput[OUTPUT_KEY] = output  # type: ignore[attr-defined]
+        if self.lock is not None:
+            self.lock.close()
+
+
+class ControllerSide:
+    def __init__(self, state: Harness) -> None:
+        self.state = state
+        self.lock_dir = tempfile.mkdtemp(prefix="amqpc-lock-")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[RUN_ID_KEY] = self.state.run_id
+        node.workerinput[LOCK_KEY] = self.lock_dir
+
+    def pytest_unconfigure(self) -> None:
+        shutil.rmtree(self.lock_dir, ignore_errors=True)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        output = (getattr(node, "workeroutput", None) or {}).get(OUTPUT_KEY)
+        if not isinstance(output, dict):
+            return
+        state = self.state
+        if output.get("down") and state.down is None:
+            state.down = str(output["down"])
+        state.remote_tests += int(output.get("tests") or 0)
+        if state.run is not None:
+            for key in ("product", "version", "profile", "broker_url"):
+                if output.get(key) and (key == "broker_url" or getattr(state.run, key) is None):
+                    setattr(state.run, key, output[key])
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        found = evidence.from_report(report) if report.when == "teardown" else None
+        if found is None:
+            return
+        verdict = Verdict(found.verdict)
+        self.state.counts[found.area, verdict] += 1
+        if verdict is Verdict.BROKEN:
+            self.state.broken.append((found.nodeid, found.message or ""))

@@ -1,0 +1,180 @@
+"""What `amqp-conformance run` shows: live progress per area, then the summary (rich).
+
+Responsibility: render the gate outcomes of a run as they arrive (a progress bar and a table
+of counts per area), print unexpected failures and broken tests the moment they happen, and
+print the final area x outcome table.
+
+Rules:
+- On a terminal the display is a rich `Live` refreshed from the reporting hooks (never from a
+  background thread, so nothing is written while pytest captures a test's output), at most
+  `REFRESH_PER_SECOND` times a second. Elsewhere (CI logs) it prints one line per unexpected
+  failure or broken test and a count line every `LOG_EVERY` tests.
+- Columns are the gate outcomes in `OUTCOMES` order; rows are the areas in catalogue order,
+  then a total row. Zero counts print as ".".
+- The summary (`summarise`) ends with the paths of the results, JUnit XML and pytest output,
+  and the exit status with its meaning.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from conformance.baseline import EXPECTED, XPASS
+from conformance.catalogue import AREAS
+from conformance.evidence import TestEvidence
+
+if TYPE_CHECKING:
+    from conformance.runner import Outcome, Prepared
+
+OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "not-applicable", "broken")
+STYLES = {"passed": "green", XPASS: "cyan", "failed": "bold red", EXPECTED: "yellow", "non-strict": "magenta",
+          "unimplemented": "blue", "not-applicable": "dim", "broken": "bold yellow"}
+REFRESH_PER_SECOND = 8
+LOG_EVERY = 50
+
+
+def outcome_table(counts: Counter[tuple[str, str]], title: str | None = None) -> Table:
+    """Areas x gate outcomes, with a total row."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("area")
+    for outcome in OUTCOMES:
+        table.add_column(outcome, justify="right", style=STYLES[outcome])
+    areas = [a for a in AREAS if any(counts[a, o] for o in OUTCOMES)]
+    areas += sorted({a for a, _ in counts} - set(areas))
+    for area in areas:
+        table.add_row(area, *(str(counts[area, o] or ".") for o in OUTCOMES))
+    table.add_row("total", *(str(sum(counts[a, o] for a in areas) or ".") for o in OUTCOMES), style="bold",
+                  end_section=False)
+    return table
+
+
+class LiveProgress:
+    """The running display; `update` after every finished test."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.console, self.title = console, title
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.done = 0
+        self.interactive = console.is_terminal
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=console)
+        self._task = self._bar.add_task(title, total=None)
+        self._live: Live | None = None
+        self._last = 0.0
+
+    def __enter__(self) -> LiveProgress:
+        if self.interactive:
+            self._live = Live(self._render(), console=self.console, auto_refresh=False, transient=True)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def set_total(self, total: int) -> None:
+        self._bar.update(self._task, total=total)
+        if not self.interactive:
+            self.console.print(f"{self.title}: {total} tests")
+        self._refresh(force=True)
+
+    def update(self, test: TestEvidence, outcome: str) -> None:
+        self.done += 1
+        self.counts[test.area, outcome] += 1
+        self._bar.advance(self._task)
+        if outcome in ("failed", "broken"):
+            self._print_problem(test, outcome)
+        if not self.interactive and self.done % LOG_EVERY == 0:
+            total = self._bar.tasks[0].total
+            self.console.print(f"{self.done}/{int(total) if total else '?'} tests: {self._counts_line()}")
+        self._refresh()
+
+    def _print_problem(self, test: TestEvidence, outcome: str) -> None:
+        message = (test.message or "").strip().splitlines()
+        first = message[0][:200] if message else ""
+        label = "FAILED" if outcome == "failed" else "BROKEN"
+        line = Text.assemble((label, STYLES[outcome]), f" {', '.join(test.rule_ids)} {test.test_key}: {first}")
+        self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _counts_line(self) -> str:
+        totals: Counter[str] = Counter()
+        for (_, outcome), n in self.counts.items():
+            totals[outcome] += n
+        return ", ".join(f"{totals[o]} {o}" for o in OUTCOMES if totals[o])
+
+    def _render(self) -> Group:
+        return Group(self._bar.get_renderable(), outcome_table(self.counts))
+
+    def _refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._live is None or (not force and now - self._last < 1 / REFRESH_PER_SECOND):
+            return
+        self._last = now
+        self._live.update(self._render(), refresh=True)
+
+
+def problem_lines(tests: Iterable[tuple[TestEvidence, str]], limit: int = 25) -> list[str]:
+    """One line per test with its outcome, rules and first message line (at most `limit`)."""
+    lines = []
+    items = list(tests)
+    for test, outcome in items[:limit]:
+        message = (test.message or "").strip().splitlines()
+        lines.append(f"{outcome}: {', '.join(test.rule_ids)} {test.test_key}: {message[0][:200] if message else ''}")
+    if len(items) > limit:
+        lines.append(f"... and {len(items) - limit} more (see the JUnit XML and the pytest output)")
+    return lines
+
+
+def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Path) -> None:
+    """The end of a run: the area x outcome table, the problems, XPASS entries, and where things are."""
+    judged, options = outcome.judgement, prepared.options
+    counts: Counter[tuple[str, str]] = Counter((t.area, judged.outcome(t)) for t in outcome.tests)
+    console.print(outcome_table(counts, title=f"amqp-conformance: {len(outcome.tests)} tests, profile "
+                                              f"{outcome.profile}"))
+    problems = [(t, judged.outcome(t)) for t in outcome.tests if judged.outcome(t) in ("failed", "broken")]
+    for line in problem_lines(problems):
+        console.print(line, style="red" if line.startswith("failed") else "yellow", highlight=False, markup=False,
+                      soft_wrap=True)
+    source = prepared.baseline.source if prepared.baseline else ""
+    for deviation, pattern, nodeids in judged.xpasses:
+        console.print(f"XPASS {deviation.describe(pattern)}: listed in {source} but passed ({len(nodeids)} tests); "
+                      f"remove the entry to tighten the baseline", style="cyan", highlight=False, markup=False,
+                      soft_wrap=True)
+    expected = sum(judged.outcome(t) == EXPECTED for t in outcome.tests)
+    if prepared.baseline is not None:
+        console.print(f"baseline {source}: {expected} expected failures, {len(judged.xpasses)} XPASS, "
+                      f"{len(judged.unexercised)} entries not exercised by this run", highlight=False, markup=False)
+    for line in _leak_lines(outcome.harness):
+        console.print(line, style="yellow", highlight=False, markup=False)
+    results = options.out / "results"
+    console.print(f"results: {results} (run {prepared.run_id})\njunit:   {junit}\npytest:  "
+                  f"{options.out / 'pytest-output.txt'}", highlight=False, markup=False)
+    if not options.report:
+        console.print(f"report:  amqp-conformance report {results} --out {options.out / 'report'}",
+                      highlight=False, markup=False)
+    if outcome.problem:
+        console.print(outcome.problem, style="bold yellow", highlight=False, markup=False)
+    console.print(f"exit status {outcome.exit_status}: {STATUS_TEXT[outcome.exit_status]}", style="bold",
+                  highlight=False, markup=False)
+
+
+STATUS_TEXT = {0: "no unexpected result", 1: "unexpected failures", 2: "harness or environment error",
+               3: "broker unreachable or down", 4: "usage error"}  # DESIGN.md decision 8
+
+
+def _leak_lines(harness: Any) -> list[str]:
+    leaks = getattr(harness, "leaks", None)
+    if leaks is None or leaks.clean:
+        return []
+    lines = [f"leftover (this run, found by {leaks.method}): {e}" for e in leaks.ours]
+    return lines + ([f"leak check: {leaks.error}"] if leaks.error else [])

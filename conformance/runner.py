@@ -1,0 +1,376 @@
+"""`amqp-conformance run`: the suite against one broker, judged as a CI gate (DESIGN.md decision 8).
+
+Responsibility: validate the options, start the embedded reference broker when no URL is
+given, check that the broker answers, run the shipped suite in-process with the pytest plugin
+(optionally across pytest-xdist workers), show progress, judge the verdicts against a
+baseline, write JUnit XML, and return the exit status.
+
+Rules:
+- Exit statuses: 0 no unexpected result; 1 an unexpected `failed` verdict (or, with
+  `--strict-baseline`, an XPASS); 2 a harness or environment error (a `broken` verdict, a
+  collection error, pytest's internal error, an interrupt, a report that could not be built);
+  3 the broker is unreachable (before the run) or went down during it; 4 a usage error.
+  The highest-priority condition wins: 4, then 3, then 2, then 1.
+- Usage errors are found before anything starts and raised as `UsageError` with one line:
+  a bad URL, profile, client, admin, baseline, selector, job count or timeout scale.
+- The embedded broker serves the management API too, and is the `--broker-admin` unless one
+  is given, so admin-dependent rules run.
+- Output directory (`--out`): `results/` (the Parquet results lake, runs accumulate),
+  `junit.xml` and `pytest-output.txt` (this run), `report/` (with `--report`).
+- pytest's own terminal output goes to `pytest-output.txt`; the console shows `progress`.
+- The pytest configuration of the current directory does not change the run (`addopts` is
+  cleared); slow tests are included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+from rich.console import Console
+
+from conformance.baseline import EXPECTED, Baseline, BaselineError, Judgement, judge, load_baseline
+from conformance.catalogue import PROFILES
+from conformance.evidence import TestEvidence, from_report
+from conformance.selection import parse_selection
+
+EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2, 3, 4
+CLIENTS = ("raw", "pika", "amqp")
+DEFAULT_OUT = Path("amqp-conformance-results")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class UsageError(Exception):
+    """A bad option: one line on stderr, exit status 4."""
+
+
+class EnvironmentFailure(Exception):
+    """The run could not start (the embedded broker did not come up): exit status 2."""
+
+
+@dataclass
+class RunOptions:
+    broker_url: str | None = None
+    profile: str = "auto"
+    client: str = "raw"
+    broker_admin: str | None = None
+    baseline: Path | None = None
+    strict_baseline: bool = False
+    out: Path = DEFAULT_OUT
+    select: tuple[str, ...] = ()
+    jobs: str = "1"
+    timeout_scale: float = 1.0
+    run_id: str | None = None
+    suite: Path | None = None
+    report: bool = False
+
+
+@dataclass
+class Prepared:
+    options: RunOptions
+    run_id: str
+    baseline: Baseline | None
+    jobs: str
+
+
+def prepare(options: RunOptions) -> Prepared:
+    """Validate every option (UsageError, one line, on the first bad one)."""
+    from conformance.admin import parse_admin
+    from conformance.drivers.raw import BrokerAddress
+
+    try:
+        if options.broker_url:
+            BrokerAddress.parse(options.broker_url)
+        if options.broker_admin:
+            parse_admin(options.broker_admin, options.broker_url or "")
+        parse_selection(options.select)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if options.profile != "auto" and options.profile not in PROFILES:
+        raise UsageError(f"--profile {options.profile!r}: unknown profile (one of: auto, {', '.join(PROFILES)})")
+    if options.client not in CLIENTS:
+        raise UsageError(f"--client {options.client!r}: one of {', '.join(CLIENTS)}")
+    if not options.timeout_scale > 0:
+        raise UsageError("--timeout-scale must be a positive number")
+    jobs = _jobs(options.jobs)
+    run_id = options.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    if not _RUN_ID.fullmatch(run_id):
+        raise UsageError(f"--run-id {run_id!r}: letters, digits, '.', '_' and '-' only")
+    if options.strict_baseline and options.baseline is None:
+        raise UsageError("--strict-baseline needs --baseline FILE")
+    if options.suite is not None and not options.suite.is_dir():
+        raise UsageError(f"--suite {options.suite}: not a directory")
+    try:
+        baseline = load_baseline(options.baseline) if options.baseline is not None else None
+    except BaselineError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        options.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {options.out}: {exc.strerror or exc}") from None
+    return Prepared(options, run_id, baseline, jobs)
+
+
+def _jobs(text: str) -> str:
+    if text != "auto" and not (text.isdigit() and int(text) >= 1):
+        raise UsageError(f"--jobs {text!r}: a number of workers >= 1, or 'auto'")
+    if text != "1" and importlib.util.find_spec("xdist") is None:
+        raise UsageError("--jobs needs pytest-xdist (pip install pytest-xdist)")
+    return text
+
+
+@dataclass
+class Outcome:
+    """What a finished run found; `exit_status` is the gate's answer."""
+
+    exit_status: int
+    tests: list[TestEvidence] = field(default_factory=list)
+    judgement: Judgement = field(default_factory=Judgement)
+    profile: str | None = None
+    problem: str | None = None  # the one-line reason for 2, 3 or 4
+    harness: Any = None  # the plugin's Harness of the controller, if the session got that far
+
+
+class RunCollector:
+    """A pytest plugin object (controller side) collecting each test's evidence as it finishes."""
+
+    def __init__(self, progress: Any, baseline: Baseline | None, profile: str | None) -> None:
+        self.progress, self.baseline, self.profile = progress, baseline, profile
+        self.tests: list[TestEvidence] = []
+        self.unjudged: dict[str, str] = {}  # failed reports that never got a verdict (a crashed worker)
+        self.collection_errors: list[str] = []
+        self.internal_error = self.interrupted = False
+        self.harness: Any = None
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:
+            self.progress.set_total(len(session.items))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if self.progress.done == 0:
+            self.progress.set_total(len(ids))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            last = str(report.longrepr).strip().splitlines()
+            text = re.sub(r"^E\s+", "", last[-1]) if last else "error"
+            self.collection_errors.append(f"{report.nodeid or '<session>'}: {text}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        found = from_report(report) if report.when == "teardown" else None
+        if found is None:
+            if report.failed:
+                last = str(report.longrepr).strip().splitlines()
+                self.unjudged[report.nodeid] = last[-1] if last else "failed without a verdict"
+            return
+        self.unjudged.pop(found.nodeid, None)
+        self.tests.append(found)
+        self.progress.update(found, self._live_outcome(found))
+
+    def _live_outcome(self, test: TestEvidence) -> str:
+        if test.verdict == "failed" and judge([test], self.baseline, self.profile).outcome(test) == EXPECTED:
+            return EXPECTED
+        return test.verdict
+
+    def pytest_internalerror(self, excrepr: object, excinfo: object) -> None:
+        self.internal_error = True
+
+    def pytest_keyboard_interrupt(self, excinfo: object) -> None:
+        self.interrupted = True
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from conformance.plugin import HARNESS
+
+        self.harness = session.config.stash.get(HARNESS, None)
+
+    def finished_tests(self) -> list[TestEvidence]:
+        """The tests with a verdict, plus a `broken` one for every test that never got one."""
+        lost = [TestEvidence(nodeid, "broken", "unknown", (), f"no verdict: {text}") for nodeid, text in
+                self.unjudged.items()]
+        return [*self.tests, *lost]
+
+
+def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list[str]:
+    options = prepared.options
+    from conformance.plugin import SUITE_DIR
+
+    args = [str(options.suite or SUITE_DIR), "-p", "conformance.selection", "-p", "no:cacheprovider",
+            "-o", "addopts=", "-q", "-rfE", "--tb=short",
+            "--broker-url", url, "--broker-admin", admin, "--profile", options.profile, "--client", options.client,
+            "--timeout-scale", repr(options.timeout_scale), "--results-dir", str(results), "--run-id", prepared.run_id]
+    for selector in options.select:
+        args += ["--select", selector]
+    if prepared.jobs != "1":
+        args += ["-n", prepared.jobs]
+    return args
+
+
+@contextlib.contextmanager
+def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str]]:
+    """(url, admin, description) of the broker under test; starts the embedded one if no URL."""
+    from conformance.results import redact_url
+
+    if options.broker_url:
+        yield options.broker_url, options.broker_admin or "none", redact_url(options.broker_url)
+        return
+    from reference_broker.server import EmbeddedBroker
+
+    try:
+        embedded = EmbeddedBroker(management_port=0).start()
+    except Exception as exc:  # a port, a thread, the loop: the environment, not the user
+        raise EnvironmentFailure(f"the embedded reference broker did not start: {type(exc).__name__}: {exc}") from None
+    try:
+        admin = options.broker_admin or embedded.management_url or "none"
+        yield embedded.url, admin, f"embedded reference broker at {redact_url(embedded.url)}"
+    finally:
+        embedded.stop()
+
+
+def probe(url: str, timeout: float) -> dict[str, Any]:
+    """The broker's server-properties; OSError or DriverError when it does not answer."""
+    from conformance.drivers.raw import RawClient
+
+    with RawClient(url, timeout=timeout) as client:
+        return dict(client.server_properties)
+
+
+def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
+    """Run the suite (broker started, probed and stopped here); the gate outcome."""
+    from conformance.drivers.raw import DriverError
+    from conformance.profiles import detect
+    from conformance.progress import LiveProgress
+
+    options = prepared.options
+    results = options.out / "results"
+    with broker_target(options) as (url, admin, description):
+        try:
+            props = probe(url, 5.0 * options.timeout_scale)
+        except (OSError, DriverError) as exc:
+            return Outcome(EXIT_UNREACHABLE, problem=f"broker unreachable at {description}: {exc}")
+        profile = detect(props) if options.profile == "auto" else options.profile
+        product = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
+        console.print(f"broker: {description} ({product}), profile {profile}, client {options.client}, "
+                      f"run {prepared.run_id}" + (f", {prepared.jobs} jobs" if prepared.jobs != "1" else ""),
+                      soft_wrap=True, highlight=False, markup=False)
+        with LiveProgress(console, "amqp-conformance") as progress:
+            collector = RunCollector(progress, prepared.baseline, profile)
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                code = int(pytest.main(pytest_args(prepared, url, admin, results), plugins=[collector]))
+    tests = collector.finished_tests()
+    outcome = Outcome(EXIT_OK, tests, judge(tests, prepared.baseline, profile), profile, harness=collector.harness)
+    outcome.exit_status, outcome.problem = _status(code, collector, outcome, options.strict_baseline, log)
+    return outcome
+
+
+def _status(code: int, collector: RunCollector, outcome: Outcome, strict: bool, log: TextIO) -> tuple[int, str | None]:
+    down = getattr(collector.harness, "down", None)
+    if code == pytest.ExitCode.USAGE_ERROR:
+        return EXIT_USAGE, _pytest_error(log) or "pytest refused the options (see pytest-output.txt)"
+    if down:
+        return EXIT_UNREACHABLE, f"broker down: {down}"
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+        return EXIT_USAGE, "no tests selected (see --select and `amqp-conformance rules`)"
+    if collector.internal_error or code == pytest.ExitCode.INTERNAL_ERROR:
+        return EXIT_HARNESS, "pytest internal error (see pytest-output.txt)"
+    if collector.collection_errors:
+        return EXIT_HARNESS, f"the suite could not be collected: {collector.collection_errors[0]}"
+    if collector.interrupted:
+        return EXIT_HARNESS, "interrupted"
+    judged = outcome.judgement
+    if any(judged.outcome(t) == "broken" for t in outcome.tests):
+        return EXIT_HARNESS, None
+    if any(judged.outcome(t) == "failed" for t in outcome.tests) or (strict and judged.xpasses):
+        return EXIT_FAILED, None
+    return EXIT_OK, None
+
+
+def _pytest_error(log: TextIO) -> str | None:
+    with contextlib.suppress(OSError, ValueError):
+        log.flush()
+        text = Path(log.name).read_text(encoding="utf-8", errors="replace")
+        return next((line.removeprefix("ERROR: ").strip() for line in text.splitlines() if line.startswith("ERROR: ")),
+                    None)
+    return None
+
+
+def console_stream() -> TextIO:
+    """A stream to the real standard output that pytest's output capturing does not redirect."""
+    try:
+        return os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
+    except OSError:
+        return open(os.devnull, "w")  # closed by the caller, like the dup
+
+
+def run(options: RunOptions, console: Console | None = None) -> int:
+    """The whole `run` command: prepare, execute, write JUnit, summarise, maybe build the report."""
+    prepared = prepare(options)  # UsageError goes to the command line as one line and 4
+    stream = console_stream() if console is None else None
+    try:
+        if console is None:
+            console = Console(file=stream, width=None if stream is not None and stream.isatty() else 160)
+        try:
+            with open(options.out / "pytest-output.txt", "w", encoding="utf-8") as log:
+                outcome = execute(prepared, console, log)
+        except EnvironmentFailure as exc:
+            _error(str(exc))
+            return EXIT_HARNESS
+        except KeyboardInterrupt:
+            _error("interrupted")
+            return EXIT_HARNESS
+        if outcome.exit_status == EXIT_USAGE:
+            raise UsageError(outcome.problem)
+        if not outcome.tests and outcome.problem:
+            _error(outcome.problem)
+            return outcome.exit_status
+        from conformance.progress import summarise
+
+        summarise(console, prepared, outcome, write_junit_for(prepared, outcome))
+        if options.report:
+            return _build_report(console, options, outcome.exit_status)
+        return outcome.exit_status
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def write_junit_for(prepared: Prepared, outcome: Outcome) -> Path:
+    from conformance.junit import RunInfo, write_junit
+    from conformance.results import redact_url
+
+    options, record = prepared.options, getattr(outcome.harness, "run", None)
+    info = RunInfo(prepared.run_id, options.client,
+                   redact_url(options.broker_url) if options.broker_url else "embedded reference broker",
+                   getattr(record, "product", None), getattr(record, "version", None), outcome.profile,
+                   prepared.baseline.source if prepared.baseline else None, options.strict_baseline,
+                   f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%S}")
+    return write_junit(options.out / "junit.xml", outcome.tests, outcome.judgement, info)
+
+
+def _build_report(console: Console, options: RunOptions, status: int) -> int:
+    try:
+        from reports.cli import report_main
+    except ImportError:
+        _error("report not available yet (the reports package is missing)")
+        return max(status, EXIT_HARNESS)
+    console.print("building the HTML report (Spark) ...", highlight=False)
+    code = report_main([str(options.out / "results"), "--out", str(options.out / "report")])
+    if code != 0:
+        _error(f"the report could not be built (exit status {code})")
+        return max(status, EXIT_HARNESS)
+    return status
+
+
+def _error(text: str) -> None:
+    import sys
+
+    print(f"amqp-conformance: {text}", file=sys.stderr)

@@ -1,0 +1,190 @@
+"""Baselines (conformance/baseline.py): the file format, judging a run, writing one from results."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from conformance.baseline import (
+    EXPECTED,
+    XPASS,
+    BaselineError,
+    Deviation,
+    from_results,
+    judge,
+    load_baseline,
+    matches,
+    parse_baseline,
+    render,
+)
+from conformance.evidence import TestEvidence
+from conformance.results import ResultsWriter, RunRecord, TestRecord
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def evidence(name: str, verdict: str, *rules: str, area: str = "ack") -> TestEvidence:
+    return TestEvidence(f"conformance/suite/test_ack.py::{name}", verdict, area, rules or ("ACK-03",))
+
+
+def test_baseline_minimal_and_full_entries_parse() -> None:
+    baseline = parse_baseline('''
+        [baseline]
+        description = "a broker"
+
+        [[deviation]]
+        rule = "ACK-03"
+        reason = "  known  "
+
+        [[deviation]]
+        rule = "S002-01"
+        reason = "crash"
+        link = "https://example.org/bug/1"
+        tests = ["test_cancel.py::test_x", "test_y"]
+        profiles = ["rabbitmq-3.10"]
+    ''')
+    assert baseline.description == "a broker"
+    assert baseline.deviations == (
+        Deviation("ACK-03", "known"),
+        Deviation("S002-01", "crash", "https://example.org/bug/1", ("test_cancel.py::test_x", "test_y"),
+                  ("rabbitmq-3.10",)))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[deviation]\nrule=", "not valid TOML"),
+    ('rules = []', "unknown keys ['rules']"),
+    ('[[deviation]]\nrule = "NOPE-1"\nreason = "x"', "deviation #1: rule 'NOPE-1' is not a rule ID"),
+    ('[[deviation]]\nrule = "ACK-03"', "deviation #1 (ACK-03): 'reason' must be a non-empty string"),
+    ('[[deviation]]\nrule = "ACK-03"\nreason = " "', "'reason' must be a non-empty string"),
+    ('[[deviation]]\nrule = "ACK-03"\nreason = "x"\ncolour = 1', "unknown keys ['colour']"),
+    ('[[deviation]]\nrule = "ACK-03"\nreason = "x"\nlink = "ftp://x"', "'link' must be an http(s):// URL"),
+    ('[[deviation]]\nrule = "ACK-03"\nreason = "x"\ntests = "t"', "'tests' must be a list"),
+    ('[[deviation]]\nrule = "ACK-03"\nreason = "x"\nprofiles = ["rabbitmq-9"]', "unknown profile 'rabbitmq-9'"),
+    ('[[deviation]]\nrule = "ACK-03"\nreason = "x"\n[[deviation]]\nrule = "ACK-03"\nreason = "y"',
+     "deviation #2 (ACK-03): duplicate entry"),
+    ('deviation = 3', "must be an array of tables"),
+])
+def test_baseline_defects_are_named(text: str, message: str) -> None:
+    with pytest.raises(BaselineError, match=r"^baseline b\.toml: ") as error:
+        parse_baseline(text, "b.toml")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_baseline_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(BaselineError, match="cannot read it"):
+        load_baseline(tmp_path / "missing.toml")
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(BaselineError, match="cannot read it"):
+        load_baseline(tmp_path / "binary.toml")
+
+
+def test_baseline_test_patterns() -> None:
+    nodeid = "conformance/suite/test_qos.py::test_limits[global]"
+    for pattern in ("test_qos.py::test_limits[global]", "test_qos.py::test_limits", "test_limits", "test_limits[global]"):
+        assert matches(pattern, nodeid), pattern
+    for pattern in ("test_limits[per-consumer]", "test_ack.py::test_limits", "test_lim", "suite/test_qos.py::test_limits"):
+        assert not matches(pattern, nodeid), pattern
+
+
+def test_judge_expected_failures_and_xpass() -> None:
+    tests = [evidence("a", "failed"), evidence("b", "passed"),  # ACK-03: observed, b is a plain pass
+             evidence("c", "passed", "ACK-04"), evidence("d", "passed", "ACK-04"),  # ACK-04: XPASS
+             evidence("e", "failed", "ACK-05"), evidence("f", "broken", "ACK-06"), evidence("g", "failed", "ACK-07")]
+    baseline = parse_baseline('''
+        [[deviation]]
+        rule = "ACK-03"
+        reason = "r3"
+        [[deviation]]
+        rule = "ACK-04"
+        reason = "r4"
+        [[deviation]]
+        rule = "ACK-05"
+        reason = "only on 3.10"
+        profiles = ["rabbitmq-3.10"]
+        [[deviation]]
+        rule = "ACK-06"
+        reason = "a baseline never hides a broken test"
+        [[deviation]]
+        rule = "ACK-08"
+        reason = "not in this run"
+    ''')
+    judged = judge(tests, baseline, "rabbitmq-4.3")
+    assert {t.nodeid.split("::")[1]: judged.outcome(t) for t in tests} == {
+        "a": EXPECTED, "b": "passed", "c": XPASS, "d": XPASS, "e": "failed", "f": "broken", "g": "failed"}
+    assert judged.reasons[tests[0].nodeid].reason == "r3"
+    [(deviation, pattern, nodeids)] = judged.xpasses
+    assert (deviation.rule, pattern, len(nodeids)) == ("ACK-04", None, 2)
+    assert [d.rule for d in judged.unexercised] == ["ACK-08"]
+    assert judge(tests, baseline, "rabbitmq-3.10").outcome(tests[4]) == EXPECTED
+    assert judge(tests, None, None).outcomes == {t.nodeid: t.verdict for t in tests}
+
+
+def test_judge_per_test_patterns() -> None:
+    tests = [evidence("t[x]", "failed"), evidence("t[y]", "passed"), evidence("u", "passed")]
+    baseline = parse_baseline('[[deviation]]\nrule = "ACK-03"\nreason = "r"\ntests = ["t[x]", "u"]')
+    judged = judge(tests, baseline, None)
+    assert [judged.outcome(t) for t in tests] == [EXPECTED, "passed", XPASS]
+    assert [(d.rule, p) for d, p, _ in judged.xpasses] == [("ACK-03", "u")]
+
+
+def test_judge_intermittent_deviation_is_never_an_xpass() -> None:
+    tests = [evidence("a", "passed"), evidence("b", "failed", "ACK-04")]
+    baseline = parse_baseline('[[deviation]]\nrule = "ACK-03"\nreason = "race"\nintermittent = true\n'
+                              '[[deviation]]\nrule = "ACK-04"\nreason = "race"\nintermittent = true\n')
+    judged = judge(tests, baseline, None)
+    assert [judged.outcome(t) for t in tests] == ["passed", EXPECTED] and judged.xpasses == []
+    with pytest.raises(BaselineError, match="'intermittent' must be true or false"):
+        parse_baseline('[[deviation]]\nrule = "ACK-03"\nreason = "r"\nintermittent = "sometimes"')
+
+
+def _record(run_id: str, name: str, verdict: str, rules: list[str], message: str | None = None) -> TestRecord:
+    return TestRecord(run_id, f"conformance/suite/test_x.py::{name}", rules, "ack", verdict, "passed", "call",
+                      datetime.now(UTC), message=message)
+
+
+def _results(root: Path, run_id: str, records: list[TestRecord], started: datetime) -> None:
+    writer = ResultsWriter(root, run_id)
+    writer.write_run(RunRecord(run_id, "amqp://guest@h:5672/", "raw", "0", 1.0, started, product="RabbitMQ",
+                               version="3.10.8", profile="rabbitmq-3.10"))
+    for record in records:
+        writer.add_test(record)
+    writer.close()
+
+
+def test_baseline_from_results_latest_run(tmp_path: Path) -> None:
+    _results(tmp_path, "old", [_record("old", "t", "failed", ["ACK-01"])], datetime(2020, 1, 1, tzinfo=UTC))
+    _results(tmp_path, "new", [
+        _record("new", "a", "failed", ["ACK-03"], 'channel closed 406 "quoted"\nsecond line'),
+        _record("new", "b", "passed", ["ACK-03"]),
+        _record("new", "c", "failed", ["S002-01", "CCN-03"], "541"),
+        _record("new", "d", "non-strict", ["ACK-04"]),
+    ], datetime(2024, 1, 1, tzinfo=UTC))
+    text, run_id, entries = from_results(tmp_path)
+    assert (run_id, entries) == ("new", 2)
+    baseline = parse_baseline(text)  # what it writes, it reads
+    by_rule = {d.rule: d for d in baseline.deviations}
+    assert set(by_rule) == {"ACK-03", "S002-01"}
+    assert by_rule["ACK-03"].tests == ("test_x.py::a",)  # b passed: only the failing test is listed
+    assert by_rule["S002-01"].tests == ()  # every test of the rule failed: the whole rule
+    assert by_rule["ACK-03"].profiles == ("rabbitmq-3.10",)
+    assert 'channel closed 406 "quoted"' in by_rule["ACK-03"].reason and "second line" not in by_rule["ACK-03"].reason
+    assert "RabbitMQ 3.10.8" in text and text.startswith("# amqp-conformance baseline")
+    assert from_results(tmp_path, "old")[1:] == ("old", 1)
+    with pytest.raises(ValueError, match="--run nope: no such run"):
+        from_results(tmp_path, "nope")
+    with pytest.raises(ValueError, match="no results there"):
+        from_results(tmp_path / "empty")
+
+
+def test_render_round_trips_awkward_text() -> None:
+    deviation = Deviation("ACK-03", 'tab\tquote" backslash\\ newline\n del\x7f é', "https://x/y", ("t[a\"b]",),
+                          ("rabbitmq-3.10",), True)
+    assert parse_baseline(render([deviation], "# header\n", "desc")).deviations == (deviation,)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "baselines").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_baselines_are_valid(path: Path) -> None:
+    baseline = load_baseline(path)
+    assert baseline.deviations and all(d.reason and not d.reason.startswith("TODO") for d in baseline.deviations)
