@@ -44,8 +44,11 @@ def limiter_reached(channel: ChannelState, optimistic: bool = False) -> bool:
 
 
 def requeue_races_resume(channel: ChannelState, traits: Traits) -> bool:
-    """A requeue now also resumes a reached channel limiter: the two race (queues.py)."""
-    return traits.global_qos is GlobalQos.CHANNEL and limiter_reached(channel)
+    """A requeue may also resume a reached channel limiter: the two race (queues.py). The
+    limiter's count is inexact (QOS-05/09: uncounted in-flight deliveries, get acks not
+    subtracted), so any active channel limit is treated as possibly reached: seen live on
+    3.10.8, a never-delivered message can overtake the requeued ones after basic.recover."""
+    return traits.global_qos is GlobalQos.CHANNEL and channel.global_limit != 0
 
 
 def channel_allows(channel: ChannelState, queue_kind: str, traits: Traits, connection_unacked: int,
