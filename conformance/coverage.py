@@ -107,7 +107,9 @@ class _Collector:
 def collect(suite: Path = SUITE_DIR, extra_args: Sequence[str] = ()) -> tuple[dict[str, list[str]], list[str]]:
     """(node id -> rule ids, collection errors) for the tests under `suite`."""
     collector = _Collector()
-    args = [str(suite), "--collect-only", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *extra_args]
+    # -m "": every test counts for coverage, slow ones included (the repo default deselects them)
+    args = [str(suite), "--collect-only", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "-m", "",
+            *extra_args]
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         code: Any = pytest.main(args, plugins=[collector])
