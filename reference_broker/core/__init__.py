@@ -1,6 +1,6 @@
 """The pure broker core: state, rules and effects; no I/O (STYLE.md, rabbit_fifo's shape)."""
 
-from reference_broker.core import basic, resources, timeouts  # noqa: F401  (register handlers)
+from reference_broker.core import basic, publish, resources, timeouts, transactions  # noqa: F401 (handlers)
 from reference_broker.core.broker import HANDLERS, BrokerCore, Meta
 from reference_broker.core.effects import CancelTimer, CloseConnection, Effect, Log, Send, StartTimer
 

@@ -34,7 +34,7 @@ from codec import (
 from reference_broker import faults
 from reference_broker.config import BrokerConfig
 from reference_broker.core import batch
-from reference_broker.core.effects import CloseConnection, Effect, Log, Send, StartTimer
+from reference_broker.core.effects import CloseConnection, Effect, Send, StartTimer
 from reference_broker.core.state import (
     QUORUM,
     Channel,
@@ -403,7 +403,7 @@ class BrokerCore:
         dlx = self.queue_setting(queue, "dead-letter-exchange")
         if dlx is None:
             return []
-        from reference_broker.core.basic import route_and_enqueue
+        from reference_broker.core.publish import route_and_enqueue
 
         rk = self.queue_setting(queue, "dead-letter-routing-key") or message.routing_key
         headers = dict(message.properties.headers or {})
@@ -448,23 +448,6 @@ class BrokerCore:
         queue.policy_cache = (self.policy_version, definition)
         return definition
 
-    def consumer_timeout_for(self, queue: Queue, consumer: Consumer) -> int | None:
-        """TMO-03 for the 4.3 rules: quorum queues only; consumer argument, else
-        min(queue argument, policy), else the global value. Legacy mode: the channel checks
-        instead (TMO-3x-1), so consumers carry no timeout."""
-        if self.config.timeout_mode == "legacy" or queue.kind != QUORUM:
-            return None
-        value = consumer.arguments.get("x-consumer-timeout")
-        if isinstance(value, int) and not isinstance(value, bool) and not self.fault(
-                "consumer_timeout_argument_ignored"):
-            return value
-        if self.fault("global_before_policy"):
-            return self.config.consumer_timeout
-        from reference_broker.core import timeouts
-
-        per_queue = timeouts.queue_timeout(self, queue)
-        return self.config.consumer_timeout if per_queue is None else per_queue
-
     # -- confirms ----------------------------------------------------------------------
     def memory_check(self) -> list[Effect]:
         return batch.memory_check(self)
@@ -500,6 +483,3 @@ class BrokerCore:
             return self.dispatch(meta, queue) if queue is not None else []
         handler = TIMER_HANDLERS.get(str(key[0])) if key else None
         return handler(self, meta, key) if handler is not None else []
-
-    def log(self, text: str, level: str = "info") -> Log:
-        return Log(level, text)

@@ -23,7 +23,7 @@ from codec import AmqpError, BasicCancel, ReplyCode
 from reference_broker.core import texts
 from reference_broker.core.broker import TIMER_HANDLERS, BrokerCore, Meta, soft
 from reference_broker.core.effects import Effect, Send, StartTimer
-from reference_broker.core.state import QUORUM, Channel, Queue, Unacked
+from reference_broker.core.state import QUORUM, Channel, Consumer, Queue, Unacked
 
 ARG = "x-consumer-timeout"
 
@@ -54,6 +54,21 @@ def queue_timeout(core: BrokerCore, queue: Queue) -> int | None:
     if not values:
         return None
     return max(values) if core.fault("timeout_max_of_queue_and_policy") else min(values)
+
+
+def effective_timeout(core: BrokerCore, queue: Queue, consumer: Consumer) -> int | None:
+    """TMO-03 for the 4.3 rules: quorum queues only; consumer argument, else
+    min(queue argument, policy), else the global value. Legacy mode: the channel checks
+    instead (TMO-3x-1), so consumers carry no timeout."""
+    if core.config.timeout_mode == "legacy" or queue.kind != QUORUM:
+        return None
+    value = consumer.arguments.get(ARG)
+    if _is_int(value) and not core.fault("consumer_timeout_argument_ignored"):
+        return value
+    if core.fault("global_before_policy"):
+        return core.config.consumer_timeout
+    per_queue = queue_timeout(core, queue)
+    return core.config.consumer_timeout if per_queue is None else per_queue
 
 
 # -- 4.3: per-delivery deadlines in the quorum queue -----------------------------------------
