@@ -9,6 +9,7 @@ import sys
 
 from reference_broker.config import ConfigError, load_config
 from reference_broker.server import BrokerServer
+from reference_broker.storage import StorageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="listen address (default 127.0.0.1; 0.0.0.0 only when asked)")
     p.add_argument("--port", type=int, help="AMQP port (default 5673)")
     p.add_argument("--management-port", type=int, help="serve the management API subset on this port")
+    p.add_argument("--data-dir", help="keep durable definitions and persistent messages here (SQLite)")
     p.add_argument("--timeout-mode", choices=["4.3", "legacy"], help="consumer-timeout rules")
     p.add_argument("--legacy-ruleset", choices=["3.10", "3.12"])
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config, host=args.host, port=args.port, timeout_mode=args.timeout_mode,
-                             legacy_ruleset=args.legacy_ruleset, management_port=args.management_port)
+                             legacy_ruleset=args.legacy_ruleset, management_port=args.management_port,
+                             data_dir=args.data_dir)
     except ConfigError as exc:
         print(f"reference-broker: {exc}", file=sys.stderr)
         return 4
@@ -52,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         runner(serve(server))  # type: ignore[operator]
     except KeyboardInterrupt:
         pass
+    except StorageError as exc:
+        print(f"reference-broker: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"reference-broker: cannot listen on {config.host}:{config.port}: {exc.strerror}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ and tests) and stops it cleanly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CancelTimer, CloseConnection, Log, Meta, Send, StartTimer
-from reference_broker.core.effects import PauseReading
+from reference_broker.core.effects import PauseReading, Persist
 from reference_broker.protocol.connection import CloseTransport, Output, ServerConnection, Write
 
 log = logging.getLogger("reference_broker")
@@ -80,9 +81,13 @@ class BrokerServer:
         self._management: Any = None  # aiohttp AppRunner when the management API runs
         self.address: tuple[str, int] = ("", 0)
         self.management_port: int | None = None
+        self.store: Any = None  # reference_broker.storage.Store when config.data_dir is set
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> tuple[str, int]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
+        if self.config.data_dir:
+            self._open_store()
         self._server = await loop.create_server(lambda: _ClientProtocol(self), self.config.host,
                                                 self.config.port, reuse_address=True)
         host, port = self._server.sockets[0].getsockname()[:2]
@@ -104,6 +109,29 @@ class BrokerServer:
         await site.start()
         self.management_port = int(self._management.addresses[0][1])
         log.info("management API on http://%s:%s/api/", self.config.host, self.management_port)
+
+    def _open_store(self) -> None:
+        """Recover the durable state from the data directory, then start its writer."""
+        from reference_broker.core import durability
+        from reference_broker.storage import Store
+
+        self.store = Store(str(self.config.data_dir))
+        definitions, messages = self.store.load()
+        durability.restore(self.core, Meta(now_ms()), definitions, messages)
+        log.info("recovered %d persistent message(s) from %s", len(messages), self.config.data_dir)
+        self.store.start(self._stored_threadsafe)
+        self.execute(self.core.flush())
+
+    def _stored_threadsafe(self, position: int) -> None:
+        """From the store's writer thread: the journal is durable up to `position`."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop stopped while the commit ran
+                loop.call_soon_threadsafe(self._stored, position)
+
+    def _stored(self, position: int) -> None:
+        self.core.stored(position)
+        self.execute(self.core.flush())
 
     def connection_name(self, conn_id: int) -> str:
         """RabbitMQ's connection name: "<peer> -> <listener>"."""
@@ -137,6 +165,8 @@ class BrokerServer:
                 if client.transport is not None:
                     client.transport.abort()
             await self._server.wait_closed()
+        if self.store is not None:
+            self.store.close()
 
     def register(self, client: _ClientProtocol, peer: str) -> ServerConnection:
         self._next_conn += 1
@@ -172,6 +202,9 @@ class BrokerServer:
                         target.transport.pause_reading()
                     else:
                         target.transport.resume_reading()
+            elif isinstance(out, Persist):
+                if self.store is not None:
+                    self.store.submit(out.ops, out.position)
             elif isinstance(out, Log):
                 log.log(logging.getLevelName(out.level.upper()), out.text)
             elif isinstance(out, CloseConnection):

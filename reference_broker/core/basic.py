@@ -32,7 +32,7 @@ from codec import (
     ChannelFlowOk,
     ReplyCode,
 )
-from reference_broker.core import texts, timeouts
+from reference_broker.core import durability, texts, timeouts
 from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.publish import REPLY_TO
@@ -169,7 +169,9 @@ def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
         redelivered, properties = core.checkout(queue, message)
         reply = BasicGetOk(tag, redelivered, message.exchange, message.routing_key, queue.ready_count())
         effects.append(Send(ch.conn, ch.number, reply, properties, message.body))
-        if not m.no_ack:
+        if m.no_ack:
+            durability.forget(core, message)
+        else:
             unacked = ch.unacked[tag] = Unacked(tag, queue.name, message, None, meta.now_ms)
             queue.checked_out += 1
             effects += timeouts.arm(core, meta, queue, ch, unacked, timeouts.get_timeout(core, queue))
@@ -222,9 +224,11 @@ def settle(core: BrokerCore, meta: Meta, ch: Channel, items: list[Unacked], requ
                 queue.remove(u.message)
             continue  # already returned by a timeout: a late ack removes nothing (TMO-4.3-5)
         queue.checked_out -= 1
-        if requeue:
+        if requeue is None:
+            durability.forget(core, u.message)
+        elif requeue:
             effects += core.return_to_queue(meta, queue, u.message, failed)
-        elif requeue is False:
+        else:
             effects += core.dead_letter(meta, queue, u.message, "rejected")
     for queue in touched.values():
         effects += core.dispatch(meta, queue)

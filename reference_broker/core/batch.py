@@ -2,8 +2,9 @@
 
 Rules: confirms collected while applying a batch are sent at the flush, coalesced as
 rabbit_channel:coalesce_and_send does (PC-04): a lone confirm is multiple=false; otherwise
-everything below the cutoff (the lowest nacked seqno in the flush, nothing stays
-unconfirmed in this broker) goes as one multiple=true, the rest singly. Nacks likewise, and
+everything below the cutoff (the lowest nacked seqno in the flush, or the lowest confirm
+still waiting for the store) goes as one multiple=true, the rest singly. The journal for
+the store goes out first, as one `Persist` effect (durability.py). Nacks likewise, and
 never on a closing channel. Over `memory_high_watermark` ready octets, publishing
 connections are blocked (connection.blocked to capable clients, reads paused) until usage
 falls under 80 % of it.
@@ -15,7 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from codec import BasicAck, BasicNack, ConnectionBlocked, ConnectionUnblocked, Method
-from reference_broker.core.effects import Effect, PauseReading, Send
+from reference_broker.core import durability
+from reference_broker.core.effects import Effect, PauseReading, Persist, Send
 from reference_broker.core.state import Channel, Connection
 
 if TYPE_CHECKING:
@@ -60,6 +62,9 @@ def flush(core: BrokerCore) -> list[Effect]:
     """Send the confirms collected since the last flush, coalesced (PC-04), and raise or
     clear the memory alarm after publishes."""
     effects: list[Effect] = []
+    ops, position = durability.take(core)
+    if ops:
+        effects.append(Persist(tuple(ops), position))
     if core.published:
         core.published = False
         effects += memory_check(core)
@@ -77,7 +82,10 @@ def _send_confirms(ch: Channel, duplicate: bool = False, cover_nacked: bool = Fa
     if len(acks) == 1:
         out.append(Send(ch.conn, ch.number, BasicAck(acks[0], False)))
     elif acks:
-        out += _coalesce(ch, acks, [] if cover_nacked else nacks, lambda tag, multi: BasicAck(tag, multi))
+        held = [] if cover_nacked else nacks
+        if ch.confirms_waiting:  # never cover a seqno still waiting for the store
+            held = [*held, ch.confirms_waiting[0][1]]
+        out += _coalesce(ch, acks, held, lambda tag, multi: BasicAck(tag, multi))
     if duplicate:  # fault confirm_duplicated
         out += list(out)
     if nacks and not ch.closing:
@@ -89,7 +97,7 @@ def _coalesce(
     ch: Channel, seqnos: list[int], negative: list[int], make: Callable[[int, bool], Method]
 ) -> list[Effect]:
     """rabbit_channel:coalesce_and_send: one multiple=true below the cutoff, then singles."""
-    cutoff = min([seqnos[-1] + 1, *negative])  # nothing stays unconfirmed in this broker
+    cutoff = min([seqnos[-1] + 1, *negative])
     below = [s for s in seqnos if s < cutoff]
     rest = [s for s in seqnos if s >= cutoff]
     out: list[Effect] = []

@@ -33,7 +33,7 @@ from codec import (
 )
 from reference_broker import faults
 from reference_broker.config import BrokerConfig
-from reference_broker.core import batch
+from reference_broker.core import batch, durability
 from reference_broker.core.effects import CloseConnection, Effect, Send, StartTimer
 from reference_broker.core.state import (
     QUORUM,
@@ -100,6 +100,12 @@ class BrokerCore:
         self.alarm = False  # memory alarm raised
         self.published = False  # a publish since the last flush
         self.counter = 0  # server-named queues and consumer tags
+        # durability.py: the journal for the store (None: nothing is stored, no data_dir)
+        self.journal: list[durability.StoreOp] | None = [] if config.data_dir else None
+        self.journal_pos = 0  # ops journalled since the start
+        self.stored_pos = 0  # ops the store has made durable
+        self.store_seq = 0  # the last store id given to a message
+        self.defs_dirty = False  # durable definitions may have changed since the last flush
         for name in config.vhosts:
             self.add_vhost(name)
 
@@ -158,6 +164,8 @@ class BrokerCore:
             handler = HANDLERS.get(type(method))
             if handler is None:
                 raise hard(ReplyCode.COMMAND_INVALID, "unimplemented method")
+            if method.CLASS_ID in (40, 50) and self.journal is not None:
+                self.defs_dirty = True  # exchange.* and queue.* may change durable definitions
             return handler(self, meta, ch, method, properties, body)
         except _Final as final:
             return self.fail(meta, conn, ch, final.error)
@@ -229,6 +237,7 @@ class BrokerCore:
         ch.tx_held.clear()
         ch.confirms_ready.clear()
         ch.nacks_ready.clear()
+        ch.confirms_waiting.clear()
         ch.tx_publishes.clear()
         ch.tx_settles.clear()
         effects: list[Effect] = returned
@@ -280,6 +289,7 @@ class BrokerCore:
         """Remove a queue: its bindings go, its consumers are cancelled (CCN-02)."""
         vhost = self.vhosts[queue.vhost]
         vhost.queues.pop(queue.name, None)
+        durability.drop_queue(self, queue)
         effects: list[Effect] = []
         for exchange in list(vhost.exchanges.values()):
             before = len(exchange.bindings)
@@ -367,6 +377,8 @@ class BrokerCore:
         redelivered, properties = self.checkout(queue, message)
         method = BasicDeliver(consumer.tag, tag, redelivered, message.exchange, message.routing_key)
         effects: list[Effect] = [Send(ch.conn, ch.number, method, properties, message.body)]
+        if consumer.no_ack:
+            durability.forget(self, message)  # delivered without ack: out of the broker's custody
         if consumer.no_ack and self.fault("no_ack_obeys_prefetch"):
             consumer.unacked += 1  # counted and never released
         if not consumer.no_ack:
@@ -400,6 +412,7 @@ class BrokerCore:
 
     def dead_letter(self, meta: Meta, queue: Queue, message: Message, reason: str) -> list[Effect]:
         """Republish to the queue's dead-letter exchange, or drop when it has none."""
+        durability.forget(self, message)
         dlx = self.queue_setting(queue, "dead-letter-exchange")
         if dlx is None:
             return []
@@ -427,6 +440,7 @@ class BrokerCore:
     def set_policies(self, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
         self.policies[vhost] = policies
         self.policy_version += 1
+        self.defs_dirty = self.journal is not None
 
     def policy_definition(self, queue: Queue) -> dict[str, Any]:
         """The definition of the highest-priority policy matching the queue, cached per
@@ -458,6 +472,10 @@ class BrokerCore:
     def flush(self) -> list[Effect]:
         """What goes out after a batch of commands: coalesced confirms, the memory alarm."""
         return batch.flush(self)
+
+    def stored(self, position: int) -> None:
+        """The store made the journal durable up to `position`: release waiting confirms."""
+        durability.stored(self, position)
 
     def set_writable(self, meta: Meta, conn_id: int, writable: bool) -> list[Effect]:
         """The transport's write buffer crossed a water mark: pause or resume deliveries

@@ -7,6 +7,7 @@ I/O, reads a clock or logs. The transport executes them in order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from codec import BasicProperties, Method
 
@@ -55,6 +56,15 @@ class PauseReading:
 
 
 @dataclass(frozen=True, slots=True)
+class Persist:
+    """Write these journal ops (core/durability.py) durably, in order, then call
+    `core.stored(position)`."""
+
+    ops: tuple[Any, ...]
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """An operator-readable event; the transport decides where it goes."""
 
@@ -62,4 +72,4 @@ class Log:
     text: str
 
 
-Effect = Send | CloseConnection | StartTimer | CancelTimer | PauseReading | Log
+Effect = Send | CloseConnection | StartTimer | CancelTimer | PauseReading | Persist | Log

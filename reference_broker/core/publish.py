@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from codec import BasicAck, BasicDeliver, BasicProperties, BasicPublish, BasicReturn, ReplyCode
-from reference_broker.core import texts
+from reference_broker.core import durability, texts
 from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.routing import binding_matches
@@ -54,7 +54,7 @@ def route_and_enqueue(core: BrokerCore, meta: Meta, vhost: str, exchange: str, r
     accepted = True
     for queue in queues:
         message = Message(exchange, routing_key, properties, body)
-        ttl = _message_ttl(core, queue, properties)
+        ttl = message_ttl(core, queue, properties)
         if ttl is not None:
             message.expires_at = meta.now_ms + ttl
         ok, dropped = _admit(core, queue)
@@ -64,11 +64,12 @@ def route_and_enqueue(core: BrokerCore, meta: Meta, vhost: str, exchange: str, r
             accepted = False
             continue
         queue.enqueue(message)
+        durability.remember(core, queue, message)
         effects += core.dispatch(meta, queue)
     return effects, accepted
 
 
-def _message_ttl(core: BrokerCore, queue: Queue, properties: BasicProperties) -> int | None:
+def message_ttl(core: BrokerCore, queue: Queue, properties: BasicProperties) -> int | None:
     ttls = []
     queue_ttl = core.queue_setting(queue, "message-ttl")
     if isinstance(queue_ttl, int) and queue_ttl >= 0:
@@ -159,6 +160,7 @@ def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routin
         if core.fault("confirms_start_at_zero"):
             seqno -= 1
     vhost = core.connections[ch.conn].vhost
+    puts_before = core.store_seq
     if direct is not None:
         effects, accepted = direct, (True if direct else None)
     else:
@@ -172,7 +174,10 @@ def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routin
     lost = (seqno == 3 and core.fault("confirm_lost")) or (
         accepted is None and core.fault("unroutable_never_confirmed"))
     if (seqno or ch.confirm) and not lost:
-        (ch.nacks_ready if accepted is False else ch.confirms_ready).append(seqno)
+        if accepted is False:
+            ch.nacks_ready.append(seqno)
+        elif not durability.defer_confirm(core, ch, seqno, puts_before):  # PC-07: on disk first
+            ch.confirms_ready.append(seqno)
     if accepted is False and ch.tx:
         ch.tx_rejected = True
     return effects + blocked

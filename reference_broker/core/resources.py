@@ -33,7 +33,7 @@ from codec import (
     QueueUnbindOk,
     ReplyCode,
 )
-from reference_broker.core import permissions, texts, timeouts
+from reference_broker.core import durability, permissions, texts, timeouts
 from reference_broker.core.basic import resolve_queue
 from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
 from reference_broker.core.effects import Effect, Send
@@ -246,6 +246,7 @@ def queue_purge(core: BrokerCore, meta: Meta, ch: Channel, m: QueuePurge,
                 props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
     permissions.check(core, ch, "read", "queue", queue.name)
+    durability.forget_all(core, queue.ready_messages())
     return _reply(ch, m.nowait, QueuePurgeOk(queue.purge()))
 
 

@@ -33,6 +33,7 @@ class Message:
     delivery_count: int = 0  # quorum, 4.3: failed attempts only (RQ-05, RQ-06)
     acquired_count: int = 0  # quorum: every checkout
     expires_at: int | None = None  # absolute ms, from x-message-ttl / expiration
+    store_id: int = 0  # its row in the durable store (0: not stored), durability.py
 
     def copy_for_queue(self) -> Message:
         return Message(self.exchange, self.routing_key, self.properties, self.body)
@@ -226,6 +227,7 @@ class Channel:
     publish_seqno: int = 1  # next seqno (PC-02)
     confirms_ready: list[int] = field(default_factory=list)  # acks awaiting the flush (PC-04)
     nacks_ready: list[int] = field(default_factory=list)
+    confirms_waiting: list[tuple[int, int]] = field(default_factory=list)  # (store position, seqno)
     tx: bool = False
     tx_publishes: list[PendingPublish] = field(default_factory=list)
     tx_settles: list[tuple[str, int, bool, bool]] = field(default_factory=list)  # (kind, tag, multiple, requeue)

@@ -1,0 +1,251 @@
+"""Durability: what the core asks the store to keep, and how a restart rebuilds the state.
+
+Rules (seed 001, PC-07, issue 9):
+- Only persistent messages (delivery_mode 2) in durable, non-exclusive queues are written.
+  Each queue copy gets a store id; a `put` is journalled when it is enqueued, a `delete`
+  when it leaves the broker's custody (acked, delivered with no-ack, dead-lettered,
+  dropped, expired, purged); a deleted queue journals one `drop`.
+- Durable definitions (vhosts, durable exchanges, durable non-exclusive queues, bindings
+  between durable ends, policies, users and permissions) are journalled as one snapshot
+  whenever an exchange/queue command or a policy change may have altered them.
+- The journal goes to the transport as one `Persist` effect per flush; the transport
+  writes it (group commit, fsync) and reports the position it reached with `stored()`.
+- A publisher confirm for a publish that journalled a `put` waits until the store has
+  reached that publish's position (RabbitMQ: confirmed once on disk); coalescing never
+  covers a waiting seqno (batch.py).
+- A restart rebuilds definitions and messages in store-id order. Recovered messages may
+  have been delivered before the crash, so they carry redelivered=true (RQ-04's "may have
+  been delivered"); a TTL counts again from the restart (the monotonic clock does not
+  survive it). The stored users and permissions replace the configured ones: the config
+  seeds a new data directory, as RabbitMQ's definitions import does.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from codec import BasicProperties
+from codec._generated import decode_properties
+from codec.fast_tables import RABBITMQ_TABLES
+from codec.frames import encode_header_payload
+from reference_broker.core.effects import Effect
+from reference_broker.core.state import QUORUM, Binding, Channel, Exchange, Message, Queue
+
+if TYPE_CHECKING:
+    from reference_broker.core.broker import BrokerCore, Meta
+
+PERSISTENT = 2
+SYSTEM_EXCHANGES = frozenset({"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    id: int
+    vhost: str
+    queue: str
+    message: Message  # exchange, routing key, properties and body never change once enqueued
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A queue was deleted: every stored message of it goes."""
+
+    vhost: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Definitions:
+    snapshot: dict[str, Any]
+
+
+StoreOp = Put | Delete | Drop | Definitions
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message row read back from the store."""
+
+    id: int
+    vhost: str
+    queue: str
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+
+
+def is_durable_copy(queue: Queue, message: Message) -> bool:
+    return (queue.durable and queue.exclusive_owner is None
+            and message.properties.delivery_mode == PERSISTENT)
+
+
+def remember(core: BrokerCore, queue: Queue, message: Message) -> None:
+    """Journal a put for a persistent message just enqueued in a durable queue."""
+    if core.journal is None or not is_durable_copy(queue, message):
+        return
+    core.store_seq += 1
+    message.store_id = core.store_seq
+    core.journal.append(Put(message.store_id, queue.vhost, queue.name, message))
+    core.journal_pos += 1
+
+
+def forget(core: BrokerCore, message: Message) -> None:
+    """The message left the broker's custody: journal its delete."""
+    if core.journal is None or not message.store_id:
+        return
+    core.journal.append(Delete(message.store_id))
+    core.journal_pos += 1
+    message.store_id = 0
+
+
+def forget_all(core: BrokerCore, messages: Iterable[Message]) -> None:
+    for message in messages:
+        forget(core, message)
+
+
+def drop_queue(core: BrokerCore, queue: Queue) -> None:
+    if core.journal is None or not queue.durable:
+        return
+    core.journal.append(Drop(queue.vhost, queue.name))
+    core.journal_pos += 1
+    core.defs_dirty = True
+
+
+def take(core: BrokerCore) -> tuple[list[StoreOp], int]:
+    """The journal since the last flush (with a definitions snapshot when they may have
+    changed) and the position it reaches; empties the journal."""
+    if core.journal is None:
+        return [], 0
+    if core.defs_dirty:
+        core.defs_dirty = False
+        core.journal.append(Definitions(snapshot(core)))
+        core.journal_pos += 1
+    ops, core.journal = core.journal, []
+    return ops, core.journal_pos
+
+
+def defer_confirm(core: BrokerCore, ch: Channel, seqno: int, puts_before: int) -> bool:
+    """Hold a publish's confirm until the store has its puts; True when deferred."""
+    if core.journal is None or core.store_seq == puts_before:
+        return False
+    ch.confirms_waiting.append((core.journal_pos, seqno))
+    return True
+
+
+def stored(core: BrokerCore, position: int) -> None:
+    """The store reached `position`: the confirms waiting for it become ready (sent at flush)."""
+    core.stored_pos = max(core.stored_pos, position)
+    for conn in core.connections.values():
+        for ch in conn.channels.values():
+            waiting = ch.confirms_waiting
+            if not waiting or waiting[0][0] > core.stored_pos:
+                continue
+            done = 0
+            while done < len(waiting) and waiting[done][0] <= core.stored_pos:
+                ch.confirms_ready.append(waiting[done][1])
+                done += 1
+            del waiting[:done]
+
+
+# -- definitions ---------------------------------------------------------------------------
+def _table(value: Mapping[str, Any]) -> str:
+    return base64.b64encode(RABBITMQ_TABLES.encode_table(dict(value))).decode("ascii")
+
+
+def _untable(text: str) -> dict[str, Any]:
+    data = base64.b64decode(text)
+    return RABBITMQ_TABLES.decode_table(data, 0)[0]  # encode_table includes the length
+
+
+def snapshot(core: BrokerCore) -> dict[str, Any]:
+    """The durable definitions as JSON-ready data (field tables as base64 AMQP tables)."""
+    vhosts = []
+    for v in core.vhosts.values():
+        exchanges = [e for e in v.exchanges.values() if e.durable and e.name not in SYSTEM_EXCHANGES]
+        queues = [q for q in v.queues.values() if q.durable and q.exclusive_owner is None]
+        durable_ends = {("x", e.name) for e in v.exchanges.values() if e.durable} | {
+            ("q", q.name) for q in queues}
+        bindings = [
+            {"source": e.name, "destination": b.destination, "is_exchange": b.is_exchange,
+             "routing_key": b.routing_key, "arguments": _table(b.arguments)}
+            for e in v.exchanges.values() if e.durable
+            for b in e.bindings if ("x" if b.is_exchange else "q", b.destination) in durable_ends
+        ]
+        vhosts.append({
+            "name": v.name,
+            "exchanges": [{"name": e.name, "type": e.kind, "auto_delete": e.auto_delete,
+                           "internal": e.internal, "arguments": _table(e.arguments)} for e in exchanges],
+            "queues": [{"name": q.name, "kind": q.kind, "auto_delete": q.auto_delete,
+                        "arguments": _table(q.arguments)} for q in queues],
+            "bindings": bindings,
+            "policies": core.policies.get(v.name, {}),
+        })
+    return {"version": 1, "vhosts": vhosts, "users": core.config.users,
+            "permissions": core.config.permissions}
+
+
+def restore(core: BrokerCore, meta: Meta, definitions: dict[str, Any] | None,
+            messages: Iterable[StoredMessage]) -> list[Effect]:
+    """Rebuild the durable state after a restart (before any connection is accepted).
+    Stored messages of queues that no longer exist are journalled for deletion."""
+    from reference_broker.core.publish import message_ttl
+
+    if definitions is not None:
+        _restore_definitions(core, definitions)
+    for row in messages:
+        core.store_seq = max(core.store_seq, row.id)
+        queue = core.find_queue(row.vhost, row.queue)
+        if queue is None:
+            if core.journal is not None:
+                core.journal.append(Delete(row.id))
+                core.journal_pos += 1
+            continue
+        flags = struct.unpack_from(">H", row.properties, 12)[0]
+        properties: BasicProperties = decode_properties(row.properties, 14, flags, RABBITMQ_TABLES.decode_table)[0]
+        message = Message(row.exchange, row.routing_key, properties, row.body)
+        message.store_id = row.id
+        message.delivered = True  # it may have been delivered before the crash
+        if queue.kind == QUORUM:
+            message.acquired_count = 1
+        ttl = message_ttl(core, queue, properties)
+        if ttl is not None:
+            message.expires_at = meta.now_ms + ttl
+        queue.enqueue(message)
+    return []
+
+
+def _restore_definitions(core: BrokerCore, definitions: dict[str, Any]) -> None:
+    if isinstance(definitions.get("users"), dict):
+        core.config.users = definitions["users"]
+    if isinstance(definitions.get("permissions"), dict):
+        core.config.permissions = definitions["permissions"]
+    for vd in definitions.get("vhosts", []):
+        v = core.add_vhost(vd["name"])
+        for ed in vd.get("exchanges", []):
+            v.exchanges[ed["name"]] = Exchange(ed["name"], ed["type"], True, ed["auto_delete"],
+                                               ed["internal"], _untable(ed["arguments"]))
+        for qd in vd.get("queues", []):
+            v.queues[qd["name"]] = Queue(qd["name"], v.name, qd["kind"], True, None, qd["auto_delete"],
+                                         _untable(qd["arguments"]))
+        for bd in vd.get("bindings", []):
+            source = v.exchanges.get(bd["source"])
+            if source is not None:
+                source.bindings.append(Binding(bd["destination"], bd["is_exchange"], bd["routing_key"],
+                                               _untable(bd["arguments"])))
+        if vd.get("policies"):
+            core.set_policies(v.name, vd["policies"])
+
+
+def encode_properties(properties: BasicProperties) -> bytes:
+    """A message's properties as stored: a content-header payload (body size 0)."""
+    return encode_header_payload(0, properties)
