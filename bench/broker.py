@@ -28,6 +28,10 @@ down, and the reference broker must accept TCP connections within 15 s.
 Printed: per-round lines, a table with min and median msgs/s per broker and scenario, and
 last one JSON line {"publish_x_rabbitmq": ref median / rabbit median, "consume_x_rabbitmq":
 ...} (> 1: the reference broker is faster; null when RabbitMQ is unreachable or failed).
+
+`--durable`: the same with a durable queue and persistent messages (delivery_mode 2), the
+reference broker on a fresh `--data-dir`, so every confirm waits for the disk on both
+brokers; the keys become "durable_publish_x_rabbitmq" and "durable_consume_x_rabbitmq".
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class Target:
     name: str
     host: str
     port: int
+    durable: bool = False  # durable queue, persistent messages
 
 
 @dataclass(slots=True)
@@ -171,9 +176,9 @@ def body_of(i: int) -> bytes:
     return (b"%010d" % i).ljust(BODY_SIZE, b".")
 
 
-def declare(ch: Any, queue: str, passive: bool = False) -> int:
+def declare(ch: Any, queue: str, durable: bool, passive: bool = False) -> int:
     """Declare the benchmark queue (same settings on every broker); returns its depth."""
-    ok = ch.queue_declare(queue, passive=passive, durable=False, exclusive=False, auto_delete=False)
+    ok = ch.queue_declare(queue, passive=passive, durable=durable, exclusive=False, auto_delete=False)
     return int(ok.message_count)
 
 
@@ -209,12 +214,12 @@ class ConfirmTracker:
 
 
 def scenario_publish(target: Target, queue: str, n: int, limits: Limits) -> float:
-    messages = [amqp.Message(body_of(i)) for i in range(n)]
+    messages = [amqp.Message(body_of(i), delivery_mode=2 if target.durable else 1) for i in range(n)]
     with Watchdog(limits.deadline, f"{target.name} publish") as dog:
         conn = connect(target, limits, dog)
         try:
             ch = conn.channel()
-            declare(ch, queue)
+            declare(ch, queue, target.durable)
             tracker = ConfirmTracker()
             ch.confirm_select()
             ch.events["basic_ack"].add(tracker.on_ack)
@@ -239,7 +244,7 @@ def scenario_publish(target: Target, queue: str, n: int, limits: Limits) -> floa
                 problems.append(f"{tracker.nacked} publishes nacked")
             if tracker.confirmed != n:
                 problems.append(f"{tracker.confirmed} of {n} publishes confirmed")
-            depth = declare(ch, queue, passive=True)
+            depth = declare(ch, queue, target.durable, passive=True)
             if depth != n:
                 problems.append(f"queue depth {depth} after {n} confirmed publishes")
             if problems:
@@ -284,7 +289,7 @@ def scenario_consume(target: Target, queue: str, n: int, limits: Limits) -> floa
             if received != n:
                 problems.append(f"{received} deliveries for {n} messages")
             ch.basic_cancel(tag)
-            depth = declare(ch, queue, passive=True)
+            depth = declare(ch, queue, target.durable, passive=True)
             if depth:
                 problems.append(f"queue depth {depth} after consuming everything")
             if problems:
@@ -345,10 +350,11 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 @contextlib.contextmanager
-def reference_broker(log: IO[bytes]) -> Iterator[tuple[Target, subprocess.Popen[bytes]]]:
+def reference_broker(log: IO[bytes], data_dir: str | None = None) -> Iterator[tuple[Target, subprocess.Popen[bytes]]]:
     port = free_port()
+    store = ["--data-dir", data_dir] if data_dir else []
     proc = subprocess.Popen([sys.executable, "-m", "reference_broker", "--port", str(port),
-                             "--log-level", "WARNING"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                             "--log-level", "WARNING", *store], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + BROKER_START_TIMEOUT
         while not port_open("127.0.0.1", port, timeout=0.5):
@@ -358,7 +364,7 @@ def reference_broker(log: IO[bytes]) -> Iterator[tuple[Target, subprocess.Popen[
                 raise BenchError(f"the reference broker did not listen on port {port} "
                                  f"within {BROKER_START_TIMEOUT:.0f} s")
             time.sleep(0.05)
-        yield Target(REF, "127.0.0.1", port), proc
+        yield Target(REF, "127.0.0.1", port, durable=data_dir is not None), proc
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -382,7 +388,7 @@ def rabbitmq_available(target: Target, limits: Limits) -> str | None:
 
 
 # -- report --------------------------------------------------------------------------------
-def report(results: Results, brokers: list[str], n: int) -> dict[str, float | None]:
+def report(results: Results, brokers: list[str], n: int, prefix: str = "") -> dict[str, float | None]:
     print()
     print(f"{'scenario':10} {'broker':10} {'rounds':>6} {'min msgs/s':>12} {'median msgs/s':>14}")
     for scenario in SCENARIOS:
@@ -396,7 +402,7 @@ def report(results: Results, brokers: list[str], n: int) -> dict[str, float | No
     ratios: dict[str, float | None] = {}
     for scenario in SCENARIOS:
         ref, rabbit = results.median(REF, scenario), results.median(RABBIT, scenario)
-        ratios[f"{scenario}_x_rabbitmq"] = ref / rabbit if ref and rabbit else None
+        ratios[f"{prefix}{scenario}_x_rabbitmq"] = ref / rabbit if ref and rabbit else None
     print(f"({n:,} messages of {BODY_SIZE} B per round; ratio = reference median / RabbitMQ median, "
           "> 1: the reference broker is faster)")
     return ratios
@@ -410,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rabbitmq", default="127.0.0.1:5672", help="RabbitMQ host:port (guest/guest)")
     p.add_argument("--stall", type=float, default=10.0, help="seconds without a frame that fail a scenario")
     p.add_argument("--deadline", type=float, help="seconds per scenario (default 30 + messages/200)")
+    p.add_argument("--durable", action="store_true", help="durable queue, persistent messages, "
+                   "the reference broker with a data directory")
     args = p.parse_args(argv)
     n = args.messages or (2_000 if args.quick else 20_000)
     rounds = args.rounds or (1 if args.quick else 5)
@@ -417,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--messages and --rounds must be positive")
     limits = Limits(stall=args.stall, deadline=args.deadline or 30 + n / 200)
     host, _, port = args.rabbitmq.rpartition(":")
-    rabbit = Target(RABBIT, host or "127.0.0.1", int(port))
+    rabbit = Target(RABBIT, host or "127.0.0.1", int(port), durable=args.durable)
 
     results = Results()
     brokers = [REF]
@@ -427,9 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"RabbitMQ unreachable at {rabbit.host}:{rabbit.port} ({why}): reporting the reference "
               "broker only, ratios are null", flush=True)
-    with tempfile.TemporaryFile() as log:
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory(prefix="bench-broker-") as data:
         try:
-            with reference_broker(log) as (ref, proc):
+            with reference_broker(log, data if args.durable else None) as (ref, proc):
                 print(f"reference broker: pid {proc.pid}, port {ref.port}; {n:,} messages x {BODY_SIZE} B, "
                       f"{rounds} round(s) per broker", flush=True)
                 targets = {REF: ref, RABBIT: rabbit}
@@ -453,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reference broker log ({len(lines)} lines at WARNING and above, last 10):")
         for line in lines[-10:]:
             print(f"  {line}")
-    ratios = report(results, brokers, n)
+    ratios = report(results, brokers, n, "durable_" if args.durable else "")
     if results.failures:
         print(f"{len(results.failures)} scenario(s) failed:")
         for failure in results.failures:

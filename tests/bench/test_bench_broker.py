@@ -29,3 +29,13 @@ def test_quick_run_ends_with_ratio_json() -> None:
             assert rabbit_absent, (key, done.stdout)
         else:
             assert isinstance(value, float) and value > 0, (key, value)
+
+
+def test_quick_durable_run_ends_with_durable_ratio_json() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--durable", "--messages", "500"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ratios = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(ratios) == {f"durable_{key}" for key in KEYS}
