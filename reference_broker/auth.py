@@ -1,18 +1,46 @@
-"""SASL PLAIN and AMQPLAIN authentication against the configured users.
+"""Users and credentials: SASL PLAIN/AMQPLAIN login, RabbitMQ password hashes, user tags and
+the user/permission changes the management API makes.
 
-Rules: an unparsable response is 502 SYNTAX_ERROR (ERR-04); an unknown mechanism 503; wrong
-credentials 403 ACCESS_REFUSED with RabbitMQ's text, which says nothing about which part
-was wrong. Password comparison is constant-time.
+Rules:
+- A user entry (`BrokerConfig.users`) is a plaintext password (kept for the default
+  guest/guest) or a table in RabbitMQ's definitions shape: `password` or `password_hash`
+  (base64 of a 4-byte salt + digest(salt + UTF-8 password), `rabbit_password_hashing_sha256`
+  unless `hashing_algorithm` names sha512), and `tags`. An empty hash never logs in.
+- A check does the same work whether the user exists or not (an unknown one is checked
+  against a dummy hash), compares digests in constant time, and a refusal never says which
+  part was wrong: 403 ACCESS_REFUSED with RabbitMQ's text (ERR-04).
+  An unparsable response is 502 SYNTAX_ERROR, an unknown mechanism 503.
+- Tags as rabbit_mgmt_util has them: administrator implies policymaker and monitoring, and
+  any of those or `management` may use the management API.
+- Runtime changes keep only a hash. A new user has no vhost until permissions are set (a user
+  with no `permissions` entry has every vhost), and a deleted one keeps an empty entry so
+  its open connections are refused from then on (RabbitMQ does not close them either).
+- `python -m reference_broker.auth hash [PASSWORD]` prints a hash; without PASSWORD it reads
+  one line from stdin, which keeps the password out of shell history and `ps`.
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
+import binascii
+import hashlib
 import hmac
+import os
+import re
 import struct
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from codec import CodecError, ReplyCode
 from codec.fast_tables import RABBITMQ_TABLES
 from reference_broker.config import BrokerConfig
+
+SHA256, SHA512 = "rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512"
+ALGORITHMS: dict[str, Callable[..., Any]] = {SHA256: hashlib.sha256, SHA512: hashlib.sha512}
+ENTRY_KEYS = {"password", "password_hash", "hashing_algorithm", "tags"}
+MANAGEMENT_TAGS = {"management", "policymaker", "monitoring", "administrator"}
 
 
 class AuthError(Exception):
@@ -21,6 +49,88 @@ class AuthError(Exception):
         self.code = code
 
 
+# -- password hashes --------------------------------------------------------------------------
+def hash_password(password: str, algorithm: str = SHA256, salt: bytes | None = None) -> str:
+    """rabbit_password:hash/2: base64(salt + H(salt + utf8(password))), a random 4-byte salt."""
+    salt = os.urandom(4) if salt is None else salt
+    return base64.b64encode(salt + ALGORITHMS[algorithm](salt + password.encode()).digest()).decode()
+
+
+_DUMMY_HASH = hash_password("", salt=bytes(4))  # unknown users cost the same digest
+
+
+def _hash_matches(stored: str, algorithm: str, password: str) -> bool:
+    raw = base64.b64decode(stored or _DUMMY_HASH)
+    digest = ALGORITHMS[algorithm](raw[:4] + password.encode()).digest()
+    return hmac.compare_digest(raw[4:], digest) and bool(stored)
+
+
+def user_entry_problem(entry: object) -> str:
+    """Why a `users` value cannot be used ("" when it can)."""
+    if isinstance(entry, str):
+        return ""
+    if not isinstance(entry, dict):
+        return "must be a password string or a table"
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        return f"unknown key(s) {', '.join(unknown)} (use {', '.join(sorted(ENTRY_KEYS))})"
+    if ("password" in entry) == ("password_hash" in entry):
+        return "give exactly one of password and password_hash"
+    if "password" in entry and not isinstance(entry["password"], str):
+        return "password must be a string"
+    algorithm = entry.get("hashing_algorithm", SHA256)
+    if algorithm not in ALGORITHMS:
+        return f"hashing_algorithm must be one of {', '.join(ALGORITHMS)}"
+    if "password_hash" in entry and (problem := _hash_problem(entry["password_hash"], algorithm)):
+        return problem
+    tags = entry.get("tags", [])
+    if not (isinstance(tags, str) or (isinstance(tags, list) and all(isinstance(t, str) for t in tags))):
+        return "tags must be a list of strings or a comma-separated string"
+    return ""
+
+
+def _hash_problem(value: object, algorithm: str) -> str:
+    if not isinstance(value, str):
+        return "password_hash must be a string"
+    if not value:
+        return ""  # RabbitMQ: a user without a password (never logs in with one)
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return "password_hash is not base64"
+    if len(raw) != 4 + ALGORITHMS[algorithm]().digest_size:
+        return f"password_hash is not a 4-byte salt and a {algorithm} digest"
+    return ""
+
+
+def _plain_matches(expected: str, password: str) -> bool:
+    """Digests of both sides: the comparison costs the same whatever the lengths."""
+    return hmac.compare_digest(hashlib.sha256(expected.encode()).digest(),
+                               hashlib.sha256(password.encode()).digest())
+
+
+def check_password(config: BrokerConfig, user: str, password: str) -> bool:
+    entry = config.users.get(user)
+    if isinstance(entry, str):
+        return _plain_matches(entry, password)
+    if isinstance(entry, dict) and "password" in entry:
+        return _plain_matches(str(entry["password"]), password)
+    if isinstance(entry, dict):
+        return _hash_matches(str(entry["password_hash"]), entry.get("hashing_algorithm", SHA256), password)
+    _hash_matches(_DUMMY_HASH, SHA256, password)  # an unknown user costs what a known one does
+    return False
+
+
+def stored_hash(entry: str | dict[str, Any]) -> tuple[str, str]:
+    """(password_hash, hashing_algorithm) of a user entry; a plaintext one is hashed now."""
+    plain = entry if isinstance(entry, str) else entry.get("password")
+    if isinstance(plain, str):
+        return hash_password(plain), SHA256
+    assert isinstance(entry, dict)
+    return str(entry["password_hash"]), str(entry.get("hashing_algorithm", SHA256))
+
+
+# -- SASL ---------------------------------------------------------------------------------------
 def parse_response(mechanism: str, response: bytes) -> tuple[str, str]:
     """(user, password) from a PLAIN or AMQPLAIN response."""
     if mechanism == "PLAIN":
@@ -42,9 +152,151 @@ def parse_response(mechanism: str, response: bytes) -> tuple[str, str]:
 
 def authenticate(config: BrokerConfig, mechanism: str, response: bytes) -> str:
     user, password = parse_response(mechanism, response)
-    expected = config.users.get(user)
-    if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+    if not check_password(config, user, password):
         raise AuthError(ReplyCode.ACCESS_REFUSED,
                         f"Login was refused using authentication mechanism {mechanism}. "
                         "For details see the broker logfile.")
     return user
+
+
+# -- tags and vhosts ----------------------------------------------------------------------------
+def _tag_list(tags: object) -> list[str]:
+    items = tags.split(",") if isinstance(tags, str) else tags if isinstance(tags, list) else []
+    return [t.strip() for t in items if isinstance(t, str) and t.strip()]
+
+
+def tags_of(config: BrokerConfig, user: str) -> list[str]:
+    entry = config.users.get(user)
+    return _tag_list(entry.get("tags")) if isinstance(entry, dict) else []
+
+
+def is_admin(tags: Iterable[str]) -> bool:
+    return "administrator" in tags
+
+
+def is_policymaker(tags: Iterable[str]) -> bool:
+    tags = set(tags)
+    return is_admin(tags) or "policymaker" in tags
+
+
+def is_monitor(tags: Iterable[str]) -> bool:
+    tags = set(tags)
+    return is_admin(tags) or "monitoring" in tags
+
+
+def is_management_user(tags: Iterable[str]) -> bool:
+    return bool(MANAGEMENT_TAGS & set(tags))
+
+
+def may_open(config: BrokerConfig, user: str, vhost: str) -> bool:
+    """The vhosts a user may log into (rabbit_mgmt_util:list_login_vhosts)."""
+    entries = config.permissions.get(user)
+    return entries is None or vhost in entries
+
+
+# -- runtime changes (management API) ----------------------------------------------------------
+def put_user(config: BrokerConfig, name: str, body: dict[str, Any]) -> str:
+    """Create or update a user from a PUT /api/users body; "" or why it cannot be done."""
+    given: dict[str, Any] = {k: body[k] for k in ("password", "password_hash", "hashing_algorithm")
+                             if k in body}
+    old = config.users.get(name)
+    if not given and old is None:
+        return "password or password_hash is required for a new user"
+    entry: dict[str, Any] = {"tags": _tag_list(body.get("tags", []))}
+    if "password" in given:
+        algorithm = given.get("hashing_algorithm", SHA256)
+        if not isinstance(given["password"], str) or algorithm not in ALGORITHMS:
+            return "password must be a string and hashing_algorithm known"
+        entry |= {"password_hash": hash_password(given["password"], algorithm), "hashing_algorithm": algorithm}
+    elif given:
+        entry |= given
+    else:  # only the tags change
+        assert old is not None
+        digest, algorithm = stored_hash(old)
+        entry |= {"password_hash": digest, "hashing_algorithm": algorithm}
+    if problem := user_entry_problem(entry):
+        return problem
+    config.users[name] = entry
+    if old is None:
+        config.permissions.setdefault(name, {})
+    return ""
+
+
+def delete_user(config: BrokerConfig, name: str) -> bool:
+    if config.users.pop(name, None) is None:
+        return False
+    config.permissions[name] = {}  # no vhost from now on, also for its open connections
+    return True
+
+
+def _entries(config: BrokerConfig, user: str, vhosts: Iterable[str]) -> dict[str, list[str]]:
+    """The user's explicit permissions; a user without any (every vhost) gets them spelled out
+    first, so changing one vhost leaves the others as they were."""
+    if user not in config.permissions:
+        config.permissions[user] = {v: [".*", ".*", ".*"] for v in vhosts}
+    return config.permissions[user]
+
+
+def set_permissions(config: BrokerConfig, user: str, vhost: str, body: dict[str, Any],
+                    vhosts: Iterable[str]) -> str:
+    regexes = [body.get(kind, "") for kind in ("configure", "write", "read")]
+    for regex in regexes:
+        if not isinstance(regex, str):
+            return "configure, write and read must be strings"
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            return f"{regex} is not a valid regular expression ({exc})"
+    _entries(config, user, vhosts)[vhost] = regexes
+    return ""
+
+
+def clear_permissions(config: BrokerConfig, user: str, vhost: str, vhosts: Iterable[str]) -> bool:
+    if permissions_of(config, user, vhost) is None:
+        return False
+    del _entries(config, user, vhosts)[vhost]
+    return True
+
+
+def permissions_of(config: BrokerConfig, user: str, vhost: str) -> list[str] | None:
+    entries = config.permissions.get(user)
+    if entries is None:
+        return [".*", ".*", ".*"]  # no entry: every vhost, everything
+    return entries.get(vhost)
+
+
+def user_definition(config: BrokerConfig, name: str) -> dict[str, Any]:
+    """RabbitMQ's user object (definitions, /api/users); a plaintext password is shown hashed."""
+    digest, algorithm = stored_hash(config.users[name])
+    return {"name": name, "password_hash": digest, "hashing_algorithm": algorithm,
+            "tags": tags_of(config, name), "limits": {}}
+
+
+def permission_rows(config: BrokerConfig, users: Iterable[str], vhosts: Iterable[str]) -> list[dict[str, Any]]:
+    """RabbitMQ's permission objects of `users` in `vhosts` (what each may do there)."""
+    rows = []
+    for user in sorted(users):
+        for vhost in vhosts:
+            regexes = permissions_of(config, user, vhost)
+            if regexes is not None:
+                rows.append({"user": user, "vhost": vhost, "configure": regexes[0], "write": regexes[1],
+                             "read": regexes[2]})
+    return rows
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reference_broker.auth",
+                                     description="Password hashes for the broker's `users` table.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    hashing = sub.add_parser("hash", help="print RabbitMQ's hash of a password")
+    hashing.add_argument("password", nargs="?", help="the password (default: one line from stdin)")
+    hashing.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=SHA256)
+    args = parser.parse_args(argv)
+    password = args.password if args.password is not None else sys.stdin.readline().rstrip("\r\n")
+    print(hash_password(password, args.algorithm))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

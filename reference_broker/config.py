@@ -21,7 +21,10 @@ class ConfigError(ValueError):
 class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 5673
-    users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    # user -> plaintext password, or a table {password | password_hash [, hashing_algorithm], tags}
+    # (RabbitMQ's definitions shape; reference_broker.auth). Tags gate the management API.
+    users: dict[str, str | dict[str, Any]] = field(
+        default_factory=lambda: {"guest": {"password": "guest", "tags": ["administrator"]}})
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     # user -> vhost -> (configure, write, read) regexes; missing = full access to every vhost
     permissions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
@@ -29,6 +32,8 @@ class BrokerConfig:
     frame_min_size: int = 8192  # FRM-02 (4.1+)
     channel_max: int = 2047
     heartbeat: int = 60  # seconds, HB-01
+    max_connections: int = 0  # node-wide; 0 = unlimited (RabbitMQ connection_max = infinity)
+    handshake_timeout: int = 10_000  # ms from accept to connection.open-ok (RabbitMQ's); 0 = none
     consumer_timeout: int = 1_800_000  # ms, TMO-01
     max_message_size: int = 16 * 1024 * 1024  # PC-12, 4.0+
     memory_high_watermark: int = 1024 * 1024 * 1024  # ready octets before publishers block
@@ -47,9 +52,15 @@ class BrokerConfig:
             raise ConfigError(f"timeout_mode must be '4.3' or 'legacy', not {self.timeout_mode!r}")
         if self.legacy_ruleset not in ("3.10", "3.12"):
             raise ConfigError(f"legacy_ruleset must be '3.10' or '3.12', not {self.legacy_ruleset!r}")
-        for name in ("frame_max", "channel_max", "heartbeat", "tick_interval", "port"):
+        for name in ("frame_max", "channel_max", "heartbeat", "tick_interval", "port", "max_connections",
+                     "handshake_timeout"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
+        from reference_broker.auth import user_entry_problem  # auth imports this module
+
+        for user, entry in self.users.items():
+            if problem := user_entry_problem(entry):
+                raise ConfigError(f"users[{user!r}]: {problem}")
         for user, entries in self.permissions.items():
             for vhost, regexes in entries.items():
                 if not (isinstance(regexes, list) and len(regexes) == 3):

@@ -3,12 +3,19 @@
 Rules:
 - aiohttp on the broker's event loop; handlers read and change the core directly (same
   thread), and route connection closes through the server so effects are executed.
-- Basic auth with the broker's users (401 otherwise); a user with vhost permissions sees
-  only those vhosts (403 for others).
-- Paths: GET /api/overview, GET /api/definitions, GET /api/policies[/{vhost}[/{name}]],
-  PUT/DELETE /api/policies/{vhost}/{name}, GET /api/queues[/{vhost}[/{name}]],
-  GET /api/exchanges[/{vhost}], GET /api/connections, DELETE /api/connections/{name}
-  (320 CONNECTION_FORCED).
+- Access as rabbit_mgmt_util decides it, every refusal a 401 `not_authorised` with
+  RabbitMQ's reason: bad or unknown credentials "Login failed" (the same for both); a user
+  without a management tag "Not management user"; per-vhost paths need the administrator
+  tag or access to that vhost; policies need administrator, or policymaker plus the vhost;
+  users, permissions and definitions need administrator; connections are listed and closed
+  for their own user unless monitoring/administrator. Lists show only the vhosts a user may
+  see. Tags and permissions: reference_broker.auth.
+- Paths: GET /api/overview, /api/whoami, /api/definitions, GET /api/queues[/{vhost}[/{name}]],
+  GET /api/exchanges[/{vhost}], GET /api/policies[/{vhost}[/{name}]], PUT/DELETE
+  /api/policies/{vhost}/{name}, GET /api/connections, DELETE /api/connections/{name} (320
+  CONNECTION_FORCED), GET /api/users, GET/PUT/DELETE /api/users/{name}, GET /api/permissions,
+  GET/PUT/DELETE /api/permissions/{vhost}/{user}. User and permission changes act on the
+  live broker (BrokerConfig.users / .permissions) at once and are stored with a data_dir.
 - Extension (not in RabbitMQ): GET/PUT /api/global-parameters/consumer_timeout changes the
   global consumer timeout at runtime (value in ms); legacy-mode channels read it at open.
 """
@@ -17,13 +24,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from reference_broker import auth
 from reference_broker.core.state import Queue
 
 if TYPE_CHECKING:
@@ -36,34 +43,78 @@ POLICY_KEYS = {"consumer-timeout", "max-length", "message-ttl", "dead-letter-exc
 APPLY_TO = {"all", "queues", "exchanges", "classic_queues", "quorum_queues"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SERVER_KEY: web.AppKey[Any] = web.AppKey("server")
+REALM = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
+NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
+OBJECT = "User not authorised to access object"
+
+
+def _server(request: web.Request) -> BrokerServer:
+    server: BrokerServer = request.app[SERVER_KEY]
+    return server
+
+
+def _refused(reason: str, ask: bool = False) -> web.Response:
+    """401 not_authorised; `ask` (no credentials given) adds the Basic challenge."""
+    return web.json_response({"error": "not_authorised", "reason": reason}, status=401,
+                             headers=REALM if ask else None)
+
+
+def _bad_request(reason: str) -> web.Response:
+    return web.json_response({"error": "bad_request", "reason": reason}, status=400)
+
+
+def _credentials(request: web.Request) -> tuple[str, str] | None:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Basic "):
+        return None
+    try:
+        name, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return "", ""
+    return name, password
 
 
 @web.middleware
-async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    server: BrokerServer = request.app[SERVER_KEY]
-    header = request.headers.get("Authorization", "")
-    user = None
-    if header.startswith("Basic "):
-        try:
-            name, _, password = base64.b64decode(header[6:]).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            name, password = "", ""
-        expected = server.config.users.get(name)
-        if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
-            user = name
-    if user is None:
-        return web.json_response({"error": "not_authorised", "reason": "Login failed"}, status=401,
-                                 headers={"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'})
-    request["user"] = user
+async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate, then authorise the route's access kind (rabbit_mgmt_util:is_authorized*)."""
+    server = _server(request)
+    given = _credentials(request)
+    if given is None or not auth.check_password(server.config, *given):
+        return _refused("Login failed", ask=given is None)
+    user, tags = given[0], auth.tags_of(server.config, given[0])
+    if not auth.is_management_user(tags):
+        return _refused("Not management user")
+    request["user"], request["tags"] = user, tags
+    route = request.match_info.route.resource
+    kind = ACCESS.get((request.method, route.canonical if route else ""), "login")
     vhost = request.match_info.get("vhost")
-    if vhost is not None and not _allowed(server, user, vhost):
-        return web.json_response({"error": "not_authorised", "reason": "Access refused."}, status=403)
-    return await handler(request)
+    in_vhost = vhost is None or vhost not in server.core.vhosts or auth.may_open(server.config, user, vhost)
+    if kind == "admin" and not auth.is_admin(tags):
+        return _refused("Not administrator user")
+    if kind == "vhost" and not (auth.is_admin(tags) or in_vhost):
+        return _refused("User not authorised to access virtual host")
+    if kind == "policies" and not (auth.is_admin(tags) or (auth.is_policymaker(tags) and in_vhost)):
+        return _refused(OBJECT)
+    if kind == "policymaker" and not auth.is_policymaker(tags):
+        return _refused(OBJECT)
+    response = await handler(request)
+    if kind == "admin" and request.method != "GET" and response.status < 300:
+        _definitions_changed(server)
+    return response
 
 
-def _allowed(server: BrokerServer, user: str, vhost: str) -> bool:
-    entries = server.config.permissions.get(user)
-    return entries is None or vhost in entries
+def _definitions_changed(server: BrokerServer) -> None:
+    """Users and permissions are durable definitions: with a data_dir they are journalled at
+    the next flush (as BrokerCore.set_policies does for policies)."""
+    server.core.defs_dirty = server.core.journal is not None
+    server.execute(server.core.flush())
+
+
+def _visible(request: web.Request) -> list[str]:
+    """rabbit_mgmt_util:list_visible_vhosts: every vhost for monitors, else the login vhosts."""
+    server, tags = _server(request), request["tags"]
+    return [v for v in server.core.vhosts
+            if auth.is_monitor(tags) or auth.may_open(server.config, request["user"], v)]
 
 
 def queue_json(server: BrokerServer, q: Queue) -> dict[str, Any]:
@@ -86,7 +137,7 @@ def queue_json(server: BrokerServer, q: Queue) -> dict[str, Any]:
 
 
 async def overview(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     core = server.core
     queues = [q for v in core.vhosts.values() for q in v.queues.values()]
     return web.json_response({
@@ -102,26 +153,25 @@ async def overview(request: web.Request) -> web.Response:
         "consumer_timeout": server.config.consumer_timeout})
 
 
-def _visible(request: web.Request) -> list[str]:
-    server: BrokerServer = request.app[SERVER_KEY]
-    return [v for v in server.core.vhosts if _allowed(server, request["user"], v)]
+async def whoami(request: web.Request) -> web.Response:
+    return web.json_response({"name": request["user"], "tags": request["tags"]})
 
 
 async def queues(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in server.core.vhosts:
-        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+        return web.json_response(NOT_FOUND, status=404)
     names = [vhost] if vhost is not None else _visible(request)
     found = [queue_json(server, q) for v in names for q in server.core.vhosts[v].queues.values()]
     return web.json_response(sorted(found, key=lambda q: (q["vhost"], q["name"])))
 
 
 async def queue(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     q = server.core.find_queue(request.match_info["vhost"], request.match_info["name"])
     if q is None:
-        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+        return web.json_response(NOT_FOUND, status=404)
     return web.json_response(queue_json(server, q))
 
 
@@ -130,33 +180,36 @@ def _policies(server: BrokerServer, vhost: str) -> list[dict[str, Any]]:
 
 
 async def policies(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     vhost = request.match_info.get("vhost")
     names = [vhost] if vhost is not None else _visible(request)
     return web.json_response([p for v in names for p in _policies(server, v)])
 
 
 async def policy(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
     vhost, name = request.match_info["vhost"], request.match_info["name"]
-    found = server.core.policies.get(vhost, {}).get(name)
+    found = _server(request).core.policies.get(vhost, {}).get(name)
     if found is None:
-        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+        return web.json_response(NOT_FOUND, status=404)
     return web.json_response({"vhost": vhost, "name": name, **found})
 
 
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        return None
+
+
 async def put_policy(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     vhost, name = request.match_info["vhost"], request.match_info["name"]
     if vhost not in server.core.vhosts:
-        return web.json_response({"error": "bad_request", "reason": f"vhost {vhost} not found"}, status=400)
-    try:
-        body = await request.json()
-    except ValueError:
-        return web.json_response({"error": "bad_request", "reason": "body is not JSON"}, status=400)
+        return _bad_request(f"vhost {vhost} not found")
+    body = await _json_body(request)
     problem = _check_policy(body, server.config.emulates)
     if problem:
-        return web.json_response({"error": "bad_request", "reason": problem}, status=400)
+        return _bad_request(problem)
     table = dict(server.core.policies.get(vhost, {}))
     created = name not in table
     table[name] = {"pattern": body["pattern"], "apply-to": body.get("apply-to", "all"),
@@ -188,11 +241,11 @@ def _check_policy(body: Any, emulates: str) -> str:
 
 
 async def delete_policy(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     vhost, name = request.match_info["vhost"], request.match_info["name"]
     table = dict(server.core.policies.get(vhost, {}))
     if table.pop(name, None) is None:
-        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+        return web.json_response(NOT_FOUND, status=404)
     server.apply_policies(vhost, table)
     return web.Response(status=204)
 
@@ -207,30 +260,37 @@ def _connection_json(server: BrokerServer, conn_id: int) -> dict[str, Any] | Non
             "client_properties": conn.client_properties, "state": "running" if conn.writable else "flow"}
 
 
+def _sees_connection(request: web.Request, row: dict[str, Any], deleting: bool = False) -> bool:
+    """rabbit_mgmt_util:is_authorized_user: own connections, others for monitors (list) or
+    administrators (close)."""
+    tags = request["tags"]
+    return row["user"] == request["user"] or (auth.is_admin(tags) if deleting else auth.is_monitor(tags))
+
+
 async def connections(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
-    visible = set(_visible(request))
-    found = [c for conn_id in sorted(server.core.connections)
-             if (c := _connection_json(server, conn_id)) is not None and c["vhost"] in visible]
-    return web.json_response(found)
+    server = _server(request)
+    rows = [c for conn_id in sorted(server.core.connections) if (c := _connection_json(server, conn_id))]
+    return web.json_response([c for c in rows if _sees_connection(request, c)])
 
 
 async def close_connection(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     name = request.match_info["name"]
     conn_id = next((i for i in server.core.connections if server.connection_name(i) == name), None)
-    if conn_id is None:
-        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
-    reason = request.headers.get("X-Reason", "Closed via management plugin")
-    server.force_close(conn_id, reason)
+    row = None if conn_id is None else _connection_json(server, conn_id)
+    if conn_id is None or row is None:
+        return web.json_response(NOT_FOUND, status=404)
+    if not _sees_connection(request, row, deleting=True):
+        return _refused(OBJECT)
+    server.force_close(conn_id, request.headers.get("X-Reason", "Closed via management plugin"))
     return web.Response(status=204)
 
 
 async def exchanges(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in server.core.vhosts:
-        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+        return web.json_response(NOT_FOUND, status=404)
     names = [vhost] if vhost is not None else _visible(request)
     return web.json_response([
         {"name": x.name, "vhost": v, "type": x.kind, "durable": x.durable, "auto_delete": x.auto_delete,
@@ -238,14 +298,74 @@ async def exchanges(request: web.Request) -> web.Response:
         for v in names for x in sorted(server.core.vhosts[v].exchanges.values(), key=lambda e: e.name)])
 
 
+async def users(request: web.Request) -> web.Response:
+    server = _server(request)
+    return web.json_response([auth.user_definition(server.config, name) for name in sorted(server.config.users)])
+
+
+async def user(request: web.Request) -> web.Response:
+    server, name = _server(request), request.match_info["name"]
+    if name not in server.config.users:
+        return web.json_response(NOT_FOUND, status=404)
+    return web.json_response(auth.user_definition(server.config, name))
+
+
+async def put_user(request: web.Request) -> web.Response:
+    server, name = _server(request), request.match_info["name"]
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        return _bad_request("body must be a JSON object")
+    created = name not in server.config.users
+    problem = auth.put_user(server.config, name, body)
+    return _bad_request(problem) if problem else web.Response(status=201 if created else 204)
+
+
+async def delete_user(request: web.Request) -> web.Response:
+    if not auth.delete_user(_server(request).config, request.match_info["name"]):
+        return web.json_response(NOT_FOUND, status=404)
+    return web.Response(status=204)
+
+
+async def permissions(request: web.Request) -> web.Response:
+    server = _server(request)
+    return web.json_response(auth.permission_rows(server.config, server.config.users, server.core.vhosts))
+
+
+async def permission(request: web.Request) -> web.Response:
+    server, vhost, name = _server(request), request.match_info["vhost"], request.match_info["user"]
+    rows = auth.permission_rows(server.config, [name], [vhost]) if name in server.config.users else []
+    return web.json_response(rows[0]) if rows else web.json_response(NOT_FOUND, status=404)
+
+
+async def put_permission(request: web.Request) -> web.Response:
+    server, vhost, name = _server(request), request.match_info["vhost"], request.match_info["user"]
+    if vhost not in server.core.vhosts:
+        return web.json_response(NOT_FOUND, status=404)
+    if name not in server.config.users:
+        return _bad_request(f"no_such_user: {name}")
+    body = await _json_body(request)
+    created = auth.permissions_of(server.config, name, vhost) is None
+    problem = auth.set_permissions(server.config, name, vhost, body if isinstance(body, dict) else {},
+                                   server.core.vhosts)
+    return _bad_request(problem) if problem else web.Response(status=201 if created else 204)
+
+
+async def delete_permission(request: web.Request) -> web.Response:
+    server, vhost, name = _server(request), request.match_info["vhost"], request.match_info["user"]
+    if name not in server.config.users or not auth.clear_permissions(server.config, name, vhost, server.core.vhosts):
+        return web.json_response(NOT_FOUND, status=404)
+    return web.Response(status=204)
+
+
 async def definitions(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
+    server = _server(request)
     core = server.core
-    vhosts = _visible(request)
+    vhosts = list(core.vhosts)
     return web.json_response({
         "rabbit_version": server.config.emulates, "product_name": server.config.product,
-        "users": [{"name": u, "tags": ["administrator"]} for u in sorted(server.config.users)],
+        "users": [auth.user_definition(server.config, u) for u in sorted(server.config.users)],
         "vhosts": [{"name": v} for v in vhosts],
+        "permissions": auth.permission_rows(server.config, server.config.users, vhosts),
         "policies": [p for v in vhosts for p in _policies(server, v)],
         "queues": [{"name": q.name, "vhost": v, "durable": q.durable, "auto_delete": q.auto_delete,
                     "arguments": q.arguments} for v in vhosts for q in core.vhosts[v].queues.values()],
@@ -260,41 +380,53 @@ async def definitions(request: web.Request) -> web.Response:
 
 
 async def get_global(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
-    return web.json_response({"name": "consumer_timeout", "value": server.config.consumer_timeout})
+    return web.json_response({"name": "consumer_timeout", "value": _server(request).config.consumer_timeout})
 
 
 async def put_global(request: web.Request) -> web.Response:
-    server: BrokerServer = request.app[SERVER_KEY]
-    try:
-        body = await request.json()
-    except ValueError:
-        return web.json_response({"error": "bad_request", "reason": "body is not JSON"}, status=400)
+    body = await _json_body(request)
     value = body.get("value") if isinstance(body, dict) else None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        return web.json_response({"error": "bad_request", "reason": "value must be a positive integer (ms)"},
-                                 status=400)
-    server.config.consumer_timeout = value
+        return _bad_request("value must be a positive integer (ms)")
+    _server(request).config.consumer_timeout = value
     return web.Response(status=204)
 
 
+# (method, path, handler, access): "login" any management user, "vhost" the path's vhost,
+# "policies", "policymaker" (global parameters), "admin"
+ROUTES: list[tuple[str, str, Handler, str]] = [
+    ("GET", "/api/overview", overview, "login"),
+    ("GET", "/api/whoami", whoami, "login"),
+    ("GET", "/api/definitions", definitions, "admin"),
+    ("GET", "/api/queues", queues, "login"),
+    ("GET", "/api/queues/{vhost}", queues, "vhost"),
+    ("GET", "/api/queues/{vhost}/{name}", queue, "vhost"),
+    ("GET", "/api/exchanges", exchanges, "login"),
+    ("GET", "/api/exchanges/{vhost}", exchanges, "vhost"),
+    ("GET", "/api/policies", policies, "policies"),
+    ("GET", "/api/policies/{vhost}", policies, "policies"),
+    ("GET", "/api/policies/{vhost}/{name}", policy, "policies"),
+    ("PUT", "/api/policies/{vhost}/{name}", put_policy, "policies"),
+    ("DELETE", "/api/policies/{vhost}/{name}", delete_policy, "policies"),
+    ("GET", "/api/connections", connections, "login"),
+    ("DELETE", "/api/connections/{name}", close_connection, "login"),
+    ("GET", "/api/users", users, "admin"),
+    ("GET", "/api/users/{name}", user, "admin"),
+    ("PUT", "/api/users/{name}", put_user, "admin"),
+    ("DELETE", "/api/users/{name}", delete_user, "admin"),
+    ("GET", "/api/permissions", permissions, "admin"),
+    ("GET", "/api/permissions/{vhost}/{user}", permission, "admin"),
+    ("PUT", "/api/permissions/{vhost}/{user}", put_permission, "admin"),
+    ("DELETE", "/api/permissions/{vhost}/{user}", delete_permission, "admin"),
+    ("GET", "/api/global-parameters/consumer_timeout", get_global, "policymaker"),
+    ("PUT", "/api/global-parameters/consumer_timeout", put_global, "policymaker"),
+]
+ACCESS = {(method, path): access for method, path, _handler, access in ROUTES}
+
+
 def build_app(server: BrokerServer) -> web.Application:
-    app = web.Application(middlewares=[_auth])
+    app = web.Application(middlewares=[_access])
     app[SERVER_KEY] = server
-    app.router.add_get("/api/overview", overview)
-    app.router.add_get("/api/definitions", definitions)
-    app.router.add_get("/api/queues", queues)
-    app.router.add_get("/api/queues/{vhost}", queues)
-    app.router.add_get("/api/queues/{vhost}/{name}", queue)
-    app.router.add_get("/api/exchanges", exchanges)
-    app.router.add_get("/api/exchanges/{vhost}", exchanges)
-    app.router.add_get("/api/policies", policies)
-    app.router.add_get("/api/policies/{vhost}", policies)
-    app.router.add_get("/api/policies/{vhost}/{name}", policy)
-    app.router.add_put("/api/policies/{vhost}/{name}", put_policy)
-    app.router.add_delete("/api/policies/{vhost}/{name}", delete_policy)
-    app.router.add_get("/api/connections", connections)
-    app.router.add_delete("/api/connections/{name}", close_connection)
-    app.router.add_get("/api/global-parameters/consumer_timeout", get_global)
-    app.router.add_put("/api/global-parameters/consumer_timeout", put_global)
+    for method, path, handler, _access_kind in ROUTES:
+        app.router.add_route(method, path, handler)
     return app

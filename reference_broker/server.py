@@ -21,6 +21,7 @@ from typing import Any
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CancelTimer, CloseConnection, Log, Meta, Send, StartTimer
 from reference_broker.core.effects import PauseReading, Persist
+from reference_broker.protocol import states
 from reference_broker.protocol.connection import CloseTransport, Output, ServerConnection, Write
 
 log = logging.getLogger("reference_broker")
@@ -42,8 +43,27 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        limit = self.server.config.max_connections
+        if limit and len(self.server.clients) >= limit:
+            # Refused before any AMQP byte, so a flood costs no handshake work. RabbitMQ 4.x
+            # answers connection.open with 530 instead; 3.x's listener leaves it in the backlog.
+            log.warning("connection %s refused: node connection limit (%d) is reached", name, limit)
+            transport.close()
+            return
         self.engine = self.server.register(self, name)
         log.info("accepted connection %s (conn %d)", name, self.engine.id)
+        if self.server.config.handshake_timeout:
+            asyncio.get_running_loop().call_later(self.server.config.handshake_timeout / 1000,
+                                                  self._handshake_deadline)
+
+    def _handshake_deadline(self) -> None:
+        """RabbitMQ's handshake_timeout: a connection not open by now is closed, so idle
+        sockets cannot hold connection slots."""
+        engine, transport = self.engine, self.transport
+        if (engine is not None and transport is not None and not transport.is_closing()
+                and engine.state in (states.HEADER, *states.HANDSHAKE_STATES)):
+            log.info("closing connection %s: handshake_timeout", engine.peer)
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.engine is not None:

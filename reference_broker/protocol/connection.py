@@ -212,7 +212,8 @@ class ServerConnection:
                 isinstance(caps, dict) and caps.get("authentication_failure_close")):
             self.state = states.CLOSED
             return [CloseTransport(self.id, str(err))]
-        return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", 10, 11)
+        ids = (0, 0) if err.code == ReplyCode.ACCESS_REFUSED else (10, 11)  # 403: RabbitMQ 3.10.8, live
+        return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", *ids)
 
     def _negotiate(self, m: ConnectionTuneOk) -> None:
         """FRM-01: 0 counts as higher than a non-zero server value; below the minimum is 530."""

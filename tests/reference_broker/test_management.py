@@ -1,21 +1,27 @@
-"""The management API subset over real HTTP (httpx), against an embedded broker."""
+"""The management API subset over real HTTP (httpx), against an embedded broker. Who may do
+what (401s, tags, vhosts) is tested in tests/reliability/test_security.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pika
 import pytest
 
+from reference_broker import auth
 from reference_broker.server import EmbeddedBroker
 
 
 @pytest.fixture(scope="module")
 def managed() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(management_port=0, users={"guest": "guest", "app": "pw"},
-                        vhosts=["/", "other"], permissions={"app": {"other": [".*", ".*", ".*"]}}) as b:
+    users: dict[str, str | dict[str, Any]] = {"guest": {"password": "guest", "tags": ["administrator"]},
+                                              "app": {"password": "pw", "tags": ["management"]}}
+    with EmbeddedBroker(management_port=0, users=users, vhosts=["/", "other"],
+                        permissions={"app": {"other": [".*", ".*", ".*"]}}) as b:
         yield b
 
 
@@ -23,14 +29,57 @@ def api(b: EmbeddedBroker, user: str = "guest", password: str = "guest") -> http
     return httpx.Client(base_url=f"http://{b.host}:{b.server.management_port}", auth=(user, password), timeout=5)
 
 
-def test_management_requires_auth(managed: EmbeddedBroker) -> None:
-    assert api(managed, "guest", "wrong").get("/api/overview").status_code == 401
+def test_management_overview_and_whoami(managed: EmbeddedBroker) -> None:
     assert api(managed).get("/api/overview").json()["rabbitmq_version"] == "4.3"
+    assert api(managed, "app", "pw").get("/api/whoami").json() == {"name": "app", "tags": ["management"]}
 
 
-def test_management_refuses_cross_vhost_access(managed: EmbeddedBroker) -> None:
-    assert api(managed, "app", "pw").get("/api/queues/%2F").status_code == 403
-    assert api(managed, "app", "pw").get("/api/queues/other").status_code == 200
+def test_management_users_are_rabbitmq_shaped_and_never_plaintext(managed: EmbeddedBroker) -> None:
+    client = api(managed)
+    rows = {u["name"]: u for u in client.get("/api/users").json()}
+    assert set(rows) == {"guest", "app"} and rows["guest"]["tags"] == ["administrator"]
+    assert rows["app"]["hashing_algorithm"] == auth.SHA256 and "pw" not in rows["app"]["password_hash"]
+    digest = auth.hash_password("carol pw", auth.SHA512)
+    body = {"password_hash": digest, "hashing_algorithm": auth.SHA512, "tags": ["monitoring", "management"]}
+    assert client.put("/api/users/carol", json=body).status_code == 201
+    assert client.put("/api/users/carol", json={"tags": "policymaker"}).status_code == 204  # keeps the hash
+    carol = client.get("/api/users/carol").json()
+    assert (carol["password_hash"], carol["tags"]) == (digest, ["policymaker"])
+    assert auth.check_password(managed.server.config, "carol", "carol pw")
+    assert client.put("/api/users/dave", json={"tags": "management"}).status_code == 400  # no password
+    assert client.put("/api/users/dave", json={"password_hash": "short"}).status_code == 400
+    assert client.delete("/api/users/carol").status_code == 204
+    assert client.get("/api/users/carol").status_code == 404
+    assert client.delete("/api/users/carol").status_code == 404
+
+
+def test_management_permissions_round_trip(managed: EmbeddedBroker) -> None:
+    client = api(managed)
+    assert client.get("/api/permissions/other/app").json() == {
+        "user": "app", "vhost": "other", "configure": ".*", "write": ".*", "read": ".*"}
+    assert client.get("/api/permissions/%2F/app").status_code == 404
+    assert client.get("/api/permissions/%2F/guest").json()["configure"] == ".*"  # no entry: every vhost
+    grant = {"configure": "^app\\.", "write": "", "read": ".*"}
+    assert client.put("/api/permissions/%2F/app", json=grant).status_code == 201
+    assert managed.server.config.permissions["app"]["/"] == ["^app\\.", "", ".*"]
+    assert client.put("/api/permissions/%2F/app", json={"configure": "["}).status_code == 400
+    assert client.put("/api/permissions/nowhere/app", json=grant).status_code == 404
+    assert client.put("/api/permissions/%2F/nobody", json=grant).status_code == 400
+    assert {(r["user"], r["vhost"]) for r in client.get("/api/permissions").json()} >= {("app", "/"), ("app", "other")}
+    assert client.delete("/api/permissions/%2F/app").status_code == 204
+    assert client.delete("/api/permissions/%2F/app").status_code == 404
+
+
+def test_management_permissions_of_an_unrestricted_user_are_spelled_out_first(managed: EmbeddedBroker) -> None:
+    """guest has no entry (every vhost): changing or clearing one vhost keeps the others."""
+    client = api(managed)
+    assert client.put("/api/permissions/other/guest", json={"configure": "", "write": ".*", "read": ".*"}
+                      ).status_code == 204
+    assert managed.server.config.permissions["guest"] == {"/": [".*", ".*", ".*"], "other": ["", ".*", ".*"]}
+    assert client.delete("/api/permissions/other/guest").status_code == 204
+    assert client.get("/api/permissions/other/guest").status_code == 404
+    assert client.get("/api/permissions/%2F/guest").json()["read"] == ".*"
+    del managed.server.config.permissions["guest"]  # back to every vhost for the other tests
 
 
 def test_management_policies_apply_to_existing_queues(managed: EmbeddedBroker) -> None:
@@ -84,7 +133,9 @@ def test_management_global_consumer_timeout_extension(managed: EmbeddedBroker) -
 
 def test_management_definitions_shape(managed: EmbeddedBroker) -> None:
     data = api(managed).get("/api/definitions").json()
-    assert {"rabbit_version", "users", "vhosts", "policies", "queues", "exchanges", "bindings"} <= set(data)
+    assert {"rabbit_version", "users", "vhosts", "permissions", "policies", "queues", "exchanges",
+            "bindings"} <= set(data)
+    assert {"name", "password_hash", "hashing_algorithm", "tags"} <= set(data["users"][0])
 
 
 def test_management_refuses_bad_policy_patterns_and_3_10_keys(managed: EmbeddedBroker) -> None:
@@ -94,3 +145,16 @@ def test_management_refuses_bad_policy_patterns_and_3_10_keys(managed: EmbeddedB
     with EmbeddedBroker(management_port=0, timeout_mode="legacy", legacy_ruleset="3.10") as legacy:
         refused = api(legacy).put("/api/policies/%2F/t", json={"pattern": ".*", "definition": {"consumer-timeout": 5}})
         assert refused.status_code == 400 and "not recognised policy settings" in refused.json()["reason"]
+
+
+def test_management_user_changes_survive_a_restart_with_a_data_dir(tmp_path: Path) -> None:
+    """Users and permissions are durable definitions (reference_broker/storage.py)."""
+    with EmbeddedBroker(management_port=0, data_dir=str(tmp_path)) as first:
+        client = api(first)
+        assert client.put("/api/users/erin", json={"password": "erin pw", "tags": "management"}).status_code == 201
+        grant = {"configure": "^erin\\.", "write": ".*", "read": ".*"}
+        assert client.put("/api/permissions/%2F/erin", json=grant).status_code == 201
+    with EmbeddedBroker(management_port=0, data_dir=str(tmp_path)) as second:
+        assert auth.check_password(second.server.config, "erin", "erin pw")
+        assert api(second).get("/api/permissions/%2F/erin").json()["configure"] == "^erin\\."
+        assert api(second, "erin", "erin pw").get("/api/whoami").json()["tags"] == ["management"]
