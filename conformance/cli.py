@@ -112,6 +112,12 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these areas or rule IDs (see `amqp-conformance rules`)")
     parser.add_argument("--jobs", default="1", metavar="N", help="parallel workers (pytest-xdist), or 'auto'")
     parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X", help="multiply every wait by X")
+    parser.add_argument("--test-timeout", type=float, default=None, metavar="S",
+                        help="watchdog: end the run (exit 3) when a test takes longer than S seconds, 0 = never "
+                             "(default 300 x the timeout scale)")
+    parser.add_argument("--run-timeout", type=float, default=None, metavar="S",
+                        help="watchdog: end the run (exit 3) after S seconds, 0 = never "
+                             "(default (300 + 30 per test) x the timeout scale)")
     parser.add_argument("--run-id", default=None, metavar="ID", help="id of this run in the results")
     parser.add_argument("--suite", type=Path, default=None, metavar="DIR",
                         help="run the rule tests in DIR instead of the shipped suite")
@@ -123,7 +129,8 @@ def _run_run(args: argparse.Namespace) -> int:
 
     options = runner.RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
                                 args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
-                                args.run_id, args.suite, args.report)
+                                args.run_id, args.suite, args.report, test_timeout=args.test_timeout,
+                                run_timeout=args.run_timeout)
     try:
         return runner.run(options)
     except runner.UsageError as exc:

@@ -8,7 +8,7 @@ frame log and the per-area summary for humans.
 Rules:
 - passed → `passed`. A failure raised by an assertion, `pytest.fail` or a driver outcome
   (`Closed`, `NoReply`, `ConnectionLost`) is the broker's behaviour → `failed`.
-- `HarnessError`, an `OSError` before the broker sent anything in this test (after that it
+- `HarnessError`, the watchdog's `WatchdogExpired`, an `OSError` before the broker sent anything in this test (after that it
   is `failed`), and any other exception (a bug in the test or the harness) → `broken`. An
   exception group is `broken` if any member is, else `failed`. The plugin re-judges
   `NoReply`, `ConnectionLost` and `OSError` with its health probe (`may_mean_broker_down`):
@@ -37,6 +37,7 @@ from conformance.drivers.raw import Closed, ConnectionLost, DriverError, FrameRe
 from conformance.health import LeakReport
 from conformance.results import TestRecord
 from conformance.verdicts import SKIP_PREFIX, HarnessError, Verdict, verdict_of_skip
+from conformance.watchdog import WatchdogExpired
 
 BROKEN_PREFIX = "broken: "
 MAX_TEXT = 4000
@@ -109,7 +110,7 @@ def exception_verdict(exc: BaseException, broker_replied: bool) -> Verdict:
     if isinstance(exc, BaseExceptionGroup):
         members = {exception_verdict(e, broker_replied) for e in exc.exceptions}
         return Verdict.BROKEN if Verdict.BROKEN in members else Verdict.FAILED
-    if isinstance(exc, HarnessError):
+    if isinstance(exc, HarnessError | WatchdogExpired):
         return Verdict.BROKEN
     if isinstance(exc, Closed) and exc.code == 540:  # NOT_IMPLEMENTED: issue 4 item 6
         return Verdict.UNIMPLEMENTED

@@ -17,6 +17,9 @@ Rules:
 - Between broker tests a health probe runs (`health`); once the broker is wedged or gone,
   every following broker test is `broken` without touching the network, and the session
   exits 3. Otherwise any `broken` verdict makes the exit status 2 (DESIGN.md decision 8).
+- A rule test that overruns `--test-timeout`, or a session that overruns `--run-timeout`,
+  is ended by the `watchdog`: that test is `broken`, the broker counts as down (the rest is
+  `broken`, exit 3), and a run the interrupt cannot end exits 3 after a grace period.
 - `admin.Unavailable` raised by a test or fixture becomes the `unimplemented` verdict.
 - `pytest --broker-url URL` with no paths runs the shipped suite (`conformance/suite`).
 - A rule test's teardown report carries its `evidence` (for `amqp-conformance run`); under
@@ -46,6 +49,7 @@ from conformance.health import PREFIX, HealthProbe, LeakReport, NameRegistry, cl
 from conformance.profiles import AUTO, Profile, detect
 from conformance.results import ResultsWriter, RunRecord, harness_version, redact_url
 from conformance.verdicts import HarnessError, Verdict, unimplemented
+from conformance.watchdog import Budgets, Watchdog, add_watchdog_options
 
 SUITE_DIR = Path(__file__).parent / "suite"
 CLIENTS = ("raw", "pika", "amqp")
@@ -64,6 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--timeout-scale", type=float, default=1.0, help="multiply every wait by this")
     group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
     group.addoption("--run-id", default=None, help="id of this run in the results (default: a new uuid)")
+    add_watchdog_options(group)
 
 
 @dataclass
@@ -84,6 +89,7 @@ class Harness:
     allure: bool = False
     worker: bool = False  # a pytest-xdist worker: the controller writes the run record
     remote_tests: int = 0  # test records written by pytest-xdist workers
+    watchdog: Watchdog | None = None
 
 
 HARNESS = pytest.StashKey[Harness]()
@@ -107,6 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--client must be one of {', '.join(CLIENTS)}")
     if config.getoption("--timeout-scale") <= 0:
         raise pytest.UsageError("--timeout-scale must be positive")
+    budgets = Budgets.from_config(config)
     url = config.getoption("--broker-url")
     try:
         if url:
@@ -129,8 +136,22 @@ def pytest_configure(config: pytest.Config) -> None:
         state.run = RunRecord(run_id, redact_url(url) if url else "embedded", config.getoption("--client"),
                               harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
                               admin=redact_url(config.getoption("--broker-admin")))
+    if not config.option.collectonly:
+        state.watchdog = Watchdog(budgets, lambda reason: _watchdog_expired(state, reason))
     config.stash[HARNESS] = state
     distributed.register(config, state)
+
+
+def _watchdog_expired(state: Harness, reason: str) -> None:
+    """Called from the watchdog's thread: the run ends as with a wedged broker."""
+    if state.down is None:
+        state.down = f"watchdog: {reason}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(HARNESS, None)
+    if state is not None and state.watchdog is not None:
+        state.watchdog.stop()
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
@@ -145,6 +166,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = harness(session.config)
     if state.writer is not None and state.run is not None and not state.worker:
         state.writer.write_run(state.run)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state = harness(session.config)
+    if state.watchdog is not None:
+        state.watchdog.start_session(len(session.items))
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)  # innermost: an xdist worker's wait for the broker lock is not counted
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    dog = harness(item.config).watchdog
+    if dog is None or item.get_closest_marker("rules") is None:
+        return (yield)
+    dog.arm(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        dog.disarm()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -12,7 +12,10 @@ Rules:
   3 the broker is unreachable (before the run) or went down during it; 4 a usage error.
   The highest-priority condition wins: 4, then 3, then 2, then 1.
 - Usage errors are found before anything starts and raised as `UsageError` with one line:
-  a bad URL, profile, client, admin, baseline, selector, job count or timeout scale.
+  a bad URL, profile, client, admin, baseline, selector, job count, timeout scale or budget.
+- `--test-timeout` / `--run-timeout` (the plugin's `watchdog`) bound every rule test and
+  the session: an overrun ends the run with status 3 and "broker down: watchdog: ..."; its
+  stacks go to stderr.
 - The embedded broker serves the management API too, and is the `--broker-admin` unless one
   is given, so admin-dependent rules run.
 - Output directory (`--out`): `results/` (the Parquet results lake, runs accumulate),
@@ -72,6 +75,8 @@ class RunOptions:
     run_id: str | None = None
     suite: Path | None = None
     report: bool = False
+    test_timeout: float | None = None  # None: the watchdog's default
+    run_timeout: float | None = None
 
 
 @dataclass
@@ -101,6 +106,9 @@ def prepare(options: RunOptions) -> Prepared:
         raise UsageError(f"--client {options.client!r}: one of {', '.join(CLIENTS)}")
     if not options.timeout_scale > 0:
         raise UsageError("--timeout-scale must be a positive number")
+    for name, budget in (("--test-timeout", options.test_timeout), ("--run-timeout", options.run_timeout)):
+        if budget is not None and not budget >= 0:
+            raise UsageError(f"{name} must be a number of seconds >= 0 (0 = no limit)")
     jobs = _jobs(options.jobs)
     run_id = options.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     if not _RUN_ID.fullmatch(run_id):
@@ -210,6 +218,9 @@ def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list
             "--timeout-scale", repr(options.timeout_scale), "--results-dir", str(results), "--run-id", prepared.run_id]
     for selector in options.select:
         args += ["--select", selector]
+    for name, budget in (("--test-timeout", options.test_timeout), ("--run-timeout", options.run_timeout)):
+        if budget is not None:
+            args += [name, repr(budget)]
     if prepared.jobs != "1":
         args += ["-n", prepared.jobs]
     return args

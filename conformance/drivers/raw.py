@@ -7,6 +7,13 @@ Rules (DESIGN.md decision 5):
   raises `NoReply("no reply within N s")`, never blocks forever.
 - Broker-initiated channel.close / connection.close are answered (close-ok) and surface as
   `ChannelClosed` / `ConnectionClosed` outcomes carrying code, class/method id and text.
+- A reply the client never asked for (a method that is only ever a response, e.g.
+  exchange.declare-ok, with no request on that channel it answers) surfaces as
+  `UnexpectedMethod` from the next wait on that channel, instead of a timeout. Requests sent
+  with nowait still count as asked; after `send_raw` on a channel (or on -1, unknown), replies
+  there are not judged, since raw bytes are not parsed.
+- Every outcome names what the wait was for; a timeout also says how many octets of an
+  incomplete frame were received. Writes are bounded by the timeout too.
 - Client capabilities (e.g. consumer_cancel_notify) are chosen per connection.
 - NET-01: a reset after the broker's connection.close is the normal end of the connection.
 """
@@ -23,6 +30,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from codec import (
+    METHOD_CLASSES,
     NEED_DATA,
     PROTOCOL_HEADER,
     BasicProperties,
@@ -50,6 +58,8 @@ from codec import (
 from codec.frames import Frame
 
 _CONNECTION_IDS = itertools.count(1)
+# Methods that only ever answer a request (queue.declare-ok, basic.get-empty, ...).
+_RESPONSES = frozenset(name for cls in METHOD_CLASSES.values() for name in cls.RESPONSES)
 DEFAULT_CAPABILITIES = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
@@ -96,7 +106,17 @@ class ConnectionClosed(Closed):
 
 
 class ConnectionLost(DriverError):
-    """The socket ended without connection.close (reset or EOF)."""
+    """The socket ended without connection.close (reset or EOF), or the broker sent bytes that
+    do not decode."""
+
+
+class UnexpectedMethod(DriverError):
+    """The broker sent a reply to a request the client never made on that channel."""
+
+    def __init__(self, method: str, channel: int, waiting_for: str) -> None:
+        super().__init__(f"unexpected {method} on channel {channel} (waiting for {waiting_for}): "
+                         "a reply to no request the client made")
+        self.method, self.channel = method, channel
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,12 +181,16 @@ class RawClient:
         self.tune: ConnectionTune | None = None
         self.frame_max = 4096
         self._next_channel = 1
+        self._asked: dict[int, list[frozenset[str]]] = {}  # per channel: the replies each open request allows
+        self._unasked: dict[int, list[Command]] = {}  # replies to no request (UnexpectedMethod)
+        self._untracked: set[int] = set()  # channels (-1: any) with raw sends: replies not judged
 
     # -- connection ------------------------------------------------------------------------
     def connect(self) -> RawClient:
         self.sock = socket.create_connection((self.address.host, self.address.port), timeout=self.timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.send_raw(PROTOCOL_HEADER)
+        self._record("out", -1, PROTOCOL_HEADER)
+        self._write(PROTOCOL_HEADER)
         start = self.expect(0, ConnectionStart).method
         assert isinstance(start, ConnectionStart)
         self.server_properties = dict(start.server_properties)
@@ -213,6 +237,8 @@ class RawClient:
             self._next_channel += 1
         self.closed_channels.pop(number, None)  # reopening a number the broker closed
         self.inbox.pop(number, None)
+        self._asked.pop(number, None)
+        self._unasked.pop(number, None)
         self.rpc(number, ChannelOpen(), ChannelOpenOk)
         return number
 
@@ -227,17 +253,21 @@ class RawClient:
         else:
             data = encode_method(channel, method)
         self._record("out", channel, Command(channel, method, properties, body))
+        if method.RESPONSES:  # a request: its reply is asked for (with nowait, it may still come)
+            self._asked.setdefault(channel, []).append(frozenset(method.RESPONSES))
         self._write(data)
 
     def send_raw(self, data: bytes, channel: int = -1) -> None:
         """Any bytes, e.g. a malformed frame; recorded as raw."""
         self._record("out", channel, bytes(data))
+        self._untracked.add(channel)
         self._write(data)
 
     def _write(self, data: bytes) -> None:
         if self.sock is None:
             raise ConnectionLost("not connected")
         try:
+            self.sock.settimeout(self.timeout)  # a broker that stops reading blocks sendall
             self.sock.sendall(data)
         except OSError as exc:
             self.lost = True
@@ -258,11 +288,14 @@ class RawClient:
             found = self._take(channel, types)
             if found is not None:
                 return found
-            self._raise_if_closed(channel)
+            waiting_for = f"{names} on channel {channel}"
+            self._raise_if_closed(channel, waiting_for)
+            if types:
+                self._raise_if_unasked(channel, waiting_for)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise NoReply(limit, f"{names} on channel {channel}")
-            self._read(remaining)
+                raise NoReply(limit, waiting_for + self._undecoded())
+            self._read(remaining, waiting_for)
 
     def poll(self, channel: int, *types: type, duration: float = 0.0) -> Command | None:
         """Like expect, but None when nothing arrives within `duration` (a bounded look)."""
@@ -285,17 +318,30 @@ class RawClient:
                 return command
         return None
 
-    def _raise_if_closed(self, channel: int) -> None:
+    def _raise_if_closed(self, channel: int, waiting_for: str) -> None:
         if self.connection_closed is not None:
             raise self.connection_closed
         if channel in self.closed_channels:
             raise self.closed_channels[channel]
         if self.lost:
-            raise ConnectionLost("the broker ended the connection without connection.close")
+            raise ConnectionLost(f"connection closed: the broker ended it without connection.close "
+                                 f"(waiting for {waiting_for})")
 
-    def _read(self, timeout: float) -> None:
+    def _raise_if_unasked(self, channel: int, waiting_for: str) -> None:
+        box = self.inbox.get(channel, ())
+        stray = next((c for c in self._unasked.get(channel, ()) if any(c is b for b in box)), None)
+        if stray is not None:
+            raise UnexpectedMethod(stray.method.NAME, channel, waiting_for)
+
+    def _undecoded(self) -> str:
+        """A timeout's note on the octets of an incomplete frame, if any arrived."""
+        if not self.reader.buffered:
+            return ""
+        return f"; {self.reader.buffered} octets of an incomplete frame received"
+
+    def _read(self, timeout: float, waiting_for: str = "any method") -> None:
         if self.sock is None:
-            raise ConnectionLost("not connected")
+            raise ConnectionLost(f"not connected (waiting for {waiting_for})")
         self.sock.settimeout(max(timeout, 0.001))
         try:
             data = self.sock.recv(262144)
@@ -312,7 +358,7 @@ class RawClient:
                 self._on_frame(frame)  # type: ignore[arg-type]
         except CodecError as exc:
             self.lost = True
-            raise ConnectionLost(f"undecodable bytes from the broker: {exc}") from None
+            raise ConnectionLost(f"undecodable frame from the broker (waiting for {waiting_for}): {exc}") from None
 
     def _on_frame(self, frame: Frame) -> None:
         channel = getattr(frame, "channel", 0)
@@ -321,9 +367,12 @@ class RawClient:
         if command is None or isinstance(command, HeartbeatFrame):
             return
         m = command.method
+        if m.NAME in _RESPONSES:
+            self._note_reply(command)
         if isinstance(m, ChannelClose):
             self.closed_channels[command.channel] = ChannelClosed(
                 "channel", m.reply_code, m.reply_text, m.class_id, m.method_id)
+            self._asked.pop(command.channel, None)  # the broker discards the open requests
             self.send(command.channel, ChannelCloseOk())
         elif isinstance(m, ConnectionClose):
             self.connection_closed = ConnectionClosed(
@@ -331,6 +380,16 @@ class RawClient:
             with contextlib.suppress(ConnectionLost):
                 self.send(0, ConnectionCloseOk())
         self.inbox.setdefault(command.channel, deque()).append(command)
+
+    def _note_reply(self, command: Command) -> None:
+        """Match a reply with the oldest open request it answers, or note it as unasked."""
+        asked = self._asked.get(command.channel, [])
+        for i, replies in enumerate(asked):
+            if command.method.NAME in replies:
+                del asked[i]
+                return
+        if not self._untracked & {-1, command.channel}:
+            self._unasked.setdefault(command.channel, []).append(command)
 
     def _record(self, direction: str, channel: int, frame: Any) -> None:
         self.recorder.add(FrameRecord(time.monotonic(), self.id, direction, channel, frame))

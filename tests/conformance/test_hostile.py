@@ -1,0 +1,250 @@
+"""The harness against a hostile broker: real suite tests through `HostileProxy` (issue 9, part 6).
+
+Each test puts `tests/conformance/hostile.py`'s proxy in front of the module's embedded
+reference broker and runs shipped suite tests through the plugin (pytester, in-process) or
+the `amqp-conformance run` command (a subprocess, as CI runs it). Every wait is scaled down
+(`--timeout-scale 0.1`: a 5 s wait is 0.5 s), and the suite tests picked declare an "amqpc."
+queue first, which is what triggers the proxy (the health probe's queue is not "amqpc.").
+
+What they show: a test meeting a broker that stops answering, resets, sends garbage, answers
+with the wrong method or answers too late ends within its scaled timeout, `failed`, with a
+message naming what happened; a broker that wedges as a whole ends the run with status 3;
+and the watchdog ends a test or a run that outlives its budget (`--test-timeout`,
+`--run-timeout`), even one that swallows the interrupt, with status 3 and the stacks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.cli import main
+from conformance.drivers.raw import ConnectionLost, NoReply, RawClient
+from conformance.plugin import SUITE_DIR
+from conformance.results import read_table
+from reference_broker.server import EmbeddedBroker
+from tests.conformance.hostile import PASS, HostileProxy, Mode, Plan, declares_queue
+
+pytest_plugins = ["pytester"]
+
+SCALE = "0.1"  # every wait of the harness is 0.5 s
+SMOKE = f"{SUITE_DIR}/test_smoke_ack.py::test_unknown_tag_closes_the_channel_with_406"
+ACK_02 = f"{SUITE_DIR}/test_ack.py::test_tags_are_64_bit_without_wrap_or_truncation"
+CLI_SELECTION = ["--select", "ACK-02", "ACK-10"]  # test_ack.py: 2 x ACK-02, ACK-10; test_machines.py: ACK-01..10
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as embedded:
+        yield embedded
+
+
+@pytest.fixture
+def hostile(broker: EmbeddedBroker) -> Iterator[Any]:
+    """hostile(plan) -> a started HostileProxy in front of the broker, closed after the test."""
+    proxies: list[HostileProxy] = []
+
+    def make(plan: Plan) -> HostileProxy:
+        proxies.append(HostileProxy((broker.host, broker.port), plan).start())
+        return proxies[-1]
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+def _records(results: Path) -> dict[str, dict[str, Any]]:
+    return {str(r["test_id"]).split("::")[-1]: r for r in read_table(results, "tests").to_pylist()}
+
+
+def _plugin_run(pytester: pytest.Pytester, url: str, *args: str) -> tuple[pytest.RunResult, dict[str, dict[str, Any]]]:
+    results = pytester.path / "results"
+    run = pytester.runpytest("-o", "addopts=", "-p", "no:cacheprovider", "--broker-url", url, "--timeout-scale", SCALE,
+                             "--results-dir", str(results), *args)
+    return run, _records(results)
+
+
+@dataclass
+class Cli:
+    status: int
+    out: str
+    err: str
+    seconds: float
+    tests: dict[str, dict[str, Any]]
+
+
+def _cli(tmp: Path, *args: str, timeout: float = 60) -> Cli:
+    out = tmp / "out"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--out", str(out), "--timeout-scale", SCALE,
+                           *args], cwd=tmp, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"})
+    seconds = time.monotonic() - started
+    tests = _records(out / "results") if (out / "results" / "tests").exists() else {}
+    return Cli(done.returncode, done.stdout, done.stderr, seconds, tests)
+
+
+# -- the proxy itself: per link, after N frames, switched at runtime ----------------------------
+def test_the_proxy_acts_per_link_after_n_frames_and_switches_at_runtime(hostile: Any) -> None:
+    # link 1 passes; link 2 is reset after start, tune and open-ok
+    proxy = hostile(lambda n: PASS if n == 1 else Plan(Mode.CLOSE, after_frames=2))
+    client = RawClient(proxy.url, timeout=0.5).connect()
+    client.channel()
+    with pytest.raises(ConnectionLost, match=r"connection closed: .*\(waiting for connection.open-ok on channel 0\)"):
+        RawClient(proxy.url, timeout=0.5).connect()
+    proxy.switch(Plan(Mode.BLACKHOLE))  # link 1 too, from its next frame on
+    started = time.monotonic()
+    with pytest.raises(NoReply, match=r"no reply within 0.5 s \(waiting for channel.open-ok on channel 2\)"):
+        client.channel()
+    assert time.monotonic() - started < 1.0
+    client.close()
+    assert [(a.link, a.mode, a.text.split(" instead")[0]) for a in proxy.actions] == [
+        (2, "close", "reset the connection"), (1, "blackhole", "blackholed from channel.open-ok on channel 2")]
+
+
+# -- one run, a different hostility per suite test: each ends `failed`, within its scaled wait ---
+WAITING = "(waiting for queue.declare-ok on channel 1)"
+
+
+@dataclass(frozen=True)
+class Case:
+    test: str  # a suite test whose first request is the declare of a queue named after it
+    mode: Mode
+    message: str  # how its verdict's message starts
+    action: str  # what the proxy says it did
+
+
+CASES = [
+    Case("test_smoke_ack.py::test_unknown_tag_closes_the_channel_with_406", Mode.PASS, "", "triggered"),
+    Case("test_ack.py::test_cancel_leaves_deliveries_unacked_on_the_channel", Mode.BLACKHOLE,
+         f"NoReply: no reply within 0.5 s {WAITING}", "blackholed from queue.declare-ok on channel 1"),
+    Case("test_ack.py::test_tag_0_multiple_acks_everything_outstanding_and_never_fails", Mode.CLOSE,
+         f"ConnectionLost: connection closed: the broker ended it without connection.close {WAITING}",
+         "reset the connection instead of sending queue.declare-ok on channel 1"),
+    Case("test_ack.py::test_tag_0_without_multiple_is_an_unknown_tag", Mode.GARBAGE,
+         f"ConnectionLost: undecodable frame from the broker {WAITING}: 501 FRAME_ERROR: frame end octet 0xff",
+         "sent 10 garbage octets instead of queue.declare-ok on channel 1"),
+    Case("test_ack.py::test_tags_are_64_bit_without_wrap_or_truncation[2^32+1]", Mode.WRONG_METHOD,
+         f"UnexpectedMethod: unexpected exchange.declare-ok on channel 1 {WAITING}",
+         "sent exchange.declare-ok instead of queue.declare-ok on channel 1"),
+    Case("test_ack.py::test_ack_mode_is_chosen_per_consume_and_per_get", Mode.DELAY,
+         f"NoReply: no reply within 0.5 s {WAITING}", "delayed queue.declare-ok on channel 1 by 2 s"),
+]
+
+
+def _name(case: Case) -> str:
+    return case.test.split("::")[-1]
+
+
+def test_each_suite_test_ends_with_a_clear_verdict(pytester: pytest.Pytester, hostile: Any,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Queues are named "amqpc.<test name, 40 chars>...", so each test meets its own plan."""
+    plans = [Plan(c.mode, on_request=declares_queue(f"amqpc.{_name(c)[:40]}."), delay=2.0) for c in CASES]
+    proxy = hostile(plans)
+    run, tests = _plugin_run(pytester, proxy.url, *(f"{SUITE_DIR}/{c.test}" for c in CASES))
+    assert run.ret == 1, run.stdout.str()  # failures; no broker down, nothing broken
+    assert "BROKER DOWN" not in run.stdout.str() and "broken:" not in run.stdout.str()
+    for case in CASES:
+        record = tests[_name(case)]
+        links = {a.link for a in proxy.actions if a.mode == case.mode.value and case.action in a.text}
+        assert links, (case.mode, proxy.actions)  # the proxy did misbehave, for that test
+        assert record["verdict"] == ("passed" if case.mode is Mode.PASS else "failed"), record
+        assert str(record["message"] or "").startswith(case.message), record["message"]
+        assert record["duration"] < 0.5 + 0.5  # the call: one scaled wait at most, and a margin
+        assert record["duration_total"] < 3.0  # with set-up and the bounded close at teardown
+        with capsys.disabled():
+            print(f"\n  {case.mode.value:>12}: {record['verdict']} after {record['duration']:.2f} s "
+                  f"(call), {record['duration_total']:.2f} s (setup + call + teardown)", end="")
+    assert run.duration < 15
+
+
+# -- the broker as a whole stops answering: exit 3 ----------------------------------------------
+def test_a_wedged_broker_ends_the_run_with_exit_3(tmp_path: Path, hostile: Any) -> None:
+    proxy = hostile(Plan(Mode.BLACKHOLE, on_request=declares_queue(), wedge=True))
+    run = _cli(tmp_path, "--broker-url", proxy.url, *CLI_SELECTION)
+    assert run.status == 3, run.out + run.err
+    assert "broker down: broker wedged: no reply within 0.5 s" in run.out
+    assert {t["verdict"] for t in run.tests.values()} == {"broken"} and len(run.tests) == 4
+    first = run.tests["test_tags_are_64_bit_without_wrap_or_truncation[2^32+1]"]
+    assert str(first["message"]).startswith("broker wedged: no reply within 0.5 s (waiting for connection.start")
+    assert "(the test saw: NoReply: no reply within 0.5 s (waiting for queue.declare-ok on channel 1))" in first["message"]
+    assert first["duration_total"] < 3.0
+    assert run.seconds < 30
+
+
+# -- the watchdog ------------------------------------------------------------------------------
+def test_the_watchdog_ends_a_test_that_outlives_its_budget(pytester: pytest.Pytester, hostile: Any,
+                                                          capfd: pytest.CaptureFixture[str]) -> None:
+    """Every broker frame 0.3 s late: no wait of 1 s (scale 0.2) times out, but the test never ends."""
+    proxy = hostile(Plan(Mode.DELAY, delay=0.3))
+    run, tests = _plugin_run(pytester, proxy.url, SMOKE, ACK_02, "--timeout-scale", "0.2", "--test-timeout", "2")
+    assert run.ret == 3, run.stdout.str()
+    smoke = "test_unknown_tag_closes_the_channel_with_406"
+    reason = f"{smoke} did not end within 2 s (--test-timeout)"
+    run.stdout.fnmatch_lines([f"*BROKER DOWN: watchdog: *::{reason}; the broker tests after it were not run*"])
+    assert tests[smoke]["verdict"] == "broken" and str(tests[smoke]["message"]).startswith("WatchdogExpired: ")
+    assert str(tests[smoke]["message"]).endswith(reason) and tests[smoke]["duration_total"] < 2.0 + 1.0
+    assert {r["verdict"] for r in tests.values()} == {"broken"} and len(tests) == 3
+    err = capfd.readouterr().err  # written to the real stderr, past pytest's capture
+    assert f"{reason}; ending the run (exit status 3). Stacks of all threads:" in err
+    assert "Current thread" in err and "conformance/drivers/raw.py" in err  # the main thread, in the driver
+    assert run.duration < 10
+
+
+def test_the_run_timeout_ends_a_slow_session(pytester: pytest.Pytester, hostile: Any) -> None:
+    proxy = hostile(Plan(Mode.DELAY, delay=0.2))
+    run, tests = _plugin_run(pytester, proxy.url, SMOKE, ACK_02, "--timeout-scale", "0.2", "--run-timeout", "2.5")
+    assert run.ret == 3, run.stdout.str()
+    run.stdout.fnmatch_lines(["*BROKER DOWN: watchdog: the session did not end within 2.5 s (--run-timeout)*"])
+    verdicts = [r["verdict"] for r in sorted(tests.values(), key=lambda r: r["started"])]
+    assert verdicts[-1] == "broken" and len(verdicts) == 3  # the test running at 2.5 s, and what follows
+    assert any(str(r["message"]).startswith("WatchdogExpired: the session did not end") for r in tests.values())
+    assert run.duration < 10
+
+
+HANGING_SUITE = '''
+import time
+
+import pytest
+
+
+@pytest.mark.rules("ACK-01")
+def test_swallows_every_interrupt(target):
+    deadline = time.monotonic() + 60  # bounded, should the watchdog fail
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except BaseException:
+            pass
+'''
+
+
+def test_the_watchdog_exits_3_when_the_interrupt_does_not_end_the_run(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_hang.py").write_text(HANGING_SUITE)
+    run = _cli(tmp_path, "--suite", str(suite), "--test-timeout", "1", "--timeout-scale", "0.05")  # grace 1.5 s
+    assert run.status == 3, run.out + run.err
+    assert "amqp-conformance watchdog: suite/test_hang.py::test_swallows_every_interrupt did not end within 1 s" in run.err
+    assert run.err.rstrip().endswith("exiting with status 3")
+    assert "did not end 1.5 s after" in run.err
+    assert run.seconds < 30
+
+
+def test_watchdog_budgets_are_validated(pytester: pytest.Pytester, capfd: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    assert main(["run", "--test-timeout", "-1", "--out", str(tmp_path)]) == 4
+    assert capfd.readouterr().err == ("amqp-conformance: error: --test-timeout must be a number of seconds >= 0 "
+                                      "(0 = no limit)\n")
+    pytester.makepyfile(test_nothing="def test_nothing(): pass")
+    run = pytester.runpytest("--run-timeout", "-5")
+    assert run.ret == 4
+    run.stderr.fnmatch_lines(["*--run-timeout must be a number of seconds >= 0*"])
