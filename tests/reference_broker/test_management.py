@@ -3,6 +3,7 @@ what (401s, tags, vhosts) is tested in tests/reliability/test_security.py."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ def test_management_users_are_rabbitmq_shaped_and_never_plaintext(managed: Embed
     client = api(managed)
     rows = {u["name"]: u for u in client.get("/api/users").json()}
     assert set(rows) == {"guest", "app"} and rows["guest"]["tags"] == ["administrator"]
-    assert rows["app"]["hashing_algorithm"] == auth.SHA256 and "pw" not in rows["app"]["password_hash"]
+    assert rows["app"]["hashing_algorithm"] == auth.SHA256 and "password" not in rows["app"]
+    assert rows["app"]["password_hash"] != "pw" and len(base64.b64decode(rows["app"]["password_hash"])) == 4 + 32
     digest = auth.hash_password("carol pw", auth.SHA512)
     body = {"password_hash": digest, "hashing_algorithm": auth.SHA512, "tags": ["monitoring", "management"]}
     assert client.put("/api/users/carol", json=body).status_code == 201

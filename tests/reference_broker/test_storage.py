@@ -275,10 +275,10 @@ def test_an_unusable_data_dir_is_one_clear_line(tmp_path: Path) -> None:
 def test_users_and_permissions_live_in_the_data_dir_once_it_exists(data_dir: Path) -> None:
     """The configuration seeds a new data directory; after that the stored users apply."""
     with EmbeddedBroker(data_dir=str(data_dir), users={"alice": "secret"},
-                        permissions={"alice": {"/": ["^alice\\.", ".*", ".*"]}}) as broker:
-        with amqp.Connection(f"{broker.host}:{broker.port}", userid="alice", password="secret",
-                             connect_timeout=5, read_timeout=5) as conn:
-            conn.channel().queue_declare("alice.q", durable=True, auto_delete=False)
+                        permissions={"alice": {"/": ["^alice\\.", ".*", ".*"]}}) as broker, \
+            amqp.Connection(f"{broker.host}:{broker.port}", userid="alice", password="secret",
+                            connect_timeout=5, read_timeout=5) as conn:
+        conn.channel().queue_declare("alice.q", durable=True, auto_delete=False)
     with EmbeddedBroker(data_dir=str(data_dir)) as broker:  # default config: guest only
         assert broker.call(lambda: broker.server.core.config.users) == {"alice": "secret"}
         with amqp.Connection(f"{broker.host}:{broker.port}", userid="alice", password="secret",
