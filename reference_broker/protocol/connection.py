@@ -148,9 +148,8 @@ class ServerConnection:
                 return self._handshake(meta, command)
             if command.channel == 0:
                 return self._channel_zero(meta, command.method)
-            if command.method.CLASS_ID == 10:
-                raise AmqpError(ReplyCode.COMMAND_INVALID, "unexpected connection method on a channel",
-                                command.method.CLASS_ID, command.method.METHOD_ID, scope="connection")
+            # connection.* on channel N is the core's like any method (as in rabbit_channel): 504
+            # before channel.open, 503 "unimplemented method" once open, dropped while closing (ERR-03/04)
             effects = self.core.apply(meta, self.id, command.channel, command.method,
                                       command.properties, command.body)
             return self._resolve(meta, effects)
@@ -165,6 +164,8 @@ class ServerConnection:
             self.state = states.CLOSED
             return [CloseTransport(self.id, f"codec error during handshake: {err}")]
         self.broken = True
+        if self.state == states.CLOSING:  # connection.close already sent: one is all (rabbit_reader)
+            return []
         return self._close_with(meta, code, text, err.class_id, err.method_id)
 
     # -- handshake -------------------------------------------------------------------------
@@ -270,6 +271,11 @@ class ServerConnection:
                     self.closing_since = meta.now_ms
                     out.append(Write(self.id, encode_method(0, ConnectionClose(
                         effect.code, effect.text, effect.class_id, effect.method_id))))
+            elif isinstance(effect, Send) and effect.conn == self.id:
+                # encoded now: a reply made before a hard error later in the same input batch
+                # (pipelined channel.open + bad frame) must go out ahead of the connection.close
+                if data := self.encode(effect):
+                    out.append(Write(self.id, data))
             else:
                 out.append(effect)
         return out
