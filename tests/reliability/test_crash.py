@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.crash import CrashConfig, CrashResult, broker_supports_data_dir, run_crash_test
+from tests.reliability.crash import CrashConfig, CrashResult, run_crash_test
+from tests.reliability.crash_broker import broker_supports_data_dir
 
 
 @cache
