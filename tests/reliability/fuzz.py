@@ -396,7 +396,7 @@ def run_with_subprocess(count: int, seed: int | None = None, *, warmup: int | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.reliability.fuzz", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tests.reliability.fuzz", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--count", type=int, default=1000, help="cases to run (default 1000)")
     p.add_argument("--seed", type=int, help="reproduce a run (the report's first line has it)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds one case may take (default 10)")
