@@ -43,6 +43,8 @@ POLICY_KEYS = {"consumer-timeout", "max-length", "message-ttl", "dead-letter-exc
 APPLY_TO = {"all", "queues", "exchanges", "classic_queues", "quorum_queues"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SERVER_KEY: web.AppKey[Any] = web.AppKey("server")
+USER_KEY: web.RequestKey[str] = web.RequestKey("user", str)
+TAGS_KEY: web.RequestKey[list[str]] = web.RequestKey("tags", list)
 REALM = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
 NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
 OBJECT = "User not authorised to access object"
@@ -84,7 +86,7 @@ async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
     user, tags = given[0], auth.tags_of(server.config, given[0])
     if not auth.is_management_user(tags):
         return _refused("Not management user")
-    request["user"], request["tags"] = user, tags
+    request[USER_KEY], request[TAGS_KEY] = user, tags
     route = request.match_info.route.resource
     kind = ACCESS.get((request.method, route.canonical if route else ""), "login")
     vhost = request.match_info.get("vhost")
@@ -112,9 +114,9 @@ def _definitions_changed(server: BrokerServer) -> None:
 
 def _visible(request: web.Request) -> list[str]:
     """rabbit_mgmt_util:list_visible_vhosts: every vhost for monitors, else the login vhosts."""
-    server, tags = _server(request), request["tags"]
+    server, tags = _server(request), request[TAGS_KEY]
     return [v for v in server.core.vhosts
-            if auth.is_monitor(tags) or auth.may_open(server.config, request["user"], v)]
+            if auth.is_monitor(tags) or auth.may_open(server.config, request[USER_KEY], v)]
 
 
 def queue_json(server: BrokerServer, q: Queue) -> dict[str, Any]:
@@ -154,7 +156,7 @@ async def overview(request: web.Request) -> web.Response:
 
 
 async def whoami(request: web.Request) -> web.Response:
-    return web.json_response({"name": request["user"], "tags": request["tags"]})
+    return web.json_response({"name": request[USER_KEY], "tags": request[TAGS_KEY]})
 
 
 async def queues(request: web.Request) -> web.Response:
@@ -263,8 +265,8 @@ def _connection_json(server: BrokerServer, conn_id: int) -> dict[str, Any] | Non
 def _sees_connection(request: web.Request, row: dict[str, Any], deleting: bool = False) -> bool:
     """rabbit_mgmt_util:is_authorized_user: own connections, others for monitors (list) or
     administrators (close)."""
-    tags = request["tags"]
-    return row["user"] == request["user"] or (auth.is_admin(tags) if deleting else auth.is_monitor(tags))
+    tags = request[TAGS_KEY]
+    return row["user"] == request[USER_KEY] or (auth.is_admin(tags) if deleting else auth.is_monitor(tags))
 
 
 async def connections(request: web.Request) -> web.Response:

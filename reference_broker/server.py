@@ -43,13 +43,6 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        limit = self.server.config.max_connections
-        if limit and len(self.server.clients) >= limit:
-            # Refused before any AMQP byte, so a flood costs no handshake work. RabbitMQ 4.x
-            # answers connection.open with 530 instead; 3.x's listener leaves it in the backlog.
-            log.warning("connection %s refused: node connection limit (%d) is reached", name, limit)
-            transport.close()
-            return
         self.engine = self.server.register(self, name)
         log.info("accepted connection %s (conn %d)", name, self.engine.id)
         if self.server.config.handshake_timeout:

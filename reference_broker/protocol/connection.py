@@ -200,6 +200,10 @@ class ServerConnection:
             if not vhost_allowed(self.core, self.user, m.virtual_host):
                 raise AmqpError(ReplyCode.NOT_ALLOWED, f"access to vhost '{m.virtual_host}' refused "
                                 f"for user '{self.user}'", 10, 40)
+            limit = self.config.max_connections
+            if limit and len(self.core.connections) >= limit:  # RabbitMQ 4.x: refused at open
+                raise AmqpError(ReplyCode.NOT_ALLOWED, "connection refused: node connection limit "
+                                f"({limit}) is reached", 10, 40)
             self.core.connection_opened(self.id, m.virtual_host, self.user, self.client_properties,
                                         self.channel_max, name=self.peer)
             self.state = states.OPENED

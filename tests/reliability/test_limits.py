@@ -168,17 +168,17 @@ def registered(broker: EmbeddedBroker) -> int:
 
 def test_limits_max_connections_refuses_beyond_the_limit_and_frees_slots(
         start_broker: StartBroker, connect: Connect) -> None:
-    """max_connections = 3: a fourth socket is closed before any AMQP byte (no
-    connection.start), the three keep working, and a closed one frees its slot."""
+    """max_connections = 3: a fourth connection is refused at connection.open with 530 and
+    RabbitMQ 4.x's text (rabbit_reader), the three keep working, and a closed one frees its slot."""
     broker = start_broker(max_connections=3)
     clients = [connect(broker, timeout=WAIT) for _ in range(3)]
-    with socket.create_connection((broker.host, broker.port), timeout=WAIT) as refused:
-        refused.sendall(PROTOCOL_HEADER)
-        assert socket_end(refused) == b""
+    with pytest.raises(ConnectionClosed) as refused:
+        connect(broker, timeout=WAIT)
+    assert (refused.value.code, refused.value.text) == (
+        530, "NOT_ALLOWED - connection refused: node connection limit (3) is reached")
     for client in clients:
         client.rpc(client.channel(), QueueDeclare(queue="", exclusive=True), QueueDeclareOk)
     clients[0].close()
-    assert registered(broker) == 2
     connect(broker, timeout=WAIT).channel()
 
 
