@@ -248,3 +248,12 @@ def test_watchdog_budgets_are_validated(pytester: pytest.Pytester, capfd: pytest
     run = pytester.runpytest("--run-timeout", "-5")
     assert run.ret == 4
     run.stderr.fnmatch_lines(["*--run-timeout must be a number of seconds >= 0*"])
+
+
+def test_a_wedged_broker_ends_a_parallel_run_with_exit_3(tmp_path: Path, hostile: Any) -> None:
+    """The same with `--jobs 2` (pytest-xdist workers): the workers' verdicts reach the run."""
+    proxy = hostile(Plan(Mode.BLACKHOLE, on_request=declares_queue(), wedge=True))
+    run = _cli(tmp_path, "--broker-url", proxy.url, "--jobs", "2", *CLI_SELECTION, timeout=120)
+    assert run.status == 3, run.out + run.err
+    assert {t["verdict"] for t in run.tests.values()} == {"broken"} and len(run.tests) == 4
+    assert run.seconds < 60
