@@ -143,8 +143,7 @@ class BrokerServer:
                 loop.call_soon_threadsafe(self._stored, position)
 
     def _stored(self, position: int) -> None:
-        self.core.stored(position)
-        self.execute(self.core.flush())
+        self.execute([*self.core.stored(position), *self.core.flush()])
 
     def connection_name(self, conn_id: int) -> str:
         """RabbitMQ's connection name: "<peer> -> <listener>"."""

@@ -238,6 +238,7 @@ class BrokerCore:
         ch.confirms_ready.clear()
         ch.nacks_ready.clear()
         ch.confirms_waiting.clear()
+        ch.commit_waiting = 0
         ch.tx_publishes.clear()
         ch.tx_settles.clear()
         effects: list[Effect] = returned
@@ -473,9 +474,10 @@ class BrokerCore:
         """What goes out after a batch of commands: coalesced confirms, the memory alarm."""
         return batch.flush(self)
 
-    def stored(self, position: int) -> None:
-        """The store made the journal durable up to `position`: release waiting confirms."""
-        durability.stored(self, position)
+    def stored(self, position: int) -> list[Effect]:
+        """The store made the journal durable up to `position`: release waiting confirms
+        (sent at the next flush) and tx.commit-oks."""
+        return durability.stored(self, position)
 
     def set_writable(self, meta: Meta, conn_id: int, writable: bool) -> list[Effect]:
         """The transport's write buffer crossed a water mark: pause or resume deliveries

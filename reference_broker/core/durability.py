@@ -12,7 +12,8 @@ Rules (seed 001, PC-07, issue 9):
   writes it (group commit, fsync) and reports the position it reached with `stored()`.
 - A publisher confirm for a publish that journalled a `put` waits until the store has
   reached that publish's position (RabbitMQ: confirmed once on disk); coalescing never
-  covers a waiting seqno (batch.py).
+  covers a waiting seqno (batch.py). A tx.commit-ok whose commit journalled a `put` waits
+  likewise.
 - A restart rebuilds definitions and messages in store-id order. Recovered messages may
   have been delivered before the crash, so they carry redelivered=true (RQ-04's "may have
   been delivered"); a TTL counts again from the restart (the monotonic clock does not
@@ -28,11 +29,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from codec import BasicProperties
+from codec import BasicProperties, TxCommitOk
 from codec._generated import decode_properties
 from codec.fast_tables import RABBITMQ_TABLES
 from codec.frames import encode_header_payload
-from reference_broker.core.effects import Effect
+from reference_broker.core.effects import Effect, Send
 from reference_broker.core.state import QUORUM, Binding, Channel, Exchange, Message, Queue
 
 if TYPE_CHECKING:
@@ -142,11 +143,25 @@ def defer_confirm(core: BrokerCore, ch: Channel, seqno: int, puts_before: int) -
     return True
 
 
-def stored(core: BrokerCore, position: int) -> None:
-    """The store reached `position`: the confirms waiting for it become ready (sent at flush)."""
+def defer_commit(core: BrokerCore, ch: Channel, puts_before: int) -> bool:
+    """Hold a tx.commit-ok until the store has the commit's puts; True when deferred."""
+    if core.journal is None or core.store_seq == puts_before:
+        return False
+    ch.commit_waiting = core.journal_pos
+    return True
+
+
+def stored(core: BrokerCore, position: int) -> list[Effect]:
+    """The store reached `position`: the confirms waiting for it become ready (sent at
+    flush); the tx.commit-oks waiting for it go now."""
     core.stored_pos = max(core.stored_pos, position)
+    effects: list[Effect] = []
     for conn in core.connections.values():
         for ch in conn.channels.values():
+            if ch.commit_waiting and ch.commit_waiting <= core.stored_pos:
+                ch.commit_waiting = 0
+                if not ch.closing:
+                    effects.append(Send(ch.conn, ch.number, TxCommitOk()))
             waiting = ch.confirms_waiting
             if not waiting or waiting[0][0] > core.stored_pos:
                 continue
@@ -155,6 +170,7 @@ def stored(core: BrokerCore, position: int) -> None:
                 ch.confirms_ready.append(waiting[done][1])
                 done += 1
             del waiting[:done]
+    return effects
 
 
 # -- definitions ---------------------------------------------------------------------------

@@ -228,6 +228,7 @@ class Channel:
     confirms_ready: list[int] = field(default_factory=list)  # acks awaiting the flush (PC-04)
     nacks_ready: list[int] = field(default_factory=list)
     confirms_waiting: list[tuple[int, int]] = field(default_factory=list)  # (store position, seqno)
+    commit_waiting: int = 0  # store position a tx.commit-ok waits for (0: none)
     tx: bool = False
     tx_publishes: list[PendingPublish] = field(default_factory=list)
     tx_settles: list[tuple[str, int, bool, bool]] = field(default_factory=list)  # (kind, tag, multiple, requeue)

@@ -16,6 +16,7 @@ from codec import (
     TxSelect,
     TxSelectOk,
 )
+from reference_broker.core import durability
 from reference_broker.core.basic import settle
 from reference_broker.core.broker import BrokerCore, Meta, handles, soft
 from reference_broker.core.effects import Effect, Send
@@ -47,6 +48,7 @@ def tx_commit(core: BrokerCore, meta: Meta, ch: Channel, m: TxCommit,
     if not ch.tx:
         raise soft(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")  # PC-11
     effects: list[Effect] = []
+    puts_before = core.store_seq
     publishes, ch.tx_publishes = ch.tx_publishes, []
     for p in publishes:
         effects += publish_now(core, meta, ch, p.exchange, p.routing_key, p.mandatory, p.properties, p.body)
@@ -59,6 +61,8 @@ def tx_commit(core: BrokerCore, meta: Meta, ch: Channel, m: TxCommit,
         ch.tx_rejected = False
         err = AmqpError(ReplyCode.PRECONDITION_FAILED, "partial tx completion", 90, 20, scope="channel")
         return effects + core.fail(meta, core.connections[ch.conn], ch, err)
+    if durability.defer_commit(core, ch, puts_before):  # commit-ok once the messages are on disk
+        return effects
     return [*effects, Send(ch.conn, ch.number, TxCommitOk())]
 
 

@@ -26,6 +26,9 @@ from codec import (
     QueueDeclare,
     QueueDelete,
     QueuePurge,
+    TxCommit,
+    TxCommitOk,
+    TxSelect,
 )
 from reference_broker.core import Meta, durability
 from reference_broker.core.effects import Persist
@@ -87,6 +90,17 @@ def test_a_multiple_ack_never_covers_a_confirm_waiting_for_the_store(sim: Sim) -
     assert methods(out, BasicAck) == [BasicAck(1, True), BasicAck(3, False), BasicAck(4, False)]
     sim.core.stored(persists(out)[-1].position)
     assert methods(sim.core.flush(), BasicAck) == [BasicAck(2, False)]
+
+
+def test_tx_commit_ok_waits_for_the_store_when_the_commit_stored_messages(sim: Sim) -> None:
+    sim.queue("q")
+    sim.do(1, 1, TxSelect())
+    sim.do(1, 1, BasicPublish(routing_key="q"), PERSISTENT, b"x")
+    out = sim.do(1, 1, TxCommit())
+    assert methods(out, TxCommitOk) == [] and persists(out)
+    assert methods(sim.core.stored(persists(out)[-1].position), TxCommitOk) == [TxCommitOk()]
+    sim.do(1, 1, BasicPublish(routing_key="q"), TRANSIENT, b"y")
+    assert methods(sim.do(1, 1, TxCommit()), TxCommitOk) == [TxCommitOk()]  # nothing to write
 
 
 def test_ack_purge_and_delete_journal_removals(sim: Sim) -> None:
@@ -187,6 +201,20 @@ def test_persistent_messages_survive_with_redelivered_and_acked_ones_do_not(
     assert got == [("p1", True), ("p2", True), ("p3", True), ("p4", True)]
     broker.stop()  # writes what was submitted before it closes the store
     assert Store(data_dir).message_count() == 0
+
+
+def test_a_committed_transaction_survives(restartable: list[EmbeddedBroker], data_dir: Path) -> None:
+    broker = _start(restartable, data_dir)
+    with _client(broker) as conn:
+        ch = conn.channel()
+        ch.queue_declare("dq", durable=True, auto_delete=False)
+        ch.tx_select()
+        ch.basic_publish(amqp.Message("in-tx", delivery_mode=2), "", "dq")
+        ch.tx_commit()  # returns at tx.commit-ok: after the write
+    broker = _start(restartable, data_dir)
+    with _client(broker) as conn:
+        got = conn.channel().basic_get("dq", no_ack=True)
+        assert got is not None and got.body == "in-tx"
 
 
 def test_dead_lettered_persistent_message_moves_between_durable_queues(
