@@ -26,6 +26,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import os
 import re
 import struct
@@ -150,9 +151,22 @@ def parse_response(mechanism: str, response: bytes) -> tuple[str, str]:
     raise AuthError(ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'")
 
 
-def authenticate(config: BrokerConfig, mechanism: str, response: bytes) -> str:
+def is_loopback(peer: str) -> bool:
+    """Is a "host:port" peer (as the server names it) on a loopback address?"""
+    host = peer.rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def authenticate(config: BrokerConfig, mechanism: str, response: bytes, peer: str | None = None) -> str:
+    """The user a PLAIN/AMQPLAIN response logs in; RabbitMQ's `loopback_users` (guest by
+    default) may log in only from a loopback address, refused with the same 403 as a wrong
+    password (the reason goes to the log only)."""
     user, password = parse_response(mechanism, response)
-    if not check_password(config, user, password):
+    remote = bool(peer) and user in config.loopback_users and not is_loopback(str(peer))
+    if not check_password(config, user, password) or remote:
         raise AuthError(ReplyCode.ACCESS_REFUSED,
                         f"Login was refused using authentication mechanism {mechanism}. "
                         "For details see the broker logfile.")

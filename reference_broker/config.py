@@ -28,6 +28,7 @@ class BrokerConfig:
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     # user -> vhost -> (configure, write, read) regexes; missing = full access to every vhost
     permissions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])  # RabbitMQ's default
     frame_max: int = 131072  # FRM-01
     frame_min_size: int = 8192  # FRM-02 (4.1+)
     channel_max: int = 2047
@@ -48,6 +49,8 @@ class BrokerConfig:
     version: str = "0.1.0"
 
     def validate(self) -> BrokerConfig:
+        if not (isinstance(self.loopback_users, list) and all(isinstance(u, str) for u in self.loopback_users)):
+            raise ConfigError("loopback_users must be a list of user names")
         if self.timeout_mode not in ("4.3", "legacy"):
             raise ConfigError(f"timeout_mode must be '4.3' or 'legacy', not {self.timeout_mode!r}")
         if self.legacy_ruleset not in ("3.10", "3.12"):

@@ -40,6 +40,7 @@ from conformance.suite.helpers_wire import Handshake, handshake
 from reference_broker import auth
 from reference_broker.config import BrokerConfig, ConfigError, load_config
 from reference_broker.server import EmbeddedBroker
+from tests.conftest import require
 from tests.reliability.conftest import Connect, StartBroker, amqp_url
 
 WAIT = 10.0
@@ -325,3 +326,31 @@ def test_security_listeners_are_loopback_unless_configured() -> None:
         for port in ports if outside is not None else ():
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection((outside, port), timeout=WAIT).close()
+
+
+def test_security_guest_logs_in_only_from_loopback() -> None:
+    """RabbitMQ's `loopback_users` (guest by default): from this host's outside address guest
+    gets the same 403 as a wrong password, another user logs in; `loopback_users = []` lifts it."""
+    outside = outside_address()
+    require(outside is not None, "this host has no non-loopback address")
+    assert outside is not None
+    users = {"guest": "guest", "app": "app"}
+    with EmbeddedBroker(host="0.0.0.0", users=users) as broker:
+        for user, refused in (("guest", True), ("app", False)):
+            client = RawClient(f"amqp://{user}:{user}@{outside}:{broker.port}/", timeout=WAIT)
+            if refused:
+                with pytest.raises(ConnectionClosed) as closed:  # the raw driver asks for the close
+                    client.connect()
+                assert closed.value.code == 403 and closed.value.text == (
+                    "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+                    "For details see the broker logfile.")
+            else:
+                client.connect()
+                client.close()
+        local = RawClient(f"amqp://guest:guest@127.0.0.1:{broker.port}/", timeout=WAIT)
+        local.connect()
+        local.close()
+    with EmbeddedBroker(host="0.0.0.0", loopback_users=[]) as broker:
+        client = RawClient(f"amqp://guest:guest@{outside}:{broker.port}/", timeout=WAIT)
+        client.connect()
+        client.close()
