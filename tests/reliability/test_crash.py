@@ -3,23 +3,14 @@ restart on the same data dir, then the total-queue checker (conformance/totalque
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 
 import pytest
 
 from tests.reliability.crash import CrashConfig, CrashResult, run_crash_test
-from tests.reliability.crash_broker import broker_supports_data_dir
-
-
-@cache
-def _has_storage() -> bool:
-    return broker_supports_data_dir()
 
 
 def _run(tmp_path: Path, cycles: int, seed: int, storage: bool = True) -> CrashResult:
-    if storage and not _has_storage():
-        pytest.skip("the reference broker has no --data-dir option")
     return run_crash_test(CrashConfig(cycles=cycles, seed=seed, storage=storage), tmp_path)
 
 

@@ -29,6 +29,7 @@ from codec import (
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, Send
 from reference_broker.protocol.connection import ServerConnection, Write
+from tests.conftest import require
 from tests.reliability.conftest import StartBroker
 from tests.reliability.fuzz import ROOT, fuzz, run_case, run_with_subprocess
 from tests.reliability.fuzz_cases import Case, strategies
@@ -81,8 +82,7 @@ def test_fuzz_100k_cases_with_flat_memory() -> None:
 
 def test_fuzz_atheris_engine_harness_runs_clean() -> None:
     """The atheris harness over the sans-IO engine, briefly (CI installs atheris: dev extra)."""
-    if importlib.util.find_spec("atheris") is None:
-        pytest.skip("atheris is not installed (pip install -e '.[dev]')")
+    require(importlib.util.find_spec("atheris") is not None, "atheris is not installed (pip install -e '.[dev]')")
     run = subprocess.run([sys.executable, "-m", "tests.reliability.fuzz_engine", "-runs=3000", "-seed=1",
                           "-max_len=512", "-len_control=0"], capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
