@@ -106,6 +106,7 @@ class BrokerCore:
         self.stored_pos = 0  # ops the store has made durable
         self.store_seq = 0  # the last store id given to a message
         self.defs_dirty = False  # durable definitions may have changed since the last flush
+        self.awaiting_store: dict[tuple[int, int], Channel] = {}  # channels with confirms/commit-ok held
         for name in config.vhosts:
             self.add_vhost(name)
 

@@ -140,6 +140,7 @@ def defer_confirm(core: BrokerCore, ch: Channel, seqno: int, puts_before: int) -
     if core.journal is None or core.store_seq == puts_before:
         return False
     ch.confirms_waiting.append((core.journal_pos, seqno))
+    core.awaiting_store[(ch.conn, ch.number)] = ch
     return True
 
 
@@ -148,28 +149,29 @@ def defer_commit(core: BrokerCore, ch: Channel, puts_before: int) -> bool:
     if core.journal is None or core.store_seq == puts_before:
         return False
     ch.commit_waiting = core.journal_pos
+    core.awaiting_store[(ch.conn, ch.number)] = ch
     return True
 
 
 def stored(core: BrokerCore, position: int) -> list[Effect]:
     """The store reached `position`: the confirms waiting for it become ready (sent at
-    flush); the tx.commit-oks waiting for it go now."""
+    flush); the tx.commit-oks waiting for it go now. Only channels that wait are visited
+    (a released channel's lists are empty: it just leaves the set)."""
     core.stored_pos = max(core.stored_pos, position)
     effects: list[Effect] = []
-    for conn in core.connections.values():
-        for ch in conn.channels.values():
-            if ch.commit_waiting and ch.commit_waiting <= core.stored_pos:
-                ch.commit_waiting = 0
-                if not ch.closing:
-                    effects.append(Send(ch.conn, ch.number, TxCommitOk()))
-            waiting = ch.confirms_waiting
-            if not waiting or waiting[0][0] > core.stored_pos:
-                continue
-            done = 0
-            while done < len(waiting) and waiting[done][0] <= core.stored_pos:
-                ch.confirms_ready.append(waiting[done][1])
-                done += 1
-            del waiting[:done]
+    for key, ch in list(core.awaiting_store.items()):
+        if ch.commit_waiting and ch.commit_waiting <= core.stored_pos:
+            ch.commit_waiting = 0
+            if not ch.closing:
+                effects.append(Send(ch.conn, ch.number, TxCommitOk()))
+        waiting = ch.confirms_waiting
+        done = 0
+        while done < len(waiting) and waiting[done][0] <= core.stored_pos:
+            ch.confirms_ready.append(waiting[done][1])
+            done += 1
+        del waiting[:done]
+        if not waiting and not ch.commit_waiting:
+            del core.awaiting_store[key]
     return effects
 
 
@@ -211,7 +213,7 @@ def snapshot(core: BrokerCore) -> dict[str, Any]:
 
 
 def restore(core: BrokerCore, meta: Meta, definitions: dict[str, Any] | None,
-            messages: Iterable[StoredMessage]) -> list[Effect]:
+            messages: Iterable[StoredMessage]) -> None:
     """Rebuild the durable state after a restart (before any connection is accepted).
     Stored messages of queues that no longer exist are journalled for deletion."""
     from reference_broker.core.publish import message_ttl
@@ -237,7 +239,6 @@ def restore(core: BrokerCore, meta: Meta, definitions: dict[str, Any] | None,
         if ttl is not None:
             message.expires_at = meta.now_ms + ttl
         queue.enqueue(message)
-    return []
 
 
 def _restore_definitions(core: BrokerCore, definitions: dict[str, Any]) -> None:
