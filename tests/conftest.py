@@ -8,6 +8,7 @@ RabbitMQ broker, ...) skips when it is absent, except under `AMQPC_STRICT=1` (se
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -26,3 +27,10 @@ def require(condition: object, reason: str) -> None:
     if strict():
         pytest.fail(f"{reason} ({STRICT_ENV}=1: a missing resource is a failure)", pytrace=False)
     pytest.skip(reason)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tests.conftest import free_port
+
 DEFAULT_CONFIG = Path("/etc/garagemq/config.yaml")
 USER, PASSWORD = "guest", "guest"  # the package's config: user guest, md5 of "guest"
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -59,12 +61,6 @@ def executable() -> str | None:
 def available() -> bool:
     """True when the binary and the package's config are both present."""
     return executable() is not None and DEFAULT_CONFIG.is_file()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rewrite_config(text: str, changes: dict[tuple[str, str], str]) -> str:

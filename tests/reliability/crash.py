@@ -44,7 +44,8 @@ from typing import Any
 import codec
 from conformance.drivers.raw import ChannelClosed, ConnectionLost, DriverError, NoReply, RawClient, Recorder
 from conformance.totalqueue import Delivery, TotalQueueReport, check_total_queue
-from tests.reliability.crash_broker import BrokerProcess, CrashTestFailed, broker_supports_data_dir, free_port
+from tests.conftest import free_port
+from tests.reliability.crash_broker import BrokerProcess, CrashTestFailed, broker_supports_data_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "crash-test"

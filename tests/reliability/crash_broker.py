@@ -28,12 +28,6 @@ def broker_supports_data_dir() -> bool:
     return "--data-dir" in out.stdout
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class BrokerProcess:
     """The reference broker as a subprocess that can be SIGKILLed and restarted."""
 
