@@ -1,1 +1,1 @@
-"""Drivers: the raw codec client (primary), pika and py-amqp adapters."""
+"""Drivers: one interface (`interface.ClientDriver`) for the raw codec client and the client libraries."""

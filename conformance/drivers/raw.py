@@ -25,7 +25,7 @@ import itertools
 import socket
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -56,7 +56,19 @@ from codec import (
     encode_method,
 )
 from codec.frames import Frame
+from conformance.drivers.interface import (  # the outcomes every driver raises (re-exported)
+    ChannelClosed,
+    Closed,
+    ConnectionClosed,
+    ConnectionLost,
+    DriverError,
+    FrameRecord,
+    NoReply,
+    Recorder,
+)
 
+__all__ = ["DEFAULT_CAPABILITIES", "BrokerAddress", "ChannelClosed", "Closed", "ConnectionClosed", "ConnectionLost",
+           "DriverError", "FrameRecord", "NoReply", "RawClient", "Recorder", "UnexpectedMethod"]
 _CONNECTION_IDS = itertools.count(1)
 # Methods that only ever answer a request (queue.declare-ok, basic.get-empty, ...).
 _RESPONSES = frozenset(name for cls in METHOD_CLASSES.values() for name in cls.RESPONSES)
@@ -71,45 +83,6 @@ DEFAULT_CAPABILITIES = {
 }
 
 
-class DriverError(AssertionError):
-    """Base of the driver's outcomes that are not the expected reply. An AssertionError, so a
-    test that meets one reports a failed broker behaviour (allure: failed, not broken); the
-    plugin still turns a wedged broker into `broken` after its health probe."""
-
-
-class NoReply(DriverError):
-    def __init__(self, seconds: float, waiting_for: str) -> None:
-        super().__init__(f"no reply within {seconds:.1f} s (waiting for {waiting_for})")
-        self.seconds = seconds
-
-
-@dataclass(frozen=True)
-class Closed(DriverError):
-    """The broker closed a channel or the connection."""
-
-    scope: str  # "channel" | "connection"
-    code: int
-    text: str
-    class_id: int
-    method_id: int
-
-    def __str__(self) -> str:
-        return f"{self.scope} closed {self.code} ({self.class_id}/{self.method_id}): {self.text}"
-
-
-class ChannelClosed(Closed):
-    pass
-
-
-class ConnectionClosed(Closed):
-    pass
-
-
-class ConnectionLost(DriverError):
-    """The socket ended without connection.close (reset or EOF), or the broker sent bytes that
-    do not decode."""
-
-
 class UnexpectedMethod(DriverError):
     """The broker sent a reply to a request the client never made on that channel."""
 
@@ -117,25 +90,6 @@ class UnexpectedMethod(DriverError):
         super().__init__(f"unexpected {method} on channel {channel} (waiting for {waiting_for}): "
                          "a reply to no request the client made")
         self.method, self.channel = method, channel
-
-
-@dataclass(frozen=True, slots=True)
-class FrameRecord:
-    ts: float  # time.monotonic()
-    connection: int
-    direction: str  # "in" | "out"
-    channel: int
-    frame: Any  # a codec frame, or raw bytes for send_raw
-
-
-@dataclass
-class Recorder:
-    """Collects the frames of every RawClient given to it (the evidence of a test)."""
-
-    frames: list[FrameRecord] = field(default_factory=list)
-
-    def add(self, record: FrameRecord) -> None:
-        self.frames.append(record)
 
 
 @dataclass(frozen=True)
