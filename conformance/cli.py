@@ -113,7 +113,8 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", default="1", metavar="N", help="parallel workers (pytest-xdist), or 'auto'")
     parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X", help="multiply every wait by X")
     parser.add_argument("--test-timeout", type=float, default=None, metavar="S",
-                        help="watchdog: end the run (exit 3) when a test takes longer than S seconds, 0 = never "
+                        help="watchdog: interrupt a test that takes longer than S seconds (broken; exit 3 only if a fresh "
+                             "connection then fails), 0 = never "
                              "(default 300 x the timeout scale)")
     parser.add_argument("--run-timeout", type=float, default=None, metavar="S",
                         help="watchdog: end the run (exit 3) after S seconds, 0 = never "

@@ -11,6 +11,10 @@ Rules:
 - The probe's answer is None (healthy) or a reason that starts with "broker wedged" (no reply
   within N s) or "broker unreachable" (refused, reset, closed): the plugin turns it into the
   `broken` verdict for the current and every following broker test, and exit status 3.
+- `HealthProbe.fresh()` answers "does the broker still take new work?" after the watchdog
+  interrupted a stuck test: a new connection (TCP + handshake), channel.open, queue.declare
+  and queue.delete of a scratch queue, each wait bounded by the probe's timeout. It shares
+  nothing with the stuck test or with the long-lived probe connection.
 - Leaks: with an admin adapter, every queue/exchange whose name starts with `PREFIX` is listed
   (split into those this run created and other leftovers); without one, only the names whose
   deletion at teardown did not succeed are checked, by passive declare. The check never
@@ -24,7 +28,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from codec import ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk
+from codec import ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
 from conformance.admin import AdminAdapter, AdminError, Unavailable
 from conformance.drivers.raw import ChannelClosed, DriverError, NoReply, RawClient
 
@@ -39,6 +43,27 @@ class HealthProbe:
         self.url, self.timeout = url, timeout
         self.queue = f"amqpc-health.{uuid.uuid4().hex[:12]}"  # not PREFIX: never a leak
         self._client: RawClient | None = None
+
+    def fresh(self) -> str | None:
+        """None when a new connection can do work (see the module rules); otherwise why not."""
+        client = RawClient(self.url, timeout=self.timeout)
+        scratch = f"{self.queue}.scratch"
+        try:
+            client.connect()
+            client.channel(_PROBE_CHANNEL)
+            client.rpc(_PROBE_CHANNEL, QueueDeclare(queue=scratch), QueueDeclareOk)
+            client.rpc(_PROBE_CHANNEL, QueueDelete(queue=scratch), QueueDeleteOk)
+        except NoReply as exc:
+            reason: str | None = f"broker wedged: {exc}"
+        except (DriverError, OSError) as exc:
+            reason = f"broker unreachable: {exc}"
+        else:
+            client.close()
+            return None
+        if client.sock is not None:  # no close handshake with a broker that does not answer
+            client.sock.close()
+            client.sock = None
+        return reason
 
     def check(self) -> str | None:
         """None when the broker answers; otherwise why not."""

@@ -17,9 +17,11 @@ Rules:
 - Between broker tests a health probe runs (`health`); once the broker is wedged or gone,
   every following broker test is `broken` without touching the network, and the session
   exits 3. Otherwise any `broken` verdict makes the exit status 2 (DESIGN.md decision 8).
-- A rule test that overruns `--test-timeout`, or a session that overruns `--run-timeout`,
-  is ended by the `watchdog`: that test is `broken`, the broker counts as down (the rest is
-  `broken`, exit 3), and a run the interrupt cannot end exits 3 after a grace period.
+- A rule test that overruns `--test-timeout` is interrupted by the `watchdog` and ends
+  `broken`; then a fresh connection probes the broker (`HealthProbe.fresh`): if it answers,
+  only that test is broken and the run goes on (exit 2); if not, the broker is down (exit 3).
+  A session that overruns `--run-timeout` ends the run: the broker counts as down (the rest
+  is `broken`, exit 3). A run the interrupt cannot end exits 3 after a grace period.
 - `admin.Unavailable` raised by a test or fixture becomes the `unimplemented` verdict.
 - `pytest --broker-url URL` with no paths runs the shipped suite (`conformance/suite`).
 - A rule test's teardown report carries its `evidence` (for `amqp-conformance run`); under
@@ -49,7 +51,7 @@ from conformance.health import PREFIX, HealthProbe, LeakReport, NameRegistry, cl
 from conformance.profiles import AUTO, Profile, detect
 from conformance.results import ResultsWriter, RunRecord, harness_version, redact_url
 from conformance.verdicts import HarnessError, Verdict, unimplemented
-from conformance.watchdog import Budgets, Watchdog, add_watchdog_options
+from conformance.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 
 SUITE_DIR = Path(__file__).parent / "suite"
 CLIENTS = ("raw", "pika", "amqp")
@@ -82,6 +84,7 @@ class Harness:
     target: Target | None = None
     probe: HealthProbe | None = None
     down: str | None = None  # why the broker counts as wedged/unreachable
+    stuck: str | None = None  # the watchdog interrupted the running test (why), not yet judged
     names: NameRegistry = field(default_factory=NameRegistry)
     counts: Counter[tuple[str, Verdict]] = field(default_factory=Counter)
     broken: list[tuple[str, str]] = field(default_factory=list)
@@ -137,15 +140,32 @@ def pytest_configure(config: pytest.Config) -> None:
                               harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
                               admin=redact_url(config.getoption("--broker-admin")))
     if not config.option.collectonly:
-        state.watchdog = Watchdog(budgets, lambda reason: _watchdog_expired(state, reason))
+        state.watchdog = Watchdog(budgets, lambda reason, session: _watchdog_expired(state, reason, session))
     config.stash[HARNESS] = state
     distributed.register(config, state)
 
 
-def _watchdog_expired(state: Harness, reason: str) -> None:
-    """Called from the watchdog's thread: the run ends as with a wedged broker."""
-    if state.down is None:
+def _watchdog_expired(state: Harness, reason: str, session: bool) -> None:
+    """Called from the watchdog's thread: a session overrun ends the run as with a wedged
+    broker; a test overrun is judged once the test has ended (`_judge_stuck`)."""
+    if session and state.down is None:
         state.down = f"watchdog: {reason}"
+    elif not session:
+        state.stuck = reason
+
+
+def _judge_stuck(state: Harness, message: str | None) -> str | None:
+    """After the watchdog interrupted a test: a fresh connection tells a stuck test (the run
+    goes on) from a broker that no longer takes new work (down, exit 3)."""
+    reason, state.stuck = state.stuck, None
+    if reason is None or state.down is not None or state.probe is None:
+        return message
+    failed = state.probe.fresh()
+    if failed is not None:
+        state.down = f"watchdog: {reason}; a fresh connection then failed: {failed}"
+        return message
+    return (f"{message}; the broker still answered a fresh connection (connect, channel.open, "
+            "queue.declare and queue.delete), so only this test is broken")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -255,6 +275,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     frames = recorder.frames if isinstance(recorder, Recorder) else []
     exc = call.excinfo.value if call.excinfo is not None else None
     verdict, message = outcomes.phase_verdict(report, exc, any(f.direction == "in" for f in frames))
+    if isinstance(exc, WatchdogExpired):
+        message = _judge_stuck(state, message)
     if verdict is not Verdict.PASSED and outcomes.may_mean_broker_down(exc) and _uses_broker(item):
         if state.down is None and state.probe is not None:
             state.down = state.probe.check()

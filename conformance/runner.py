@@ -14,8 +14,9 @@ Rules:
 - Usage errors are found before anything starts and raised as `UsageError` with one line:
   a bad URL, profile, client, admin, baseline, selector, job count, timeout scale or budget.
 - `--test-timeout` / `--run-timeout` (the plugin's `watchdog`) bound every rule test and
-  the session: an overrun ends the run with status 3 and "broker down: watchdog: ..."; its
-  stacks go to stderr.
+  the session: a test overrun makes that test `broken` (status 2) unless a fresh connection
+  then fails too (broker down, status 3); a session overrun ends the run with status 3 and
+  "broker down: watchdog: ..."; the stacks go to stderr.
 - The embedded broker serves the management API too, and is the `--broker-admin` unless one
   is given, so admin-dependent rules run.
 - Output directory (`--out`): `results/` (the Parquet results lake, runs accumulate),

@@ -2,8 +2,8 @@
 
 Responsibility: a daemon thread that watches the running rule test's deadline (`--test-timeout`)
 and the session's (`--run-timeout`; `--session-timeout` belongs to pytest-timeout) and ends an
-overrun, so a run against a broker that is wedged or too slow ends with verdicts and exit
-status 3 instead of hanging.
+overrun, so a run against a broker that is wedged or too slow ends with verdicts instead of
+hanging.
 
 Rules:
 - Budgets are seconds multiplied by `--timeout-scale`. Defaults: a rule test gets
@@ -11,17 +11,21 @@ Rules:
   plus `SESSION_PER_TEST` per collected test. 0 turns a budget off. Only rule tests (marker
   `rules`) are ever interrupted; a session budget that runs out elsewhere fires when the next
   rule test starts.
-- On expiry, once per run: (1) one line saying what overran, then the stack of every thread, go
-  to the real stderr (fd 2 as it was at configure, which pytest's capture does not swallow);
-  (2) `on_expiry(reason)` tells the plugin, which marks the broker down: this and every later
-  broker test is `broken` and the exit status is 3; (3) the thread running the test is
+- On expiry: (1) one line saying what overran, then the stack of every thread, go to the real
+  stderr (fd 2 as it was at configure, which pytest's capture does not swallow);
+  (2) `on_expiry(reason, session)` tells the plugin; (3) the thread running the test is
   interrupted with `WatchdogExpired`, a BaseException (neither `except Exception` in a test
   nor Hypothesis catches it), so the running test ends `broken`. The main thread is reached
   with a signal (`SIGNAL`, which also breaks a blocking socket call); another thread with an
   asynchronous exception.
-- If the run has not ended `GRACE` (scaled) after that, the process exits with status 3
-  (`os._exit`) after a last line on stderr: a hang the interrupt cannot break (a blocked C
-  call, a test that swallows BaseException) still ends.
+- A rule test that overran (`session` false) is one stuck test, not yet a dead broker: the
+  plugin probes the broker with a fresh connection once the test has ended, and only when
+  that probe fails is the broker down (exit 3). Once the interrupted test has ended
+  (`disarm`), the watchdog is ready for the next test. A session that overran (`session`
+  true) ends the run: the plugin marks the broker down, every later broker test is `broken`.
+- If the interrupted test has not ended `GRACE` (scaled) after the interrupt, the process
+  exits with status 3 (`os._exit`) after a last line on stderr: a hang the interrupt cannot
+  break (a blocked C call, a test that swallows BaseException) still ends.
 - The thread reads only the monotonic clock and waits on a condition; it never touches
   sockets, pytest's objects or the terminal.
 """
@@ -89,9 +93,10 @@ class Budgets:
 class Watchdog:
     """Deadlines of the running rule test and of the session; see the module rules."""
 
-    def __init__(self, budgets: Budgets, on_expiry: Callable[[str], None]) -> None:
+    def __init__(self, budgets: Budgets, on_expiry: Callable[[str, bool], None]) -> None:
         self.budgets, self.on_expiry = budgets, on_expiry
-        self.expired: str | None = None  # why the run is being ended, once it is
+        self.expired: str | None = None  # why the running test is being interrupted, once it is
+        self._session_over = False  # the session overran: no later test is watched again
         self._cond = threading.Condition()
         self._session_due: float | None = None
         self._session_budget = 0.0
@@ -123,8 +128,11 @@ class Watchdog:
             self._thread.start()
 
     def disarm(self) -> None:
+        """The rule test ended; after a test overrun, the watchdog is ready for the next one."""
         with self._cond:
             self._test = None
+            if self.expired is not None and not self._session_over:
+                self.expired, self._hard_due = None, None
 
     def stop(self) -> None:
         """The run is over: no expiry, no hard exit; the signal handler is restored."""
@@ -165,22 +173,24 @@ class Watchdog:
         if self._test is None:
             return None
         nodeid = self._test[0]
+        if session_due is not None and now >= session_due:
+            self._session_over = True
+            return f"the session did not end within {self._session_budget:g} s (--run-timeout); {nodeid} was running"
         if test_due is not None and now >= test_due:
             return f"{nodeid} did not end within {self.budgets.test:g} s (--test-timeout)"
-        if session_due is not None and now >= session_due:
-            return f"the session did not end within {self._session_budget:g} s (--run-timeout); {nodeid} was running"
         return None
 
     def _fire(self, reason: str, now: float) -> None:
         assert self._test is not None
         self.expired = reason
         self._hard_due = now + self.budgets.grace
-        self._write(f"\namqp-conformance watchdog: {reason}; ending the run (exit status {EXIT_STATUS}). "
-                    "Stacks of all threads:\n")
+        then = (f"ending the run (exit status {EXIT_STATUS})" if self._session_over
+                else "interrupting it; a fresh connection then tells a stuck test from a dead broker")
+        self._write(f"\namqp-conformance watchdog: {reason}; {then}. Stacks of all threads:\n")
         if self._stderr is not None:
             faulthandler.dump_traceback(self._stderr, all_threads=True)
         try:
-            self.on_expiry(reason)
+            self.on_expiry(reason, self._session_over)
         finally:
             self._interrupt(self._test[2])
 
