@@ -29,8 +29,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conformance.catalogue.profiles import detect  # noqa: E402
 from conformance.drivers.raw import RawClient  # noqa: E402
-from conformance.profiles import detect  # noqa: E402
 from conformance.suite.machine_base import MachineTarget, ModelMachine, run_machine  # noqa: E402
 from conformance.suite.test_machine_cancel import CancelMachine  # noqa: E402
 from conformance.suite.test_machine_confirms import ConfirmMachine  # noqa: E402

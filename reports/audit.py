@@ -1,7 +1,7 @@
 """Trace audit: replay one channel's recorded frames and report what the broker got wrong.
 
 Responsibility: plain-Python per-channel checkers over the frame records of
-`conformance.results` (one channel = one (run, test, connection, channel) in `seq` order).
+`conformance.plugin.results` (one channel = one (run, test, connection, channel) in `seq` order).
 They run in-process on Python lists (tests, the single-process baseline) and inside Spark
 through `reports.audit_arrow` (applyInArrow per channel, mapInArrow per run).
 

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from conformance.results import PARTITION_KEY
+from conformance.plugin.results import PARTITION_KEY
 from reports.audit import BODY_IN, RAW_OUT, Columns, audit_channel_columns, frame_code
 from reports.schema import VIOLATIONS
 

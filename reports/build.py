@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from conformance.catalogue import AREAS, PROFILES, all_rules, rule
+from conformance.catalogue.rules import AREAS, PROFILES, all_rules, rule
 from reports import jobs
 from reports.audit_spark import audit_by_run, audit_grouped
 from reports.model import (

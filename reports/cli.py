@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from conformance.results import PARTITION_KEY
+from conformance.plugin.results import PARTITION_KEY
 
 PROG = "amqp-conformance report"
 EXIT_OK, EXIT_ENVIRONMENT, EXIT_USAGE = 0, 2, 4

@@ -23,7 +23,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from conformance.catalogue import all_rules
+from conformance.catalogue.rules import all_rules
 
 VERDICT_ORDER = ("failed", "broken", "non-strict", "unimplemented", "passed", "not-applicable")  # worst first
 SCORED = ("passed", "failed", "non-strict", "unimplemented")

@@ -1,6 +1,6 @@
 """Consumer delivery-acknowledgement timeouts (RULES.md §6, TMO-*): the oracle as pure functions.
 
-Responsibility: for a profile (conformance.catalogue.PROFILES) answer which timeout value
+Responsibility: for a profile (conformance.catalogue.rules.PROFILES) answer which timeout value
 applies to a manual-ack delivery, how and when its expiry is detected, what the client sees,
 and whether an `x-consumer-timeout` argument is refused. No I/O, no clock.
 

@@ -1,6 +1,6 @@
 """Profile traits: the few places where the model's behaviour depends on the profile.
 
-Responsibility: turn a profile name (conformance.catalogue.PROFILES) into plain flags, so the
+Responsibility: turn a profile name (conformance.catalogue.rules.PROFILES) into plain flags, so the
 rest of the model branches on behaviour, never on version strings.
 Rules (RULES.md §9 and the catalogue's per-profile expectations):
 - QOS-03: `global=true` is a channel-wide limiter on rabbitmq-3.10/3.12/4.0; rabbitmq-4.3
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from conformance.catalogue import PROFILES
+from conformance.catalogue.rules import PROFILES
 
 
 class GlobalQos(Enum):
@@ -37,7 +37,7 @@ class Traits:
 
 
 def traits(profile: str) -> Traits:
-    """The behaviour flags of `profile` (one of conformance.catalogue.PROFILES)."""
+    """The behaviour flags of `profile` (one of conformance.catalogue.rules.PROFILES)."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r} (one of: {', '.join(PROFILES)})")
     if profile == "amqp-0-9-1":

@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from conformance.plugin import Target
+from conformance.plugin.hooks import Target
+from conformance.plugin.verdicts import not_applicable
 from conformance.suite import machine_steps as do
 from conformance.suite.machine_base import MachineTarget, ModelMachine, step
-from conformance.verdicts import not_applicable
 
 CHANNELS = st.sampled_from([1, 2])
 HOW = st.sampled_from(["ack", "nack", "reject"])

@@ -36,8 +36,9 @@ from codec import (
     TxSelectOk,
 )
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_queues import (
+from conformance.plugin.hooks import Names, Target
+from conformance.plugin.verdicts import not_applicable
+from conformance.suite.queue_steps import (
     Connect,
     Publisher,
     assert_quiet,
@@ -57,7 +58,6 @@ from conformance.suite.helpers_queues import (
     take_one,
     with_dead_letter_queue,
 )
-from conformance.verdicts import not_applicable
 
 UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
 SETTLE_METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}

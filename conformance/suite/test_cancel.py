@@ -30,8 +30,8 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_wire import assert_quiet, outcome, publish_burst, sync
+from conformance.plugin.hooks import Names, Target
+from conformance.suite.wire_steps import assert_quiet, outcome, publish_burst, sync
 
 Connect = Callable[..., RawClient]
 QUIET = 0.3

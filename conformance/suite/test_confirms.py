@@ -41,8 +41,9 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_wire import (
+from conformance.plugin.hooks import Names, Target
+from conformance.plugin.verdicts import not_applicable
+from conformance.suite.wire_steps import (
     Confirms,
     assert_quiet,
     default_max_message_size,
@@ -56,7 +57,6 @@ from conformance.suite.helpers_wire import (
     sync,
     wait_channel_closed,
 )
-from conformance.verdicts import not_applicable
 
 Connect = Callable[..., RawClient]
 PERSISTENT = BasicProperties(delivery_mode=2)

@@ -44,7 +44,6 @@ from codec import (
     encode_method,
 )
 from codec.frames import encode_method_payload
-from conformance.admin import AdminAdapter
 from conformance.drivers.raw import (
     BrokerAddress,
     ChannelClosed,
@@ -54,8 +53,10 @@ from conformance.drivers.raw import (
     RawClient,
     Recorder,
 )
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_wire import (
+from conformance.plugin.admin import AdminAdapter
+from conformance.plugin.hooks import Names, Target
+from conformance.plugin.verdicts import non_strict, not_applicable
+from conformance.suite.wire_steps import (
     force_close,
     frame_min_size,
     handshake,
@@ -66,7 +67,6 @@ from conformance.suite.helpers_wire import (
     sync,
     wait_channel_closed,
 )
-from conformance.verdicts import non_strict, not_applicable
 
 Connect = Callable[..., RawClient]
 Trigger = Callable[[RawClient, int], None]

@@ -1,7 +1,7 @@
 """Framing, tuning, connection end and heartbeats over the wire (RULES.md §7: FRM-01..03,
 NET-01, HB-01).
 
-Tune/start-ok tests drive the handshake by hand (`helpers_wire.handshake`), several at once,
+Tune/start-ok tests drive the handshake by hand (`wire_steps.handshake`), several at once,
 because RabbitMQ 3.10.8 refuses a bad handshake silently: it resets the socket after a 3 s
 delay without connection.close (live). That is made explicit per profile below.
 """
@@ -30,8 +30,8 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.raw import BrokerAddress, ConnectionClosed, ConnectionLost, RawClient, Recorder
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_wire import (
+from conformance.plugin.hooks import Names, Target
+from conformance.suite.wire_steps import (
     Handshake,
     frame_min_size,
     handshakes,

@@ -55,13 +55,13 @@ from codec import (
     QueueDelete,
     QueueDeleteOk,
 )
-from conformance.admin import RestoringAdmin, Unavailable
 from conformance.drivers.raw import ChannelClosed, DriverError, Recorder
 from conformance.model import timeouts as model
-from conformance.plugin import Target
-from conformance.suite.helpers_timeout import LONG, SHORT, can_set_global, exact
+from conformance.plugin.admin import RestoringAdmin, Unavailable
+from conformance.plugin.hooks import Target
+from conformance.plugin.verdicts import not_applicable
 from conformance.suite.machine_base import FrameLog, MachineClient, machine_settings
-from conformance.verdicts import not_applicable
+from conformance.suite.timeout_steps import LONG, SHORT, can_set_global, exact
 
 PROFILE = "rabbitmq-4.3"
 CONNECTIONS = ("cap", "nocap")

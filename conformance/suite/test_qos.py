@@ -26,8 +26,9 @@ from codec import (
     ChannelFlowOk,
 )
 from conformance.drivers.raw import ConnectionClosed
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_queues import (
+from conformance.plugin.hooks import Names, Target
+from conformance.plugin.verdicts import not_applicable
+from conformance.suite.queue_steps import (
     CLASSIC,
     QUORUM,
     STREAM,
@@ -47,7 +48,6 @@ from conformance.suite.helpers_queues import (
     take,
     take_one,
 )
-from conformance.verdicts import not_applicable
 
 QUIET = 0.3  # seconds (scaled): how long "nothing more arrives" is watched
 

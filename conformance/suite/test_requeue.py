@@ -19,8 +19,9 @@ import pytest
 
 from codec import BasicAck, BasicNack, BasicQos, BasicQosOk, BasicReject
 from conformance.drivers.raw import ChannelClosed
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_queues import (
+from conformance.plugin.hooks import Names, Target
+from conformance.plugin.verdicts import not_applicable
+from conformance.suite.queue_steps import (
     CLASSIC,
     QUORUM,
     Connect,
@@ -42,7 +43,6 @@ from conformance.suite.helpers_queues import (
     take_one,
     with_dead_letter_queue,
 )
-from conformance.verdicts import not_applicable
 
 
 # -- RQ-01, RQ-02: where a returned message goes ---------------------------------------------

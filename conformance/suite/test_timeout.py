@@ -36,11 +36,12 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from conformance.admin import AdminError, RestoringAdmin
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_queues import (
+from conformance.plugin.admin import AdminError, RestoringAdmin
+from conformance.plugin.hooks import Names, Target
+from conformance.plugin.verdicts import HarnessError, not_applicable, unimplemented
+from conformance.suite.queue_steps import (
     CLASSIC,
     QUORUM,
     STREAM,
@@ -56,7 +57,7 @@ from conformance.suite.helpers_queues import (
     take,
     take_one,
 )
-from conformance.suite.helpers_timeout import (
+from conformance.suite.timeout_steps import (
     LEGACY_QUIET,
     LEGACY_TIMEOUT,
     LONG,
@@ -84,8 +85,7 @@ from conformance.suite.helpers_timeout import (
     quiet_window,
     set_global,
 )
-from conformance.suite.helpers_wire import sync
-from conformance.verdicts import HarnessError, not_applicable, unimplemented
+from conformance.suite.wire_steps import sync
 
 INVALID_ARG = "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for "
 UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"

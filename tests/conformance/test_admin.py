@@ -1,4 +1,4 @@
-"""Tests of the admin adapters (conformance/admin.py).
+"""Tests of the admin adapters (conformance/plugin/admin.py).
 
 ManagementApi runs against an in-memory fake of the management API (httpx.MockTransport) and,
 marked `rabbitmq`, against RabbitMQ's real one when its management plugin is enabled (answers
@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from codec import ConnectionClose, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
-from conformance.admin import (
+from conformance.drivers.raw import RawClient
+from conformance.plugin.admin import (
     AdminError,
     GlobalValue,
     ManagementApi,
@@ -29,7 +30,6 @@ from conformance.admin import (
     Unavailable,
     parse_admin,
 )
-from conformance.drivers.raw import RawClient
 from tests.conftest import require
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"

@@ -1,4 +1,4 @@
-"""Tests of the rule catalogue (conformance/catalogue.py over conformance/rules.toml).
+"""Tests of the rule catalogue (conformance/catalogue/rules.py over conformance/catalogue/rules.toml).
 
 The RULES.md IDs and the seed file names are hard-coded so the tests run in CI without the shared
 directory; where /work/shared (../shared from the repository root) is present, the catalogue is
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalogue import (
+from conformance.catalogue.rules import (
     AREAS,
     NOT_APPLICABLE,
     PROFILES,
@@ -180,7 +180,7 @@ def test_expectation_version_differences() -> None:
 
 
 def test_rules_toml_is_package_data() -> None:
-    assert files("conformance").joinpath("rules.toml").is_file()
+    assert files("conformance.catalogue").joinpath("rules.toml").is_file()
 
 
 VALID_ENTRY = """

@@ -1,4 +1,4 @@
-"""Baselines (conformance/baseline.py): the file format, judging a run, writing one from results."""
+"""Baselines (conformance/gate/baseline.py): the file format, judging a run, writing one from results."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.baseline import (
+from conformance.gate.baseline import (
     EXPECTED,
     XPASS,
     BaselineError,
@@ -19,8 +19,8 @@ from conformance.baseline import (
     parse_baseline,
     render,
 )
-from conformance.evidence import TestEvidence
-from conformance.results import ResultsWriter, RunRecord, TestRecord
+from conformance.plugin.evidence import TestEvidence
+from conformance.plugin.results import ResultsWriter, RunRecord, TestRecord
 
 REPO = Path(__file__).resolve().parents[2]
 

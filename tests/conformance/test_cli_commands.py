@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from conformance.cli import COMMANDS, main
+from conformance.catalogue.selection import Selection, parse_selection
 from conformance.drivers.raw import RawClient
-from conformance.selection import Selection, parse_selection
+from conformance.gate.cli import COMMANDS, main
 
 
 def free_port() -> int:
@@ -30,7 +30,7 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_broker_command_serves_amqp_with_the_reference_broker_options() -> None:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "conformance.cli", "broker", "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "conformance.gate.cli", "broker", "--port", str(port),
                                 "--timeout-mode", "legacy", "--log-level", "WARNING"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

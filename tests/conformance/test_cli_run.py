@@ -1,6 +1,6 @@
 """`amqp-conformance run` end to end: every exit status of DESIGN.md decision 8, baselines, JUnit.
 
-Each run is a real `python -m conformance.cli run` process on a small `--select` (or a tiny
+Each run is a real `python -m conformance.gate.cli run` process on a small `--select` (or a tiny
 `--suite`) against the embedded reference broker, so exit statuses, stdout and stderr are
 exactly what a CI job sees. Status 1 comes from judging the reference broker (RabbitMQ 4.3
 semantics) by a profile it does not satisfy (rabbitmq-3.10: FRM-02 expects 3.10.8's silent
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.baseline import load_baseline
-from conformance.cli import main
-from conformance.results import read_table
+from conformance.gate.baseline import load_baseline
+from conformance.gate.cli import main
+from conformance.plugin.results import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_plugin import WEDGE_SUITE, WedgeProxy
 
@@ -47,7 +47,7 @@ class Run:
 
 def cli(tmp: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 180) -> Run:
     out = tmp / "out"
-    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--out", str(out), *args], cwd=tmp,
+    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), *args], cwd=tmp,
                           capture_output=True, text=True, timeout=timeout, env=env)
     return Run(done.returncode, done.stdout, done.stderr, out)
 
@@ -127,7 +127,7 @@ def test_xpass_is_reported_and_fails_only_a_strict_baseline(tmp_path: Path) -> N
 # -- 2 ------------------------------------------------------------------------------------------
 BROKEN_SUITE = '''
 import pytest
-from conformance.verdicts import HarnessError
+from conformance.plugin.verdicts import HarnessError
 
 
 @pytest.mark.rules("ACK-01")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalogue import AREAS
+from conformance.catalogue.rules import AREAS
 from tests.conftest import require
 from tests.garagemq_broker import (
     EXIT_TIMED_OUT,

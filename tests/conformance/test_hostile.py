@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from conformance.cli import main
 from conformance.drivers.raw import ConnectionLost, NoReply, RawClient
-from conformance.plugin import SUITE_DIR
-from conformance.results import read_table
+from conformance.gate.cli import main
+from conformance.plugin.hooks import SUITE_DIR
+from conformance.plugin.results import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.hostile import PASS, HostileProxy, Mode, Plan, declares_queue
 
@@ -86,7 +86,7 @@ class Cli:
 def _cli(tmp: Path, *args: str, timeout: float = 60) -> Cli:
     out = tmp / "out"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--out", str(out), "--timeout-scale", SCALE,
+    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), "--timeout-scale", SCALE,
                            *args], cwd=tmp, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "COLUMNS": "200"})
     seconds = time.monotonic() - started

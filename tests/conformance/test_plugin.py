@@ -1,4 +1,4 @@
-"""End-to-end tests of the pytest plugin (conformance/plugin.py) on tiny synthetic suites.
+"""End-to-end tests of the pytest plugin (conformance/plugin/hooks.py) on tiny synthetic suites.
 
 Each test writes a suite into pytester's directory and runs pytest in-process against the
 embedded reference broker (one for the module), or against `WedgeProxy`, a TCP proxy in front
@@ -20,9 +20,9 @@ import allure  # noqa: F401 - imported once here rather than by every in-process
 import hypothesis  # noqa: F401
 import pytest
 
-from conformance.admin import NoAdmin
-from conformance.health import NameRegistry, find_leaks
-from conformance.results import read_table
+from conformance.plugin.admin import NoAdmin
+from conformance.plugin.health import NameRegistry, find_leaks
+from conformance.plugin.results import read_table
 from reference_broker.server import EmbeddedBroker
 
 pytest_plugins = ["pytester"]
@@ -33,7 +33,7 @@ from hypothesis import given, settings, strategies as st
 
 from codec import BasicAck, BasicGet, BasicGetEmpty, BasicGetOk, QueueDeclare, QueueDeclareOk
 from conformance.drivers.raw import ChannelClosed
-from conformance.verdicts import HarnessError, non_strict
+from conformance.plugin.verdicts import HarnessError, non_strict
 
 
 @pytest.mark.rules("ACK-03")
@@ -355,7 +355,7 @@ def test_bad_options_are_usage_errors(pytester: pytest.Pytester, option: list[st
 
 class ListingAdmin(NoAdmin):
     def list_queues(self, vhost: str) -> list[Any]:
-        from conformance.admin import QueueInfo
+        from conformance.plugin.admin import QueueInfo
 
         return [QueueInfo("amqpc.t.q.1", vhost), QueueInfo("amqpc.old.q.2", vhost), QueueInfo("app.q", vhost)]
 

@@ -1,4 +1,4 @@
-"""Tests of the results records (conformance/results.py): schema, frame fields, Parquet layout."""
+"""Tests of the results records (conformance/plugin/results.py): schema, frame fields, Parquet layout."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from codec import (
     MethodFrame,
 )
 from conformance.drivers.raw import FrameRecord
-from conformance.results import (
+from conformance.plugin.results import (
     COLUMNS,
     PARTITION_KEY,
     SCHEMAS,

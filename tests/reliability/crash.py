@@ -1,7 +1,7 @@
 """Crash test: SIGKILL the reference broker at random moments under load, then judge the history.
 
 `python -m tests.reliability.crash --cycles 20 --seed S` runs it and prints the total-queue
-report (conformance/totalqueue.py); exit 0 only when nothing confirmed is lost, nothing
+report (tests/reliability/totalqueue.py); exit 0 only when nothing confirmed is lost, nothing
 unexpected is delivered and no duplicate is illegal.
 
 Shape: the broker runs as a subprocess (`python -m reference_broker --port P --data-dir D`); a
@@ -43,9 +43,9 @@ from typing import Any
 
 import codec
 from conformance.drivers.raw import ChannelClosed, ConnectionLost, DriverError, NoReply, RawClient, Recorder
-from conformance.totalqueue import Delivery, TotalQueueReport, check_total_queue
 from tests.conftest import free_port
 from tests.reliability.crash_broker import BrokerProcess, CrashTestFailed, broker_supports_data_dir
+from tests.reliability.totalqueue import Delivery, TotalQueueReport, check_total_queue
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "crash-test"

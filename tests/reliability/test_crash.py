@@ -1,5 +1,5 @@
 """The crash test (tests/reliability/crash.py) against the reference broker: SIGKILL under load,
-restart on the same data dir, then the total-queue checker (conformance/totalqueue.py)."""
+restart on the same data dir, then the total-queue checker (tests/reliability/totalqueue.py)."""
 
 from __future__ import annotations
 

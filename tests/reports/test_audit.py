@@ -13,7 +13,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.results import SCHEMAS
+from conformance.plugin.results import SCHEMAS
 from reports.audit import ChannelFrame, Finding, audit_channel
 from reports.audit_arrow import audit_group, audit_table
 from tests.reports.channel_sim import CONFIRMS, REQUEUE, ChannelSim, steps, valid_traces

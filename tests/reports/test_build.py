@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conformance.catalogue import all_rules
+from conformance.catalogue.rules import all_rules
 from reports.synthetic import TARGETS
 from tests.reports.conftest import SMALL_LAKE, Lake, Site
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.baseline import EXPECTED, XPASS, Judgement
-from conformance.evidence import TestEvidence
+from conformance.gate.baseline import EXPECTED, XPASS, Judgement
+from conformance.plugin.evidence import TestEvidence
 
 # worst first: the first outcome present among a rule's tests is the rule's result
 PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "passed", "not-applicable")
@@ -97,7 +97,7 @@ def _testcase(suite: ET.Element, rule_id: str, tests: Sequence[TestEvidence], ju
 
 
 def _area_of(rule_id: str, default: str) -> str:
-    from conformance.catalogue import rule
+    from conformance.catalogue.rules import rule
 
     try:
         return rule(rule_id).area

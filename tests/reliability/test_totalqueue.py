@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.totalqueue import (
+from tests.reliability.totalqueue import (
     AFTER_ACK_LOST_IN_KILL,
     AFTER_ACK_SAME_EPOCH,
     NOT_FLAGGED,

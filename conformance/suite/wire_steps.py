@@ -49,7 +49,7 @@ from codec import (
     encode_method,
 )
 from codec.frames import encode_method_payload
-from conformance.admin import AdminAdapter
+from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import (
     BrokerAddress,
     ChannelClosed,
@@ -59,7 +59,7 @@ from conformance.drivers.raw import (
     RawClient,
     Recorder,
 )
-from conformance.profiles import Profile
+from conformance.plugin.admin import AdminAdapter
 
 _RAW_IDS = itertools.count(1_000_000)  # raw handshakes, apart from RawClient's connection ids
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024  # PC-12, 4.0+

@@ -33,11 +33,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from conformance import evidence
-from conformance.verdicts import Verdict
+from conformance.plugin import evidence
+from conformance.plugin.verdicts import Verdict
 
 if TYPE_CHECKING:
-    from conformance.plugin import Harness
+    from conformance.plugin.hooks import Harness
 
 RUN_ID_KEY = "amqpc_run_id"
 LOCK_KEY = "amqpc_lock_dir"

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from conformance.catalogue import AREAS, Rule, all_rules
+from conformance.catalogue.rules import AREAS, Rule, all_rules
 
-SUITE_DIR = Path(__file__).parent / "suite"
+SUITE_DIR = Path(__file__).parent.parent / "suite"
 
 
 @dataclass(frozen=True)

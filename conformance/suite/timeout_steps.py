@@ -34,12 +34,12 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from conformance.admin import RestoringAdmin, Unavailable
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
-from conformance.plugin import Names, Target
-from conformance.suite.helpers_queues import QUORUM, Publisher, declare, messages
-from conformance.suite.helpers_wire import sync, wait_channel_closed
+from conformance.plugin.admin import RestoringAdmin, Unavailable
+from conformance.plugin.hooks import Names, Target
+from conformance.suite.queue_steps import QUORUM, Publisher, declare, messages
+from conformance.suite.wire_steps import sync, wait_channel_closed
 
 Connect = Callable[..., RawClient]
 

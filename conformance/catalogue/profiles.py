@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from conformance.catalogue import PROFILES, expectation
+from conformance.catalogue.rules import PROFILES, expectation
 
 AUTO = "auto"
 

@@ -41,8 +41,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue import PROFILES, all_rules
-from conformance.evidence import TestEvidence, test_key
+from conformance.catalogue.rules import PROFILES, all_rules
+from conformance.plugin.evidence import TestEvidence, test_key
 
 EXPECTED, XPASS = "expected", "xpass"
 _DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "profiles", "intermittent"})
@@ -192,7 +192,7 @@ def from_results(results_dir: Path | str, run_id: str | None = None) -> tuple[st
 
     ValueError when the directory holds no runs or not that one.
     """
-    from conformance.results import read_table
+    from conformance.plugin.results import read_table
 
     try:
         runs = read_table(results_dir, "runs").to_pylist()

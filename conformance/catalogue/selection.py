@@ -1,7 +1,7 @@
-"""Selecting suite tests by area or rule ID: `pytest -p conformance.selection --select qos ACK-03`.
+"""Selecting suite tests by area or rule ID: `pytest -p conformance.catalogue.selection --select qos ACK-03`.
 
 Responsibility: parse and validate a selection against the catalogue (`parse_selection`) and,
-as a pytest plugin loaded with `-p conformance.selection`, keep only the tests that check a
+as a pytest plugin loaded with `-p conformance.catalogue.selection`, keep only the tests that check a
 selected rule or a rule of a selected area. `amqp-conformance run --select` uses it; being a
 `-p` plugin, it is active in pytest-xdist workers too (they get the same command line).
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance.catalogue import AREAS, all_rules
+from conformance.catalogue.rules import AREAS, all_rules
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Selection:
         return bool(self.areas or self.rules)
 
     def keeps(self, rule_ids: Iterable[str]) -> bool:
-        from conformance.catalogue import rule
+        from conformance.catalogue.rules import rule
 
         for rule_id in rule_ids:
             if rule_id in self.rules:

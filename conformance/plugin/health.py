@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from codec import ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
-from conformance.admin import AdminAdapter, AdminError, Unavailable
 from conformance.drivers.raw import ChannelClosed, DriverError, NoReply, RawClient
+from conformance.plugin.admin import AdminAdapter, AdminError, Unavailable
 
 PREFIX = "amqpc."
 _PROBE_CHANNEL = 1

@@ -11,7 +11,7 @@ Rules:
   connected `RawClient`s sharing the test's frame `recorder`, closed at teardown),
   `names` (unique "amqpc." names; queues/exchanges named through it are deleted at
   teardown), `admin` (the `--broker-admin` adapter; every change is undone at teardown).
-- Every rule test gets a verdict (`outcomes`), counted per area in the terminal summary and,
+- Every rule test gets a verdict (`classify`), counted per area in the terminal summary and,
   with `--results-dir`, written as records (`results`). With `--alluredir`, tests are
   labelled epic = area, feature = rule group, story = rule, and get their frame log attached.
 - Between broker tests a health probe runs (`health`); once the broker is wedged or gone,
@@ -43,17 +43,17 @@ from typing import Any
 
 import pytest
 
-from conformance import distributed, evidence, outcomes
-from conformance.admin import AdminAdapter, RestoringAdmin, Unavailable, parse_admin
-from conformance.catalogue import AREAS, PROFILES, rule
+from conformance.catalogue.profiles import AUTO, Profile, detect
+from conformance.catalogue.rules import AREAS, PROFILES, rule
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
-from conformance.health import PREFIX, HealthProbe, LeakReport, NameRegistry, close_quietly, find_leaks
-from conformance.profiles import AUTO, Profile, detect
-from conformance.results import ResultsWriter, RunRecord, harness_version, redact_url
-from conformance.verdicts import HarnessError, Verdict, unimplemented
-from conformance.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
+from conformance.plugin import classify, distributed, evidence
+from conformance.plugin.admin import AdminAdapter, RestoringAdmin, Unavailable, parse_admin
+from conformance.plugin.health import PREFIX, HealthProbe, LeakReport, NameRegistry, close_quietly, find_leaks
+from conformance.plugin.results import ResultsWriter, RunRecord, harness_version, redact_url
+from conformance.plugin.verdicts import HarnessError, Verdict, unimplemented
+from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 
-SUITE_DIR = Path(__file__).parent / "suite"
+SUITE_DIR = Path(__file__).parent.parent / "suite"
 CLIENTS = ("raw", "pika", "amqp")
 EXIT_BROKEN, EXIT_UNREACHABLE = 2, 3
 AREA_MARKER = "area_"  # `-m area_qos` selects an area
@@ -96,7 +96,7 @@ class Harness:
 
 
 HARNESS = pytest.StashKey[Harness]()
-STATE = pytest.StashKey[outcomes.TestState]()
+STATE = pytest.StashKey[classify.TestState]()
 RULE_ERROR = pytest.StashKey[str]()
 
 
@@ -218,7 +218,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, AREA_MARKER + rule(rule_id).area))
             except KeyError as exc:
                 item.stash[RULE_ERROR] = str(exc.args[0])
-        for label in outcomes.allure_labels(_area(item), [str(r) for r in marker.args]) if allure else ():
+        for label in classify.allure_labels(_area(item), [str(r) for r in marker.args]) if allure else ():
             item.add_marker(label)
 
 
@@ -243,7 +243,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if state.down is None and state.probe is not None:
         state.down = state.probe.check()
     if state.down is not None:
-        pytest.skip(outcomes.BROKEN_PREFIX + state.down)
+        pytest.skip(classify.BROKEN_PREFIX + state.down)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -268,16 +268,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if item.get_closest_marker("rules") is None:
         return report
     state = harness(item.config)
-    test = item.stash.setdefault(STATE, outcomes.TestState())
+    test = item.stash.setdefault(STATE, classify.TestState())
     if report.when == "setup":
         test.started = datetime.fromtimestamp(call.start, UTC)
     recorder = (getattr(item, "funcargs", None) or {}).get("recorder")
     frames = recorder.frames if isinstance(recorder, Recorder) else []
     exc = call.excinfo.value if call.excinfo is not None else None
-    verdict, message = outcomes.phase_verdict(report, exc, any(f.direction == "in" for f in frames))
+    verdict, message = classify.phase_verdict(report, exc, any(f.direction == "in" for f in frames))
     if isinstance(exc, WatchdogExpired):
         message = _judge_stuck(state, message)
-    if verdict is not Verdict.PASSED and outcomes.may_mean_broker_down(exc) and _uses_broker(item):
+    if verdict is not Verdict.PASSED and classify.may_mean_broker_down(exc) and _uses_broker(item):
         if state.down is None and state.probe is not None:
             state.down = state.probe.check()
         if state.down is not None:
@@ -288,7 +288,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _finish(item: pytest.Item, report: pytest.TestReport, test: outcomes.TestState, frames: list[Any]) -> None:
+def _finish(item: pytest.Item, report: pytest.TestReport, test: classify.TestState, frames: list[Any]) -> None:
     state = harness(item.config)
     area = _area(item)
     state.counts[area, test.verdict] += 1
@@ -300,11 +300,11 @@ def _finish(item: pytest.Item, report: pytest.TestReport, test: outcomes.TestSta
     evidence.attach(report, evidence.build(item.nodeid, test.verdict.value, area, rule_ids, test.message,
                                            test.failure, frames, test.duration_total))
     if state.allure:
-        outcomes.allure_evidence(test, frames)
+        classify.allure_evidence(test, frames)
     if state.writer is None:
         return
     seed_option = item.config.getoption("hypothesis_seed", None)
-    state.writer.add_test(outcomes.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option),
+    state.writer.add_test(classify.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option),
                           frames)
 
 
@@ -331,7 +331,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not (state.counts or state.down or (state.leaks and not state.leaks.clean)):
         return
     terminalreporter.section("amqp-conformance verdicts")
-    for line, markup in outcomes.summary_report(state.counts, state.broken, state.down, state.leaks):
+    for line, markup in classify.summary_report(state.counts, state.broken, state.down, state.leaks):
         terminalreporter.write_line(line, **markup)
     if state.writer is not None:
         terminalreporter.write_line(f"results: {state.writer.root} (run={state.run_id})")
@@ -401,7 +401,7 @@ def _rules_apply(request: pytest.FixtureRequest) -> None:
         return
     profile: Profile = request.getfixturevalue("target").profile
     if all(profile.expect(r) == "not-applicable" for r in marker.args):
-        from conformance.verdicts import not_applicable
+        from conformance.plugin.verdicts import not_applicable
 
         not_applicable(f"{', '.join(marker.args)} on {profile.name}")
 

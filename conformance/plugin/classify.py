@@ -34,10 +34,10 @@ import pytest
 from codec import ChannelClose, Command, ConnectionClose, MethodFrame
 from codec.frames import describe
 from conformance.drivers.raw import Closed, ConnectionLost, DriverError, FrameRecord, NoReply
-from conformance.health import LeakReport
-from conformance.results import TestRecord
-from conformance.verdicts import SKIP_PREFIX, HarnessError, Verdict, verdict_of_skip
-from conformance.watchdog import WatchdogExpired
+from conformance.plugin.health import LeakReport
+from conformance.plugin.results import TestRecord
+from conformance.plugin.verdicts import SKIP_PREFIX, HarnessError, Verdict, verdict_of_skip
+from conformance.plugin.watchdog import WatchdogExpired
 
 BROKEN_PREFIX = "broken: "
 MAX_TEXT = 4000
@@ -236,7 +236,7 @@ def test_record(run_id: str, test_id: str, rule_ids: list[str], area: str, test:
 def summary_report(counts: Counter[tuple[str, Verdict]], broken: Sequence[tuple[str, str]], down: str | None,
                    leaks: LeakReport | None, limit: int = 20) -> list[tuple[str, dict[str, bool]]]:
     """The terminal summary: verdicts per area, broken tests, a down broker, leftovers."""
-    from conformance.catalogue import AREAS
+    from conformance.catalogue.rules import AREAS
 
     lines: list[tuple[str, dict[str, bool]]] = [(line, {}) for line in summary_lines(counts, AREAS)]
     if down:

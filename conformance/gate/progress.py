@@ -29,12 +29,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from conformance.baseline import EXPECTED, XPASS
-from conformance.catalogue import AREAS
-from conformance.evidence import TestEvidence
+from conformance.catalogue.rules import AREAS
+from conformance.gate.baseline import EXPECTED, XPASS
+from conformance.plugin.evidence import TestEvidence
 
 if TYPE_CHECKING:
-    from conformance.runner import Outcome, Prepared
+    from conformance.gate.runner import Outcome, Prepared
 
 OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "not-applicable", "broken")
 STYLES = {"passed": "green", XPASS: "cyan", "failed": "bold red", EXPECTED: "yellow", "non-strict": "magenta",

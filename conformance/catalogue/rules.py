@@ -82,7 +82,7 @@ def parse_catalogue(toml_text: str) -> tuple[Rule, ...]:
 @cache
 def all_rules() -> tuple[Rule, ...]:
     """Every rule, in catalogue order (read from the package's rules.toml once)."""
-    resource = files("conformance").joinpath(RULES_FILE)
+    resource = files("conformance.catalogue").joinpath(RULES_FILE)
     return parse_catalogue(resource.read_text(encoding="utf-8"))
 
 

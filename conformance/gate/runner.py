@@ -42,10 +42,10 @@ from typing import Any, TextIO
 import pytest
 from rich.console import Console
 
-from conformance.baseline import EXPECTED, Baseline, BaselineError, Judgement, judge, load_baseline
-from conformance.catalogue import PROFILES
-from conformance.evidence import TestEvidence, from_report
-from conformance.selection import parse_selection
+from conformance.catalogue.rules import PROFILES
+from conformance.catalogue.selection import parse_selection
+from conformance.gate.baseline import EXPECTED, Baseline, BaselineError, Judgement, judge, load_baseline
+from conformance.plugin.evidence import TestEvidence, from_report
 
 EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2, 3, 4
 CLIENTS = ("raw", "pika", "amqp")
@@ -90,8 +90,8 @@ class Prepared:
 
 def prepare(options: RunOptions) -> Prepared:
     """Validate every option (UsageError, one line, on the first bad one)."""
-    from conformance.admin import parse_admin
     from conformance.drivers.raw import BrokerAddress
+    from conformance.plugin.admin import parse_admin
 
     try:
         if options.broker_url:
@@ -198,7 +198,7 @@ class RunCollector:
         self.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from conformance.plugin import HARNESS
+        from conformance.plugin.hooks import HARNESS
 
         self.harness = session.config.stash.get(HARNESS, None)
 
@@ -211,9 +211,9 @@ class RunCollector:
 
 def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list[str]:
     options = prepared.options
-    from conformance.plugin import SUITE_DIR
+    from conformance.plugin.hooks import SUITE_DIR
 
-    args = [str(options.suite or SUITE_DIR), "-p", "conformance.selection", "-p", "no:cacheprovider",
+    args = [str(options.suite or SUITE_DIR), "-p", "conformance.catalogue.selection", "-p", "no:cacheprovider",
             "-o", "addopts=", "-q", "-rfE", "--tb=short",
             "--broker-url", url, "--broker-admin", admin, "--profile", options.profile, "--client", options.client,
             "--timeout-scale", repr(options.timeout_scale), "--results-dir", str(results), "--run-id", prepared.run_id]
@@ -230,7 +230,7 @@ def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list
 @contextlib.contextmanager
 def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str]]:
     """(url, admin, description) of the broker under test; starts the embedded one if no URL."""
-    from conformance.results import redact_url
+    from conformance.plugin.results import redact_url
 
     if options.broker_url:
         yield options.broker_url, options.broker_admin or "none", redact_url(options.broker_url)
@@ -258,9 +258,9 @@ def probe(url: str, timeout: float) -> dict[str, Any]:
 
 def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
     """Run the suite (broker started, probed and stopped here); the gate outcome."""
+    from conformance.catalogue.profiles import detect
     from conformance.drivers.raw import DriverError
-    from conformance.profiles import detect
-    from conformance.progress import LiveProgress
+    from conformance.gate.progress import LiveProgress
 
     options = prepared.options
     results = options.out / "results"
@@ -344,7 +344,7 @@ def run(options: RunOptions, console: Console | None = None) -> int:
         if not outcome.tests and outcome.problem:
             _error(outcome.problem)
             return outcome.exit_status
-        from conformance.progress import summarise
+        from conformance.gate.progress import summarise
 
         summarise(console, prepared, outcome, write_junit_for(prepared, outcome))
         if options.report:
@@ -356,8 +356,8 @@ def run(options: RunOptions, console: Console | None = None) -> int:
 
 
 def write_junit_for(prepared: Prepared, outcome: Outcome) -> Path:
-    from conformance.junit import RunInfo, write_junit
-    from conformance.results import redact_url
+    from conformance.gate.junit import RunInfo, write_junit
+    from conformance.plugin.results import redact_url
 
     options, record = prepared.options, getattr(outcome.harness, "run", None)
     info = RunInfo(prepared.run_id, options.client,

@@ -36,7 +36,7 @@ class TestEvidence:
     __test__ = False  # not a pytest test class
 
     nodeid: str
-    verdict: str  # conformance.verdicts.Verdict value
+    verdict: str  # conformance.plugin.verdicts.Verdict value
     area: str
     rule_ids: tuple[str, ...]
     message: str | None = None
@@ -75,7 +75,7 @@ def from_report(report: pytest.TestReport) -> TestEvidence | None:
 def build(nodeid: str, verdict: str, area: str, rule_ids: Sequence[str], message: str | None,
           failure: BaseException | None, frames: Sequence[FrameRecord], duration: float) -> TestEvidence:
     """The evidence of a finished test: its verdict, the broker's close and its frame log."""
-    from conformance.outcomes import frame_log, reply_of
+    from conformance.plugin.classify import frame_log, reply_of
 
     reply = reply_of(failure, frames)
     reply_text = (f"{reply.scope} {reply.code} ({reply.class_id}/{reply.method_id}) {reply.text}"

@@ -45,10 +45,10 @@ from codec import (
     TxSelectOk,
 )
 from codec import Method as AmqpMethod
+from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import NoReply, RawClient
-from conformance.plugin import Names
-from conformance.profiles import Profile
-from conformance.verdicts import HarnessError, not_applicable
+from conformance.plugin.hooks import Names
+from conformance.plugin.verdicts import HarnessError, not_applicable
 
 CLASSIC = "classic"
 QUORUM = "quorum"

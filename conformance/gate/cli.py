@@ -1,4 +1,4 @@
-"""The `amqp-conformance` command line (console script `amqp-conformance = conformance.cli:main`).
+"""The `amqp-conformance` command line (console script `amqp-conformance = conformance.gate.cli:main`).
 
 Responsibility: parse the command line and dispatch to one subcommand: `run` (the suite
 against a broker as a CI gate, `runner`), `baseline` (a baseline file from a recorded run),
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from conformance.catalogue import AREAS, PROFILES
+from conformance.catalogue.rules import AREAS, PROFILES
 
 PROG = "amqp-conformance"
 EXIT_OK, EXIT_HARNESS, EXIT_USAGE = 0, 2, 4
@@ -64,7 +64,7 @@ def _rules_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from conformance.coverage import SUITE_DIR, suite_coverage
+    from conformance.catalogue.coverage import SUITE_DIR, suite_coverage
 
     suite = args.suite or SUITE_DIR
     if not suite.exists():
@@ -94,7 +94,7 @@ def _rules_run(args: argparse.Namespace) -> int:
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    from conformance.runner import DEFAULT_OUT
+    from conformance.gate.runner import DEFAULT_OUT
 
     parser.add_argument("--broker-url", default=os.environ.get("AMQPC_BROKER_URL"), metavar="URL",
                         help="amqp://user:pass@host:port/vhost (default: an embedded reference broker)")
@@ -126,7 +126,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    from conformance import runner
+    from conformance.gate import runner
 
     options = runner.RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
                                 args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
@@ -146,7 +146,7 @@ def _baseline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _baseline_run(args: argparse.Namespace) -> int:
-    from conformance.baseline import from_results
+    from conformance.gate.baseline import from_results
 
     results = args.results / "results" if (args.results / "results" / "runs").is_dir() else args.results
     try:

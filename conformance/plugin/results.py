@@ -72,7 +72,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("test_id", "string", False),  # the pytest node id
         Column("rule_ids", "array<string>", False),
         Column("area", "string", False),
-        Column("verdict", "string", False),  # conformance.verdicts.Verdict values
+        Column("verdict", "string", False),  # conformance.plugin.verdicts.Verdict values
         Column("outcome", "string", False),  # pytest's: passed | failed | skipped
         Column("phase", "string", False),  # setup | call | teardown: where the verdict was decided
         Column("started", "timestamp", False),

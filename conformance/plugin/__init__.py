@@ -1,0 +1,1 @@
+"""The pytest plugin: hooks and fixtures, verdicts, evidence, results records, health, watchdog, admin."""
