@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run lint typecheck unit bench-codec bench-broker generate clean
+.PHONY: test run lint typecheck unit bench-codec bench-broker generate clean \
+	rabbitmq4-up rabbitmq4-down rabbitmq4-status
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +43,18 @@ mutation: $(STAMP)
 
 generate: $(STAMP)
 	$(BIN)/python -m codec.generate
+
+# RabbitMQ 4.3.6 (Debian sid) and 4.0.5 (trixie) in cached debootstrap chroots on loopback
+# (scripts/rabbitmq4.sh; RMQ4=4.3 or 4.0 for one of them; needs root).
+RMQ4 ?= all
+rabbitmq4-up:
+	scripts/rabbitmq4.sh up $(RMQ4)
+
+rabbitmq4-down:
+	scripts/rabbitmq4.sh down $(RMQ4)
+
+rabbitmq4-status:
+	scripts/rabbitmq4.sh status $(RMQ4)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
