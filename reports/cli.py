@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from conformance.plugin.results import PARTITION_KEY
+from conformance.plugin.wording import plural
 
 PROG = "amqp-conformance report"
 EXIT_OK, EXIT_ENVIRONMENT, EXIT_USAGE = 0, 2, 4
@@ -32,8 +33,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Build the HTML conformance report from a results directory "
-                                       "(Parquet written by `amqp-conformance run --results-dir`).")
+    p = _Parser(prog=PROG, description="Build the HTML conformance report from a results directory: the "
+                                       "Parquet that `amqp-conformance run --out DIR` writes to DIR/results (or "
+                                       "the pytest plugin to its --results-dir).")
     p.add_argument("results_dir", metavar="RESULTS_DIR", help="results directory (runs/, tests/, frames/)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write the static site into")
     p.add_argument("--spark-master", metavar="URL", default=None,
@@ -81,8 +83,9 @@ def report_main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_ENVIRONMENT
     index = Path(args.out) / "index.html"
-    print(f"report: {index} ({data.runs} runs, {len(data.targets)} targets, {len(data.failing)} failing tests, "
-          f"{len(data.violations)} audit findings; {time.perf_counter() - started:.1f} s)")
+    print(f"report: {index} ({plural(data.runs, 'run')}, {plural(len(data.targets), 'target')}, "
+          f"{plural(len(data.failing), 'failing test')}, {plural(len(data.violations), 'audit finding')}; "
+          f"{time.perf_counter() - started:.1f} s)")
     return EXIT_OK
 
 

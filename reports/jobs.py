@@ -8,9 +8,11 @@ Rules:
 - A target is (product, version, profile, client); its label is "product version · profile ·
   client" (`unknown` for a broker that did not say).
 - A rule's verdict in a run is the worst verdict of the tests that check it, in the order
-  failed > broken > non-strict > unimplemented > passed > not-applicable.
-- Score = passed / (passed + failed + non-strict + unimplemented): not-applicable rules and
-  broken ones (the harness's fault, not the broker's) are left out. Null when nothing counts.
+  `conformance.plugin.verdicts.WORST_FIRST` (failed > broken > non-strict > unimplemented >
+  needs-admin > passed > not-applicable): a rule is passed only when all its checks ran.
+- Score = passed / (passed + failed + non-strict + unimplemented): not-applicable rules,
+  rules whose checks were not run for want of `--broker-admin` (needs-admin) and broken ones
+  (the harness's fault, not the broker's) are left out. Null when nothing counts.
 - Runs of a target are ordered by (started, run_id). The matrix shows each target's latest run.
 - A regression is passed in run A, failed in the next run B of the same target. A flip is a
   change between passed and failed in consecutive runs; a (rule, target) with at least
@@ -24,12 +26,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from conformance.catalogue.rules import all_rules
+from conformance.plugin.verdicts import SCORED as SCORED_VERDICTS
+from conformance.plugin.verdicts import WORST_FIRST
 
-VERDICT_ORDER = ("failed", "broken", "non-strict", "unimplemented", "passed", "not-applicable")  # worst first
-SCORED = ("passed", "failed", "non-strict", "unimplemented")
+VERDICT_ORDER = tuple(v.value for v in WORST_FIRST)  # worst first
+SCORED = tuple(v.value for v in SCORED_VERDICTS)
 TARGET_COLUMNS = ("product", "version", "profile", "client")
-LETTERS = {"passed": "P", "failed": "F", "non-strict": "N", "unimplemented": "U", "not-applicable": "-",
-           "broken": "B"}
+LETTERS = {"passed": "P", "failed": "F", "non-strict": "N", "unimplemented": "U", "needs-admin": "A",
+           "not-applicable": "-", "broken": "B"}
 
 
 def target_label() -> Column:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 HISTORY_RUNS = 30
-VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "not-applicable", "broken")
+VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "not-applicable", "broken")
 
 
 def slug(text: str) -> str:

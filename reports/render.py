@@ -32,6 +32,9 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from conformance.plugin.verdicts import SCORED
+from conformance.plugin.verdicts import label as verdict_label
+from conformance.plugin.wording import plural
 from reports import svg
 from reports.model import VERDICTS, ReportData
 
@@ -45,6 +48,8 @@ def environment() -> Environment:
     env.filters["pct"] = _pct
     env.filters["when"] = _when
     env.filters["verdict_bar"] = lambda counts: Markup(svg.verdict_bar(counts))
+    env.filters["verdict"] = verdict_label  # needs-admin reads "not run: needs admin"
+    env.filters["plural"] = plural  # {{ n|plural("run") }} -> "1 run", "2 runs"
     env.globals["verdicts"] = VERDICTS
     env.globals["score_colour"] = svg.score_colour
     return env
@@ -81,7 +86,7 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
     _write(out / "summary.json", json.dumps(data.summary(), indent=2, default=str) + "\n")
     for target in data.targets:
         counts = target.counts
-        scored = sum(counts.get(v, 0) for v in ("passed", "failed", "non-strict", "unimplemented"))
+        scored = sum(counts.get(v, 0) for v in SCORED)
         message = f"{_pct(target.score)} ({counts.get('passed', 0)}/{scored})"
         _write(out / "badges" / f"{target.slug}.svg",
                svg.badge("AMQP 0-9-1", message, svg.score_colour(target.score)) + "\n")

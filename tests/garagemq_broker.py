@@ -374,6 +374,7 @@ def run_campaign(args: Sequence[str], results_dir: Path, *, budget: float = 600.
 def markdown(campaign: Campaign) -> str:
     """The campaign as Markdown: rounds, verdict counts per area, every deviation."""
     from conformance.catalogue.rules import AREAS
+    from conformance.plugin.verdicts import Verdict
 
     lines = ["| round | tests | exit | duration | broker |", "|---|---|---|---|---|"]
     for r in campaign.rounds:
@@ -387,7 +388,7 @@ def markdown(campaign: Campaign) -> str:
             broker += f" during/after `{culprit.test_id.split('::')[-1]}`"
         exit_text = "killed (hard timeout)" if r.run.timed_out else str(r.run.returncode)
         lines.append(f"| {r.number} | {len(r.verdicts)} | {exit_text} | {r.run.duration:.1f} s | {broker} |")
-    verdict_names = ["passed", "failed", "non-strict", "unimplemented", "not-applicable", "broken"]
+    verdict_names = [v.value for v in Verdict]
     counts = campaign.counts()
     lines += ["", "| area | " + " | ".join(verdict_names) + " |", "|---" * (len(verdict_names) + 1) + "|"]
     for area in [a for a in AREAS if a in counts] + sorted(set(counts) - set(AREAS)):

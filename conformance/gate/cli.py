@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from conformance.catalogue.rules import AREAS, PROFILES
+from conformance.plugin.wording import plural
 
 PROG = "amqp-conformance"
 EXIT_OK, EXIT_HARNESS, EXIT_USAGE = 0, 2, 4
@@ -94,7 +95,11 @@ def _rules_run(args: argparse.Namespace) -> int:
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    from conformance.gate.progress import STATUS_TEXT
     from conformance.gate.runner import DEFAULT_OUT
+
+    parser.epilog = ("exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items())
+                     + ". A wrong user or password in --broker-url prints \"authentication refused\" (status 3).")
 
     parser.add_argument("--broker-url", default=os.environ.get("AMQPC_BROKER_URL"), metavar="URL",
                         help="amqp://user:pass@host:port/vhost (default: an embedded reference broker)")
@@ -157,7 +162,7 @@ def _baseline_run(args: argparse.Namespace) -> int:
         args.out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
-    print(f"baseline: {args.out} ({entries} deviations from the failed tests of run {run_id}); "
+    print(f"baseline: {args.out} ({plural(entries, 'deviation')} from the failed tests of run {run_id}); "
           f"replace each TODO reason before using it")
     return EXIT_OK
 
@@ -198,7 +203,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("baseline", "write a baseline of known deviations from a recorded run", _baseline_arguments,
             _baseline_run),
     Command("rules", "list the rule catalogue with the suite's coverage", _rules_arguments, _rules_run),
-    Command("report", "build the HTML report from results directories", _forwarded, _report_run, own_parser=True),
+    Command("report", "build the HTML report from a results directory", _forwarded, _report_run, own_parser=True),
     Command("broker", "start the reference broker (same options as python -m reference_broker)", _forwarded,
             _broker_run, own_parser=True),
 )

@@ -9,7 +9,7 @@ Rules:
   checks several rules appears under each of them.
 - A rule's result is the worst gate outcome of its tests, in the order of `PRECEDENCE`:
   unexpected `failed` → `<failure>`; `broken` → `<error>`; `expected` (a baseline deviation)
-  and `non-strict`, `unimplemented`, `not-applicable` → `<skipped>` with the verdict as its
+  and `non-strict`, `unimplemented`, `needs-admin`, `not-applicable` → `<skipped>` with the verdict as its
   type; `xpass` → a pass, or a `<failure type="xpass">` with a strict baseline; `passed` →
   no child.
 - The verdict is also the property `verdict` of the testcase; `<system-out>` holds, per
@@ -29,8 +29,9 @@ from conformance.gate.baseline import EXPECTED, XPASS, Judgement
 from conformance.plugin.evidence import TestEvidence
 
 # worst first: the first outcome present among a rule's tests is the rule's result
-PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "passed", "not-applicable")
-_SKIPPED = {EXPECTED, "non-strict", "unimplemented", "not-applicable"}
+PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "needs-admin", "passed",
+              "not-applicable")
+_SKIPPED = {EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable"}
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 

@@ -32,13 +32,16 @@ from rich.text import Text
 from conformance.catalogue.rules import AREAS
 from conformance.gate.baseline import EXPECTED, XPASS
 from conformance.plugin.evidence import TestEvidence
+from conformance.plugin.verdicts import admin_hint
+from conformance.plugin.wording import plural
 
 if TYPE_CHECKING:
     from conformance.gate.runner import Outcome, Prepared
 
-OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "not-applicable", "broken")
+OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable",
+            "broken")
 STYLES = {"passed": "green", XPASS: "cyan", "failed": "bold red", EXPECTED: "yellow", "non-strict": "magenta",
-          "unimplemented": "blue", "not-applicable": "dim", "broken": "bold yellow"}
+          "unimplemented": "blue", "needs-admin": "dim", "not-applicable": "dim", "broken": "bold yellow"}
 REFRESH_PER_SECOND = 8
 LOG_EVERY = 50
 
@@ -83,9 +86,10 @@ class LiveProgress:
             self._live.stop()
 
     def set_total(self, total: int) -> None:
+        known = self._bar.tasks[0].total
         self._bar.update(self._task, total=total)
-        if not self.interactive:
-            self.console.print(f"{self.title}: {total} tests")
+        if not self.interactive and known != total:  # every pytest-xdist worker reports the same total
+            self.console.print(f"{self.title}: {plural(total, 'test')}")
         self._refresh(force=True)
 
     def update(self, test: TestEvidence, outcome: str) -> None:
@@ -139,7 +143,7 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
     """The end of a run: the area x outcome table, the problems, XPASS entries, and where things are."""
     judged, options = outcome.judgement, prepared.options
     counts: Counter[tuple[str, str]] = Counter((t.area, judged.outcome(t)) for t in outcome.tests)
-    console.print(outcome_table(counts, title=f"amqp-conformance: {len(outcome.tests)} tests, profile "
+    console.print(outcome_table(counts, title=f"amqp-conformance: {plural(len(outcome.tests), 'test')}, profile "
                                               f"{outcome.profile}"))
     problems = [(t, judged.outcome(t)) for t in outcome.tests if judged.outcome(t) in ("failed", "broken")]
     for line in problem_lines(problems):
@@ -147,13 +151,17 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
                       soft_wrap=True)
     source = prepared.baseline.source if prepared.baseline else ""
     for deviation, pattern, nodeids in judged.xpasses:
-        console.print(f"XPASS {deviation.describe(pattern)}: listed in {source} but passed ({len(nodeids)} tests); "
-                      f"remove the entry to tighten the baseline", style="cyan", highlight=False, markup=False,
+        console.print(f"XPASS {deviation.describe(pattern)}: listed in {source} but passed "
+                      f"({plural(len(nodeids), 'test')}); remove the entry to tighten the baseline", style="cyan", highlight=False, markup=False,
                       soft_wrap=True)
     expected = sum(judged.outcome(t) == EXPECTED for t in outcome.tests)
     if prepared.baseline is not None:
-        console.print(f"baseline {source}: {expected} expected failures, {len(judged.xpasses)} XPASS, "
-                      f"{len(judged.unexercised)} entries not exercised by this run", highlight=False, markup=False)
+        console.print(f"baseline {source}: {plural(expected, 'expected failure')}, {len(judged.xpasses)} XPASS, "
+                      f"{plural(len(judged.unexercised), 'entry', 'entries')} not exercised by this run",
+                      highlight=False, markup=False)
+    needing_admin = sum(judged.outcome(t) == "needs-admin" for t in outcome.tests)
+    if needing_admin:
+        console.print(admin_hint(needing_admin), style="bold", highlight=False, markup=False, soft_wrap=True)
     for line in _leak_lines(outcome.harness):
         console.print(line, style="yellow", highlight=False, markup=False)
     results = options.out / "results"
@@ -169,7 +177,7 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
 
 
 STATUS_TEXT = {0: "no unexpected result", 1: "unexpected failures", 2: "harness or environment error",
-               3: "broker unreachable or down", 4: "usage error"}  # DESIGN.md decision 8
+               3: "broker unreachable, down, or authentication refused", 4: "usage error"}  # DESIGN.md decision 8
 
 
 def _leak_lines(harness: Any) -> list[str]:

@@ -9,7 +9,8 @@ Rules:
 - Exit statuses: 0 no unexpected result; 1 an unexpected `failed` verdict (or, with
   `--strict-baseline`, an XPASS); 2 a harness or environment error (a `broken` verdict, a
   collection error, pytest's internal error, an interrupt, a report that could not be built);
-  3 the broker is unreachable (before the run) or went down during it; 4 a usage error.
+  3 the broker is unreachable or refuses the credentials (before the run: "authentication
+  refused") or went down during it; 4 a usage error.
   The highest-priority condition wins: 4, then 3, then 2, then 1.
 - Usage errors are found before anything starts and raised as `UsageError` with one line:
   a bad URL, profile, client, admin, baseline, selector, job count, timeout scale or budget.
@@ -261,6 +262,7 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
     from conformance.catalogue.profiles import detect
     from conformance.drivers.raw import DriverError
     from conformance.gate.progress import LiveProgress
+    from conformance.plugin.health import connect_failure
 
     options = prepared.options
     results = options.out / "results"
@@ -268,7 +270,7 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
         try:
             props = probe(url, 5.0 * options.timeout_scale)
         except (OSError, DriverError) as exc:
-            return Outcome(EXIT_UNREACHABLE, problem=f"broker unreachable at {description}: {exc}")
+            return Outcome(EXIT_UNREACHABLE, problem=connect_failure(description, exc))
         profile = detect(props) if options.profile == "auto" else options.profile
         product = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
         console.print(f"broker: {description} ({product}), profile {profile}, client {options.client}, "
@@ -330,6 +332,8 @@ def run(options: RunOptions, console: Console | None = None) -> int:
     try:
         if console is None:
             console = Console(file=stream, width=None if stream is not None and stream.isatty() else 160)
+        for warning in prepared.baseline.warnings if prepared.baseline else ():
+            console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
         try:
             with open(options.out / "pytest-output.txt", "w", encoding="utf-8") as log:
                 outcome = execute(prepared, console, log)

@@ -8,7 +8,7 @@ serves the same paths), `Rabbitmqctl` (the CLI, each call under a timeout) and `
 
 Rules:
 - A capability the adapter does not have raises `Unavailable`: the plugin turns it into the
-  `unimplemented` verdict ("needs --broker-admin ..."). A configured adapter whose call fails
+  `needs-admin` verdict ("not run: needs admin", left out of the score). A configured adapter whose call fails
   raises `AdminError`, a `HarnessError`: the verdict is `broken`, never `failed`.
 - Every change made through `RestoringAdmin` is recorded with its undo (the previous policy or
   setting) and undone in reverse order at `restore()`; a failed undo is reported, not hidden.
@@ -41,7 +41,7 @@ NEEDS_ADMIN = "needs --broker-admin (a management API URL or 'rabbitmqctl')"
 
 
 class Unavailable(Exception):
-    """The adapter cannot do this at all: the test's verdict is `unimplemented`."""
+    """The adapter cannot do this at all: the test is not run (verdict `needs-admin`)."""
 
 
 class AdminError(HarnessError):

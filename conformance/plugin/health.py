@@ -15,6 +15,9 @@ Rules:
   interrupted a stuck test: a new connection (TCP + handshake), channel.open, queue.declare
   and queue.delete of a scratch queue, each wait bounded by the probe's timeout. It shares
   nothing with the stuck test or with the long-lived probe connection.
+- A broker that refuses the first connection of a run is described by `connect_failure`:
+  a 403 ACCESS_REFUSED during the handshake is "authentication refused" (wrong user or
+  password), anything else "broker unreachable". Both are exit status 3.
 - Leaks: with an admin adapter, every queue/exchange whose name starts with `PREFIX` is listed
   (split into those this run created and other leftovers); without one, only the names whose
   deletion at teardown did not succeed are checked, by passive declare. The check never
@@ -29,11 +32,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from codec import ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
-from conformance.drivers.raw import ChannelClosed, DriverError, NoReply, RawClient
+from codec.constants import ReplyCode
+from conformance.drivers.raw import ChannelClosed, ConnectionClosed, DriverError, NoReply, RawClient
 from conformance.plugin.admin import AdminAdapter, AdminError, Unavailable
 
 PREFIX = "amqpc."
 _PROBE_CHANNEL = 1
+
+
+def connect_failure(where: str, exc: BaseException) -> str:
+    """Why the broker at `where` (a URL without its password) refused a fresh connection."""
+    if isinstance(exc, ConnectionClosed) and exc.code == ReplyCode.ACCESS_REFUSED:
+        return (f"authentication refused by the broker at {where}: check the user and password in "
+                f"--broker-url (the broker said {exc.code} {exc.text})")
+    return f"broker unreachable at {where}: {exc}"
 
 
 class HealthProbe:

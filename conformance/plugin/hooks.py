@@ -22,7 +22,8 @@ Rules:
   only that test is broken and the run goes on (exit 2); if not, the broker is down (exit 3).
   A session that overruns `--run-timeout` ends the run: the broker counts as down (the rest
   is `broken`, exit 3). A run the interrupt cannot end exits 3 after a grace period.
-- `admin.Unavailable` raised by a test or fixture becomes the `unimplemented` verdict.
+- `admin.Unavailable` raised by a test or fixture becomes the `needs-admin` verdict (not run,
+  left out of the score); the terminal summary then suggests `--broker-admin`.
 - `pytest --broker-url URL` with no paths runs the shipped suite (`conformance/suite`).
 - A rule test's teardown report carries its `evidence` (for `amqp-conformance run`); under
   pytest-xdist, workers and controller act as one session (`distributed`).
@@ -48,9 +49,17 @@ from conformance.catalogue.rules import AREAS, PROFILES, rule
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import AdminAdapter, RestoringAdmin, Unavailable, parse_admin
-from conformance.plugin.health import PREFIX, HealthProbe, LeakReport, NameRegistry, close_quietly, find_leaks
+from conformance.plugin.health import (
+    PREFIX,
+    HealthProbe,
+    LeakReport,
+    NameRegistry,
+    close_quietly,
+    connect_failure,
+    find_leaks,
+)
 from conformance.plugin.results import ResultsWriter, RunRecord, harness_version, redact_url
-from conformance.plugin.verdicts import HarnessError, Verdict, unimplemented
+from conformance.plugin.verdicts import HarnessError, Verdict, admin_hint, needs_admin
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 
 SUITE_DIR = Path(__file__).parent.parent / "suite"
@@ -251,7 +260,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     try:
         return (yield)
     except Unavailable as exc:
-        unimplemented(str(exc))
+        needs_admin(str(exc))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -259,7 +268,7 @@ def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Gen
     try:
         return (yield)
     except Unavailable as exc:
-        unimplemented(str(exc))
+        needs_admin(str(exc))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -333,6 +342,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("amqp-conformance verdicts")
     for line, markup in classify.summary_report(state.counts, state.broken, state.down, state.leaks):
         terminalreporter.write_line(line, **markup)
+    needing_admin = sum(n for (_, verdict), n in state.counts.items() if verdict is Verdict.NEEDS_ADMIN)
+    if needing_admin:
+        terminalreporter.write_line(admin_hint(needing_admin), bold=True)
     if state.writer is not None:
         terminalreporter.write_line(f"results: {state.writer.root} (run={state.run_id})")
 
@@ -374,7 +386,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     except (OSError, DriverError) as exc:
         if embedded is not None:
             embedded.stop()
-        state.down = f"broker unreachable at {redact_url(url)}: {exc}"
+        state.down = connect_failure(redact_url(url), exc)
         pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
     name = config.getoption("--profile")
     profile = Profile(detect(props) if name == AUTO else name, props)

@@ -10,7 +10,7 @@ Rules:
   ≤4.2). No assertion depends on a timeout firing *late* except TMO-02's tick, whose expected
   delay (3 s) is an order of magnitude above the per-delivery alternative (0.2 s).
 - 4.3 cases need no admin when the timeout comes from the consumer or queue argument; policy
-  and global cases use the `admin` fixture (`unimplemented` without `--broker-admin`).
+  and global cases use the `admin` fixture (`needs-admin` without `--broker-admin`).
   ≤4.2 cases always need it: a short `channel_tick_interval` (the 60 s default would make
   every test a minute long) and, for the global value, a short `consumer_timeout` that is
   only in force while the test's channels open (TMO-3x-4).
@@ -74,7 +74,6 @@ from conformance.suite.timeout_steps import (
     consume,
     detection_deadline,
     exact,
-    is_reference_broker,
     legacy_tick,
     open_with_global,
     per_delivery,
@@ -770,8 +769,6 @@ def test_sac_timed_out_active_consumer_hands_over(connect: Connect, names: Names
     assert take_one(client, first).body == b"m1"
     await_cancel(client, first, detection_deadline(target, SHORT), start)
     handed = client.poll(second, BasicDeliver, duration=target.timeout(HANDOVER_S))
-    if handed is None and is_reference_broker(target):
-        pytest.xfail("reference broker: single-active-consumer timeout handover is not implemented (README)")
     assert handed is not None, "the waiting consumer never became active after the active one timed out"
     delivery = Delivery.of(handed)
     assert (delivery.consumer_tag, delivery.body, delivery.redelivered) == ("b", b"m1", True)

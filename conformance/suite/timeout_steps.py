@@ -50,17 +50,12 @@ QUIET = 0.8  # s of "nothing happens" on 4.3 (4x SHORT, scaled)
 TICK = 500  # ms: channel_tick_interval on ≤4.2 during a test
 LEGACY_TIMEOUT = 1000  # ms: the global consumer_timeout of the ≤4.2 tests
 LEGACY_QUIET = 2.0  # s of "nothing happens" on ≤4.2: several ticks past SHORT and LEGACY_TIMEOUT
-REFERENCE_PRODUCT = "amqp-conformance reference broker"
 NO_CAPABILITY = {"consumer_cancel_notify": False}
 
 
 def per_delivery(target: Target) -> bool:
     """4.3 semantics (deadlines in the quorum queue) rather than a channel tick."""
     return model.per_delivery(target.profile.name)
-
-
-def is_reference_broker(target: Target) -> bool:
-    return str(target.profile.server_properties.get("product", "")) == REFERENCE_PRODUCT
 
 
 def quiet_window(target: Target) -> float:

@@ -336,7 +336,7 @@ def handshakes(url: str, recorder: Recorder, timeout: float, cases: Sequence[dic
 def force_close(admin: AdminAdapter, client: RawClient, reason: str, timeout: float) -> None:
     """Have the broker close `client`'s connection through `--broker-admin`. The connection is
     found by its peer port; the management API lists it only after its first stats emission,
-    so the lookup retries until `timeout`. NoAdmin raises `Unavailable` (verdict unimplemented)."""
+    so the lookup retries until `timeout`. NoAdmin raises `Unavailable` (verdict needs-admin)."""
     assert client.sock is not None
     port = client.sock.getsockname()[1]
     deadline = time.monotonic() + timeout

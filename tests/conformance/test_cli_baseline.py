@@ -188,3 +188,11 @@ def test_render_round_trips_awkward_text() -> None:
 def test_shipped_baselines_are_valid(path: Path) -> None:
     baseline = load_baseline(path)
     assert baseline.deviations and all(d.reason and not d.reason.startswith("TODO") for d in baseline.deviations)
+
+
+def test_baseline_todo_reasons_are_warned_about() -> None:
+    baseline = parse_baseline('[[deviation]]\nrule = "ACK-03"\nreason = "TODO: why this is accepted. Seen in run r"\n'
+                              '[[deviation]]\nrule = "QOS-01"\nreason = "a known bug (upstream #12)"\n'
+                              '[[deviation]]\nrule = "ACK-04"\nreason = "tracked, see todos.md"\n', "b.toml")
+    assert baseline.warnings == ["baseline b.toml: deviation #1 (ACK-03): the reason still says TODO; "
+                                 "write why this deviation is accepted"]

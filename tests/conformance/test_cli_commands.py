@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 import socket
 import subprocess
 import sys
@@ -11,12 +13,18 @@ import pytest
 
 from conformance.catalogue.selection import Selection, parse_selection
 from conformance.drivers.raw import RawClient
-from conformance.gate.cli import COMMANDS, main
+from conformance.gate.cli import COMMANDS, build_parser, main
 
 
 def free_port() -> int:
     with socket.create_server(("127.0.0.1", 0)) as placeholder:
         return int(placeholder.getsockname()[1])
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = commands.choices[name]
+    return parser
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,6 +34,15 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert all(command.name in out for command in COMMANDS)
     assert {c.name for c in COMMANDS} == {"run", "baseline", "rules", "report", "broker"}
+    assert "from a results directory" in out and "directories" not in out  # `report` takes one
+
+
+def test_run_help_states_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 broker unreachable, down, or authentication refused" in out
+    assert 'wrong user or password in --broker-url prints "authentication refused"' in out
 
 
 def test_broker_command_serves_amqp_with_the_reference_broker_options() -> None:
@@ -56,7 +73,11 @@ def test_broker_help_is_the_reference_broker_help(capsys: pytest.CaptureFixture[
 
 def test_report_command_is_the_report_entry_point(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "--help"]) == 0
-    assert "--spark-master" in capsys.readouterr().out
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--spark-master" in help_text
+    run_options = {a for action in _subparser("run")._actions for a in action.option_strings}
+    named = re.findall(r"amqp-conformance run (--[a-z-]+)", help_text)
+    assert named and set(named) <= run_options  # it names only options `run` has
     assert main(["report", "/nonexistent/results", "--out", "x"]) == 4
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "not a directory" in lines[0]

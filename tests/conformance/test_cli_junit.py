@@ -104,3 +104,6 @@ def test_rule_outcome_precedence() -> None:
     assert rule_outcome(["passed", "not-applicable"]) == "passed"
     assert rule_outcome(["not-applicable"]) == "not-applicable"
     assert rule_outcome(["expected", "passed"]) == "expected"
+    # a rule passes only when all its checks ran: one that needs --broker-admin leaves it not run
+    assert rule_outcome(["passed", "needs-admin"]) == "needs-admin"
+    assert rule_outcome(["needs-admin", "failed"]) == "failed"

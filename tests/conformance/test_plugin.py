@@ -120,8 +120,8 @@ EXPECTED = {
     "test_fails_with_a_close": "failed",
     "test_fails_an_assertion": "failed",
     "test_non_strict": "non-strict",
-    "test_needs_admin": "unimplemented",
-    "test_fixture_needs_admin": "unimplemented",
+    "test_needs_admin": "needs-admin",
+    "test_fixture_needs_admin": "needs-admin",
     "test_not_applicable": "not-applicable",
     "test_harness_error": "broken",
     "test_bug_in_the_test": "broken",
@@ -147,7 +147,8 @@ def test_verdicts_summary_and_results(pytester: pytest.Pytester, broker: Embedde
     run = pytester.runpytest("test_suite.py", "--broker-url", broker.url, "--results-dir", str(results), "--run-id", "run-1",
                              "--hypothesis-seed", "42")
     assert run.ret == 2  # broken verdicts, no broker trouble
-    run.stdout.fnmatch_lines(["*amqp-conformance verdicts*", "ack * 1 * 2 *", "broken: *test_harness_error*"])
+    run.stdout.fnmatch_lines(["*amqp-conformance verdicts*", "ack * 1 * 2 *", "broken: *test_harness_error*",
+                              "not run: 2 tests need --broker-admin; rerun with --broker-admin http*"])
     tests = _tests_by_name(results)
     assert {name: r["verdict"] for name, r in tests.items()} == EXPECTED
     close = tests["test_fails_with_a_close"]

@@ -43,6 +43,8 @@ def hand_lake(spark: Any) -> dict[str, Any]:
         result_row("a4", "p", ["PC-01"], "passed", "confirms"),
         # QOS-01 not applicable, ERR-01 broken: both left out of the score
         result_row("a4", "q", ["QOS-01"], "not-applicable", "qos"), result_row("a4", "e", ["ERR-01"], "broken", "errors"),
+        # TMO-01: one check passed, one needed --broker-admin: not run as a whole, left out of the score
+        result_row("a4", "m1", ["TMO-01"], "passed", "timeout"), result_row("a4", "m2", ["TMO-01"], "needs-admin", "timeout"),
         result_row("b1", "t1", ["ACK-01", "ACK-02"], "unimplemented"),
     ]
     runs_df = spark.createDataFrame(runs, struct_type("runs"))
@@ -55,6 +57,7 @@ def test_jobs_rule_verdict_is_the_worst_test_verdict(hand_lake: dict[str, Any]) 
     rows = {(r.run_id, r.rule_id): r for r in hand_lake["verdicts"].collect()}
     assert rows["a2", "ACK-01"].verdict == "failed" and rows["a2", "ACK-01"].tests == 2
     assert rows["a2", "ACK-01"].failing_tests == 1
+    assert rows["a4", "TMO-01"].verdict == "needs-admin" and rows["a4", "TMO-01"].tests == 2
     assert rows["b1", "ACK-02"].verdict == "unimplemented" and rows["b1", "ACK-02"].area == "ack"
     assert rows["a1", "ACK-01"].target == "RabbitMQ 3.10.8 · rabbitmq-3.10 · raw"
 
@@ -67,13 +70,13 @@ def test_jobs_matrix_shows_each_targets_latest_run(hand_lake: dict[str, Any]) ->
     assert {run for run, _ in cells.values()} == {"a4", "b1"}
 
 
-def test_jobs_scores_leave_out_not_applicable_and_broken(hand_lake: dict[str, Any]) -> None:
+def test_jobs_scores_leave_out_not_applicable_needs_admin_and_broken(hand_lake: dict[str, Any]) -> None:
     scores = {r.run_id: r for r in jobs.run_scores(hand_lake["verdicts"]).collect()}
-    assert scores["a4"].score == pytest.approx(0.5)  # ACK-01 failed, PC-01 passed; QOS-01, ERR-01 left out
-    assert scores["a4"].rules == 4 and scores["a4"].broken == 1
+    assert scores["a4"].score == pytest.approx(0.5)  # ACK-01 failed, PC-01 passed; QOS-01, ERR-01, TMO-01 left out
+    assert scores["a4"].rules == 5 and scores["a4"].broken == 1 and scores["a4"]["needs-admin"] == 1
     assert scores["b1"].score == 0.0
     areas = {(r.run_id, r.area): r.score for r in jobs.area_scores(hand_lake["verdicts"]).collect()}
-    assert areas["a4", "confirms"] == 1.0 and areas["a4", "qos"] is None
+    assert areas["a4", "confirms"] == 1.0 and areas["a4", "qos"] is None and areas["a4", "timeout"] is None
 
 
 def test_jobs_history_finds_added_removed_changed_and_regressions(hand_lake: dict[str, Any]) -> None:
@@ -87,6 +90,7 @@ def test_jobs_history_finds_added_removed_changed_and_regressions(hand_lake: dic
         ("a3", "a4", "ACK-01"): ("changed", True),
         ("a3", "a4", "QOS-01"): ("added", False),
         ("a3", "a4", "ERR-01"): ("added", False),
+        ("a3", "a4", "TMO-01"): ("added", False),
     }
 
 

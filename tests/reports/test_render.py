@@ -40,8 +40,10 @@ def sample() -> tuple[ReportData, list[tuple[str, list[dict[str, object]]]]]:
     data = ReportData(
         generated=T0, results_dir="/r", runs=2, tests=2, areas=["ack"], targets=[target],
         rules=[Rule("ACK-01", "ack", "tags count", f"text {EVIL}", "RULES.md §1"),
-               Rule("ACK-02", "ack", "max tag", "t", "RULES.md §1")],
-        matrix={"ACK-01": {label: Cell("failed", "r2", 1, 1, [page])}, "ACK-02": {label: Cell("passed", "r2", 1, 0)}},
+               Rule("ACK-02", "ack", "max tag", "t", "RULES.md §1"),
+               Rule("TMO-01", "timeout", "the global setting", "t", "RULES.md §6.1")],
+        matrix={"ACK-01": {label: Cell("failed", "r2", 1, 1, [page])}, "ACK-02": {label: Cell("passed", "r2", 1, 0)},
+                "TMO-01": {label: Cell("needs-admin", "r2", 1, 0)}},
         trend=[RunPoint("r1", label, T0, 1, 1.0, {}), RunPoint("r2", label, T0, 2, 0.5, {})],
         changes=[Change(label, "r1", "r2", "ACK-01", "passed", "failed", "changed", True)],
         regressions=[Change(label, "r1", "r2", "ACK-01", "passed", "failed", "changed", True)],
@@ -104,3 +106,15 @@ def test_render_an_empty_lake(tmp_path: Path) -> None:
     data = ReportData(T0, "/r", 0, 0, [], [], [], {}, [], [], [], [], [], [])
     render_site(data, tmp_path)
     assert "No findings." in (tmp_path / "audit.html").read_text()
+
+
+def test_render_shows_checks_that_did_not_run_as_such(tmp_path: Path) -> None:
+    data, logs = sample()
+    render_site(data, tmp_path, logs)
+    matrix = (tmp_path / "matrix.html").read_text()
+    assert '<td class="cell v-needs-admin" title="not run: needs admin · 1 test">' in matrix
+    assert '<option value="needs-admin">not run: needs admin</option>' in matrix
+    css = (tmp_path / "static" / "report.css").read_text()
+    assert ".v-needs-admin { background: var(--needs-admin)" in css
+    overview = (tmp_path / "index.html").read_text()
+    assert "not run (needs <code>--broker-admin</code>)" in overview and "2 runs" in overview
