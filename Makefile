@@ -23,6 +23,7 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m codec.generate --check
+	$(BIN)/python -m conformance.catalogue.document --check
 	$(BIN)/pytest
 
 # The main job: the suite against the embedded reference broker, then the HTML report; prints
@@ -43,6 +44,7 @@ mutation: $(STAMP)
 
 generate: $(STAMP)
 	$(BIN)/python -m codec.generate
+	$(BIN)/python -m conformance.catalogue.document
 
 # RabbitMQ 4.3.6 (Debian sid) and 4.0.5 (trixie) in cached debootstrap chroots on loopback
 # (scripts/rabbitmq4.sh; RMQ4=4.3 or 4.0 for one of them; needs root).

@@ -4,7 +4,9 @@ Responsibility: write the site —
   index.html          overview: targets x areas scores, score trend, verdict bars, regressions,
                       flakes, audit summary
   matrix.html         rules x targets coloured by verdict, filterable (text, area, verdict)
-  rules/<id>.html     one page per rule: text, source, per-profile expectation, verdicts, history
+  rules/<id>.html     one page per rule: text, source, per-profile expectation, verdicts, history;
+                      links to its catalogue entry and its source, the cited seed lines quoted
+  catalogue.html      the rule catalogue, the same document as docs/RULES.md
   failures.html       the failing tests of each target's latest run
   tests/<page>.html   one page per failing test: observed vs expected reply, shrunk steps,
                       the frame log (lazy-loaded from frames/<page>.js)
@@ -30,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from conformance.catalogue import document
 from conformance.plugin.verdicts import SCORED
 from conformance.plugin.verdicts import label as verdict_label
 from conformance.plugin.wording import plural
@@ -52,7 +56,22 @@ def environment() -> Environment:
     env.filters["plural"] = plural  # {{ n|plural("run") }} -> "1 run", "2 runs"
     env.globals["verdicts"] = VERDICTS
     env.globals["score_colour"] = svg.score_colour
+    env.globals["rule_anchor"] = document.rule_anchor
+    env.globals["source_anchor"] = document.source_anchor
+    env.globals["seed_excerpt"] = _seed_excerpt
     return env
+
+
+def _seed_excerpt(ref: str) -> document.SeedLine | None:
+    try:
+        return document.excerpt(ref)
+    except KeyError:
+        return None
+
+
+def catalogue_html() -> Markup:
+    """docs/RULES.md as HTML (its text is escaped by the generator; its anchors are kept)."""
+    return Markup(MarkdownIt("commonmark", {"html": True}).render(document.render_markdown()))
 
 
 def _pct(score: float | None) -> str:
@@ -75,6 +94,8 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
              "failures.html": "failures.html.j2", "audit.html": "audit.html.j2"}
     for name, template in pages.items():
         _write(out / name, env.get_template(template).render(**context, root=""))
+    _write(out / "catalogue.html", env.get_template("catalogue.html.j2").render(**context, root="",
+                                                                               catalogue=catalogue_html()))
     rule_template = env.get_template("rule.html.j2")
     for rule in data.rules:
         _write(out / "rules" / f"{rule.id}.html", rule_template.render(**context, rule=rule, root="../"))

@@ -41,7 +41,8 @@ def sample() -> tuple[ReportData, list[tuple[str, list[dict[str, object]]]]]:
         generated=T0, results_dir="/r", runs=2, tests=2, areas=["ack"], targets=[target],
         rules=[Rule("ACK-01", "ack", "tags count", f"text {EVIL}", "RULES.md §1"),
                Rule("ACK-02", "ack", "max tag", "t", "RULES.md §1"),
-               Rule("TMO-01", "timeout", "the global setting", "t", "RULES.md §6.1")],
+               Rule("TMO-01", "timeout", "the global setting", "t", "RULES.md §6.1"),
+               Rule("S002-01", "cancel", "cancel-ok", "t", "seeds/002_f7c750939f6db173.txt#L4")],
         matrix={"ACK-01": {label: Cell("failed", "r2", 1, 1, [page])}, "ACK-02": {label: Cell("passed", "r2", 1, 0)},
                 "TMO-01": {label: Cell("needs-admin", "r2", 1, 0)}},
         trend=[RunPoint("r1", label, T0, 1, 1.0, {}), RunPoint("r2", label, T0, 2, 0.5, {})],
@@ -118,3 +119,18 @@ def test_render_shows_checks_that_did_not_run_as_such(tmp_path: Path) -> None:
     assert ".v-needs-admin { background: var(--needs-admin)" in css
     overview = (tmp_path / "index.html").read_text()
     assert "not run (needs <code>--broker-admin</code>)" in overview and "2 runs" in overview
+
+
+def test_rule_pages_link_to_the_catalogue_entry_and_the_source(tmp_path: Path) -> None:
+    data, logs = sample()
+    render_site(data, tmp_path, logs)
+    ack = (tmp_path / "rules" / "ACK-01.html").read_text()
+    assert 'href="../catalogue.html#rules-md-1">RULES.md §1</a>' in ack
+    assert 'href="../catalogue.html#ACK-01">catalogue entry</a>' in ack
+    seed = (tmp_path / "rules" / "S002-01.html").read_text()
+    assert 'href="../catalogue.html#seed-002-L4">seeds/002_f7c750939f6db173.txt#L4</a>' in seed
+    assert "the server replies with a basic.cancel-ok" in seed  # the cited line, quoted
+    catalogue = (tmp_path / "catalogue.html").read_text()
+    for anchor in ("ACK-01", "S002-01", "rules-md-1", "seed-002-L4"):
+        assert f'<a id="{anchor}"></a>' in catalogue
+    assert "&lt;CONSTANT&gt;" in catalogue and "<CONSTANT>" not in catalogue
