@@ -8,7 +8,8 @@ Rules:
 - Collection is pytest's (`--collect-only`, in-process, `--import-mode=importlib`), so
   parametrisation, class markers and `pytestmark` count exactly as in a run; no test runs and
   no broker is contacted.
-- A rule is covered when at least one collected test names it. Rule IDs that are not in the
+- A rule is covered when at least one collected test names it; the client rules are covered
+  by the client-side scenarios (`conformance.clientside`), named "clients::<scenario>". Rule IDs that are not in the
   catalogue, and modules that fail to collect, are reported (`unknown`, `errors`), never
   dropped silently.
 - Pytest's own output during collection is swallowed; only the result is returned.
@@ -119,6 +120,15 @@ def collect(suite: Path = SUITE_DIR, extra_args: Sequence[str] = ()) -> tuple[di
     return collector.tests, collector.errors
 
 
+def scenario_tests() -> dict[str, list[str]]:
+    """The client-side scenarios (`amqp-conformance clients`) as tests of the client rules."""
+    from conformance.clientside.scenario import SCENARIOS
+    from conformance.clientside.scenarios import AREA_MODULES
+
+    assert AREA_MODULES  # importing the package registered every scenario
+    return {f"clients::{s.id}": list(s.rules) for s in SCENARIOS.values()}
+
+
 def suite_coverage(suite: Path = SUITE_DIR) -> Coverage:
     tests, errors = collect(suite)
-    return compute(tests, errors=errors)
+    return compute({**tests, **scenario_tests()}, errors=errors)

@@ -9,7 +9,8 @@ Rules:
   text or expectations. The ID scheme and what counts as a seed sentence are documented at the
   top of ``rules.toml``.
 - Loading validates the whole file and raises `CatalogueError` naming the offending entry:
-  unique, well-formed ids; known areas and provenance tags; well-formed sources and seed
+  unique, well-formed ids (client rules: area "client", ids CL-<TOPIC>-<nn>, sources
+  "RULES.md §n", "0-9-1 §n" or "RabbitMQ docs: page"); known areas and provenance tags; well-formed sources and seed
   references; every profile of `PROFILES` present, no other, each with ``required``,
   ``not-applicable`` or ``variant:<description>``.
 - The file is read once per process (cached); `Rule` objects are immutable.
@@ -29,7 +30,8 @@ from typing import Any
 RULES_FILE = "rules.toml"
 
 PROFILES: tuple[str, ...] = ("rabbitmq-4.3", "rabbitmq-4.0", "rabbitmq-3.12", "rabbitmq-3.10", "amqp-0-9-1")
-AREAS: tuple[str, ...] = ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing")
+AREAS: tuple[str, ...] = ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing", "client")
+CLIENT_AREA = "client"  # rules for client libraries (conformance/clientside), ids CL-<topic>-<nn>
 TAGS: frozenset[str] = frozenset({"SRC", "TEST", "DOC", "INF", "LIVE"})
 
 REQUIRED = "required"
@@ -40,6 +42,8 @@ _KEYS = frozenset({"id", "area", "title", "text", "source", "tags", "seeds", "ex
 _RULES_MD_ID = re.compile(r"[A-Z]+(?:-[0-9A-Za-z.]+)+")  # ACK-01, TMO-3x-1, TMO-4.3-1
 _SEED_ID = re.compile(r"S(\d{3})-\d{2}")  # S001-04: seed 001, sentence 04
 _RULES_MD_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?")
+_CLIENT_ID = re.compile(r"CL-[A-Z]+-\d{2}")
+_CLIENT_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?|0-9-1 §\d+(?:\.\d+)*|RabbitMQ docs: [a-z-]+")
 _SEED_REF = re.compile(r"seeds/(\d{3})_[0-9a-f]+\.txt#L[1-9]\d*")
 
 
@@ -125,7 +129,10 @@ def _parse_rule(index: int, entry: object) -> Rule:
     if area not in AREAS:
         raise CatalogueError(f"{where}: unknown area {area!r}; known areas: {', '.join(AREAS)}")
     source = _text(entry, "source", where)
-    _check_id_and_source(rule_id, source, where)
+    if area == CLIENT_AREA or _CLIENT_ID.fullmatch(rule_id):
+        _check_client_rule(rule_id, area, source, where)
+    else:
+        _check_id_and_source(rule_id, source, where)
     tags = _texts(entry, "tags", where)
     if not tags or not set(tags) <= TAGS:
         raise CatalogueError(f"{where}: tags must be a non-empty subset of {sorted(TAGS)}, got {list(tags)}")
@@ -156,6 +163,14 @@ def _check_id_and_source(rule_id: str, source: str, where: str) -> None:
             raise CatalogueError(f"{where}: source must be 'RULES.md §<section>', got {source!r}")
     else:
         raise CatalogueError(f"{where}: id is neither a RULES.md id nor 'S<seed>-<nn>'")
+
+
+def _check_client_rule(rule_id: str, area: str, source: str, where: str) -> None:
+    if area != CLIENT_AREA or not _CLIENT_ID.fullmatch(rule_id):
+        raise CatalogueError(f"{where}: client rules have area {CLIENT_AREA!r} and ids 'CL-<TOPIC>-<nn>'")
+    if not _CLIENT_SOURCE.fullmatch(source):
+        raise CatalogueError(f"{where}: a client rule's source is 'RULES.md §<n>', '0-9-1 §<n>' or "
+                             f"'RabbitMQ docs: <page>', got {source!r}")
 
 
 def _parse_expect(value: object, where: str) -> Mapping[str, str]:

@@ -234,6 +234,9 @@ class ConnectOptions:
     channel_max: int | None = None
 
 
+DEFAULT_CONNECT = ConnectOptions()
+
+
 @dataclass(frozen=True)
 class ClientInfo:
     """Who the driver is: recorded with every result."""
@@ -255,7 +258,7 @@ class ClientDriver(Protocol):
 
     def info(self) -> ClientInfo: ...
 
-    def connect(self, url: str, options: ConnectOptions = ConnectOptions()) -> None: ...
+    def connect(self, url: str, options: ConnectOptions = DEFAULT_CONNECT) -> None: ...
 
     def close(self) -> None:
         """Close politely if open; never raises, bounded."""

@@ -1,0 +1,1 @@
+"""Client-side conformance: a scripted broker (the reference broker's engine) judges client libraries."""

@@ -1,0 +1,153 @@
+"""Play scenarios at clients: one adapter per client, one scripted broker per scenario, a verdict each.
+
+Responsibility: `play_scenario` (one scenario at one running client: a fresh `ScriptedBroker`,
+the scenario function, the verdict and its evidence), `run_client` (every selected scenario at
+one client, restarting its adapter after a hang) and `run_clients` (several clients in
+parallel threads).
+
+Rules:
+- Verdicts: `passed`; `failed` for `ScenarioFailed`, for an operation the client could not
+  finish within the bounded wait (a hang), and for an unexpected close or library exception
+  out of an operation; `not-applicable` when the client's features exclude the scenario or it
+  says so (`NotApplicable`); `broken` for anything else (the harness's fault).
+- Every wait is bounded: the adapter's operations (`RemoteDriver` timeout), the scenario's
+  waits, the adapter's shutdown. A client that hung or exited gets a fresh adapter before the
+  next scenario.
+- The frame log of every scenario is kept with its result; the adapter's stderr tail too.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
+from conformance.clientside.broker import ScriptedBroker
+from conformance.clientside.clients import ClientSpec
+from conformance.clientside.scenario import (
+    SCENARIOS,
+    NotApplicable,
+    Play,
+    Scenario,
+    ScenarioFailed,
+    check_no_failure,
+)
+from conformance.drivers import interface as di
+from conformance.drivers.remote import AdapterError, RemoteDriver
+from conformance.verdicts import Verdict
+
+OPERATION_TIMEOUT = 5.0  # seconds for one client operation, times the scale
+
+
+@dataclass
+class ScenarioResult:
+    client: str
+    client_version: str
+    scenario: Scenario
+    verdict: Verdict
+    message: str
+    started: datetime
+    duration: float
+    frames: list[di.FrameRecord] = field(default_factory=list)
+    events: list[di.Event] = field(default_factory=list)
+    stderr: str = ""
+
+
+def select(ids: Iterable[str] = (), smoke: bool = False) -> list[Scenario]:
+    """The scenarios with these ids (all when none; the smoke subset with `smoke`)."""
+    wanted = list(ids)
+    unknown = [i for i in wanted if i not in SCENARIOS]
+    if unknown:
+        raise KeyError(f"unknown scenario(s): {', '.join(unknown)}; see `amqp-conformance clients --list`")
+    chosen = [SCENARIOS[i] for i in wanted] if wanted else list(SCENARIOS.values())
+    return [s for s in chosen if s.smoke] if smoke else chosen
+
+
+def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale: float = 1.0) -> ScenarioResult:
+    started, t0 = datetime.now(UTC), time.monotonic()
+    if sc.excludes & info.features:
+        return ScenarioResult(info.client, info.version, sc, Verdict.NOT_APPLICABLE, sc.why_excluded, started, 0.0)
+    broker = ScriptedBroker(**sc.broker)
+    play = Play(broker, driver, info, scale)
+    verdict, message = Verdict.PASSED, ""
+    try:
+        broker.start()
+        sc.play(play)
+        check_no_failure(play)
+    except ScenarioFailed as exc:
+        verdict, message = Verdict.FAILED, str(exc)
+    except NotApplicable as exc:
+        verdict, message = Verdict.NOT_APPLICABLE, str(exc)
+    except di.NoReply as exc:
+        verdict, message = Verdict.FAILED, f"the client hung: {exc}"
+    except di.DriverError as exc:
+        verdict, message = Verdict.FAILED, f"the client raised {getattr(exc, 'library_error', type(exc).__name__)}: {exc}"
+    except Exception as exc:
+        verdict, message = Verdict.BROKEN, f"harness error: {exc!r}\n{traceback.format_exc(limit=6)}"
+    finally:
+        if not driver.exited.is_set():
+            driver.close()
+        play.events.extend(_drain(driver))
+        broker.stop()
+    failures = play.seen(di.ClientFailure)
+    if verdict == Verdict.FAILED and failures and failures[0].text not in message:
+        message += f" [library: {failures[0].type}: {failures[0].text}]"
+    return ScenarioResult(info.client, info.version, sc, verdict, message, started, time.monotonic() - t0,
+                          broker.frames, play.events, driver.stderr_tail(8))
+
+
+def _drain(driver: RemoteDriver) -> list[di.Event]:
+    found = []
+    while (event := driver.next_event(0)) is not None:
+        found.append(event)
+    return found
+
+
+def run_client(spec: ClientSpec, chosen: list[Scenario], *, scale: float = 1.0,
+               on_result: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
+    """Every scenario at one client; a fresh adapter after a hang or an exit."""
+    results: list[ScenarioResult] = []
+    driver: RemoteDriver | None = None
+    try:
+        for sc in chosen:
+            if driver is None or driver.exited.is_set():
+                driver = _start(spec, scale, results, sc, on_result)
+                if driver is None:
+                    continue
+            result = play_scenario(driver, driver.info(), sc, scale)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+            if "the client hung" in result.message or driver.exited.is_set():
+                driver.stop()
+                driver = None
+    finally:
+        if driver is not None:
+            driver.stop()
+    return results
+
+
+def _start(spec: ClientSpec, scale: float, results: list[ScenarioResult], sc: Scenario,
+           on_result: Callable[[ScenarioResult], None] | None) -> RemoteDriver | None:
+    try:
+        return spec.start(OPERATION_TIMEOUT * scale)
+    except AdapterError as exc:
+        result = ScenarioResult(spec.name, spec.installed_version() or "?", sc, Verdict.BROKEN,
+                                f"the adapter did not start: {exc}", datetime.now(UTC), 0.0)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+        return None
+
+
+def run_clients(specs: list[ClientSpec], chosen: list[Scenario], *, jobs: int = 2, scale: float = 1.0,
+                on_result: Callable[[ScenarioResult], None] | None = None) -> dict[str, list[ScenarioResult]]:
+    """Each client in its own thread (its scenarios in order); results per client name."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="client") as pool:
+        futures = {spec.name: pool.submit(run_client, spec, chosen, scale=scale, on_result=on_result)
+                   for spec in specs}
+        return {name: future.result() for name, future in futures.items()}
