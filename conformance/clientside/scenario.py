@@ -139,6 +139,12 @@ class Play:
             name = getattr(method_type, "NAME", method_type)
             raise ScenarioFailed(f"the client sent no {name} within {self.t(timeout):.1f} s") from None
 
+    def sent_at(self, method_type: type, timeout: float = 3.0) -> int:
+        """The frame-log index just after the first `method_type` the client sent."""
+        method = self.sent(method_type, timeout)
+        frames = self.broker.frames
+        return next(i + 1 for i, r in enumerate(frames) if r.direction == "in" and getattr(r.frame, "method", None) is method)
+
     def mark(self) -> int:
         """The frame log's position now (for `sent(..., start=mark)`)."""
         return len(self.broker.frames)

@@ -175,7 +175,7 @@ class Confirmed:
 class Returned:
     KIND: ClassVar[str] = "returned"
     channel: int
-    reply_code: int
+    reply_code: int | None  # None: the library does not show it
     reply_text: str
     exchange: str
     routing_key: str

@@ -45,6 +45,8 @@ def from_library(get: Any) -> BasicProperties:
         value = get.get(key) if isinstance(get, dict) else getattr(get, key, None)
         if name == "timestamp" and value is not None and hasattr(value, "timestamp"):  # a datetime (aio-pika)
             value = int(value.timestamp())
+        if name == "cluster_id" and value == "":  # pamqp (aiormq, aio-pika) shows an absent one as ""
+            value = None
         values[name] = plain(value)
     return BasicProperties(**values)
 
@@ -73,6 +75,7 @@ class LibraryDriver:
         self.events: deque[di.Event] = deque()
         self.published: dict[int, int] = {}  # channel -> publishes since confirm.select
         self.outstanding: dict[int, list[int]] = {}  # channel -> seqs not confirmed yet
+        self.failures: set[tuple[str, str, str]] = set()
 
     def info(self) -> di.ClientInfo:
         runtime = f"{platform.python_implementation()} {platform.python_version()}"
@@ -84,7 +87,11 @@ class LibraryDriver:
         self.events.append(event)
 
     def failure(self, exc: BaseException, where: str) -> None:
-        self.emit(di.ClientFailure(type(exc).__name__, str(exc)[:2000], where))
+        """Report an exception out of the library once (a loop that keeps raising it reports it once)."""
+        key = (type(exc).__name__, str(exc)[:2000], where)
+        if key not in self.failures:
+            self.failures.add(key)
+            self.emit(di.ClientFailure(*key))
 
     def next_event(self, timeout: float) -> di.Event | None:
         deadline = time.monotonic() + timeout
