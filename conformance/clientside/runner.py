@@ -116,8 +116,13 @@ def run_client(spec: ClientSpec, chosen: list[Scenario], *, scale: float = 1.0,
         for sc in chosen:
             if driver is None or driver.exited.is_set():
                 driver = _start(spec, scale, results, sc, on_result)
-                if driver is None:
-                    continue
+                if driver is None:  # it will not start for the next scenarios either
+                    for rest in chosen[chosen.index(sc) + 1:]:
+                        results.append(ScenarioResult(spec.name, results[-1].client_version, rest, Verdict.BROKEN,
+                                                      results[-1].message, datetime.now(UTC), 0.0))
+                        if on_result is not None:
+                            on_result(results[-1])
+                    break
             result = play_scenario(driver, driver.info(), sc, scale)
             results.append(result)
             if on_result is not None:

@@ -66,7 +66,15 @@ class RemoteDriver:
     # -- plumbing ---------------------------------------------------------------------------------
     def _read_stdout(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
+        with contextlib.suppress(ValueError, OSError):  # closed by stop()
+            self._read_lines(self.process.stdout)
+        self.exited.set()
+        self._replies.put({"event": "exit"})
+        with self._event_ready:
+            self._event_ready.notify_all()
+
+    def _read_lines(self, stdout: Any) -> None:
+        for line in stdout:
             if not line.strip():
                 continue
             try:
@@ -80,15 +88,12 @@ class RemoteDriver:
                 with self._event_ready:
                     self._events.append(wire_json.event_from_json(obj))
                     self._event_ready.notify_all()
-        self.exited.set()
-        self._replies.put({"event": "exit"})
-        with self._event_ready:
-            self._event_ready.notify_all()
 
     def _read_stderr(self) -> None:
         assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.stderr.append(line.rstrip())
+        with contextlib.suppress(ValueError, OSError):  # closed by stop()
+            for line in self.process.stderr:
+                self.stderr.append(line.rstrip())
 
     def stderr_tail(self, lines: int = 5) -> str:
         tail = list(self.stderr)[-lines:]
