@@ -4,13 +4,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run lint typecheck unit bench-codec bench-broker generate clean \
+.PHONY: test run lint typecheck unit bench-codec bench-broker generate clean clients \
 	rabbitmq4-up rabbitmq4-down rabbitmq4-status
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@if command -v npm >/dev/null; then \
+		npm install --prefix $(VENV)/node --no-audit --no-fund --loglevel=error amqplib@^2; \
+	else echo "npm not found: the amqplib client (amqp-conformance clients) is not installed"; fi
 	@touch $(STAMP)
 
 test: $(STAMP) lint typecheck unit
@@ -32,6 +35,11 @@ RUN_OUT ?= build/conformance
 RUN_ARGS ?=
 run: $(STAMP)
 	$(BIN)/amqp-conformance run --out $(RUN_OUT) --report $(RUN_ARGS)
+
+# Client libraries judged by a scripted broker: every scenario, every installed client, HTML report.
+CLIENTS_OUT ?= build/clients
+clients: $(STAMP)
+	$(BIN)/amqp-conformance clients --out $(CLIENTS_OUT) --report
 
 bench-codec: $(STAMP)
 	$(BIN)/python bench/codec.py

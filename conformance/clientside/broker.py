@@ -160,6 +160,10 @@ class ScriptedBroker(EmbeddedBroker):
         self._changed = threading.Condition()
         self._out_readers: dict[int, FrameReader] = {}
 
+    def __enter__(self) -> ScriptedBroker:
+        self.start()
+        return self
+
     # -- recording (loop thread) --------------------------------------------------------------
     def record_out(self, conn: int, data: bytes) -> None:
         reader = self._out_readers.setdefault(conn, FrameReader(frame_max=0))

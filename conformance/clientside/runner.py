@@ -107,46 +107,47 @@ def _drain(driver: RemoteDriver) -> list[di.Event]:
     return found
 
 
+class ClientSession:
+    """One client's adapter across scenarios: started on first use, restarted after a hang or exit."""
+
+    def __init__(self, spec: ClientSpec, scale: float = 1.0) -> None:
+        self.spec, self.scale = spec, scale
+        self.driver: RemoteDriver | None = None
+        self.start_error: str | None = None
+
+    def play(self, sc: Scenario) -> ScenarioResult:
+        if self.start_error is None and (self.driver is None or self.driver.exited.is_set()):
+            try:
+                self.driver = self.spec.start(OPERATION_TIMEOUT * self.scale)
+            except AdapterError as exc:  # it will not start for the next scenarios either
+                self.start_error = f"the adapter did not start: {exc}"
+        if self.start_error is not None or self.driver is None:
+            return ScenarioResult(self.spec.name, self.spec.installed_version() or "?", sc, Verdict.BROKEN,
+                                  self.start_error or "no adapter", datetime.now(UTC), 0.0)
+        result = play_scenario(self.driver, self.driver.info(), sc, self.scale)
+        if "the client hung" in result.message or self.driver.exited.is_set():
+            self.stop()
+        return result
+
+    def stop(self) -> None:
+        if self.driver is not None:
+            self.driver.stop()
+            self.driver = None
+
+
 def run_client(spec: ClientSpec, chosen: list[Scenario], *, scale: float = 1.0,
                on_result: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
-    """Every scenario at one client; a fresh adapter after a hang or an exit."""
+    """Every scenario at one client, in order."""
+    session = ClientSession(spec, scale)
     results: list[ScenarioResult] = []
-    driver: RemoteDriver | None = None
     try:
         for sc in chosen:
-            if driver is None or driver.exited.is_set():
-                driver = _start(spec, scale, results, sc, on_result)
-                if driver is None:  # it will not start for the next scenarios either
-                    for rest in chosen[chosen.index(sc) + 1:]:
-                        results.append(ScenarioResult(spec.name, results[-1].client_version, rest, Verdict.BROKEN,
-                                                      results[-1].message, datetime.now(UTC), 0.0))
-                        if on_result is not None:
-                            on_result(results[-1])
-                    break
-            result = play_scenario(driver, driver.info(), sc, scale)
-            results.append(result)
+            results.append(session.play(sc))
             if on_result is not None:
-                on_result(result)
-            if "the client hung" in result.message or driver.exited.is_set():
-                driver.stop()
-                driver = None
+                on_result(results[-1])
     finally:
-        if driver is not None:
-            driver.stop()
+        session.stop()
     return results
-
-
-def _start(spec: ClientSpec, scale: float, results: list[ScenarioResult], sc: Scenario,
-           on_result: Callable[[ScenarioResult], None] | None) -> RemoteDriver | None:
-    try:
-        return spec.start(OPERATION_TIMEOUT * scale)
-    except AdapterError as exc:
-        result = ScenarioResult(spec.name, spec.installed_version() or "?", sc, Verdict.BROKEN,
-                                f"the adapter did not start: {exc}", datetime.now(UTC), 0.0)
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-        return None
 
 
 def run_clients(specs: list[ClientSpec], chosen: list[Scenario], *, jobs: int = 2, scale: float = 1.0,

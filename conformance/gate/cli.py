@@ -2,7 +2,8 @@
 
 Responsibility: parse the command line and dispatch to one subcommand: `run` (the suite
 against a broker as a CI gate, `runner`), `baseline` (a baseline file from a recorded run),
-`rules` (the catalogue with the suite's coverage per rule and per area), `report` (the HTML
+`rules` (the catalogue with the suite's coverage per rule and per area), `clients` (client
+libraries judged by a scripted broker, `conformance.clientside`), `report` (the HTML
 report, `reports.cli`) and `broker` (the reference broker, `reference_broker.__main__`).
 
 Rules:
@@ -167,6 +168,21 @@ def _baseline_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _clients_arguments(parser: argparse.ArgumentParser) -> None:
+    from conformance.clientside.cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _clients_run(args: argparse.Namespace) -> int:
+    from conformance.clientside import cli as clients_cli
+
+    try:
+        return clients_cli.run(args)
+    except clients_cli.UsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _forwarded(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="the options of the command (see its --help)")
 
@@ -203,6 +219,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("baseline", "write a baseline of known deviations from a recorded run", _baseline_arguments,
             _baseline_run),
     Command("rules", "list the rule catalogue with the suite's coverage", _rules_arguments, _rules_run),
+    Command("clients", "judge client libraries with a scripted broker (client-side scenarios)", _clients_arguments,
+            _clients_run),
     Command("report", "build the HTML report from a results directory", _forwarded, _report_run, own_parser=True),
     Command("broker", "start the reference broker (same options as python -m reference_broker)", _forwarded,
             _broker_run, own_parser=True),

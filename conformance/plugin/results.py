@@ -59,6 +59,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("version", "string"),
         Column("profile", "string"),
         Column("client", "string", False),
+        Column("client_version", "string"),  # the client library's version (client-side runs)
         Column("harness_version", "string", False),
         Column("admin", "string"),  # none | rabbitmqctl | management URL without the password
         Column("timeout_scale", "double", False),
@@ -172,6 +173,7 @@ class RunRecord:
     finished: datetime | None = None
     exit_status: int | None = None
     tests: int | None = None
+    client_version: str | None = None
 
 
 @dataclass

@@ -87,6 +87,7 @@ def delivery_after_cancel(p: Play) -> None:
     p.broker.inject(conn, ch, BasicDeliver(tag, 1, False, "", "cq"), BasicProperties(), b"late")
     p.settle()
     p.alive("a delivery for a consumer tag the broker had cancelled")
+    p.expect(p.client.declare_queue(ch, "cq") == "cq", "the channel is unusable after the delivery")
 
 
 @scenario("cancel-race", ("CL-CCN-05",), "a broker cancel crosses the client's own basic.cancel")

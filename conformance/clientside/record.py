@@ -1,0 +1,54 @@
+"""Client-side results into the results lake (DESIGN.md decision 7): one run per client library.
+
+Responsibility: turn `ScenarioResult`s into the lake's records: per client a run record
+(client name and version, the scripted broker as the "broker", profile `client-side`), one
+test record per scenario (test id ``clients/<client>::<scenario>``, the scenario's rule ids,
+area ``client``) and its frame log.
+
+Rules:
+- Frame directions are the client library's: "out" = sent by the client, "in" = received by
+  it, so the report's arrows (→ client to broker) read the same as for broker runs.
+- A run's id is ``<base>-<client>``; several clients of one invocation share the base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conformance.clientside.runner import ScenarioResult
+from conformance.results import ResultsWriter, RunRecord, TestRecord, harness_version
+from conformance.verdicts import Verdict
+
+CLIENT_PROFILE = "client-side"
+BROKER = "scripted://reference-broker"
+PRODUCT = "scripted reference broker"
+OUTCOMES = {Verdict.PASSED: "passed", Verdict.FAILED: "failed", Verdict.NOT_APPLICABLE: "skipped",
+            Verdict.BROKEN: "failed"}
+
+
+def scenario_test_id(client: str, scenario: str) -> str:
+    return f"clients/{client}::{scenario}"
+
+
+def write_client_run(root: Path, base: str, client: str, results: Iterable[ScenarioResult], started: datetime,
+                     scale: float, exit_status: int | None) -> str:
+    """Write one client's run; return its run id."""
+    results = list(results)
+    run_id = f"{base}-{client}"
+    version = next((r.client_version for r in results if r.client_version), None)
+    writer = ResultsWriter(root, run_id)
+    run = RunRecord(run_id, BROKER, client, harness_version(), scale, started, product=PRODUCT,
+                    version=harness_version(), profile=CLIENT_PROFILE, admin=None, client_version=version)
+    writer.write_run(run)
+    for r in results:
+        record = TestRecord(run_id, scenario_test_id(client, r.scenario.id), list(r.scenario.rules), "client", str(r.verdict),
+                            OUTCOMES[r.verdict], "call", r.started, r.duration, r.duration, message=r.message or None)
+        if r.verdict in (Verdict.FAILED, Verdict.BROKEN) and r.stderr and "nothing on stderr" not in r.stderr:
+            record.message = f"{r.message}\nadapter stderr: {r.stderr}"[:4000]
+        writer.add_test(record, [replace(f, direction="in" if f.direction == "out" else "out") for f in r.frames])
+    writer.close()
+    writer.write_run(replace(run, finished=datetime.now(UTC), exit_status=exit_status, tests=len(results)))
+    return run_id

@@ -1,0 +1,50 @@
+"""The representative subset of `amqp-conformance clients` against every judged client library.
+
+Each (client, smoke scenario) must reach exactly its expected verdict: passed, or the failure a
+finding in docs/findings-clients.md describes (the check is shown failing on a client that
+deviates, and passing on the ones that do not), or not-applicable where the client's API cannot
+express the scenario. A client that is not installed skips (fails under AMQPC_STRICT=1).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.clientside import runner
+from conformance.clientside.clients import CLIENTS
+from conformance.verdicts import Verdict
+from tests.conftest import require
+
+SMOKE = [s.id for s in runner.select(smoke=True)]
+# (client, scenario) -> the verdict other than passed; each failure is a finding in docs/findings-clients.md
+EXPECTED = {
+    ("pika", "consumer-timeout-cycle"): Verdict.FAILED,  # KeyError on the second broker basic.cancel
+    ("pika", "connection-close-320"): Verdict.FAILED,  # no connection.close-ok
+    ("pika", "confirm-mixed"): Verdict.NOT_APPLICABLE,  # BlockingConnection waits for each confirm
+    ("amqplib", "consumer-timeout-cycle"): Verdict.FAILED,  # "Unknown consumer" closes the channel
+    ("amqp", "blocked-unblocked"): Verdict.FAILED,  # the broker's reason is replaced
+    ("kombu", "blocked-unblocked"): Verdict.FAILED,  # same, py-amqp underneath
+    ("aiormq", "blocked-unblocked"): Verdict.FAILED,  # blocked is only logged
+    ("aio-pika", "blocked-unblocked"): Verdict.FAILED,  # same, aiormq underneath
+}
+
+
+@pytest.fixture(scope="module")
+def played() -> dict[str, dict[str, runner.ScenarioResult]]:
+    """Every installed client plays the subset once, all clients at once (the waits are idle)."""
+    specs = [spec for spec in CLIENTS.values() if spec.installed_version()]
+    found = runner.run_clients(specs, runner.select(smoke=True), jobs=len(specs), scale=1.0)
+    return {client: {r.scenario.id: r for r in results} for client, results in found.items()}
+
+
+@pytest.mark.parametrize("scenario", SMOKE)
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_client_smoke_verdict(client: str, scenario: str, played: dict[str, dict[str, runner.ScenarioResult]]) -> None:
+    spec = CLIENTS[client]
+    require(spec.installed_version(), f"client {client} is not installed ({spec.install_hint})")
+    result = played[client][scenario]
+    expected = EXPECTED.get((client, scenario), Verdict.PASSED)
+    assert result.verdict == expected, f"{client} {scenario}: {result.verdict}: {result.message}"
+    assert result.client_version == spec.installed_version()
+    if result.verdict != Verdict.NOT_APPLICABLE:
+        assert result.frames, "every played scenario carries its frame log"
