@@ -36,6 +36,8 @@ SEEDS_FILE = "seeds.toml"
 REGENERATE = "python -m conformance.catalogue.document"
 _SEED_REF = re.compile(r"seeds/(?P<file>(?P<seed>\d{3})_[0-9a-f]+\.txt)#L(?P<line>\d+)")
 _SECTION = re.compile(r"RULES\.md §(?P<section>\d+(?:\.\d+)?)")
+# client rules also cite the 0-9-1 specification and RabbitMQ's guides (conformance.catalogue.rules)
+_OTHER_SOURCE = re.compile(r"0-9-1 §(?P<spec>[\d.]+)|RabbitMQ docs: (?P<page>[a-z-]+)")
 # Sections of the starting catalogue (the design card's RULES.md) that rules cite as their source.
 SECTIONS = {
     "0": "Error-reporting conventions", "1": "Delivery tags and consumer acknowledgements",
@@ -70,12 +72,18 @@ def rule_anchor(rule_id: str) -> str:
 
 
 def source_anchor(ref: str) -> str | None:
-    """The anchor of a cited source ("RULES.md §1" or "seeds/...#L4"), None for anything else."""
+    """The anchor of a cited source ("RULES.md §1", "seeds/...#L4", "0-9-1 §4.2.7", "RabbitMQ docs: page"),
+    None for anything else."""
     section = _SECTION.fullmatch(ref)
     if section:
         return f"rules-md-{section['section'].replace('.', '-')}"
     seed = _SEED_REF.fullmatch(ref)
-    return f"seed-{seed['seed']}-L{seed['line']}" if seed else None
+    if seed:
+        return f"seed-{seed['seed']}-L{seed['line']}"
+    other = _OTHER_SOURCE.fullmatch(ref)
+    if other:
+        return f"spec-{other['spec'].replace('.', '-')}" if other["spec"] else f"rabbitmq-docs-{other['page']}"
+    return None
 
 
 @cache
@@ -149,6 +157,15 @@ def _sources(rules: tuple[Rule, ...]) -> list[str]:
             anchor = source_anchor(f"RULES.md §{section}")
             lines += [f'### <a id="{anchor}"></a>RULES.md §{section}: {title}', "",
                       "Rules: " + ", ".join(f"[{i}](#{rule_anchor(i)})" for i in taken) + ".", ""]
+    others = sorted({r.source for r in rules if _OTHER_SOURCE.fullmatch(r.source)})
+    if others:
+        lines += ["### Client rules: the 0-9-1 specification and RabbitMQ's guides", "",
+                  "The client rules (area client) also cite a section of the AMQP 0-9-1 specification "
+                  "(\"0-9-1 §n\") or a RabbitMQ guide (\"RabbitMQ docs: page\").", ""]
+        for ref in others:
+            taken = [r.id for r in rules if r.source == ref]
+            lines += [f'<a id="{source_anchor(ref)}"></a>{escape(ref)}: '
+                      + ", ".join(f"[{i}](#{rule_anchor(i)})" for i in taken) + ".", ""]
     topic = None
     for ref in cited_seed_refs(rules):
         line = excerpt(ref)

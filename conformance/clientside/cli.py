@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conformance.verdicts import Verdict
+from conformance.plugin.verdicts import Verdict
 
 if TYPE_CHECKING:
     from rich.console import Console

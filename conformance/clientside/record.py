@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conformance.clientside.runner import ScenarioResult
-from conformance.results import ResultsWriter, RunRecord, TestRecord, harness_version
-from conformance.verdicts import Verdict
+from conformance.plugin.results import ResultsWriter, RunRecord, TestRecord, harness_version
+from conformance.plugin.verdicts import Verdict
 
 CLIENT_PROFILE = "client-side"
 BROKER = "scripted://reference-broker"

@@ -38,7 +38,7 @@ from conformance.clientside.scenario import (
 )
 from conformance.drivers import interface as di
 from conformance.drivers.remote import AdapterError, RemoteDriver
-from conformance.verdicts import Verdict
+from conformance.plugin.verdicts import Verdict
 
 OPERATION_TIMEOUT = 5.0  # seconds for one client operation, times the scale
 

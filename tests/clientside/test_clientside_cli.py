@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from codec import BasicProperties
-from conformance.cli import main
 from conformance.clientside import runner
 from conformance.clientside.clients import CLIENTS, ClientSpec
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
-from conformance.results import read_table
-from conformance.verdicts import Verdict
+from conformance.gate.cli import main
+from conformance.plugin.results import read_table
+from conformance.plugin.verdicts import Verdict
 from tests.conftest import require
 
 HANG = Path(__file__).with_name("hanging_adapter.py")
