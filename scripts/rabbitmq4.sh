@@ -7,6 +7,8 @@
 #   scripts/rabbitmq4.sh down   [4.3|4.0|all]   stop the node (rabbitmqctl stop, then the pid)
 #   scripts/rabbitmq4.sh status [4.3|4.0|all]   say whether each node answers
 #   scripts/rabbitmq4.sh env    [4.3|4.0|all]   print the URLs as shell assignments
+#   scripts/rabbitmq4.sh ctl    4.3|4.0 ARGS...  rabbitmqctl against that node, e.g. for the harness:
+#       AMQPC_RABBITMQCTL="scripts/rabbitmq4.sh ctl 4.3" amqp-conformance run --broker-admin rabbitmqctl ...
 #
 # Rules:
 # - The chroots live OUTSIDE the clone, in AMQPC_CHROOT_DIR (default
@@ -215,6 +217,8 @@ case "$cmd" in
     down) for v in $(versions "$target"); do with_lock down_one "$v"; done ;;
     status) for v in $(versions "$target"); do status_one "$v" || rc=1; done ;;
     env) for v in $(versions "$target"); do env_one "$v"; done ;;
-    *) echo "usage: $0 {build|up|down|status|env} [4.3|4.0|all]" >&2; exit 4 ;;
+    ctl) config "$target"; [ -f "$STAMP" ] || die "$target: no chroot (scripts/rabbitmq4.sh up $target)"
+         shift 2; exec "${IN_CHROOT[@]}" rabbitmqctl -n "$NODE" "$@" ;;
+    *) echo "usage: $0 {build|up|down|status|env} [4.3|4.0|all] | ctl 4.3|4.0 ARGS..." >&2; exit 4 ;;
 esac
 exit "$rc"

@@ -155,8 +155,9 @@ def basic_get(core: BrokerCore, meta: Meta, ch: Channel, m: BasicGet,
     queue = resolve_queue(core, ch, m.queue)
     _check_read(core, ch, queue.name)
     if queue.kind == QUORUM and queue.arguments.get("x-single-active-consumer") is True:
+        # ERR-04, 4.3's text: rabbit_channel formats the queue type's alias (a binary) with ~p
         raise soft(ReplyCode.RESOURCE_LOCKED, f"cannot obtain access to locked {texts.q(queue.name, queue.vhost)}. "
-                   "basic.get operations are not supported by quorum queues with single active consumer")
+                   'basic.get operations are not supported by <<"quorum">> queues with single active consumer')
     effects: list[Effect] = []
     if core.fault("get_obeys_prefetch") and ch.prefetch_count and len(ch.unacked) >= ch.prefetch_count:
         return [Send(ch.conn, ch.number, BasicGetEmpty())]

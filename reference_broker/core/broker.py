@@ -401,7 +401,8 @@ class BrokerCore:
             redelivered = message.acquired_count > 0
             if redelivered:
                 headers = dict(properties.headers or {})
-                headers["x-delivery-count"] = message.delivery_count
+                if message.delivery_count > 0:  # RQ-05: absent until a failed attempt counts (live 4.3.6)
+                    headers["x-delivery-count"] = message.delivery_count
                 headers["x-acquired-count"] = message.acquired_count
                 properties = properties._replace(headers=headers)
         else:

@@ -211,7 +211,7 @@ def queue_declare(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDeclare,
                           m.auto_delete, dict(m.arguments))
             v.queues[name] = queue
     ch.last_queue = queue.name
-    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, queue.ready_count(), len(queue.consumers)))
+    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, queue.ready_count(), queue.declared_consumer_count()))
 
 
 @handles(QueueBind)

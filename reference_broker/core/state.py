@@ -97,6 +97,14 @@ class Queue:
     _returns: deque[Message] = field(default_factory=deque)  # quorum returns first
     _main: deque[Message] = field(default_factory=deque)  # quorum main FIFO
 
+    def declared_consumer_count(self) -> int:
+        """queue.declare-ok's consumer_count. A single-active-consumer quorum queue counts only
+        its active consumer, not the waiting ones (rabbit_fifo:query_stat/1, live 4.3.6); a
+        timed-out consumer that still holds deliveries stays the active one."""
+        if self.kind == QUORUM and self.arguments.get("x-single-active-consumer") is True:
+            return int(any(not c.timed_out or c.unacked for c in self.consumers.values()))
+        return len(self.consumers)
+
     # -- ready messages ------------------------------------------------------------
     def ready_count(self) -> int:
         return len(self._fresh) + len(self._heap) + len(self._returns) + len(self._main)

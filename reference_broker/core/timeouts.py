@@ -6,7 +6,10 @@ Rules:
   fires, only the expired deliveries are returned (returns first, delivery count unchanged),
   the consumer enters timeout state (no new messages until every timed-out delivery is
   settled), and the client gets `basic.cancel{nowait}` if it has consumer_cancel_notify and
-  the consumer is registered, else `channel.close 406` with timeout "-1".
+  the consumer is registered, else `channel.close 406` with timeout "-1". As in 4.3.6
+  (rabbit_channel:handle_queue_actions, one `released` action per consumer and firing), a
+  consumer still registered gets a basic.cancel at EVERY firing that returns some of its
+  deliveries, not only at the first.
 - Legacy (TMO-3x-*): a per-channel tick every `tick_interval` checks only the oldest unacked
   delivery of every queue type, against the global value read at channel.open (3.10), or
   min(queue argument, policy) for that delivery's queue when set (3.12); a timeout always
@@ -32,6 +35,15 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_FIELD_TYPES = ((bool, "bool"), (str, "longstr"), (float, "double"), (dict, "table"), (list, "array"),
+                (bytes, "binary"), (type(None), "void"))
+
+
+def _field_type(value: Any) -> str:
+    """RabbitMQ's name for the field-table type a decoded value arrived as."""
+    return next((name for kind, name in _FIELD_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
 def validate_argument(core: BrokerCore, queue_name: str, vhost: str, kind: str, value: Any) -> None:
     """TMO-04 (4.3.2+): 406 for the argument on a classic queue or a bad value."""
     if value is None or core.config.timeout_mode == "legacy":
@@ -40,9 +52,9 @@ def validate_argument(core: BrokerCore, queue_name: str, vhost: str, kind: str, 
     if kind != QUORUM:
         raise soft(ReplyCode.PRECONDITION_FAILED,
                    f"invalid arg '{ARG}' for {what} of queue type rabbit_{kind}_queue")
-    if not _is_int(value):
+    if not _is_int(value):  # rabbit_amqqueue:check_int_arg/2 prints its message with ~tp
         raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{ARG}' for {what}: "
-                   f"{{unacceptable_type,{type(value).__name__}}}")
+                   f'"expected integer, got {_field_type(value)}"')
     if value < 0:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{ARG}' for {what}: {{value_negative,{value}}}")
 
@@ -124,7 +136,7 @@ def on_queue_timer(core: BrokerCore, meta: Meta, key: tuple[object, ...]) -> lis
         consumer.unacked -= 1
         queue.checked_out -= 1
         effects += core.return_to_queue(meta, queue, u.message, failed=False)
-        if not consumer.timed_out and (conn_id, number, consumer.tag) not in cancelled:
+        if (conn_id, number, consumer.tag) not in cancelled:  # one basic.cancel per firing
             cancelled.add((conn_id, number, consumer.tag))
             effects.append(Send(conn_id, number, BasicCancel(consumer.tag, nowait=True)))
         if not core.fault("timed_out_consumer_not_paused"):
