@@ -99,7 +99,7 @@ class Script:
         """The connection and channel used for declarations, publishes and counts."""
         if "setup" not in self.clients:
             self.connect("setup")
-            self.clients["setup"].channel(1)
+            assert self.clients["setup"].channel() == 1
         return self.clients["setup"], 1
 
     # -- queues, publishing, counts ------------------------------------------------------------------
