@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: test run lint typecheck unit bench-codec bench-broker generate clean clients \
-	rabbitmq4-up rabbitmq4-down rabbitmq4-status
+	rabbitmq4-up rabbitmq4-down rabbitmq4-status test-rabbitmq43 test-rabbitmq40
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,14 @@ rabbitmq4-down:
 
 rabbitmq4-status:
 	scripts/rabbitmq4.sh status $(RMQ4)
+
+# The tests marked for a 4.x node (not in `make test`): the differential test against 4.3.6, the
+# profile detection and the gate (the whole suite with the management API and the baseline).
+test-rabbitmq43: $(STAMP)
+	$(BIN)/pytest -m rabbitmq43 tests
+
+test-rabbitmq40: $(STAMP)
+	$(BIN)/pytest -m rabbitmq40 tests
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
