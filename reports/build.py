@@ -2,7 +2,8 @@
 
 Responsibility: `build_report(spark, results_dir, out)` reads the lake, runs the jobs of
 `reports.jobs` and the trace audit (`reports.audit_spark`), collects the small results into
-`reports.model.ReportData`, pulls the frames of the failing tests, and writes the site with
+`reports.model.ReportData` (with the clients x scenarios matrix of client-side runs,
+`reports.clients`), pulls the frames of the failing tests, and writes the site with
 `reports.render.render_site`.
 
 Rules:
@@ -30,6 +31,7 @@ from pyspark.sql.window import Window
 from conformance.catalogue.rules import AREAS, PROFILES, all_rules, rule
 from reports import jobs
 from reports.audit_spark import audit_by_run, audit_grouped
+from reports.clients import collect_clients
 from reports.model import (
     HISTORY_RUNS,
     Cell,
@@ -66,6 +68,7 @@ def build_report(spark: SparkSession, results_dir: str | Path, out: str | Path, 
     verdicts = jobs.rule_verdicts(lake.tests, lake.runs, jobs.catalogue_frame(spark)).cache()
     try:
         data = collect(spark, lake, verdicts, str(results_dir), max_failure_pages, audit_plan)
+        data.clients = collect_clients(lake, data.failing)
         render_site(data, out, frame_logs(lake.frames, data.failing))
     finally:
         verdicts.unpersist()

@@ -161,6 +161,43 @@ class Flake:
 
 
 @dataclass
+class ClientScenario:
+    """One scenario's verdict for one client (the latest client-side run of that client)."""
+
+    scenario: str
+    rule_ids: list[str]
+    verdict: str
+    message: str | None
+    duration: float
+    page: str | None = None  # the failing test's page (tests/<page>.html, frames/<page>.js)
+
+
+@dataclass
+class ClientColumn:
+    client: str
+    version: str | None
+    run_id: str
+    started: datetime
+    scenarios: dict[str, ClientScenario]  # scenario id -> verdict
+
+    @property
+    def slug(self) -> str:
+        return slug(self.client)
+
+    def count(self, verdict: str) -> int:
+        return sum(s.verdict == verdict for s in self.scenarios.values())
+
+
+@dataclass
+class ClientsData:
+    """The clients x scenarios matrix (client-side runs, `amqp-conformance clients`)."""
+
+    clients: list[ClientColumn]
+    scenarios: list[str]  # row order
+    rules: dict[str, list[str]]  # scenario -> rule ids
+
+
+@dataclass
 class ReportData:
     generated: datetime
     results_dir: str
@@ -178,6 +215,7 @@ class ReportData:
     failing: list[FailingTest]
     # rule id -> target -> [(run id, verdict)], oldest first (the target's last `HISTORY_RUNS` runs)
     rule_history: dict[str, dict[str, list[tuple[str, str]]]] = field(default_factory=dict)
+    clients: ClientsData | None = None  # client-side runs, when the lake holds any
 
     def summary(self) -> dict[str, Any]:
         """The JSON summary (summary.json): one entry per target, and the totals."""

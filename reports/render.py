@@ -11,6 +11,8 @@ Responsibility: write the site —
   tests/<page>.html   one page per failing test: observed vs expected reply, shrunk steps,
                       the frame log (lazy-loaded from frames/<page>.js)
   audit.html          trace-audit findings
+  clients.html        client libraries x client-side scenarios (when the lake has client-side runs)
+  clients/<c>.html    one page per client: its verdicts, the frame log of each failing scenario
   summary.json        the JSON summary; badges/<target>.svg one badge per target
   static/             CSS and JS
 
@@ -40,7 +42,7 @@ from conformance.plugin.verdicts import SCORED
 from conformance.plugin.verdicts import label as verdict_label
 from conformance.plugin.wording import plural
 from reports import svg
-from reports.model import VERDICTS, ReportData
+from reports.model import VERDICTS, ClientsData, ReportData
 
 STATIC = Path(__file__).parent / "static"
 FrameLog = tuple[str, list[dict[str, Any]]]  # (test page, frame rows in seq order)
@@ -102,8 +104,11 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
     test_template = env.get_template("test.html.j2")
     for test in data.failing:
         _write(out / "tests" / f"{test.page}.html", test_template.render(**context, test=test, root="../"))
-    for page, rows in frame_logs:
+    logs = dict(frame_logs)
+    for page, rows in logs.items():
         _write(out / "frames" / f"{page}.js", frame_log_script(page, rows))
+    if data.clients is not None:
+        _render_clients(env, context, data.clients, logs, out)
     _write(out / "summary.json", json.dumps(data.summary(), indent=2, default=str) + "\n")
     for target in data.targets:
         counts = target.counts
@@ -112,6 +117,18 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
         _write(out / "badges" / f"{target.slug}.svg",
                svg.badge("AMQP 0-9-1", message, svg.score_colour(target.score)) + "\n")
     return out / "index.html"
+
+
+def _render_clients(env: Environment, context: dict[str, Any], clients: ClientsData,
+                    logs: Mapping[str, list[dict[str, Any]]], out: Path) -> None:
+    """clients.html (clients x scenarios) and clients/<client>.html with each failing scenario's frame log."""
+    (out / "clients").mkdir(parents=True, exist_ok=True)
+    _write(out / "clients.html", env.get_template("clients.html.j2").render(**context, clients=clients, root=""))
+    template = env.get_template("client.html.j2")
+    for column in clients.clients:
+        frames = {s.page: frame_log_rows(logs.get(s.page, [])) for s in column.scenarios.values() if s.page}
+        _write(out / "clients" / f"{column.slug}.html",
+               template.render(**context, clients=clients, column=column, frames=frames, root="../"))
 
 
 def _write(path: Path, text: str) -> None:

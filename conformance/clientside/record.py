@@ -19,10 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conformance.clientside.runner import ScenarioResult
-from conformance.plugin.results import ResultsWriter, RunRecord, TestRecord, harness_version
+from conformance.plugin.results import CLIENT_PROFILE, ResultsWriter, RunRecord, TestRecord, harness_version
 from conformance.plugin.verdicts import Verdict
 
-CLIENT_PROFILE = "client-side"
 BROKER = "scripted://reference-broker"
 PRODUCT = "scripted reference broker"
 OUTCOMES = {Verdict.PASSED: "passed", Verdict.FAILED: "failed", Verdict.NOT_APPLICABLE: "skipped",

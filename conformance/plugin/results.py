@@ -40,6 +40,7 @@ from codec import BodyFrame, Command, HeaderFrame, HeartbeatFrame, MethodFrame, 
 from conformance.drivers.raw import FrameRecord
 
 PARTITION_KEY = "run"
+CLIENT_PROFILE = "client-side"  # the profile of a run that judged a client library (conformance.clientside)
 TABLES = ("runs", "tests", "frames")
 
 
