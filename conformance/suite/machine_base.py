@@ -17,6 +17,10 @@ Rules:
   writes each channel's frames independently, so arrival order across channels is free).
 - Each example uses fresh connections and uniquely named queues, deleted at teardown.
 - `AMQPC_MACHINE_EXAMPLES` overrides every machine's example count (machine_support).
+- Values from the machine's state are drawn as indices and resolved when the step runs
+  (`Pick`); each example keeps the steps as run, values resolved, and a failing one reports
+  them as a program, with the frames of that run. Each machine test has a budget, shrinking
+  included (`Budget`, machine_support).
 """
 
 from __future__ import annotations
@@ -67,31 +71,45 @@ from conformance.model import (
 )
 from conformance.suite.machine_support import (
     ENV_EXAMPLES,
+    Budget,
     FrameLog,
     MachineClient,
     MachineTarget,
+    Pick,
+    Program,
     format_frame,
+    from_machine,
     machine_settings,
     to_outcome,
 )
 
-__all__ = ["CONTROL", "ENV_EXAMPLES", "FrameLog", "MachineClient", "MachineTarget", "ModelMachine",
-           "format_frame", "machine_settings", "run_machine", "step", "to_outcome"]
+__all__ = ["CONTROL", "ENV_EXAMPLES", "FrameLog", "MachineClient", "MachineTarget", "ModelMachine", "Pick",
+           "format_frame", "from_machine", "machine_settings", "run_machine", "step", "to_outcome"]
 
 CONTROL = 99  # the channel number of the harness's own channel (declares, counts, deletes)
 F = TypeVar("F", bound=Callable[..., None])
 
 
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int) -> None:
-    factory: Any = lambda: machine(target)  # noqa: E731 - Hypothesis accepts any factory
-    run_state_machine_as_test(factory, settings=machine_settings(examples, steps))
+    budget = Budget.for_target(target)
+
+    def factory() -> ModelMachine:
+        made = machine(target)
+        made.budget = budget
+        return made
+
+    with budget.limit_shrinking():
+        run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
 
 
 def step(fn: F) -> F:
-    """Wrap a rule: mark the run busy while it executes, then sync (see module docstring)."""
+    """Wrap a rule: resolve its picks, log it, mark the run busy while it executes, then sync
+    (see module docstring)."""
 
     @functools.wraps(fn)
     def wrapper(self: ModelMachine, **kwargs: Any) -> None:
+        kwargs = {k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()}
+        self.program.add(fn.__name__, kwargs)
         self.busy = True
         fn(self, **kwargs)
         self.sync()
@@ -105,6 +123,7 @@ class ModelMachine(RuleBasedStateMachine):
     """Base of the machines: connections, channels, queues, settle, teardown."""
 
     steps_run: ClassVar[int] = 0
+    budget: Budget | None = None
     SETTLE_SECONDS: ClassVar[float] = 2.0
 
     def __init__(self, target: MachineTarget) -> None:
@@ -122,6 +141,7 @@ class ModelMachine(RuleBasedStateMachine):
         self.body_ids = itertools.count(1)
         self.busy = False
         self.control_conn = "A"
+        self.program = Program(type(self).__name__)
 
     # -- setup -------------------------------------------------------------------------------
     def connect(self, conn: str, **capabilities: Any) -> MachineClient:
@@ -357,6 +377,9 @@ class ModelMachine(RuleBasedStateMachine):
                 self.final_check()
         finally:
             self.cleanup()
+            if self.budget is not None:
+                self.budget.report()
+            note(self.program)
             note(FrameLog(self.recorder))
 
     def cleanup(self) -> None:

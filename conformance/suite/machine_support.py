@@ -4,20 +4,37 @@ Responsibility: what the machines (machine_base and the test_machine_* files) ne
 Hypothesis and the raw driver, kept apart so machine_base holds only the run loop.
 Rules:
 - `AMQPC_MACHINE_EXAMPLES` overrides every machine's example count (deeper runs); deadlines
-  are off (a broker's latency is not the code under test).
+  are off (a broker's latency is not the code under test). The search is derandomized and
+  keeps no example database: the same broker gets the same examples, so a verdict does not
+  depend on luck or on files an earlier run (against another broker) left behind.
 - Every wait is scaled by the target's timeout scale (`MachineTarget.timeout`).
 - The frames of a run are formatted only when Hypothesis reports the minimal failing example
   (`FrameLog` is passed to `note()` unformatted).
 - Broker closes become model outcomes (`to_outcome`): scope, code, class and method id.
+- Data generation never depends on the broker: a value taken from the machine's state is
+  drawn as a plain index (`from_machine` -> `Pick`) and resolved against the model when the
+  step runs, so every replay of a choice sequence draws the same shapes (no
+  FlakyStrategyDefinition, whatever the broker answered).
+- Budget: each machine test has a wall-clock budget, shrinking included (`AMQPC_MACHINE_BUDGET`
+  seconds, default `DEFAULT_BUDGET`, not scaled: a budget is what the user waits). Shrinking stops
+  when it is spent and the smallest failure found by then is reported, as a failure (never
+  `broken`); generation is bounded by the example count, every step by its bounded waits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, note, settings
+from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+from hypothesis.internal.conjecture import engine
 
 from codec import Command
 from codec.frames import BodyFrame, HeaderFrame, MethodFrame, describe
@@ -28,6 +45,9 @@ from conformance.model import ChannelClosed, ConnectionClosed, Outcome
 
 ENV_EXAMPLES = "AMQPC_MACHINE_EXAMPLES"
 ENV_SHRINK = "AMQPC_MACHINE_SHRINK"
+ENV_BUDGET = "AMQPC_MACHINE_BUDGET"
+DEFAULT_BUDGET = 60.0  # s per machine test against a deviating broker, shrinking included
+PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrapping
 
 
 @dataclass(frozen=True)
@@ -44,11 +64,87 @@ class MachineTarget:
 
 def machine_settings(examples: int, steps: int) -> settings:
     count = int(os.environ.get(ENV_EXAMPLES, "0") or 0) or examples
-    phases = tuple(Phase)
-    if os.environ.get(ENV_SHRINK) == "0":  # mutation runs: a kill matters, not its minimal form
+    phases: tuple[Phase, ...] = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)  # no explain
+    if os.environ.get(ENV_SHRINK) == "0":  # a kill matters, not its minimal form
         phases = (Phase.explicit, Phase.reuse, Phase.generate)
-    return settings(max_examples=count, stateful_step_count=steps, deadline=None,
-                    suppress_health_check=list(HealthCheck), phases=phases)
+    return settings(max_examples=count, stateful_step_count=steps, deadline=None, derandomize=True, report_multiple_bugs=False,
+                    database=None, suppress_health_check=list(HealthCheck), phases=phases)
+
+
+class Budget:
+    """The wall-clock budget of one machine test (see the module rules)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline = time.perf_counter() + seconds  # Hypothesis's shrinker reads perf_counter
+
+    @classmethod
+    def for_target(cls, target: MachineTarget) -> Budget:
+        return cls(float(os.environ.get(ENV_BUDGET, "0") or 0) or DEFAULT_BUDGET)
+
+    @property
+    def spent(self) -> bool:
+        return time.perf_counter() > self.deadline
+
+    def __radd__(self, now: float) -> float:
+        """`now + budget`: the shrinker's deadline (see `limit_shrinking`) is the budget's."""
+        return max(now, self.deadline)
+
+    @contextlib.contextmanager
+    def limit_shrinking(self) -> Iterator[None]:
+        """Hypothesis stops shrinking at `perf_counter() + MAX_SHRINKING_SECONDS` (taken when
+        shrinking starts) and reports the smallest failure found by then: make that moment the
+        budget's end. Generation is bounded by the example count."""
+        with mock.patch.object(engine, "MAX_SHRINKING_SECONDS", self):
+            yield
+
+    def report(self) -> None:
+        """In the reported (final) run: say so when the budget cut shrinking short."""
+        if self.spent and current_build_context().is_final:
+            note(f"the machine's budget ({self.seconds:g} s, {ENV_BUDGET}) ran out: this is the smallest "
+                 "failing example found within it")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A value taken from the machine's state at the step: `index` into what `choices` lists
+    then, counted from the end (wrapping), or None when it lists nothing. From the end, because
+    Hypothesis favours small indices and the newest item (the highest delivery tag, the latest
+    consumer) is the one whose handling shows most: a multiple ack of the newest tag covers
+    every older one."""
+
+    index: int
+    choices: Callable[[Any], list[Any] | tuple[Any, ...]]
+
+    def resolve(self, machine: Any) -> Any:
+        items = list(self.choices(machine))
+        return items[-1 - self.index % len(items)] if items else None
+
+    def __repr__(self) -> str:
+        return f"pick({self.index})"
+
+
+def from_machine(choices: Callable[[Any], list[Any] | tuple[Any, ...]]) -> st.SearchStrategy[Pick]:
+    """A value from the running machine's state, drawn as a plain index (see the module rules):
+    rules given None do nothing, which shrinks better than preconditions."""
+    return st.integers(0, PICKS - 1).map(lambda index: Pick(index, choices))
+
+
+class Program:
+    """The steps of one example as they ran, values resolved: what a failure is reported as
+    (formatted lazily, like `FrameLog`)."""
+
+    def __init__(self, machine: str) -> None:
+        self.machine = machine
+        self.steps: list[str] = []
+
+    def add(self, rule: str, arguments: dict[str, Any]) -> None:
+        self.steps.append(f"{rule}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})")
+
+    def __repr__(self) -> str:
+        lines = [f"the steps as run ({len(self.steps)}), picks resolved:", f"  m = {self.machine}()"]
+        lines += [f"  m.{text}" for text in self.steps]
+        return "\n".join(lines)
 
 
 def to_outcome(exc: DriverError) -> Outcome:

@@ -22,8 +22,15 @@ from conformance.drivers.raw import DriverError
 from conformance.model import OK
 from conformance.plugin.hooks import Target
 from conformance.suite import machine_steps as do
-from conformance.suite.machine_base import CONTROL, MachineTarget, ModelMachine, run_machine, step
-from conformance.suite.machine_consuming import from_machine, machine_target
+from conformance.suite.machine_base import (
+    CONTROL,
+    MachineTarget,
+    ModelMachine,
+    from_machine,
+    run_machine,
+    step,
+)
+from conformance.suite.machine_consuming import machine_target
 
 CONNECTIONS = st.sampled_from(["A", "B"])  # A: consumer_cancel_notify, B: without it
 QUEUES = st.sampled_from(["q1", "q2"])
@@ -135,4 +142,4 @@ CANCEL_RULES = ("CCN-02", "CCN-03", "CCN-04", "CCN-07")
 
 @pytest.mark.rules(*CANCEL_RULES)
 def test_cancel_notification_matches_the_model(target: Target) -> None:
-    run_machine(CancelMachine, machine_target(target), examples=40, steps=30)
+    run_machine(CancelMachine, machine_target(target), examples=100, steps=12)

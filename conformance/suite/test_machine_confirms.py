@@ -22,8 +22,15 @@ from codec import ConfirmSelect, ConfirmSelectOk, QueuePurge, QueuePurgeOk, TxSe
 from conformance.model import Violation
 from conformance.plugin.hooks import Target
 from conformance.suite import machine_steps as do
-from conformance.suite.machine_base import CONTROL, MachineTarget, ModelMachine, run_machine, step
-from conformance.suite.machine_consuming import CHANNELS, from_machine, machine_target
+from conformance.suite.machine_base import (
+    CONTROL,
+    MachineTarget,
+    ModelMachine,
+    from_machine,
+    run_machine,
+    step,
+)
+from conformance.suite.machine_consuming import CHANNELS, machine_target
 
 TARGET = from_machine(lambda m: m.targets)
 QUEUE = from_machine(lambda m: m.queue_pool)
@@ -124,4 +131,4 @@ CONFIRM_RULES = ("PC-01", "PC-02", "PC-03", "PC-04", "PC-05", "PC-06", "PC-07", 
 
 @pytest.mark.rules(*CONFIRM_RULES)
 def test_publisher_confirms_match_the_model(target: Target) -> None:
-    run_machine(ConfirmMachine, machine_target(target), examples=40, steps=30)
+    run_machine(ConfirmMachine, machine_target(target), examples=100, steps=12)
