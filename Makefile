@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: test run lint typecheck unit bench-codec bench-broker generate clean clients \
-	rabbitmq4-up rabbitmq4-down rabbitmq4-status test-rabbitmq43 test-rabbitmq40
+	rabbitmq4-up rabbitmq4-down rabbitmq4-status test-rabbitmq43 test-rabbitmq40 \
+	mutation mutation-proxy
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +50,11 @@ bench-broker: $(STAMP)
 
 mutation: $(STAMP)
 	$(BIN)/python -m conformance.mutation --out results/mutation
+
+# The suite, and each model machine alone, through every deviation of the frame-rewriting
+# proxy (tests/conformance/deviations.py), judged by the strict kill definition; ~30 minutes.
+mutation-proxy: $(STAMP)
+	$(BIN)/python -m tests.conformance.deviation_matrix --out results/mutation-proxy
 
 generate: $(STAMP)
 	$(BIN)/python -m codec.generate

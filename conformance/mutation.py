@@ -11,7 +11,8 @@ Rules (issue 6, made strict by issue 21):
   that area); no test is `broken`; the run ended within its time limit. A run that only
   breaks tests, or is cut by its time limit, does not kill: it shows a machine or a test that
   cannot report the deviation.
-- Per fault the report shows the failed rules and tests, which model machine found it and
+- Per fault the report shows the failed rules (those a failure message names, else all the
+  failed test's rules) and tests, which model machine found it and
   the step count of its shrunk example (the `state.` lines of Hypothesis's minimal example),
   and the wall time. JSON summary in `--out/mutation.json`. Exit 0 when every fault is
   killed, 1 when some survive, 4 on bad options.
@@ -88,7 +89,8 @@ def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
             continue
         outcome.failed.append(test)
         rules = [str(r) for r in row["rule_ids"] or ()]
-        outcome.failed_rules = sorted({*outcome.failed_rules, *rules})
+        named = [r for r in rules if re.search(rf"\b{re.escape(r)}\b", str(row["message"] or ""))]
+        outcome.failed_rules = sorted({*outcome.failed_rules, *(named or rules)})
         areas = {catalogue_rule(r).area for r in rules if _known(r)}
         if outcome.area in areas | {row["area"]}:
             outcome.own_area_killers.append(test)
@@ -116,7 +118,7 @@ def _rows(out: Path, run_id: str) -> list[dict[str, Any]]:
     path = out / "tests" / f"run={run_id}"
     if not path.exists():
         return []
-    columns = ["test_id", "verdict", "area", "rule_ids", "minimal_example"]
+    columns = ["test_id", "verdict", "area", "rule_ids", "minimal_example", "message"]
     rows: list[dict[str, Any]] = ds.dataset(str(path), format="parquet").to_table(columns=columns).to_pylist()
     return rows
 

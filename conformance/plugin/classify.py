@@ -17,7 +17,8 @@ Rules:
   plugin's own); a skip without a verdict prefix is `broken`: a suite test must say why it
   does not run. xfail → `failed` (the deviation was observed); XPASS → `passed`.
 - The first phase that does not pass decides; a teardown error only replaces `passed`.
-- Texts stored in records are bounded (`MAX_TEXT` characters).
+- Texts stored in records are bounded (`MAX_TEXT` characters; a Hypothesis minimal example,
+  which carries the frames of its run, `MAX_EXAMPLE`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from conformance.plugin.watchdog import WatchdogExpired
 
 BROKEN_PREFIX = "broken: "
 MAX_TEXT = 4000
+MAX_EXAMPLE = 60000  # a shrunk example with its steps as run and the frames of that run
 _EXAMPLE_NOTE = re.compile(r"^(Falsifying example|Failing test case|state = )")
 _SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
 
@@ -139,8 +141,8 @@ def _exception_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
+def _bounded(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _walk(exc: BaseException | None) -> Iterator[BaseException]:
@@ -176,7 +178,7 @@ def hypothesis_evidence(exc: BaseException | None, configured_seed: object) -> t
     notes = [note for current in _walk(exc) for note in getattr(current, "__notes__", ())]
     if not any(_EXAMPLE_NOTE.match(note) for note in notes):
         return None, None
-    example = _bounded("\n".join(notes))
+    example = _bounded("\n".join(notes), MAX_EXAMPLE)
     found = _SEED.search(example)
     seed = next(g for g in found.groups() if g) if found else None
     if seed is None and configured_seed is not None:

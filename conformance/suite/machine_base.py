@@ -91,7 +91,7 @@ F = TypeVar("F", bound=Callable[..., None])
 
 
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int) -> None:
-    budget = Budget.for_target(target)
+    budget = Budget(Budget.seconds_configured())
 
     def factory() -> ModelMachine:
         made = machine(target)

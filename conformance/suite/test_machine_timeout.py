@@ -62,6 +62,7 @@ from conformance.plugin.hooks import Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.machine_base import FrameLog, MachineClient, machine_settings
 from conformance.suite.timeout_steps import LONG, SHORT, can_set_global, exact
+from conformance.suite.machine_support import Budget
 
 PROFILE = "rabbitmq-4.3"
 CONNECTIONS = ("cap", "nocap")
@@ -476,7 +477,8 @@ class TimeoutMachine(RuleBasedStateMachine):
 
 def run(env: Env, examples: int, steps: int) -> None:
     factory: Any = lambda: TimeoutMachine(env)  # noqa: E731 - Hypothesis accepts any factory
-    run_state_machine_as_test(factory, settings=machine_settings(examples, steps))
+    with Budget(Budget.seconds_configured()).limit_shrinking():
+        run_state_machine_as_test(factory, settings=machine_settings(examples, steps))
 
 
 def admin_can_put_policy(admin: RestoringAdmin) -> bool:

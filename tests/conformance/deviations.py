@@ -223,55 +223,71 @@ class PrefetchZeroAsOne(Deviation):
         io.to_broker(frame.raw)
 
 
-class _NthConfirm(Deviation):
-    """Acts on the nth publisher confirm (basic.ack/nack from the broker) of each channel."""
+class _ConfirmRewrite(Deviation):
+    """Acts on the confirm of one seqno per channel, whatever batching the broker chose: a
+    confirm covering it (multiple=true included) is re-sent as single confirms, rewritten."""
 
-    nth = 1
+    seqno = 1
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen: dict[int, int] = defaultdict(int)
+        self.confirmed: dict[int, set[int]] = defaultdict(set)
+
+    def client(self, frame: Frame, io: Io) -> None:
+        if isinstance(frame.method, ChannelClose | ChannelCloseOk):
+            self.confirmed.pop(frame.channel, None)  # a reopened channel numbers from 1 again
+        io.to_broker(frame.raw)
 
     def broker(self, frame: Frame, io: Io) -> None:
         m = frame.method
-        if isinstance(m, BasicAck | BasicNack):
-            self.seen[frame.channel] += 1
-            if self.seen[frame.channel] == self.nth:
-                io.record(self.name)
-                self.act(frame, m, io)
-                return
-        io.to_client(frame.raw)
+        if isinstance(m, ChannelClose | ChannelCloseOk):
+            self.confirmed.pop(frame.channel, None)
+        if not isinstance(m, BasicAck | BasicNack):
+            io.to_client(frame.raw)
+            return
+        done = self.confirmed[frame.channel]
+        seqnos = [s for s in range(1, m.delivery_tag + 1) if s not in done] if m.multiple else [m.delivery_tag]
+        done.update(seqnos)
+        if self.seqno not in seqnos:
+            io.to_client(frame.raw)
+            return
+        io.record(self.name)
+        for seqno in seqnos:
+            single = m._replace(delivery_tag=seqno, multiple=False)
+            rewritten = self.rewrite(single) if seqno == self.seqno else single
+            if rewritten is not None:
+                io.to_client(encode(frame.channel, rewritten))
 
-    def act(self, frame: Frame, m: BasicAck | BasicNack, io: Io) -> None:
+    def rewrite(self, confirm: BasicAck | BasicNack) -> BasicAck | BasicNack | None:
         raise NotImplementedError
 
 
-class FirstConfirmNacked(_NthConfirm):
+class FirstConfirmNacked(_ConfirmRewrite):
     name, area, rules = "first_confirm_nacked", "confirms", ("PC-08",)
-    description = "the first publisher confirm on each channel is a nack"
+    description = "the first publish on each channel is confirmed with basic.nack"
 
-    def act(self, frame: Frame, m: BasicAck | BasicNack, io: Io) -> None:
-        io.to_client(encode(frame.channel, BasicNack(delivery_tag=m.delivery_tag, multiple=m.multiple, requeue=False)))
+    def rewrite(self, confirm: BasicAck | BasicNack) -> BasicAck | BasicNack | None:
+        return BasicNack(delivery_tag=confirm.delivery_tag, multiple=False, requeue=False)
 
 
-class ConfirmDropped(_NthConfirm):
+class ConfirmDropped(_ConfirmRewrite):
     name, area, rules = "confirm_dropped", "confirms", ("PC-05",)
-    description = "the second publisher confirm on each channel is never sent"
-    nth = 2
+    description = "the second publish on each channel is never confirmed"
+    seqno = 2
 
-    def act(self, frame: Frame, m: BasicAck | BasicNack, io: Io) -> None:
-        pass
+    def rewrite(self, confirm: BasicAck | BasicNack) -> BasicAck | BasicNack | None:
+        return None
 
 
-class ConfirmMultipleSplit(Deviation):
-    name, area, rules = "confirm_multiple_split", "confirms", ("PC-04", "PC-05")
-    description = "a multiple=true confirm is sent as multiple=false: the seqnos below it are never confirmed"
+class ConfirmNackAsAck(Deviation):
+    name, area, rules = "confirm_nack_as_ack", "confirms", ("PC-08",)
+    description = "a publish a queue refused (basic.nack) is confirmed with basic.ack"
 
     def broker(self, frame: Frame, io: Io) -> None:
         m = frame.method
-        if isinstance(m, BasicAck | BasicNack) and m.multiple:
+        if isinstance(m, BasicNack):
             io.record(self.name)
-            io.to_client(encode(frame.channel, m._replace(multiple=False)))
+            io.to_client(encode(frame.channel, BasicAck(delivery_tag=m.delivery_tag, multiple=m.multiple)))
             return
         io.to_client(frame.raw)
 
@@ -363,7 +379,7 @@ class Codes404And406Swapped(Deviation):
 DEVIATIONS: tuple[type[Deviation], ...] = (
     AckMultipleAsSingle, NackRequeueFlipped, DoubleSettleIgnored, DeliveryTagReused, TagsRestartPerConsumer,
     ChannelCloseHidden, RequeueToTail, RedeliveredDropped, RedeliveredAlways, CloseDropsUnacked, PrefetchPlusOne,
-    PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmMultipleSplit, ReturnDropped,
+    PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmNackAsAck, ReturnDropped,
     CancelNotificationDropped, CancelCapabilityForced, TimeoutAsChannelClose, Codes404And406Swapped,
 )
 BY_NAME = {d.name: d for d in DEVIATIONS}

@@ -1,0 +1,96 @@
+"""The frame-rewriting proxy and its deviations (issue 21): fast checks here, the full matrix is `slow`.
+
+The fast part shows that the proxy forwards a conforming session untouched, that a client-side
+rewrite makes the broker mis-hear the client, and that a model machine alone, through a
+deviation, fails with a shrunk program of at most 10 steps (a failure, never broken or Flaky).
+The full matrix (`make mutation-proxy`: every deviation, suite and machines alone) is behind
+the `slow` marker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from codec import (
+    BasicAck,
+    BasicGet,
+    BasicGetOk,
+    BasicProperties,
+    BasicPublish,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    QueueDeclare,
+    QueueDeclareOk,
+)
+from conformance.catalogue import AREAS, rule
+from conformance.suite.machine_base import MachineTarget, run_machine
+from conformance.suite.test_machines import AckMachine, RequeueMachine
+from reference_broker.server import EmbeddedBroker
+from tests.conformance import deviation_matrix
+from tests.conformance.deviant import DeviantProxy, Deviation
+from tests.conformance.deviations import BY_NAME, DEVIATIONS
+
+STEP = re.compile(r"^state\.(?!teardown\(\))\w+\(", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as embedded:
+        yield embedded
+
+
+def test_every_deviation_names_its_area_and_rules() -> None:
+    assert len(DEVIATIONS) >= 15 and len(BY_NAME) == len(DEVIATIONS)
+    for deviation in DEVIATIONS:
+        assert deviation.area in AREAS and deviation.description, deviation
+        assert all(rule(r).area == deviation.area for r in deviation.rules), deviation
+
+
+def _publish_get_ack_multiple(url: str, queue: str) -> int:
+    """Three messages, three gets, one multiple ack of the last: how many come back on close?"""
+    from conformance.drivers.raw import RawClient
+
+    with RawClient(url, timeout=5.0) as client:
+        ch = client.channel()
+        client.rpc(ch, QueueDeclare(queue=queue, auto_delete=False), QueueDeclareOk)
+        for body in (b"a", b"b", b"c"):
+            client.send(ch, BasicPublish(routing_key=queue), BasicProperties(), body)
+        tags = [client.rpc(ch, BasicGet(queue=queue), BasicGetOk).method.delivery_tag for _ in range(3)]
+        client.send(ch, BasicAck(delivery_tag=tags[-1], multiple=True))
+        client.rpc(ch, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True), ExchangeDeclareOk)
+        client.close_channel(ch)
+        ch = client.channel()
+        reply = client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk).method
+        assert isinstance(reply, QueueDeclareOk)
+        return reply.message_count
+
+
+def test_the_proxy_forwards_untouched_and_a_client_rewrite_is_misheard(broker: EmbeddedBroker) -> None:
+    with DeviantProxy((broker.host, broker.port), Deviation) as plain:
+        assert _publish_get_ack_multiple(plain.url, "deviant.plain") == 0 and not plain.actions
+    with DeviantProxy((broker.host, broker.port), BY_NAME["ack_multiple_as_single"]) as proxy:
+        assert _publish_get_ack_multiple(proxy.url, "deviant.single") == 2  # the broker heard multiple=false
+        assert proxy.actions == ["ack_multiple_as_single"]
+
+
+@pytest.mark.parametrize(("name", "machine"), [("double_settle_ignored", AckMachine),
+                                               ("redelivered_dropped", RequeueMachine)])
+def test_a_machine_alone_reports_the_deviation_shrunk(broker: EmbeddedBroker, name: str, machine: type[AckMachine],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMQPC_MACHINE_BUDGET", "60")
+    with DeviantProxy((broker.host, broker.port), BY_NAME[name]) as proxy, \
+            pytest.raises(AssertionError) as failure:
+        run_machine(machine, MachineTarget(proxy.url, "rabbitmq-4.3", 0.25), examples=100, steps=12)
+    notes = "\n".join(getattr(failure.value, "__notes__", ()))
+    assert 1 <= len(STEP.findall(notes)) <= deviation_matrix.MAX_STEPS, notes
+    assert "the steps as run" in notes and "frames of this run" in notes, notes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(7200)
+def test_the_proxy_deviation_matrix_is_fully_killed(tmp_path: Path) -> None:
+    assert deviation_matrix.main(["--out", str(tmp_path)]) == 0
