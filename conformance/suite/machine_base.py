@@ -90,11 +90,13 @@ CONTROL = 99  # the channel number of the harness's own channel (declares, count
 F = TypeVar("F", bound=Callable[..., None])
 
 
-def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int) -> None:
+def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int,
+                **arguments: Any) -> None:
+    """Run `machine(target, **arguments)` as a Hypothesis test, within its budget."""
     budget = Budget(Budget.seconds_configured())
 
     def factory() -> ModelMachine:
-        made = machine(target)
+        made = machine(target, **arguments)
         made.budget = budget
         return made
 
