@@ -79,7 +79,7 @@ class Outcome:
 
 def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
     """Fill `outcome` from the run's results records (see the module rules)."""
-    from conformance.catalogue import rule as catalogue_rule
+    from conformance.catalogue.rules import rule as catalogue_rule
 
     for row in _rows(out, run_id):
         test, verdict = str(row["test_id"]), row["verdict"]
@@ -103,7 +103,7 @@ def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
 
 
 def _known(rule_id: str) -> bool:
-    from conformance.catalogue import rule as catalogue_rule
+    from conformance.catalogue.rules import rule as catalogue_rule
 
     try:
         catalogue_rule(rule_id)

@@ -39,8 +39,8 @@ from codec import (
 )
 from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
-from conformance.suite.timeout_steps import SHORT
 from conformance.suite.machine_base import CONTROL, MachineClient, MachineTarget, ModelMachine
+from conformance.suite.timeout_steps import SHORT
 
 PROFILE = "rabbitmq-4.3"
 CONNECTIONS = ("cap", "nocap")

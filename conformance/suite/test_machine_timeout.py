@@ -41,13 +41,13 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from conformance.plugin.admin import RestoringAdmin, Unavailable
 from conformance.model import timeouts as model
+from conformance.plugin.admin import RestoringAdmin, Unavailable
 from conformance.plugin.hooks import Target
-from conformance.suite.timeout_steps import LONG, SHORT, can_set_global, exact
+from conformance.plugin.verdicts import not_applicable
 from conformance.suite.machine_base import CONTROL, MachineTarget, from_machine, run_machine, step
 from conformance.suite.machine_timeout import PROFILE, Consumer, Held, Queue, TimeoutWire
-from conformance.plugin.verdicts import not_applicable
+from conformance.suite.timeout_steps import LONG, SHORT, can_set_global, exact
 
 LEVEL = st.sampled_from([None, SHORT, LONG])
 CONNECTION = st.sampled_from(["cap", "nocap"])

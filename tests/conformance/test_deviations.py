@@ -26,7 +26,7 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from conformance.catalogue import AREAS, rule
+from conformance.catalogue.rules import AREAS, rule
 from conformance.suite.machine_base import MachineTarget, run_machine
 from conformance.suite.test_machines import AckMachine, RequeueMachine
 from reference_broker.server import EmbeddedBroker
