@@ -116,6 +116,10 @@ class TableCodec:
             raise FrameSyntaxError("field-array item overruns the array", data=p, offset=end)
         return items, o
 
+    def decode_value(self, p: bytes, o: int, end: int) -> tuple[Any, int]:
+        """One field value (type octet first) at `o`, ending by `end`: (value, next offset)."""
+        return self._value(p, o, end)
+
     def _value(self, p: bytes, o: int, end: int) -> tuple[Any, int]:
         kind = p[o]
         o += 1

@@ -16,10 +16,12 @@ from codec._generated import ENCODERS, BasicProperties, Method, encode_propertie
 from codec.constants import FRAME_END_BYTE, FRAME_OVERHEAD, Dialect, FrameType
 from codec.errors import EncodeError
 from codec.fast_tables import TABLE_CODECS
+from codec.wire_properties import WireProperties
 
 _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_IDS = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQH")
+_CONTENT_HEADER_FIXED = struct.Struct(">HHQ")
 _HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 EMPTY_PROPERTIES = BasicProperties()
 _RABBITMQ_TABLES = TABLE_CODECS[Dialect.RABBITMQ]
@@ -122,6 +124,8 @@ def encode_header_payload(
     class_id: int = 60,
     dialect: Dialect = Dialect.RABBITMQ,
 ) -> bytes:
+    if isinstance(properties, WireProperties) and properties.raw is not None:  # as received
+        return _CONTENT_HEADER_FIXED.pack(class_id, 0, body_size) + properties.raw
     try:
         flags, props = encode_properties(properties, _table_encoder(dialect))
         return _CONTENT_HEADER.pack(class_id, 0, body_size, flags) + props

@@ -24,6 +24,7 @@ from codec.errors import CodecError, FrameError, FrameSyntaxError, ProtocolHeade
 from codec.fast_tables import TABLE_CODECS
 from codec.frames import BodyFrame, Frame, HeaderFrame, HeartbeatFrame, MethodFrame, ProtocolHeader
 from codec.spec import BASIC_CLASS_ID, ILLEGAL_PROPERTY_FLAGS
+from codec.wire_properties import WireProperties
 
 _HEADER = struct.Struct(">BHI")
 _U32 = struct.Struct(">I")
@@ -152,8 +153,9 @@ class FrameReader:
                     return HeaderFrame(channel, class_id, weight, body_size, None)
                 if not flags & ILLEGAL_PROPERTY_FLAGS:
                     props, end = decode_properties(payload, 14, flags, self._tables.decode_table)
-                    if end == len(payload):
-                        return HeaderFrame(channel, class_id, weight, body_size, props)
+                    if end == len(payload):  # keep the octets: properties pass through unchanged
+                        wire = WireProperties.received(props, payload[12:])
+                        return HeaderFrame(channel, class_id, weight, body_size, wire)
             except _DECODE_ERRORS:
                 pass
             return self._diagnose(frame_type, channel, payload)

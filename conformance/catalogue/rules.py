@@ -30,7 +30,8 @@ from typing import Any
 RULES_FILE = "rules.toml"
 
 PROFILES: tuple[str, ...] = ("rabbitmq-4.3", "rabbitmq-4.0", "rabbitmq-3.12", "rabbitmq-3.10", "amqp-0-9-1")
-AREAS: tuple[str, ...] = ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing", "client")
+AREAS: tuple[str, ...] = ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing",
+                          "messages", "client")
 CLIENT_AREA = "client"  # rules for client libraries (conformance/clientside), ids CL-<topic>-<nn>
 TAGS: frozenset[str] = frozenset({"SRC", "TEST", "DOC", "INF", "LIVE"})
 
@@ -45,6 +46,9 @@ _RULES_MD_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?")
 _CLIENT_ID = re.compile(r"CL-[A-Z]+-\d{2}")
 _CLIENT_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?|0-9-1 §\d+(?:\.\d+)*|RabbitMQ docs: [a-z-]+")
 _SEED_REF = re.compile(r"seeds/(\d{3})_[0-9a-f]+\.txt#L[1-9]\d*")
+# A rule RULES.md does not state, settled with RabbitMQ's source at the named tags:
+# "rabbitmq-server v3.10.8, v4.3.0: deps/rabbit/src/rabbit_amqqueue.erl".
+_SERVER_SOURCE = re.compile(r"rabbitmq-server v\d+\.\d+\.\d+(?:, v\d+\.\d+\.\d+)*: deps/\S+(?:, deps/\S+)*")
 
 
 class CatalogueError(ValueError):
@@ -59,7 +63,7 @@ class Rule:
     area: str
     title: str
     text: str
-    source: str  # "RULES.md §<n>" or "seeds/<file>#L<line>"
+    source: str  # "RULES.md §<n>", "seeds/<file>#L<line>" or "rabbitmq-server <tags>: <paths>"
     tags: tuple[str, ...]  # provenance: SRC, TEST, DOC, INF, LIVE
     seeds: tuple[str, ...]  # seed sentences this rule covers, "seeds/<file>#L<line>"
     expect: Mapping[str, str] = field(hash=False)  # profile -> required | not-applicable | variant:...
@@ -159,8 +163,9 @@ def _check_id_and_source(rule_id: str, source: str, where: str) -> None:
         if not ref or ref.group(1) != seed_id.group(1):
             raise CatalogueError(f"{where}: source must be 'seeds/{seed_id.group(1)}_<hash>.txt#L<line>'")
     elif _RULES_MD_ID.fullmatch(rule_id):
-        if not _RULES_MD_SOURCE.fullmatch(source):
-            raise CatalogueError(f"{where}: source must be 'RULES.md §<section>', got {source!r}")
+        if not (_RULES_MD_SOURCE.fullmatch(source) or _SERVER_SOURCE.fullmatch(source)):
+            raise CatalogueError(f"{where}: source must be 'RULES.md §<section>' or "
+                                 f"'rabbitmq-server v<x.y.z>[, v<x.y.z>]: deps/<path>', got {source!r}")
     else:
         raise CatalogueError(f"{where}: id is neither a RULES.md id nor 'S<seed>-<nn>'")
 

@@ -24,15 +24,14 @@ Rules (seed 001, PC-07, issue 9):
 from __future__ import annotations
 
 import base64
-import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from codec import BasicProperties, TxCommitOk
-from codec._generated import decode_properties
 from codec.fast_tables import RABBITMQ_TABLES
 from codec.frames import encode_header_payload
+from codec.wire_properties import decode_image
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.state import QUORUM, Binding, Channel, Exchange, Message, Queue
 
@@ -228,8 +227,7 @@ def restore(core: BrokerCore, meta: Meta, definitions: dict[str, Any] | None,
                 core.journal.append(Delete(row.id))
                 core.journal_pos += 1
             continue
-        flags = struct.unpack_from(">H", row.properties, 12)[0]
-        properties: BasicProperties = decode_properties(row.properties, 14, flags, RABBITMQ_TABLES.decode_table)[0]
+        properties = decode_image(row.properties[12:])  # as published (message pass-through)
         message = Message(row.exchange, row.routing_key, properties, row.body)
         message.store_id = row.id
         message.delivered = True  # it may have been delivered before the crash

@@ -289,8 +289,10 @@ class ServerConnection:
         if self.state in (states.CLOSED, states.CLOSING):
             return b""
         if send.method.HAS_CONTENT:
-            return encode_content(send.channel, send.method, send.properties or _EMPTY, send.body,
-                                  self.frame_max)
+            properties = send.properties or _EMPTY
+            if self.core.fault("properties_reencoded"):  # MSG-01: types guessed from the decoded values
+                properties = BasicProperties(*properties)
+            return encode_content(send.channel, send.method, properties, send.body, self.frame_max)
         return encode_method(send.channel, send.method)
 
     def tick(self, now_ms: int) -> list[Output]:

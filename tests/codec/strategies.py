@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from codec import METHOD_CLASSES, BasicProperties
 from codec.constants import Dialect
-from codec.fields import MAX_DATETIME_SECONDS, UTC, Timestamp
+from codec.fields import MAX_DATETIME_SECONDS, UTC, Timestamp, Typed
 from codec.spec import DOMAIN_NAMES, METHODS_BY_INDEX, PROPERTIES
 
 # Any octets survive as str through surrogateescape; most examples are plain text.
@@ -80,3 +80,42 @@ properties = st.builds(
     BasicProperties,
     **{name: st.none() | domain_strategy(dom) for name, dom in PROPERTIES},
 )
+
+
+# Every type code of RabbitMQ's dialect with a value of its own range, forced with `Typed`
+# so the wire carries exactly that code (what a client like pika, py-amqp or a Java client
+# may send): widths and signedness, float vs double, decimal, timestamp, bytes, void.
+TYPED_SCALARS: dict[bytes, st.SearchStrategy[Any]] = {
+    b"t": st.booleans(),
+    b"b": st.integers(-(2**7), 2**7 - 1),
+    b"B": st.integers(0, 2**8 - 1),
+    b"s": st.integers(-(2**15), 2**15 - 1),
+    b"u": st.integers(0, 2**16 - 1),
+    b"I": st.integers(-(2**31), 2**31 - 1),
+    b"i": st.integers(0, 2**32 - 1),
+    b"l": st.integers(-(2**63), 2**63 - 1),
+    b"L": st.integers(-(2**63), 2**63 - 1),
+    b"f": st.floats(width=32),
+    b"d": st.floats(),
+    b"D": st.builds(lambda m, s: decimal.Decimal(m).scaleb(-s), st.integers(0, 2**32 - 1), st.integers(0, 255)),
+    b"S": st.binary(max_size=40),
+    b"x": st.binary(max_size=40),
+    b"T": st.integers(0, 2**64 - 1),
+    b"V": st.none(),
+}
+
+
+def typed_field_values() -> st.SearchStrategy[Any]:
+    """Field values that carry their type code, nested in tables (`F`) and arrays (`A`)."""
+    scalars = st.one_of(*(strategy.map(lambda v, k=kind: Typed(k, v)) for kind, strategy in TYPED_SCALARS.items()))
+    return st.recursive(
+        scalars,
+        lambda children: st.one_of(
+            st.lists(children, max_size=4).map(lambda v: Typed(b"A", v)),
+            st.dictionaries(field_name, children, max_size=4).map(lambda v: Typed(b"F", v)),
+        ),
+        max_leaves=12,
+    )
+
+
+typed_tables = st.dictionaries(field_name, typed_field_values(), max_size=6)
