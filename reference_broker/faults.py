@@ -62,6 +62,7 @@ FAULTS: tuple[Fault, ...] = (
     Fault("late_ack_removes_message", "timeout", "TMO-4.3-5", "a late ack removes the already returned message"),
     Fault("soft_errors_close_connection", "errors", "ERR-02", "channel errors close the whole connection"),
     Fault("frame_max_not_enforced", "framing", "FRM-03", "frames over the negotiated frame_max are accepted"),
+    Fault("socket_closed_after_close_ok", "framing", "NET-02", "the socket is closed right after close-ok to a client's close"),
     Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values"),
 )
 BY_NAME = {f.name: f for f in FAULTS}

@@ -21,9 +21,12 @@ from codec import (
     BodyFrame,
     ChannelOpen,
     ChannelOpenOk,
+    ConnectionClose,
+    ConnectionCloseOk,
     HeartbeatFrame,
     QueueDeclare,
     QueueDeclareOk,
+    encode_content,
     encode_frame,
     encode_header,
     encode_heartbeat,
@@ -202,6 +205,27 @@ def test_after_a_broker_close_the_socket_ends_with_eof_or_reset(connect: Connect
     end = socket_end(client, target.timeout(5))
     assert end in ("eof", "reset"), f"after close-ok the socket did not end cleanly: {end}"
     client.close()  # and the driver treats it as the normal end: no exception
+
+
+# -- NET-02 ----------------------------------------------------------------------------------
+@pytest.mark.rules("NET-02")
+def test_after_a_client_close_the_socket_is_left_to_the_client(connect: Connect, names: Names,
+                                                               target: Target) -> None:
+    """Publishes still in flight behind the close: close-ok arrives, the socket stays open (no
+    EOF, no reset) for the second we watch it, since the heartbeat is off (30 s on RabbitMQ)."""
+    if not target.profile.rabbitmq:
+        pytest.skip(target.profile.expect("NET-02"))
+    client = connect(heartbeat=0)
+    ch = client.channel()
+    publish = encode_content(ch, BasicPublish(routing_key=names.queue("nowhere")), body=bytes(4000))
+    client.send_raw(encode_method(0, ConnectionClose(200, "bye", 0, 0)) + publish * 50)
+    client.send_raw(publish * 50)  # still writing after its close
+    client.expect(0, ConnectionCloseOk, timeout=target.timeout(5))
+    end = socket_end(client, target.timeout(1))
+    assert client.sock is not None
+    client.sock.close()
+    client.sock = None  # closed here: the driver has nothing left to close
+    assert end == "open", f"the broker ended the socket after close-ok instead of leaving it to the client: {end}"
 
 
 # -- HB-01 ----------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from reference_broker.protocol import states
 
 _EMPTY = BasicProperties()
 CLOSE_GRACE_MS = 1_000
+CLOSING_TIMEOUT_MS = 30_000  # rabbit_reader ?CLOSING_TIMEOUT: the longest wait for the client's end
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
@@ -103,6 +104,7 @@ class ServerConnection:
         self.channel_max = 0
         self.broken = False  # a codec error: nothing more can be parsed
         self.closing_since: int | None = None
+        self.closed_since: int | None = None  # close-ok sent to a client's close: its socket to end
 
     # -- input -------------------------------------------------------------------------
     def receive_data(self, data: bytes, now_ms: int) -> list[Output]:
@@ -139,9 +141,8 @@ class ServerConnection:
             if isinstance(command.method, ConnectionCloseOk):
                 self.state = states.CLOSED
                 return [CloseTransport(self.id, "closed")]
-            if isinstance(command.method, ConnectionClose):
-                self.state = states.CLOSED
-                return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "closed")]
+            if isinstance(command.method, ConnectionClose):  # closes crossed: answer, still wait for close-ok
+                return [Write(self.id, encode_method(0, ConnectionCloseOk()))]
             return []
         try:
             if self.state != states.OPENED:
@@ -208,8 +209,7 @@ class ServerConnection:
                                         self.channel_max, name=self.peer)
             self.state = states.OPENED
             return self._send(meta, 0, ConnectionOpenOk())
-        self.state = states.CLOSED  # connection.close, the table's last entries
-        return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "client closed")]
+        return self._close_ok(meta)  # connection.close, the table's last entries
 
     def _auth_failed(self, meta: Meta, err: AuthError) -> list[Output]:
         caps = self.client_properties.get("capabilities")
@@ -242,9 +242,7 @@ class ServerConnection:
     def _channel_zero(self, meta: Meta, m: Method) -> list[Output]:
         if isinstance(m, ConnectionClose):
             effects = self.core.connection_closed(meta, self.id)
-            self.state = states.CLOSED
-            return [*self._resolve(meta, effects), Write(self.id, encode_method(0, ConnectionCloseOk())),
-                    CloseTransport(self.id, "client closed")]
+            return [*self._resolve(meta, effects), *self._close_ok(meta)]
         if isinstance(m, ConnectionUpdateSecret):
             return self._send(meta, 0, ConnectionUpdateSecretOk())
         if m.CLASS_ID != 10:  # RabbitMQ 3.10.8, checked live: 504 with this text
@@ -252,6 +250,21 @@ class ServerConnection:
                             m.CLASS_ID, m.METHOD_ID, scope="connection")
         raise AmqpError(ReplyCode.COMMAND_INVALID, f"unexpected {m.NAME} on channel 0",
                         m.CLASS_ID, m.METHOD_ID, scope="connection")
+
+    def _close_ok(self, meta: Meta) -> list[Output]:
+        """NET-02: answer a client's connection.close and leave the socket to the client, as
+        rabbit_reader does (close_connection/1): it ends the connection when the client closes
+        the socket, or after `closing_timeout_ms`. Closing it at once would reset a client still
+        writing behind its close (unread input makes the kernel send RST), or reading close-ok."""
+        self.state = states.CLOSED
+        self.closed_since = meta.now_ms
+        if self.core.fault("socket_closed_after_close_ok"):
+            return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "client closed")]
+        return [Write(self.id, encode_method(0, ConnectionCloseOk()))]
+
+    def closing_timeout_ms(self) -> int:
+        """rabbit_reader: the heartbeat interval when it is below ?CLOSING_TIMEOUT, else 30 s."""
+        return self.heartbeat * 1000 if 0 < self.heartbeat * 1000 < CLOSING_TIMEOUT_MS else CLOSING_TIMEOUT_MS
 
     # -- output ----------------------------------------------------------------------------
     def _close_with(self, meta: Meta, code: int, text: str, class_id: int, method_id: int) -> list[Output]:
@@ -297,7 +310,13 @@ class ServerConnection:
 
     def tick(self, now_ms: int) -> list[Output]:
         """Heartbeats (HB-01): send after heartbeat/2 idle, give up after 2 silent intervals.
-        A connection the broker closed gets CLOSE_GRACE_MS for close-ok, then the socket goes."""
+        A connection the broker closed gets CLOSE_GRACE_MS for close-ok, then the socket goes;
+        one the client closed gets `closing_timeout_ms` to end its socket (NET-02)."""
+        if self.state == states.CLOSED and self.closed_since is not None:
+            if now_ms - self.closed_since >= self.closing_timeout_ms():
+                self.closed_since = None
+                return [CloseTransport(self.id, "the client did not close its socket after close-ok")]
+            return []
         if self.state == states.CLOSING and self.closing_since is not None:
             if now_ms - self.closing_since >= CLOSE_GRACE_MS:
                 self.state = states.CLOSED
