@@ -148,9 +148,12 @@ def test_engine_pre_tune_frames_limited_to_frame_min_size() -> None:
 
 
 def test_engine_client_close_is_answered_with_close_ok() -> None:
+    """NET-02: close-ok, and the socket is the client's to close (bounded by closing_timeout_ms)."""
     client = Client().opened()
     assert client.send(encode_method(0, ConnectionClose(200, "bye", 0, 0))) == [ConnectionCloseOk()]
-    assert client.closed
+    assert not client.closed and client.engine.core.connections == {}
+    assert client.send(encode_method(1, QueueDeclare(queue="after"))) == []  # discarded
+    assert isinstance(client.engine.tick(client.now + client.engine.closing_timeout_ms())[-1], CloseTransport)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ exits 1 on any failure. (tests/reliability/fuzz_engine.py fuzzes the sans-IO eng
 Rules:
 - Every socket wait has a deadline; a broker that neither answers nor closes within it gets the
   outcome "timeout" (a hang). After a connection.close the client answers close-ok and shuts its
-  side, so every case ends with the broker closing the socket.
+  side, and after the close-ok to its own close it shuts its side too (NET-02: the broker leaves
+  that to the client), so every case ends with the broker closing the socket.
 - A bystander connection, open for the whole run, does a publish/get round trip every
   `health_every` cases and after every batch; a failed one stops the run (`BrokerUnhealthy`).
 - Every kind of case gets its share of the count, generated in Hypothesis runs of at most
@@ -177,6 +178,8 @@ def run_case(address: Address, case: Case, timeout: float = 10.0) -> str:
             if isinstance(item, Command) and isinstance(item.method, ConnectionClose):
                 link.send(encode_method(0, ConnectionCloseOk()))
                 link.shutdown()
+            elif isinstance(item, Command) and isinstance(item.method, ConnectionCloseOk):
+                link.shutdown()  # NET-02: after close-ok to our close, ending the socket is ours
             elif case.settle and len(events) == case.settle:
                 link.send(encode_method(0, ConnectionClose(200, "bye", 0, 0)))
     except TimeoutError:

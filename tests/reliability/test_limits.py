@@ -160,10 +160,13 @@ def test_limits_configured_max_message_size_is_406_and_only_closes_the_channel(
 
 
 # -- connections ------------------------------------------------------------------------------------
-def registered(broker: EmbeddedBroker) -> int:
-    """Connections the broker holds, read on its loop: after a client saw its close-ok, the
-    broker has already dropped that socket (its close was queued before close-ok left)."""
-    return int(broker.call(lambda: len(broker.server.clients)))
+def registered(broker: EmbeddedBroker, settled_within: float = WAIT) -> int:
+    """Sockets the broker holds, read on its loop, once they stop going away (bounded wait):
+    after close-ok the client ends its socket (NET-02) and the broker drops it on the EOF."""
+    deadline = time.monotonic() + settled_within
+    while (held := int(broker.call(lambda: len(broker.server.clients)))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return held
 
 
 def test_limits_max_connections_refuses_beyond_the_limit_and_frees_slots(
