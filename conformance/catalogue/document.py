@@ -29,7 +29,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue.rules import AREAS, PROFILES, REQUIRED, Rule, all_rules
+from conformance.catalogue.rules import AREAS, PROFILES, REQUIRED, SERVER_SOURCE, Rule, all_rules
 
 TARGET = Path(__file__).resolve().parents[2] / "docs" / "RULES.md"
 SEEDS_FILE = "seeds.toml"
@@ -83,6 +83,8 @@ def source_anchor(ref: str) -> str | None:
     other = _OTHER_SOURCE.fullmatch(ref)
     if other:
         return f"spec-{other['spec'].replace('.', '-')}" if other["spec"] else f"rabbitmq-docs-{other['page']}"
+    if SERVER_SOURCE.fullmatch(ref):
+        return "rabbitmq-server-" + re.sub(r"[^0-9a-z]+", "-", ref.lower().removeprefix("rabbitmq-server ")).strip("-")
     return None
 
 
@@ -163,6 +165,16 @@ def _sources(rules: tuple[Rule, ...]) -> list[str]:
                   "The client rules (area client) also cite a section of the AMQP 0-9-1 specification "
                   "(\"0-9-1 §n\") or a RabbitMQ guide (\"RabbitMQ docs: page\").", ""]
         for ref in others:
+            taken = [r.id for r in rules if r.source == ref]
+            lines += [f'<a id="{source_anchor(ref)}"></a>{escape(ref)}: '
+                      + ", ".join(f"[{i}](#{rule_anchor(i)})" for i in taken) + ".", ""]
+    settled = sorted({r.source for r in rules if SERVER_SOURCE.fullmatch(r.source)})
+    if settled:
+        lines += ["### Settled with RabbitMQ's source", "",
+                  "Behaviours neither the starting catalogue nor a seed states, found where real client "
+                  "programs broke, cite RabbitMQ's source at the tags named (\"rabbitmq-server v<x.y.z>: "
+                  "deps/<path>\").", ""]
+        for ref in settled:
             taken = [r.id for r in rules if r.source == ref]
             lines += [f'<a id="{source_anchor(ref)}"></a>{escape(ref)}: '
                       + ", ".join(f"[{i}](#{rule_anchor(i)})" for i in taken) + ".", ""]

@@ -48,7 +48,7 @@ _CLIENT_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?|0-9-1 §\d+(?:\.\d+)*|Ra
 _SEED_REF = re.compile(r"seeds/(\d{3})_[0-9a-f]+\.txt#L[1-9]\d*")
 # A rule RULES.md does not state, settled with RabbitMQ's source at the named tags:
 # "rabbitmq-server v3.10.8, v4.3.0: deps/rabbit/src/rabbit_amqqueue.erl".
-_SERVER_SOURCE = re.compile(r"rabbitmq-server v\d+\.\d+\.\d+(?:, v\d+\.\d+\.\d+)*: deps/\S+(?:, deps/\S+)*")
+SERVER_SOURCE = re.compile(r"rabbitmq-server v\d+\.\d+\.\d+(?:, v\d+\.\d+\.\d+)*: deps/\S+(?:, deps/\S+)*")
 
 
 class CatalogueError(ValueError):
@@ -163,7 +163,7 @@ def _check_id_and_source(rule_id: str, source: str, where: str) -> None:
         if not ref or ref.group(1) != seed_id.group(1):
             raise CatalogueError(f"{where}: source must be 'seeds/{seed_id.group(1)}_<hash>.txt#L<line>'")
     elif _RULES_MD_ID.fullmatch(rule_id):
-        if not (_RULES_MD_SOURCE.fullmatch(source) or _SERVER_SOURCE.fullmatch(source)):
+        if not (_RULES_MD_SOURCE.fullmatch(source) or SERVER_SOURCE.fullmatch(source)):
             raise CatalogueError(f"{where}: source must be 'RULES.md §<section>' or "
                                  f"'rabbitmq-server v<x.y.z>[, v<x.y.z>]: deps/<path>', got {source!r}")
     else:
