@@ -51,7 +51,7 @@ def trend_chart(series: Mapping[str, Sequence[tuple[int, float | None]]], *, wid
     return "".join(parts)
 
 
-def verdict_bar(counts: Mapping[str, int], *, width: int = 220, height: int = 14) -> str:
+def verdict_bar(counts: Mapping[str, int], *, width: int = 160, height: int = 14) -> str:
     """One stacked horizontal bar of verdict counts."""
     total = sum(counts.values()) or 1
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="bar" width="{width}" height="{height}" '

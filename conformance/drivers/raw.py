@@ -2,7 +2,10 @@
 
 Rules (DESIGN.md decision 5):
 - It can send anything: typed methods, content, or raw bytes (malformed frames included).
-- Every frame in and out is recorded with a monotonic timestamp and its connection id.
+- Every frame in and out is recorded with a monotonic timestamp and its connection id. Bytes
+  written by `send_raw` are recorded as the frames they decode to (several frames written in
+  one go are several records); only what does not decode (a malformed frame, a fragment)
+  stays raw bytes.
 - Every wait has a deadline (`timeout * timeout_scale`); a broker that does not answer
   raises `NoReply("no reply within N s")`, never blocks forever.
 - Broker-initiated channel.close / connection.close are answered (close-ok) and surface as
@@ -55,7 +58,7 @@ from codec import (
     encode_content,
     encode_method,
 )
-from codec.frames import Frame
+from codec.frames import Frame, ProtocolHeader
 from conformance.drivers.interface import (  # the outcomes every driver raises (re-exported)
     ChannelClosed,
     Closed,
@@ -143,7 +146,7 @@ class RawClient:
     def connect(self) -> RawClient:
         self.sock = socket.create_connection((self.address.host, self.address.port), timeout=self.timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._record("out", -1, PROTOCOL_HEADER)
+        self._record("out", -1, ProtocolHeader(PROTOCOL_HEADER))
         self._write(PROTOCOL_HEADER)
         start = self.expect(0, ConnectionStart).method
         assert isinstance(start, ConnectionStart)
@@ -212,8 +215,12 @@ class RawClient:
         self._write(data)
 
     def send_raw(self, data: bytes, channel: int = -1) -> None:
-        """Any bytes, e.g. a malformed frame; recorded as raw."""
-        self._record("out", channel, bytes(data))
+        """Any bytes, e.g. a malformed frame; recorded as the frames they decode to, the rest raw."""
+        frames, rest = written_frames(bytes(data))
+        for frame in frames:
+            self._record("out", getattr(frame, "channel", channel), frame)
+        if rest:
+            self._record("out", channel, rest)
         self._untracked.add(channel)
         self._write(data)
 
@@ -347,3 +354,16 @@ class RawClient:
 
     def _record(self, direction: str, channel: int, frame: Any) -> None:
         self.recorder.add(FrameRecord(time.monotonic(), self.id, direction, channel, frame))
+
+
+def written_frames(data: bytes) -> tuple[list[Frame], bytes]:
+    """The frames in bytes a client wrote in one go, and the bytes after the last one that decodes."""
+    reader = FrameReader(frame_max=0)
+    reader.receive_data(data)
+    frames: list[Frame] = []
+    decoded = 0  # octets of the frames in `frames`: a frame that fails to decode stays in the rest
+    with contextlib.suppress(CodecError):
+        while (frame := reader.next_frame()) is not NEED_DATA:
+            frames.append(frame)  # type: ignore[arg-type]
+            decoded = len(data) - reader.buffered
+    return frames, data[decoded:]

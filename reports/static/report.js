@@ -24,7 +24,7 @@
       row.classList.toggle("hidden", !ok);
       if (ok) shown += 1;
     }
-    count.textContent = shown + " of " + rows.length + " rules";
+    count.textContent = shown + " of " + rows.length + (rows.length === 1 ? " rule" : " rules");
   }
 
   for (const control of [text, area, verdict, differs]) {
@@ -72,7 +72,7 @@
     box.replaceChildren(table);
     box.dataset.loaded = "true";
     const count = document.getElementById("frame-count");
-    if (count) count.textContent = log.rows.length + " frames";
+    if (count) count.textContent = log.rows.length + (log.rows.length === 1 ? " frame" : " frames");
   };
 
   function load() {

@@ -131,3 +131,47 @@ def test_report_failing_test_shows_its_frame_log(browser: Any, served: str, site
     flagged = browser.execute_script("return document.querySelectorAll('#frame-log-table tr.flagged').length")
     assert flagged == len({(v.connection, v.channel, v.seq) for v in test.violations})
     browser.save_screenshot(str(artifacts() / "failing-test.png"))
+
+
+LAYOUT = """
+const doc = document.documentElement;
+const overflow = doc.scrollWidth - doc.clientWidth;
+const bar = document.querySelector('form.filters');
+const names = Array.from(document.querySelectorAll('#matrix th.target span')).map(s => s.getBoundingClientRect());
+const top = document.querySelector('header.top').getBoundingClientRect();
+const main = document.querySelector('main').getBoundingClientRect();
+return {overflow: overflow,
+        namesBelowBar: bar ? names.every(r => r.top >= bar.getBoundingClientRect().bottom) : true,
+        namesBelowTop: names.every(r => r.top >= top.bottom),
+        mainBelowTop: main.top >= top.bottom,
+        scoresFit: (() => { const box = document.querySelector('#scores')?.parentElement;
+                            return !box || box.scrollWidth <= box.clientWidth; })(),
+        cutBadges: Array.from(document.querySelectorAll('img.badge')).filter(
+            i => i.getBoundingClientRect().right > doc.clientWidth).length};
+"""
+
+
+@pytest.mark.parametrize("width", [1400, 1024])
+@pytest.mark.parametrize("page", ["index.html", "matrix.html", "rules/{rule}.html"])
+def test_report_layout_at_common_widths(browser: Any, served: str, site: Site, page: str, width: int) -> None:
+    """No page scrolls sideways, matrix target names sit between the filter bar and the rows, no
+    badge is cut off; the screenshots are the artifacts to look at."""
+    page = page.format(rule=site.data.rules[0].id)
+    browser.set_window_size(width, 1000)
+    try:
+        browser.get(f"{served}/{page}")
+        layout = browser.execute_script(LAYOUT)
+        assert layout == {"overflow": 0, "namesBelowBar": True, "namesBelowTop": True, "mainBelowTop": True,
+                          "scoresFit": True, "cutBadges": 0}, layout
+        browser.save_screenshot(str(artifacts() / f"{page.replace('/', '-').removesuffix('.html')}-{width}.png"))
+    finally:
+        browser.set_window_size(1400, 1000)
+
+
+def test_report_rule_page_links_to_the_catalogue(browser: Any, served: str, site: Site) -> None:
+    rule = next(r for r in site.data.rules if r.in_catalogue)
+    browser.get(f"{served}/rules/{rule.id}.html")
+    links = browser.execute_script("return Array.from(document.querySelectorAll('a')).map(a => a.href)")
+    assert f"{served}/catalogue.html#{rule.id}" in links
+    browser.get(f"{served}/catalogue.html#{rule.id}")
+    assert browser.execute_script(f"return document.getElementById({rule.id!r}) !== null")

@@ -1,0 +1,43 @@
+"""The raw driver records bytes written in one go as the frames they decode to (issue 18)."""
+
+from __future__ import annotations
+
+from codec import BasicCancel, BasicConsume, BasicConsumeOk, MethodFrame, QueueDeclare, QueueDeclareOk, encode_method
+from codec.frames import ProtocolHeader
+from conformance.drivers.raw import RawClient, Recorder, written_frames
+from conformance.plugin.classify import frame_log
+from conformance.plugin.results import frame_fields
+from reference_broker.server import EmbeddedBroker
+
+PIPELINED = encode_method(1, BasicConsume(queue="q", consumer_tag="t")) + encode_method(1, BasicCancel(consumer_tag="t"))
+
+
+def test_written_frames_decodes_every_frame_and_keeps_the_rest() -> None:
+    frames, rest = written_frames(PIPELINED)
+    assert [f.method for f in frames] == [BasicConsume(queue="q", consumer_tag="t"), BasicCancel(consumer_tag="t")]
+    assert rest == b""
+    bad_end = encode_method(2, BasicCancel(consumer_tag="x"))[:-1] + b"\x00"  # a malformed frame stays raw
+    frames, rest = written_frames(PIPELINED + bad_end)
+    assert len(frames) == 2 and rest == bad_end
+    unknown = b"\x01\x00\x01\x00\x00\x00\x04\x00\x63\x00\x01\xce"  # class 99: does not decode, kept whole
+    assert written_frames(unknown) == ([], unknown)
+    assert written_frames(PIPELINED[:10]) == ([], PIPELINED[:10])  # a fragment
+    frames, rest = written_frames(b"AMQP\x00\x00\x09\x01")
+    assert isinstance(frames[0], ProtocolHeader) and rest == b""
+
+
+def test_send_raw_is_logged_frame_by_frame() -> None:
+    recorder = Recorder()
+    with EmbeddedBroker() as broker, RawClient(broker.url, recorder=recorder, timeout=10.0) as client:
+        ch = client.channel()
+        client.rpc(ch, QueueDeclare(queue="", exclusive=True), QueueDeclareOk)
+        queue = recorder.frames[-1].frame.method.queue
+        client.send_raw(encode_method(ch, BasicConsume(queue=queue, consumer_tag="p"))
+                        + encode_method(ch, BasicCancel(consumer_tag="p")), channel=ch)
+        client.expect(ch, BasicConsumeOk)
+    out = [r for r in recorder.frames if r.direction == "out" and isinstance(r.frame, MethodFrame)]
+    assert [r.frame.method.NAME for r in out[-2:]] == ["basic.consume", "basic.cancel"]
+    assert all(r.channel == ch for r in out[-2:])
+    assert [frame_fields(r.frame)["method"] for r in out[-2:]] == ["basic.consume", "basic.cancel"]
+    log = frame_log(recorder.frames)
+    assert "basic.consume" in log and "basic.cancel" in log and "raw " not in log
