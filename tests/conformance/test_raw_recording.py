@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from codec import BasicCancel, BasicConsume, BasicConsumeOk, MethodFrame, QueueDeclare, QueueDeclareOk, encode_method
+from codec import (
+    BasicCancel,
+    BasicConsume,
+    BasicConsumeOk,
+    MethodFrame,
+    QueueDeclare,
+    QueueDeclareOk,
+    encode_method,
+)
 from codec.frames import ProtocolHeader
 from conformance.drivers.raw import RawClient, Recorder, written_frames
 from conformance.plugin.classify import frame_log
