@@ -82,8 +82,8 @@ def decode_image(raw: bytes, codec: TableCodec = RABBITMQ_TABLES) -> WirePropert
     return WireProperties.received(properties, raw)
 
 
-def headers_table(raw: bytes) -> bytes | None:
-    """The headers table (length prefix included) inside a property image, or None."""
+def _headers_span(raw: bytes) -> tuple[int, int] | None:
+    """(start, end) of the headers table (length prefix included) inside an image, or None."""
     (flags,) = _FLAGS.unpack_from(raw)
     o = 2
     for flag in (_CONTENT_TYPE, _CONTENT_ENCODING):
@@ -92,23 +92,48 @@ def headers_table(raw: bytes) -> bytes | None:
     if not flags & _HEADERS:
         return None
     (size,) = _U32.unpack_from(raw, o)
-    return raw[o : o + 4 + size]
+    return o, o + 4 + size
+
+
+def headers_table(raw: bytes) -> bytes | None:
+    """The headers table (length prefix included) inside a property image, or None."""
+    span = _headers_span(raw)
+    return None if span is None else raw[span[0] : span[1]]
+
+
+def headers_in_key_order(raw: bytes, codec: TableCodec = RABBITMQ_TABLES) -> bytes:
+    """The image with its top-level headers entries in key order (octet-wise), a repeated key
+    once (its first entry), each entry's octets kept: what RabbitMQ 4.x delivers, since it
+    re-encodes the typed table after `lists:usort` by key (mc_amqpl:protocol_state, MSG-01)."""
+    span = _headers_span(raw)
+    if span is None:
+        return raw
+    table = raw[span[0] : span[1]]
+    first: dict[bytes, bytes] = {}
+    for name, value in _entry_list(table, codec):
+        first.setdefault(name, value)
+    body = b"".join(bytes((len(k),)) + k + first[k] for k in sorted(first))
+    return raw[: span[0]] + _U32.pack(len(body)) + body + raw[span[1] :]
+
+
+def _entry_list(table: bytes, codec: TableCodec) -> list[tuple[bytes, bytes]]:
+    """(field name octets, value octets with the type octet) of every entry, in order."""
+    entries: list[tuple[bytes, bytes]] = []
+    end = 4 + _U32.unpack_from(table)[0]
+    o = 4
+    while o < end:
+        name_end = o + 1 + table[o]
+        _value, next_entry = codec.decode_value(table, name_end, end)
+        entries.append((table[o + 1 : name_end], table[name_end:next_entry]))
+        o = next_entry
+    if o != end:
+        raise FrameSyntaxError("field-table entry overruns the table", data=table, offset=end)
+    return entries
 
 
 def table_entries(table: bytes, codec: TableCodec = RABBITMQ_TABLES) -> dict[str, bytes]:
     """Field name -> its value's octets (type octet included) in an encoded table."""
-    entries: dict[str, bytes] = {}
-    end = 4 + _U32.unpack_from(table)[0]
-    o = 4
-    while o < end:
-        n = table[o]
-        key = table[o + 1 : o + 1 + n].decode("utf-8", "surrogateescape")
-        start = o + 1 + n
-        _value, o = codec.decode_value(table, start, end)
-        entries[key] = table[start:o]
-    if o != end:
-        raise FrameSyntaxError("field-table entry overruns the table", data=table, offset=end)
-    return entries
+    return {k.decode("utf-8", "surrogateescape"): v for k, v in _entry_list(table, codec)}
 
 
 def splice_table(table: Mapping[str, Any], old: Mapping[str, Any] | None, old_table: bytes | None,
@@ -126,4 +151,4 @@ def splice_table(table: Mapping[str, Any], old: Mapping[str, Any] | None, old_ta
     return _U32.pack(len(body)) + body
 
 
-__all__ = ["WireProperties", "decode_image", "headers_table", "splice_table", "table_entries"]
+__all__ = ["WireProperties", "decode_image", "headers_in_key_order", "headers_table", "splice_table", "table_entries"]

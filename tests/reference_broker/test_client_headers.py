@@ -5,22 +5,27 @@ The program uses pika's public API only; what it received on the wire is taken f
 content-header decoding (`BasicProperties.decode` sees the property octets), so a broker that
 re-typed a value pika decodes to the same Python value (an `l` 5 sent back as `b` 5) still shows.
 The RabbitMQ half is marked `rabbitmq`: skipped when RabbitMQ does not answer (a failure under
-AMQPC_STRICT=1).
+AMQPC_STRICT=1); so is the RabbitMQ 4.3.6 half (`rabbitmq43`, scripts/rabbitmq4.sh up 4.3).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import os
 import uuid
 from typing import Any
 
 import pika
 import pytest
 
+from codec.wire_properties import headers_in_key_order
+from conformance.drivers.raw import DriverError, RawClient
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture)
+from tests.conftest import require
 
+RMQ43_URL = os.environ.get("AMQPC_RMQ43_URL", "amqp://guest:guest@127.0.0.1:5743/")
 # Every field type pika writes: S, x, t, I, l (beyond 32 bits), D, T, V, F, A.
 PIKA_HEADERS: dict[str, Any] = {
     "text": "héllo", "bytes": b"\x00\xff", "true": True, "false": False, "small": 5, "negative": -200,
@@ -71,4 +76,26 @@ def test_pika_sees_no_difference_between_reference_broker_and_rabbitmq(
         broker: EmbeddedBroker, rabbitmq: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     reference = pika_round_trip(broker.url, monkeypatch)
     real = pika_round_trip(rabbitmq, monkeypatch)
-    assert reference == real
+    assert reference == real  # decoded headers, and the octets (3.10.8 resends them unchanged)
+
+
+@pytest.fixture
+def rabbitmq43() -> str:
+    try:
+        with RawClient(RMQ43_URL, timeout=5.0) as client:
+            version = str(client.server_properties.get("version"))
+    except (OSError, DriverError) as exc:
+        require(False, f"RabbitMQ 4.3.6 at {RMQ43_URL} (scripts/rabbitmq4.sh up 4.3): {exc}")
+    require(version == "4.3.6", f"RabbitMQ 4.3.6 at {RMQ43_URL} (found {version})")
+    return RMQ43_URL
+
+
+@pytest.mark.rabbitmq43
+def test_pika_sees_no_difference_between_reference_broker_and_rabbitmq_4_3(
+        broker: EmbeddedBroker, rabbitmq43: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4.3.6 delivers the same entries in key order (MSG-01's 4.x variant): the decoded headers
+    are the same table, and the octets are the same once the entries are put in key order."""
+    headers, octets = pika_round_trip(broker.url, monkeypatch)
+    real_headers, real_octets = pika_round_trip(rabbitmq43, monkeypatch)
+    assert headers == real_headers
+    assert real_octets == headers_in_key_order(octets)
