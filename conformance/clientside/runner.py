@@ -73,6 +73,7 @@ def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale
         return ScenarioResult(info.client, info.version, sc, Verdict.NOT_APPLICABLE, sc.why_excluded, started, 0.0)
     broker = ScriptedBroker(**sc.broker)
     play = Play(broker, driver, info, scale)
+    stderr_mark = driver.stderr_count
     verdict, message = Verdict.PASSED, ""
     try:
         broker.start()
@@ -97,7 +98,7 @@ def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale
     if verdict == Verdict.FAILED and failures and failures[0].text not in message:
         message += f" [library: {failures[0].type}: {failures[0].text}]"
     return ScenarioResult(info.client, info.version, sc, verdict, message, started, time.monotonic() - t0,
-                          broker.frames, play.events, driver.stderr_tail(8))
+                          broker.frames, play.events, driver.stderr_since(stderr_mark))
 
 
 def _drain(driver: RemoteDriver) -> list[di.Event]:

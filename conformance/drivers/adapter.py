@@ -53,7 +53,7 @@ def call(driver: Any, op: str, args: dict[str, Any]) -> Any:
     return result
 
 
-class _Output:
+class JsonLinesOutput:
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
 
@@ -70,7 +70,7 @@ class _Session:
         self.driver = make()
 
 
-def serve(make_driver: Callable[[], Any], stdin_fd: int, out: _Output) -> None:
+def serve(make_driver: Callable[[], Any], stdin_fd: int, out: JsonLinesOutput) -> None:
     session = _Session(make_driver)
     out.write(wire_json.hello(session.driver.info()))
     selector = selectors.DefaultSelector()
@@ -92,7 +92,7 @@ def serve(make_driver: Callable[[], Any], stdin_fd: int, out: _Output) -> None:
                 return
 
 
-def _answer(session: _Session, line: str, out: _Output) -> bool:
+def _answer(session: _Session, line: str, out: JsonLinesOutput) -> bool:
     request = wire_json.loads(line)
     rid, op = request.get("id"), str(request.get("op"))
     if op == "connect":
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     timeout = float(os.environ.get("AMQPC_ADAPTER_TIMEOUT", "5"))
-    serve(lambda: load_driver(args[0], timeout), sys.stdin.fileno(), _Output(sys.stdout))
+    serve(lambda: load_driver(args[0], timeout), sys.stdin.fileno(), JsonLinesOutput(sys.stdout))
     return 0
 
 

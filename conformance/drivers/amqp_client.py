@@ -55,14 +55,18 @@ class AmqpDriver(LibraryDriver):
             raise di.ConnectionLost(f"{type(exc).__name__}: {exc}") from None
 
     def connect(self, url: str, options: di.ConnectOptions = di.DEFAULT_CONNECT) -> None:
+        self.conn = self.make_connection(url, options)
+        self._call(self.conn.connect)
+
+    def make_connection(self, url: str, options: di.ConnectOptions) -> Any:
+        """The `amqp.Connection` for `url`, not connected yet."""
         parts = urlparse(url)
         vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
-        self.conn = amqp.Connection(
+        return amqp.Connection(
             host=f"{parts.hostname}:{parts.port or 5672}", userid=unquote(parts.username or "guest"),
             password=unquote(parts.password or "guest"), virtual_host=vhost, connect_timeout=self.timeout,
             heartbeat=options.heartbeat or 0, frame_max=options.frame_max, channel_max=options.channel_max,
             on_blocked=lambda reason: self.emit(di.Blocked(reason)), on_unblocked=lambda: self.emit(di.Unblocked()))
-        self._call(self.conn.connect)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

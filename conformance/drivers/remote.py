@@ -43,6 +43,7 @@ class RemoteDriver:
         self._events: deque[di.Event] = deque()
         self._event_ready = threading.Condition()
         self.stderr: deque[str] = deque(maxlen=STDERR_KEPT)
+        self.stderr_count = 0  # lines ever written (a mark for `stderr_since`)
         self.exited = threading.Event()
         try:
             self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -94,6 +95,12 @@ class RemoteDriver:
         with contextlib.suppress(ValueError, OSError):  # closed by stop()
             for line in self.process.stderr:
                 self.stderr.append(line.rstrip())
+                self.stderr_count += 1
+
+    def stderr_since(self, mark: int, lines: int = 8) -> str:
+        """The stderr lines written since `stderr_count` was `mark` (at most `lines`, the last ones)."""
+        fresh = list(self.stderr)[-min(self.stderr_count - mark, len(self.stderr)):] if self.stderr_count > mark else []
+        return " | ".join(fresh[-lines:]) if fresh else "(nothing on stderr)"
 
     def stderr_tail(self, lines: int = 5) -> str:
         tail = list(self.stderr)[-lines:]
