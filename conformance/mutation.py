@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference_broker.faults import BY_NAME, FAULTS, Fault
+from conformance.embedded import BY_NAME, FAULTS, Fault
 
 FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one", "confirm_duplicated",
                "no_cancel_on_queue_delete", "partial_timeout_returns_all", "soft_errors_close_connection",

@@ -7,7 +7,8 @@ import asyncio
 import logging
 import sys
 
-from reference_broker.config import ConfigError, load_config
+from reference_broker import faults
+from reference_broker.config import load_config
 from reference_broker.server import BrokerServer
 from reference_broker.storage import StorageError
 
@@ -22,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="keep durable definitions and persistent messages here (SQLite)")
     p.add_argument("--timeout-mode", choices=["4.3", "legacy"], help="consumer-timeout rules")
     p.add_argument("--legacy-ruleset", choices=["3.10", "3.12"])
+    p.add_argument("--fault", action="append", dest="faults", metavar="NAME",
+                   help=f"switch on a named fault (reference_broker/faults.py; repeatable; also {faults.ENV})")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -41,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, host=args.host, port=args.port, timeout_mode=args.timeout_mode,
                              legacy_ruleset=args.legacy_ruleset, management_port=args.management_port,
                              data_dir=args.data_dir)
-    except ConfigError as exc:
+        config.faults = [*config.faults, *(args.faults or []), *faults.from_environment()]
+        faults.check(config.faults)
+    except ValueError as exc:  # ConfigError, or an unknown fault
         print(f"reference-broker: {exc}", file=sys.stderr)
         return 4
     server = BrokerServer(config)

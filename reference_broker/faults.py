@@ -1,17 +1,29 @@
 """The fault switchboard: named, realistic deviations the reference broker can be told to make.
 
 Rules:
-- A fault is switched on only by configuration (`faults = [...]`) or the environment
-  variable AMQPC_BROKER_FAULTS (comma-separated) read when the config loads; never by
-  default, never from AMQP. An unknown name is a configuration error.
+- A fault is switched on only by configuration (`faults = [...]` in BrokerConfig), which the
+  edges fill: the config file, `reference-broker --fault NAME`, or the environment variable
+  AMQPC_BROKER_FAULTS (comma-separated, `from_environment`) read by `reference-broker` and by
+  the harness that starts an embedded broker; never by default, never from AMQP, never read
+  by the core itself. An unknown name is a configuration error.
 - Each fault names the area whose tests must kill it (issue 6's mutation score) and the
-  rule it breaks. The core asks `core.fault("name")` at the one place the fault acts.
+  rule it breaks, and is a substitution of policy functions of `core.rules.Rules`: the
+  core's rule code calls the policy and never asks which faults are on. `rules_with`
+  builds the rules of a set of faults, once, when the core is built.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from codec import AmqpError, BasicProperties, ReplyCode
+from reference_broker.core import texts
+from reference_broker.core.effects import Effect
+from reference_broker.core.rules import Expired, Rules
+from reference_broker.core.state import QUORUM, Connection, Consumer, Message, Queue, Unacked
 
 ENV = "AMQPC_BROKER_FAULTS"
 
@@ -22,48 +34,172 @@ class Fault:
     area: str
     rule: str
     description: str
+    substitutes: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False, repr=False)
+
+
+# -- the substituted policies (what each fault does instead of the rule) ----------------------
+def _const(value: Any) -> Callable[..., Any]:
+    return lambda *_args: value
+
+
+def _nothing(*_args: Any) -> list[Unacked]:
+    return []
+
+
+def _requeue_classic_to_tail(queue: Queue, message: Message) -> None:
+    if queue.kind == QUORUM:
+        queue.return_message(message)
+    else:
+        queue.enqueue(message)  # a new position at the tail
+
+
+def _requeue_quorum_behind(queue: Queue, message: Message) -> None:
+    if queue.kind == QUORUM:
+        queue.enqueue(message)  # behind never-delivered messages
+    else:
+        queue.return_message(message)
+
+
+def _silent_if(multiple: bool) -> Callable[[int, bool], AmqpError | None]:
+    def unknown_tag(tag: int, is_multiple: bool) -> AmqpError | None:
+        if is_multiple == multiple:
+            return None
+        return AmqpError(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag), scope="channel")
+
+    return unknown_tag
+
+
+def _unknown_tag_hard(tag: int, multiple: bool) -> AmqpError:
+    return AmqpError(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag), scope="connection")
+
+
+def _forget_history(message: Message) -> None:
+    message.delivered, message.acquired_count = False, 0
+
+
+def _limit_no_ack(consumer: Consumer) -> bool:
+    return bool(consumer.prefetch) and consumer.unacked >= consumer.prefetch
+
+
+def _count_no_ack(consumer: Consumer) -> None:
+    consumer.unacked += 1  # counted and never released
+
+
+def _get_within_window(ch: Any) -> bool:
+    return not (ch.prefetch_count and len(ch.unacked) >= ch.prefetch_count)
+
+
+def _ack_before_return(effects: list[Effect], returned: Effect, ack: Effect | None) -> tuple[list[Effect], bool]:
+    if ack is None:
+        return [returned, *effects], True
+    return [*effects, ack, returned], False  # the ack goes now, not at the flush
+
+
+def _whole_consumers(connections: dict[int, Connection], queue: Queue, expired: Expired) -> Expired:
+    """Every delivery of a consumer with an expired one."""
+    owners = set()
+    for conn_id, number, tag in expired:
+        conn = connections.get(conn_id)
+        u = conn.channels[number].unacked.get(tag) if conn and number in conn.channels else None
+        if u is not None:
+            owners.add((conn_id, number, u.consumer_tag))
+    more = [k for k in queue.deadlines if k not in expired and any(
+        (k[0], k[1]) == (c, n) and (u := connections[c].channels[n].unacked.get(k[2])) is not None
+        and u.consumer_tag == t for c, n, t in owners)]
+    return sorted([*expired, *more])
+
+
+def _reencoded(properties: BasicProperties) -> BasicProperties:
+    return BasicProperties(*properties)  # MSG-01: field types guessed again from the decoded values
+
+
+def _named_only(unacked: dict[int, Unacked], tag: int) -> list[Unacked]:
+    return [unacked[tag]]
+
+
+def _unknown_cancel(tag: str) -> AmqpError:
+    return AmqpError(ReplyCode.NOT_FOUND, f"unknown consumer tag '{tag}'", scope="channel")
 
 
 FAULTS: tuple[Fault, ...] = (
-    Fault("multi_ack_only_named", "ack", "ACK-05", "basic.ack multiple=true settles only the named tag"),
-    Fault("multi_unknown_tag_silent", "ack", "ACK-05", "multiple=true with an unknown tag settles nothing, no 406"),
-    Fault("double_ack_accepted", "ack", "ACK-04", "an already settled tag is accepted silently"),
-    Fault("unknown_tag_closes_connection", "ack", "ACK-03", "an unknown tag closes the connection, not the channel"),
-    Fault("tag_zero_multiple_ignored", "ack", "ACK-06", "tag 0 with multiple=true settles nothing"),
-    Fault("nack_requeue_false_requeues", "ack", "ACK-07", "basic.nack requeue=false requeues the message"),
-    Fault("recover_no_redelivered", "ack", "ACK-09", "basic.recover redeliveries are not flagged redelivered"),
-    Fault("cancel_requeues", "ack", "ACK-10", "basic.cancel requeues the consumer's unacked deliveries"),
-    Fault("requeue_to_tail", "requeue", "RQ-01", "classic queues requeue at the tail, not the original position"),
-    Fault("quorum_returns_not_first", "requeue", "RQ-02", "quorum returns go behind never-delivered messages"),
-    Fault("redelivered_not_set", "requeue", "RQ-04", "redeliveries carry redelivered=false"),
-    Fault("tags_restart_per_consumer", "ack", "ACK-01", "each new consumer restarts the channel's delivery tags at 1"),
-    Fault("no_requeue_on_channel_close", "requeue", "RQ-03", "unacked deliveries are dropped when the channel closes"),
-    Fault("prefetch_off_by_one", "qos", "QOS-02", "a consumer gets prefetch_count + 1 unacked deliveries"),
-    Fault("global_qos_channel_wide", "qos", "QOS-03", "4.3: global=true is honoured as a channel-wide limit"),
-    Fault("prefetch_size_accepted", "qos", "QOS-01", "basic.qos prefetch_size != 0 is accepted"),
-    Fault("no_ack_obeys_prefetch", "qos", "QOS-08", "no-ack consumers are limited by the prefetch count"),
-    Fault("get_obeys_prefetch", "qos", "QOS-07", "basic.get returns get-empty while the prefetch window is full"),
-    Fault("confirms_start_at_zero", "confirms", "PC-02", "confirm sequence numbers start at 0"),
-    Fault("confirm_lost", "confirms", "PC-05", "the confirm of the third publish is never sent"),
-    Fault("confirm_duplicated", "confirms", "PC-05", "every ack confirm is sent twice"),
-    Fault("multiple_ack_covers_nacked", "confirms", "PC-04", "a multiple=true ack also covers nacked seqnos"),
-    Fault("return_after_ack", "confirms", "PC-06", "basic.return follows the ack of an unroutable mandatory publish"),
-    Fault("unroutable_never_confirmed", "confirms", "PC-06", "unroutable publishes are never confirmed"),
-    Fault("tx_select_on_confirm_accepted", "confirms", "PC-03", "tx.select on a confirm channel is accepted"),
-    Fault("cancel_without_capability", "cancel", "CCN-02", "basic.cancel is sent to clients without the capability"),
-    Fault("no_cancel_on_queue_delete", "cancel", "CCN-02", "consumers of a deleted queue are dropped silently"),
-    Fault("cancel_unknown_tag_error", "cancel", "CCN-03", "cancelling an unknown tag is a 404 channel error"),
-    Fault("timeout_max_of_queue_and_policy", "timeout", "TMO-03", "max(queue argument, policy) instead of min"),
-    Fault("consumer_timeout_argument_ignored", "timeout", "TMO-03", "the consumer's x-consumer-timeout is ignored"),
-    Fault("global_before_policy", "timeout", "TMO-03", "the global consumer_timeout wins over queue argument and policy"),
-    Fault("timeout_closes_channel_with_capability", "timeout", "TMO-4.3-3", "a timeout closes the channel even with the capability"),
-    Fault("partial_timeout_returns_all", "timeout", "TMO-4.3-2", "a timeout returns all the consumer's deliveries"),
-    Fault("timed_out_consumer_not_paused", "timeout", "TMO-4.3-2", "a timed-out consumer keeps getting messages"),
-    Fault("late_ack_removes_message", "timeout", "TMO-4.3-5", "a late ack removes the already returned message"),
-    Fault("soft_errors_close_connection", "errors", "ERR-02", "channel errors close the whole connection"),
-    Fault("frame_max_not_enforced", "framing", "FRM-03", "frames over the negotiated frame_max are accepted"),
-    Fault("socket_closed_after_close_ok", "framing", "NET-02", "the socket is closed right after close-ok to a client's close"),
-    Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values"),
+    Fault("multi_ack_only_named", "ack", "ACK-05", "basic.ack multiple=true settles only the named tag",
+          {"multi_ack_scope": _named_only}),
+    Fault("multi_unknown_tag_silent", "ack", "ACK-05", "multiple=true with an unknown tag settles nothing, no 406",
+          {"unknown_tag": _silent_if(multiple=True)}),
+    Fault("double_ack_accepted", "ack", "ACK-04", "an already settled tag is accepted silently",
+          {"unknown_tag": _silent_if(multiple=False)}),
+    Fault("unknown_tag_closes_connection", "ack", "ACK-03", "an unknown tag closes the connection, not the channel",
+          {"unknown_tag": _unknown_tag_hard}),
+    Fault("tag_zero_multiple_ignored", "ack", "ACK-06", "tag 0 with multiple=true settles nothing",
+          {"ack_all": _nothing}),
+    Fault("nack_requeue_false_requeues", "ack", "ACK-07", "basic.nack requeue=false requeues the message",
+          {"nack_requeue": _const(True)}),
+    Fault("recover_no_redelivered", "ack", "ACK-09", "basic.recover redeliveries are not flagged redelivered",
+          {"recovered": _forget_history}),
+    Fault("cancel_requeues", "ack", "ACK-10", "basic.cancel requeues the consumer's unacked deliveries",
+          {"requeued_on_cancel": lambda own: own}),
+    Fault("requeue_to_tail", "requeue", "RQ-01", "classic queues requeue at the tail, not the original position",
+          {"put_back": _requeue_classic_to_tail}),
+    Fault("quorum_returns_not_first", "requeue", "RQ-02", "quorum returns go behind never-delivered messages",
+          {"put_back": _requeue_quorum_behind}),
+    Fault("redelivered_not_set", "requeue", "RQ-04", "redeliveries carry redelivered=false",
+          {"redelivered": _const(False)}),
+    Fault("tags_restart_per_consumer", "ack", "ACK-01", "each new consumer restarts the channel's delivery tags at 1",
+          {"consumer_first_tag": _const(1)}),
+    Fault("no_requeue_on_channel_close", "requeue", "RQ-03", "unacked deliveries are dropped when the channel closes",
+          {"requeued_on_release": _nothing}),
+    Fault("prefetch_off_by_one", "qos", "QOS-02", "a consumer gets prefetch_count + 1 unacked deliveries",
+          {"prefetch_window": lambda prefetch: prefetch + 1}),
+    Fault("global_qos_channel_wide", "qos", "QOS-03", "4.3: global=true is honoured as a channel-wide limit",
+          {"global_qos": _const(True)}),
+    Fault("prefetch_size_accepted", "qos", "QOS-01", "basic.qos prefetch_size != 0 is accepted",
+          {"prefetch_size_refused": _const(False)}),
+    Fault("no_ack_obeys_prefetch", "qos", "QOS-08", "no-ack consumers are limited by the prefetch count",
+          {"no_ack_limited": _limit_no_ack, "no_ack_delivered": _count_no_ack}),
+    Fault("get_obeys_prefetch", "qos", "QOS-07", "basic.get returns get-empty while the prefetch window is full",
+          {"get_allowed": _get_within_window}),
+    Fault("confirms_start_at_zero", "confirms", "PC-02", "confirm sequence numbers start at 0",
+          {"confirm_seqno": lambda seqno: seqno - 1}),
+    Fault("confirm_lost", "confirms", "PC-05", "the confirm of the third publish is never sent",
+          {"confirm_lost": lambda seqno, accepted: seqno == 3}),
+    Fault("confirm_duplicated", "confirms", "PC-05", "every ack confirm is sent twice",
+          {"confirm_effects": lambda out: [*out, *out]}),
+    Fault("multiple_ack_covers_nacked", "confirms", "PC-04", "a multiple=true ack also covers nacked seqnos",
+          {"ack_cutoff": _nothing}),
+    Fault("return_after_ack", "confirms", "PC-06", "basic.return follows the ack of an unroutable mandatory publish",
+          {"unroutable_return": _ack_before_return}),
+    Fault("unroutable_never_confirmed", "confirms", "PC-06", "unroutable publishes are never confirmed",
+          {"confirm_lost": lambda seqno, accepted: accepted is None}),
+    Fault("tx_select_on_confirm_accepted", "confirms", "PC-03", "tx.select on a confirm channel is accepted",
+          {"tx_select_refused": _const(False)}),
+    Fault("cancel_without_capability", "cancel", "CCN-02", "basic.cancel is sent to clients without the capability",
+          {"cancel_on_delete": _const(True)}),
+    Fault("no_cancel_on_queue_delete", "cancel", "CCN-02", "consumers of a deleted queue are dropped silently",
+          {"cancel_on_delete": _const(False)}),
+    Fault("cancel_unknown_tag_error", "cancel", "CCN-03", "cancelling an unknown tag is a 404 channel error",
+          {"unknown_cancel": _unknown_cancel}),
+    Fault("timeout_max_of_queue_and_policy", "timeout", "TMO-03", "max(queue argument, policy) instead of min",
+          {"combine_timeouts": max}),
+    Fault("consumer_timeout_argument_ignored", "timeout", "TMO-03", "the consumer's x-consumer-timeout is ignored",
+          {"consumer_timeout_arg": _const(None)}),
+    Fault("global_before_policy", "timeout", "TMO-03", "the global consumer_timeout wins over queue argument and policy",
+          {"queue_or_global": lambda per_queue, global_value: global_value}),
+    Fault("timeout_closes_channel_with_capability", "timeout", "TMO-4.3-3", "a timeout closes the channel even with the capability",
+          {"timeout_cancels": _const(False)}),
+    Fault("partial_timeout_returns_all", "timeout", "TMO-4.3-2", "a timeout returns all the consumer's deliveries",
+          {"expired": _whole_consumers}),
+    Fault("timed_out_consumer_not_paused", "timeout", "TMO-4.3-2", "a timed-out consumer keeps getting messages",
+          {"pause_timed_out": _const(None)}),
+    Fault("late_ack_removes_message", "timeout", "TMO-4.3-5", "a late ack removes the already returned message",
+          {"late_ack": lambda queue, message: queue.remove(message)}),
+    Fault("soft_errors_close_connection", "errors", "ERR-02", "channel errors close the whole connection",
+          {"error_scope": _const("connection")}),
+    Fault("frame_max_not_enforced", "framing", "FRM-03", "frames over the negotiated frame_max are accepted",
+          {"enforced_frame_max": _const(0)}),
+    Fault("socket_closed_after_close_ok", "framing", "NET-02", "the socket is closed right after close-ok to a client's close",
+          {"ends_socket_after_close_ok": _const(True)}),
+    Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values",
+          {"delivered_properties": _reencoded}),
 )
 BY_NAME = {f.name: f for f in FAULTS}
 
@@ -78,3 +214,11 @@ def check(names: list[str]) -> frozenset[str]:
     if unknown:
         raise ValueError(f"unknown fault(s): {', '.join(unknown)} (see reference_broker/faults.py)")
     return frozenset(names)
+
+
+def rules_with(names: frozenset[str]) -> Rules:
+    """RabbitMQ's rules with the substitutions of these (checked) faults."""
+    rules = Rules()
+    for name in sorted(names):
+        rules = replace(rules, **BY_NAME[name].substitutes)
+    return rules

@@ -26,15 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reference_broker.core.durability import (
-    Definitions,
-    Delete,
-    Drop,
-    Put,
-    StoredMessage,
-    StoreOp,
-    encode_properties,
-)
+from reference_broker.core.durability import encode_properties
+from reference_broker.core.journal import Definitions, Delete, Drop, Put, StoredMessage, StoreOp
 
 log = logging.getLogger("reference_broker.storage")
 DB_NAME = "broker.db"

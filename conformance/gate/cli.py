@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from conformance import embedded
 from conformance.catalogue.rules import AREAS, PROFILES
 from conformance.plugin.wording import plural
 
@@ -197,10 +198,7 @@ def _report_run(args: argparse.Namespace) -> int:
 
 
 def _broker_run(args: argparse.Namespace) -> int:
-    from reference_broker.__main__ import build_parser as broker_parser
-    from reference_broker.__main__ import main as broker_main
-
-    parser = broker_parser()
+    parser = embedded.broker_parser()
     parser.prog = f"{PROG} broker"
     errors = io.StringIO()
     try:
@@ -211,7 +209,7 @@ def _broker_run(args: argparse.Namespace) -> int:
             return EXIT_OK  # --help
         lines = errors.getvalue().strip().splitlines()
         raise UsageError(lines[-1].split("error: ", 1)[-1] if lines else "bad broker options") from None
-    return broker_main(args.argv)
+    return embedded.broker_main(args.argv)
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -45,6 +45,7 @@ from rich.console import Console
 
 from conformance.catalogue.rules import PROFILES
 from conformance.catalogue.selection import parse_selection
+from conformance.embedded import start as start_embedded
 from conformance.gate.baseline import EXPECTED, Baseline, BaselineError, Judgement, judge, load_baseline
 from conformance.plugin.evidence import TestEvidence, from_report
 
@@ -236,10 +237,8 @@ def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str]]:
     if options.broker_url:
         yield options.broker_url, options.broker_admin or "none", redact_url(options.broker_url)
         return
-    from reference_broker.server import EmbeddedBroker
-
     try:
-        embedded = EmbeddedBroker(management_port=0).start()
+        embedded = start_embedded(management_port=0)
     except Exception as exc:  # a port, a thread, the loop: the environment, not the user
         raise EnvironmentFailure(f"the embedded reference broker did not start: {type(exc).__name__}: {exc}") from None
     try:

@@ -47,6 +47,7 @@ import pytest
 from conformance.catalogue.profiles import AUTO, Profile, detect
 from conformance.catalogue.rules import AREAS, PROFILES, rule
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
+from conformance.embedded import start as start_embedded
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import AdminAdapter, RestoringAdmin, Unavailable, parse_admin
 from conformance.plugin.health import (
@@ -373,9 +374,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     url = config.getoption("--broker-url")
     embedded = None
     if not url:
-        from reference_broker.server import EmbeddedBroker
-
-        embedded = EmbeddedBroker(management_port=0).start()
+        embedded = start_embedded(management_port=0)
         url = embedded.url
         if config.getoption("--broker-admin") == "none" and embedded.management_url:
             state.admin = parse_admin(embedded.management_url, url)  # the embedded broker's own API

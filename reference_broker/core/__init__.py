@@ -1,8 +1,13 @@
-"""The pure broker core: state, rules and effects; no I/O (STYLE.md, rabbit_fifo's shape)."""
+"""The pure broker core: state, rules and effects; no I/O (STYLE.md, rabbit_fifo's shape).
 
-from reference_broker.core import basic, publish, resources, timeouts, transactions  # noqa: F401 (handlers)
-from reference_broker.core.broker import HANDLERS, BrokerCore, Meta
+Parts: broker_state.py (the state, declared once) and state.py (its entities); the concern
+modules, which import the state and never the router; router.py (the entry points and the
+handler table); rules.py (the policy functions a fault substitutes).
+"""
+
+from reference_broker.core.broker_state import Meta
 from reference_broker.core.effects import CancelTimer, CloseConnection, Effect, Log, Send, StartTimer
+from reference_broker.core.router import HANDLERS, BrokerCore
 
 __all__ = ["HANDLERS", "BrokerCore", "CancelTimer", "CloseConnection", "Effect", "Log", "Meta", "Send",
            "StartTimer"]

@@ -12,7 +12,7 @@ Rules (seed 001, PC-07, issue 9):
   writes it (group commit, fsync) and reports the position it reached with `stored()`.
 - A publisher confirm for a publish that journalled a `put` waits until the store has
   reached that publish's position (RabbitMQ: confirmed once on disk); coalescing never
-  covers a waiting seqno (batch.py). A tx.commit-ok whose commit journalled a `put` waits
+  covers a waiting seqno (confirms.py). A tx.commit-ok whose commit journalled a `put` waits
   likewise.
 - A restart rebuilds definitions and messages in store-id order. Recovered messages may
   have been delivered before the crash, so they carry redelivered=true (RQ-04's "may have
@@ -25,63 +25,20 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from codec import BasicProperties, TxCommitOk
 from codec.fast_tables import RABBITMQ_TABLES
 from codec.frames import encode_header_payload
 from codec.wire_properties import decode_image
+from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send
+from reference_broker.core.journal import Definitions, Delete, Drop, Put, StoredMessage, StoreOp
+from reference_broker.core.settings import message_ttl, set_policies
 from reference_broker.core.state import QUORUM, Binding, Channel, Exchange, Message, Queue
-
-if TYPE_CHECKING:
-    from reference_broker.core.broker import BrokerCore, Meta
 
 PERSISTENT = 2
 SYSTEM_EXCHANGES = frozenset({"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
-
-
-@dataclass(frozen=True, slots=True)
-class Put:
-    id: int
-    vhost: str
-    queue: str
-    message: Message  # exchange, routing key, properties and body never change once enqueued
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Drop:
-    """A queue was deleted: every stored message of it goes."""
-
-    vhost: str
-    queue: str
-
-
-@dataclass(frozen=True, slots=True)
-class Definitions:
-    snapshot: dict[str, Any]
-
-
-StoreOp = Put | Delete | Drop | Definitions
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A message row read back from the store."""
-
-    id: int
-    vhost: str
-    queue: str
-    exchange: str
-    routing_key: str
-    properties: bytes
-    body: bytes
 
 
 def is_durable_copy(queue: Queue, message: Message) -> bool:
@@ -89,7 +46,7 @@ def is_durable_copy(queue: Queue, message: Message) -> bool:
             and message.properties.delivery_mode == PERSISTENT)
 
 
-def remember(core: BrokerCore, queue: Queue, message: Message) -> None:
+def remember(core: BrokerState, queue: Queue, message: Message) -> None:
     """Journal a put for a persistent message just enqueued in a durable queue."""
     if core.journal is None or not is_durable_copy(queue, message):
         return
@@ -99,7 +56,7 @@ def remember(core: BrokerCore, queue: Queue, message: Message) -> None:
     core.journal_pos += 1
 
 
-def forget(core: BrokerCore, message: Message) -> None:
+def forget(core: BrokerState, message: Message) -> None:
     """The message left the broker's custody: journal its delete."""
     if core.journal is None or not message.store_id:
         return
@@ -108,12 +65,12 @@ def forget(core: BrokerCore, message: Message) -> None:
     message.store_id = 0
 
 
-def forget_all(core: BrokerCore, messages: Iterable[Message]) -> None:
+def forget_all(core: BrokerState, messages: Iterable[Message]) -> None:
     for message in messages:
         forget(core, message)
 
 
-def drop_queue(core: BrokerCore, queue: Queue) -> None:
+def drop_queue(core: BrokerState, queue: Queue) -> None:
     if core.journal is None or not queue.durable:
         return
     core.journal.append(Drop(queue.vhost, queue.name))
@@ -121,7 +78,7 @@ def drop_queue(core: BrokerCore, queue: Queue) -> None:
     core.defs_dirty = True
 
 
-def take(core: BrokerCore) -> tuple[list[StoreOp], int]:
+def take(core: BrokerState) -> tuple[list[StoreOp], int]:
     """The journal since the last flush (with a definitions snapshot when they may have
     changed) and the position it reaches; empties the journal."""
     if core.journal is None:
@@ -134,7 +91,7 @@ def take(core: BrokerCore) -> tuple[list[StoreOp], int]:
     return ops, core.journal_pos
 
 
-def defer_confirm(core: BrokerCore, ch: Channel, seqno: int, puts_before: int) -> bool:
+def defer_confirm(core: BrokerState, ch: Channel, seqno: int, puts_before: int) -> bool:
     """Hold a publish's confirm until the store has its puts; True when deferred."""
     if core.journal is None or core.store_seq == puts_before:
         return False
@@ -143,7 +100,7 @@ def defer_confirm(core: BrokerCore, ch: Channel, seqno: int, puts_before: int) -
     return True
 
 
-def defer_commit(core: BrokerCore, ch: Channel, puts_before: int) -> bool:
+def defer_commit(core: BrokerState, ch: Channel, puts_before: int) -> bool:
     """Hold a tx.commit-ok until the store has the commit's puts; True when deferred."""
     if core.journal is None or core.store_seq == puts_before:
         return False
@@ -152,7 +109,7 @@ def defer_commit(core: BrokerCore, ch: Channel, puts_before: int) -> bool:
     return True
 
 
-def stored(core: BrokerCore, position: int) -> list[Effect]:
+def stored(core: BrokerState, position: int) -> list[Effect]:
     """The store reached `position`: the confirms waiting for it become ready (sent at
     flush); the tx.commit-oks waiting for it go now. Only channels that wait are visited
     (a released channel's lists are empty: it just leaves the set)."""
@@ -184,7 +141,7 @@ def _untable(text: str) -> dict[str, Any]:
     return RABBITMQ_TABLES.decode_table(data, 0)[0]  # encode_table includes the length
 
 
-def snapshot(core: BrokerCore) -> dict[str, Any]:
+def snapshot(core: BrokerState) -> dict[str, Any]:
     """The durable definitions as JSON-ready data (field tables as base64 AMQP tables)."""
     vhosts = []
     for v in core.vhosts.values():
@@ -211,12 +168,10 @@ def snapshot(core: BrokerCore) -> dict[str, Any]:
             "permissions": core.config.permissions}
 
 
-def restore(core: BrokerCore, meta: Meta, definitions: dict[str, Any] | None,
+def restore(core: BrokerState, meta: Meta, definitions: dict[str, Any] | None,
             messages: Iterable[StoredMessage]) -> None:
     """Rebuild the durable state after a restart (before any connection is accepted).
     Stored messages of queues that no longer exist are journalled for deletion."""
-    from reference_broker.core.publish import message_ttl
-
     if definitions is not None:
         _restore_definitions(core, definitions)
     for row in messages:
@@ -239,7 +194,7 @@ def restore(core: BrokerCore, meta: Meta, definitions: dict[str, Any] | None,
         queue.enqueue(message)
 
 
-def _restore_definitions(core: BrokerCore, definitions: dict[str, Any]) -> None:
+def _restore_definitions(core: BrokerState, definitions: dict[str, Any]) -> None:
     if isinstance(definitions.get("users"), dict):
         core.config.users = definitions["users"]
     if isinstance(definitions.get("permissions"), dict):
@@ -258,7 +213,7 @@ def _restore_definitions(core: BrokerCore, definitions: dict[str, Any]) -> None:
                 source.bindings.append(Binding(bd["destination"], bd["is_exchange"], bd["routing_key"],
                                                _untable(bd["arguments"])))
         if vd.get("policies"):
-            core.set_policies(v.name, vd["policies"])
+            set_policies(core, v.name, vd["policies"])
 
 
 def encode_properties(properties: BasicProperties) -> bytes:

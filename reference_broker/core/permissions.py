@@ -11,18 +11,19 @@ from __future__ import annotations
 import re
 
 from codec import ReplyCode
-from reference_broker.core.broker import BrokerCore, soft
+from reference_broker.core.broker_state import BrokerState
+from reference_broker.core.errors import soft
 from reference_broker.core.state import Channel
 
 KINDS = {"configure": 0, "write": 1, "read": 2}
 
 
-def vhost_allowed(core: BrokerCore, user: str, vhost: str) -> bool:
+def vhost_allowed(core: BrokerState, user: str, vhost: str) -> bool:
     entries = core.config.permissions.get(user)
     return entries is None or vhost in entries
 
 
-def check(core: BrokerCore, ch: Channel, kind: str, resource: str, name: str) -> None:
+def check(core: BrokerState, ch: Channel, kind: str, resource: str, name: str) -> None:
     """Raise 403 unless the channel's user may `kind` the `resource` ('queue'/'exchange') `name`."""
     conn = core.connections[ch.conn]
     entries = core.config.permissions.get(conn.user)

@@ -1,5 +1,5 @@
-"""basic.publish: routing, enqueueing with TTL and overflow, mandatory returns, confirms,
-and direct reply-to.
+"""basic.publish: checks, mandatory returns, confirms, transactions and direct reply-to
+(routing and enqueueing: delivery.py).
 
 Rules: PC-02 sequence numbers, PC-06 a return precedes its confirm, PC-08 nacks for refused
 publishes, PC-12 immediate/size errors; direct reply-to stamps the requester's current
@@ -8,94 +8,19 @@ delivery tag without incrementing it (ACK-01's quirk).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from codec import BasicAck, BasicDeliver, BasicProperties, BasicPublish, BasicReturn, ReplyCode
-from reference_broker.core import durability, texts
-from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
+from reference_broker.core import durability, permissions, texts
+from reference_broker.core.broker_state import BrokerState, Meta
+from reference_broker.core.delivery import route_and_enqueue
 from reference_broker.core.effects import Effect, Send
-from reference_broker.core.routing import binding_matches
-from reference_broker.core.state import Channel, Message, PendingPublish, Queue
+from reference_broker.core.errors import hard, soft
+from reference_broker.core.flow import block_connection
+from reference_broker.core.state import Channel, PendingPublish
 
 EMPTY = BasicProperties()
 
 
-def route(core: BrokerCore, vhost: str, exchange_name: str, routing_key: str,
-          headers: Mapping[str, Any] | None) -> list[Queue]:
-    """Queues reached from an exchange, following exchange-to-exchange bindings once each."""
-    v = core.vhosts[vhost]
-    if exchange_name == "":
-        queue = v.queues.get(routing_key)
-        return [queue] if queue is not None else []
-    seen_exchanges, queues, todo = set(), {}, [exchange_name]
-    while todo:
-        name = todo.pop()
-        exchange = v.exchanges.get(name)
-        if exchange is None or name in seen_exchanges:
-            continue
-        seen_exchanges.add(name)
-        for b in exchange.bindings:
-            if binding_matches(exchange.kind, b.routing_key, b.arguments, routing_key, headers):
-                if b.is_exchange:
-                    todo.append(b.destination)
-                elif b.destination in v.queues:
-                    queues[b.destination] = v.queues[b.destination]
-    return list(queues.values())
-
-
-def route_and_enqueue(core: BrokerCore, meta: Meta, vhost: str, exchange: str, routing_key: str,
-                      properties: BasicProperties, body: bytes) -> tuple[list[Effect], bool | None]:
-    """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
-    queues = route(core, vhost, exchange, routing_key, properties.headers)
-    if not queues:
-        return [], None
-    effects: list[Effect] = []
-    accepted = True
-    for queue in queues:
-        message = Message(exchange, routing_key, properties, body)
-        ttl = message_ttl(core, queue, properties)
-        if ttl is not None:
-            message.expires_at = meta.now_ms + ttl
-        ok, dropped = _admit(core, queue)
-        for old in dropped:
-            effects += core.dead_letter(meta, queue, old, "maxlen")
-        if not ok:
-            accepted = False
-            continue
-        queue.enqueue(message)
-        durability.remember(core, queue, message)
-        effects += core.dispatch(meta, queue)
-    return effects, accepted
-
-
-def message_ttl(core: BrokerCore, queue: Queue, properties: BasicProperties) -> int | None:
-    ttls = []
-    queue_ttl = core.queue_setting(queue, "message-ttl")
-    if isinstance(queue_ttl, int) and queue_ttl >= 0:
-        ttls.append(queue_ttl)
-    if properties.expiration is not None and properties.expiration.isdigit():
-        ttls.append(int(properties.expiration))
-    return min(ttls) if ttls else None
-
-
-def _admit(core: BrokerCore, queue: Queue) -> tuple[bool, list[Message]]:
-    """x-max-length: drop-head (default) makes room, reject-publish refuses (PC-08)."""
-    limit = core.queue_setting(queue, "max-length")
-    if not isinstance(limit, int) or queue.ready_count() < limit:
-        return True, []
-    if core.queue_setting(queue, "overflow") in ("reject-publish", "reject-publish-dlx"):
-        return False, []
-    dropped = []
-    while queue.ready_count() >= max(limit, 0) and (old := queue.drop_head()) is not None:
-        dropped.append(old)
-        if limit <= 0:
-            return False, dropped
-    return True, dropped
-
-
-@handles(BasicPublish)
-def basic_publish(core: BrokerCore, meta: Meta, ch: Channel, m: BasicPublish,
+def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
     vhost = core.connections[ch.conn].vhost
     if m.immediate:
@@ -106,8 +31,6 @@ def basic_publish(core: BrokerCore, meta: Meta, ch: Channel, m: BasicPublish,
     if exchange.internal:
         raise soft(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal {texts.x(m.exchange, vhost)}")
     if core.config.permissions:
-        from reference_broker.core import permissions
-
         permissions.check(core, ch, "write", "exchange", m.exchange)
     if len(body) > core.config.max_message_size:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"message size {len(body)} is larger than configured "
@@ -122,7 +45,7 @@ def basic_publish(core: BrokerCore, meta: Meta, ch: Channel, m: BasicPublish,
 REPLY_TO = "amq.rabbitmq.reply-to"
 
 
-def _reply_to(core: BrokerCore, ch: Channel, exchange: str, routing_key: str, props: BasicProperties,
+def _reply_to(core: BrokerState, ch: Channel, exchange: str, routing_key: str, props: BasicProperties,
               body: bytes) -> tuple[BasicProperties, list[Effect] | None]:
     """Direct reply-to: name the sender's pseudo-queue in reply_to; deliver replies straight
     to the requester's no-ack consumer, stamped with its channel's current tag without
@@ -144,36 +67,32 @@ def _reply_to(core: BrokerCore, ch: Channel, exchange: str, routing_key: str, pr
     return props, [Send(target.conn, target.number, deliver, props, body)]
 
 
-def publish_now(core: BrokerCore, meta: Meta, ch: Channel, exchange: str, routing_key: str,
+def publish_now(core: BrokerState, meta: Meta, ch: Channel, exchange: str, routing_key: str,
                 mandatory: bool, props: BasicProperties, body: bytes) -> list[Effect]:
     conn = core.connections[ch.conn]
     blocked: list[Effect] = []
     if not conn.publisher:
         conn.publisher = True
         if core.alarm:  # a new publisher during an alarm is blocked at once
-            blocked = core.block_connection(conn, True)
+            blocked = block_connection(core, conn, True)
     core.published = True
     props, direct = _reply_to(core, ch, exchange, routing_key, props, body)
     seqno = 0
     if ch.confirm:
-        seqno, ch.publish_seqno = ch.publish_seqno, ch.publish_seqno + 1  # PC-02
-        if core.fault("confirms_start_at_zero"):
-            seqno -= 1
+        seqno, ch.publish_seqno = core.rules.confirm_seqno(ch.publish_seqno), ch.publish_seqno + 1  # PC-02
     vhost = core.connections[ch.conn].vhost
     puts_before = core.store_seq
     if direct is not None:
         effects, accepted = direct, (True if direct else None)
     else:
         effects, accepted = route_and_enqueue(core, meta, vhost, exchange, routing_key, props, body)
-    returned = Send(ch.conn, ch.number, BasicReturn(ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key),
-                    props, body)
-    if accepted is None and mandatory and seqno and core.fault("return_after_ack"):
-        return [*effects, Send(ch.conn, ch.number, BasicAck(seqno, False)), returned, *blocked]
+    collect = True
     if accepted is None and mandatory:  # PC-06: the return precedes the confirm
-        effects.insert(0, returned)
-    lost = (seqno == 3 and core.fault("confirm_lost")) or (
-        accepted is None and core.fault("unroutable_never_confirmed"))
-    if (seqno or ch.confirm) and not lost:
+        returned = Send(ch.conn, ch.number, BasicReturn(ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key),
+                        props, body)
+        ack = Send(ch.conn, ch.number, BasicAck(seqno, False)) if seqno else None
+        effects, collect = core.rules.unroutable_return(effects, returned, ack)
+    if (seqno or ch.confirm) and collect and not core.rules.confirm_lost(seqno, accepted):
         if accepted is False:
             ch.nacks_ready.append(seqno)
         elif not durability.defer_confirm(core, ch, seqno, puts_before):  # PC-07: on disk first

@@ -34,9 +34,10 @@ from codec import (
     ReplyCode,
 )
 from reference_broker.core import durability, permissions, texts, timeouts
-from reference_broker.core.basic import resolve_queue
-from reference_broker.core.broker import BrokerCore, Meta, handles, hard, soft
+from reference_broker.core.broker_state import BrokerState, Meta
+from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
 from reference_broker.core.effects import Effect, Send
+from reference_broker.core.errors import hard, soft
 from reference_broker.core.routing import EXCHANGE_TYPES
 from reference_broker.core.state import CLASSIC, QUORUM, Binding, Channel, Exchange, Queue, VHost
 
@@ -46,7 +47,22 @@ EQUIVALENCE_ARGS = ("x-queue-type", "x-max-length", "x-message-ttl", "x-dead-let
                     "x-delivery-limit", "x-single-active-consumer")
 
 
-def _vhost(core: BrokerCore, ch: Channel) -> VHost:
+def resolve_queue(core: BrokerState, ch: Channel, name: str) -> Queue:
+    """The named queue, or the channel's last declared one for "" (ERR-04 texts)."""
+    vhost = core.connections[ch.conn].vhost
+    if not name:
+        if ch.last_queue is None:
+            raise soft(ReplyCode.NOT_FOUND, "no previously declared queue")
+        name = ch.last_queue
+    queue = core.find_queue(vhost, name)
+    if queue is None:
+        raise soft(ReplyCode.NOT_FOUND, texts.no_queue(name, vhost))
+    if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn:
+        raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, vhost))
+    return queue
+
+
+def _vhost(core: BrokerState, ch: Channel) -> VHost:
     return core.vhosts[core.connections[ch.conn].vhost]
 
 
@@ -62,8 +78,7 @@ def _exchange(v: VHost, name: str) -> Exchange:
 
 
 # -- exchanges -----------------------------------------------------------------------------
-@handles(ExchangeDeclare)
-def exchange_declare(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDeclare,
+def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDeclare,
                      props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     if m.exchange == "":
@@ -92,8 +107,7 @@ def exchange_declare(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDecla
     return _reply(ch, m.nowait, ExchangeDeclareOk())
 
 
-@handles(ExchangeDelete)
-def exchange_delete(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDelete,
+def exchange_delete(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDelete,
                     props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     if m.exchange == "" or m.exchange.startswith("amq."):
@@ -110,7 +124,7 @@ def exchange_delete(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeDelete
         before = len(other.bindings)
         other.bindings = [b for b in other.bindings if not (b.is_exchange and b.destination == m.exchange)]
         if len(other.bindings) != before:
-            core.maybe_auto_delete_exchange(v, other)
+            maybe_auto_delete_exchange(v, other)
     return _reply(ch, m.nowait, ExchangeDeleteOk())
 
 
@@ -120,10 +134,10 @@ def _bind(v: VHost, source: str, binding: Binding) -> None:
         exchange.bindings.append(binding)
 
 
-def _unbind(core: BrokerCore, v: VHost, source: str, binding: Binding) -> None:
+def _unbind(core: BrokerState, v: VHost, source: str, binding: Binding) -> None:
     exchange = v.exchanges[source]
     exchange.bindings = [b for b in exchange.bindings if b.key() != binding.key()]
-    core.maybe_auto_delete_exchange(v, exchange)
+    maybe_auto_delete_exchange(v, exchange)
 
 
 def _check_exchange_binding(v: VHost, source: str, destination: str) -> None:
@@ -133,8 +147,7 @@ def _check_exchange_binding(v: VHost, source: str, destination: str) -> None:
         _exchange(v, name)
 
 
-@handles(ExchangeBind)
-def exchange_bind(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeBind,
+def exchange_bind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeBind,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     _check_exchange_binding(v, m.source, m.destination)
@@ -144,8 +157,7 @@ def exchange_bind(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeBind,
     return _reply(ch, m.nowait, ExchangeBindOk())
 
 
-@handles(ExchangeUnbind)
-def exchange_unbind(core: BrokerCore, meta: Meta, ch: Channel, m: ExchangeUnbind,
+def exchange_unbind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeUnbind,
                     props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     _check_exchange_binding(v, m.source, m.destination)
@@ -187,8 +199,7 @@ def _check_equivalent(v: VHost, queue: Queue, m: QueueDeclare, conn: int) -> Non
             raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, got, have))
 
 
-@handles(QueueDeclare)
-def queue_declare(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDeclare,
+def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     name = m.queue
@@ -214,8 +225,7 @@ def queue_declare(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDeclare,
     return _reply(ch, m.nowait, QueueDeclareOk(queue.name, queue.ready_count(), queue.declared_consumer_count()))
 
 
-@handles(QueueBind)
-def queue_bind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueBind,
+def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
                props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     queue = resolve_queue(core, ch, m.queue)
@@ -229,8 +239,7 @@ def queue_bind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueBind,
     return _reply(ch, m.nowait, QueueBindOk())
 
 
-@handles(QueueUnbind)
-def queue_unbind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueUnbind,
+def queue_unbind(core: BrokerState, meta: Meta, ch: Channel, m: QueueUnbind,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     queue = resolve_queue(core, ch, m.queue)
@@ -241,8 +250,7 @@ def queue_unbind(core: BrokerCore, meta: Meta, ch: Channel, m: QueueUnbind,
     return [Send(ch.conn, ch.number, QueueUnbindOk())]
 
 
-@handles(QueuePurge)
-def queue_purge(core: BrokerCore, meta: Meta, ch: Channel, m: QueuePurge,
+def queue_purge(core: BrokerState, meta: Meta, ch: Channel, m: QueuePurge,
                 props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
     permissions.check(core, ch, "read", "queue", queue.name)
@@ -250,8 +258,7 @@ def queue_purge(core: BrokerCore, meta: Meta, ch: Channel, m: QueuePurge,
     return _reply(ch, m.nowait, QueuePurgeOk(queue.purge()))
 
 
-@handles(QueueDelete)
-def queue_delete(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDelete,
+def queue_delete(core: BrokerState, meta: Meta, ch: Channel, m: QueueDelete,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
     name = m.queue or ch.last_queue or ""
@@ -266,5 +273,5 @@ def queue_delete(core: BrokerCore, meta: Meta, ch: Channel, m: QueueDelete,
     if m.if_empty and queue.ready_count():
         raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} is not empty")
     count = queue.ready_count()
-    effects = core.delete_queue(meta, queue)
+    effects = delete_queue(core, meta, queue)
     return [*_reply(ch, m.nowait, QueueDeleteOk(count)), *effects]

@@ -59,8 +59,9 @@ class Consumer:
         """Unique across channels (tags are unique per channel only)."""
         return f"{self.tag}@{self.conn}.{self.channel}"
 
-    def has_capacity(self, slack: int = 0) -> bool:
-        return not self.timed_out and (self.no_ack or self.prefetch == 0 or self.unacked < self.prefetch + slack)
+    def has_capacity(self, window: int) -> bool:
+        """`window`: the prefetch count as the rules apply it (QOS-02)."""
+        return not self.timed_out and (self.no_ack or self.prefetch == 0 or self.unacked < window)
 
 
 @dataclass(slots=True, eq=False)

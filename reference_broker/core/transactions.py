@@ -17,15 +17,16 @@ from codec import (
     TxSelectOk,
 )
 from reference_broker.core import durability
-from reference_broker.core.basic import settle
-from reference_broker.core.broker import BrokerCore, Meta, handles, soft
+from reference_broker.core.broker_state import BrokerState, Meta
+from reference_broker.core.channels import fail
 from reference_broker.core.effects import Effect, Send
+from reference_broker.core.errors import soft
 from reference_broker.core.publish import publish_now
+from reference_broker.core.settlement import settle
 from reference_broker.core.state import Channel
 
 
-@handles(ConfirmSelect)
-def confirm_select(core: BrokerCore, meta: Meta, ch: Channel, m: ConfirmSelect,
+def confirm_select(core: BrokerState, meta: Meta, ch: Channel, m: ConfirmSelect,
                    props: BasicProperties | None, body: bytes) -> list[Effect]:
     if ch.tx:
         raise soft(ReplyCode.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")  # PC-03
@@ -33,17 +34,15 @@ def confirm_select(core: BrokerCore, meta: Meta, ch: Channel, m: ConfirmSelect,
     return [] if m.nowait else [Send(ch.conn, ch.number, ConfirmSelectOk())]
 
 
-@handles(TxSelect)
-def tx_select(core: BrokerCore, meta: Meta, ch: Channel, m: TxSelect,
+def tx_select(core: BrokerState, meta: Meta, ch: Channel, m: TxSelect,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
-    if ch.confirm and not core.fault("tx_select_on_confirm_accepted"):
+    if core.rules.tx_select_refused(ch):
         raise soft(ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")  # PC-03
     ch.tx = True
     return [Send(ch.conn, ch.number, TxSelectOk())]
 
 
-@handles(TxCommit)
-def tx_commit(core: BrokerCore, meta: Meta, ch: Channel, m: TxCommit,
+def tx_commit(core: BrokerState, meta: Meta, ch: Channel, m: TxCommit,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     if not ch.tx:
         raise soft(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")  # PC-11
@@ -60,14 +59,13 @@ def tx_commit(core: BrokerCore, meta: Meta, ch: Channel, m: TxCommit,
     if ch.tx_rejected:  # PC-11: what the queues accepted stays; the commit fails
         ch.tx_rejected = False
         err = AmqpError(ReplyCode.PRECONDITION_FAILED, "partial tx completion", 90, 20, scope="channel")
-        return effects + core.fail(meta, core.connections[ch.conn], ch, err)
+        return effects + fail(core, meta, core.connections[ch.conn], ch, err)
     if durability.defer_commit(core, ch, puts_before):  # commit-ok once the messages are on disk
         return effects
     return [*effects, Send(ch.conn, ch.number, TxCommitOk())]
 
 
-@handles(TxRollback)
-def tx_rollback(core: BrokerCore, meta: Meta, ch: Channel, m: TxRollback,
+def tx_rollback(core: BrokerState, meta: Meta, ch: Channel, m: TxRollback,
                 props: BasicProperties | None, body: bytes) -> list[Effect]:
     if not ch.tx:
         raise soft(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")  # PC-11

@@ -235,7 +235,7 @@ class ServerConnection:
                 raise AmqpError(ReplyCode.NOT_ALLOWED, f"negotiated {name} = {value} is lower than "
                                 f"the minimum allowed value ({minimum})", 10, 31)
         self.frame_max = m.frame_max
-        self.reader.frame_max = 0 if self.core.fault("frame_max_not_enforced") else m.frame_max
+        self.reader.frame_max = self.core.rules.enforced_frame_max(m.frame_max)
         self.channel_max = m.channel_max
         self.heartbeat = m.heartbeat  # HB-01: the client's value, no bounds
 
@@ -258,7 +258,7 @@ class ServerConnection:
         writing behind its close (unread input makes the kernel send RST), or reading close-ok."""
         self.state = states.CLOSED
         self.closed_since = meta.now_ms
-        if self.core.fault("socket_closed_after_close_ok"):
+        if self.core.rules.ends_socket_after_close_ok():
             return [Write(self.id, encode_method(0, ConnectionCloseOk())), CloseTransport(self.id, "client closed")]
         return [Write(self.id, encode_method(0, ConnectionCloseOk()))]
 
@@ -303,8 +303,7 @@ class ServerConnection:
             return b""
         if send.method.HAS_CONTENT:
             properties = send.properties or _EMPTY
-            if self.core.fault("properties_reencoded"):  # MSG-01: types guessed from the decoded values
-                properties = BasicProperties(*properties)
+            properties = self.core.rules.delivered_properties(properties)  # MSG-01: as published
             return encode_content(send.channel, send.method, properties, send.body, self.frame_max)
         return encode_method(send.channel, send.method)
 

@@ -7,7 +7,8 @@ import pytest
 from codec import BasicAck, BasicConsume, BasicDeliver, BasicNack, BasicQos, ChannelClose, ConfirmSelect
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore
-from reference_broker.faults import BY_NAME, ENV, FAULTS
+from reference_broker.core.rules import Rules
+from reference_broker.faults import BY_NAME, ENV, FAULTS, from_environment, rules_with
 from tests.reference_broker.sim import Sim, closes, methods, sends
 
 
@@ -22,9 +23,21 @@ def test_unknown_fault_is_refused() -> None:
         BrokerCore(BrokerConfig(faults=["no_such_fault"]))
 
 
-def test_fault_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_faults_come_from_the_edge_not_from_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment is parsed at the edge (reference-broker, the harness's embedded broker);
+    the core reads only its BrokerConfig."""
     monkeypatch.setenv(ENV, "confirm_duplicated, prefetch_off_by_one")
-    assert BrokerCore(BrokerConfig()).faults == {"confirm_duplicated", "prefetch_off_by_one"}
+    assert from_environment() == ["confirm_duplicated", "prefetch_off_by_one"]
+    assert BrokerCore(BrokerConfig()).faults == frozenset()
+    assert BrokerCore(BrokerConfig(faults=from_environment())).faults == {"confirm_duplicated", "prefetch_off_by_one"}
+
+
+def test_every_fault_substitutes_a_policy() -> None:
+    """A fault is a substitution of rules (core/rules.py), never a switch the rule code asks about."""
+    for fault in FAULTS:
+        assert fault.substitutes, fault.name
+        assert set(fault.substitutes) <= set(Rules.__dataclass_fields__), fault.name
+        assert rules_with(frozenset({fault.name})) != Rules(), fault.name
 
 
 def consuming(n: int, fault: str, prefetch: int = 0) -> tuple[Sim, list]:

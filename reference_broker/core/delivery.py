@@ -1,0 +1,255 @@
+"""Where messages go: routing and enqueueing, dispatch to consumers, requeue, dead-lettering,
+queue deletion.
+
+Rules:
+- Routing follows exchange-to-exchange bindings once each; each reached queue gets its own
+  copy, with the lower of queue and message TTL; x-max-length drops the head (default) or
+  refuses the publish (reject-publish, PC-08); dropped and expired messages are
+  dead-lettered.
+- Dispatch delivers ready messages to consumers with capacity, round-robin by priority
+  (the earliest consumer only under single-active-consumer), at most DISPATCH_BATCH per call:
+  a timer effect continues, so one unlimited consumer cannot hold the event loop.
+- The redelivered flag is RQ-04's (quorum: acquired before; classic: delivered before);
+  quorum redeliveries carry x-delivery-count and x-acquired-count (RQ-05).
+- A returned message goes back where the rules put it (RQ-01/02); a `failed` return counts
+  toward the quorum delivery limit, past which it is dead-lettered (RQ-06).
+- A deleted queue loses its bindings and cancels its consumers (CCN-02).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from codec import BasicCancel, BasicDeliver, BasicProperties
+from reference_broker.core import durability, timeouts
+from reference_broker.core.broker_state import BrokerState, Meta
+from reference_broker.core.effects import Effect, Send, StartTimer
+from reference_broker.core.routing import binding_matches
+from reference_broker.core.settings import delivery_limit, message_ttl, queue_setting
+from reference_broker.core.state import QUORUM, Consumer, Exchange, Message, Queue, Unacked, VHost
+
+DISPATCH_BATCH = 512
+
+
+# -- routing and enqueueing ------------------------------------------------------------------
+def route(core: BrokerState, vhost: str, exchange_name: str, routing_key: str,
+          headers: Mapping[str, Any] | None) -> list[Queue]:
+    """Queues reached from an exchange, following exchange-to-exchange bindings once each."""
+    v = core.vhosts[vhost]
+    if exchange_name == "":
+        queue = v.queues.get(routing_key)
+        return [queue] if queue is not None else []
+    seen_exchanges, queues, todo = set(), {}, [exchange_name]
+    while todo:
+        name = todo.pop()
+        exchange = v.exchanges.get(name)
+        if exchange is None or name in seen_exchanges:
+            continue
+        seen_exchanges.add(name)
+        for b in exchange.bindings:
+            if binding_matches(exchange.kind, b.routing_key, b.arguments, routing_key, headers):
+                if b.is_exchange:
+                    todo.append(b.destination)
+                elif b.destination in v.queues:
+                    queues[b.destination] = v.queues[b.destination]
+    return list(queues.values())
+
+
+def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
+                      properties: BasicProperties, body: bytes) -> tuple[list[Effect], bool | None]:
+    """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
+    queues = route(core, vhost, exchange, routing_key, properties.headers)
+    if not queues:
+        return [], None
+    effects: list[Effect] = []
+    accepted = True
+    for queue in queues:
+        message = Message(exchange, routing_key, properties, body)
+        ttl = message_ttl(core, queue, properties)
+        if ttl is not None:
+            message.expires_at = meta.now_ms + ttl
+        ok, dropped = _admit(core, queue)
+        for old in dropped:
+            effects += dead_letter(core, meta, queue, old, "maxlen")
+        if not ok:
+            accepted = False
+            continue
+        queue.enqueue(message)
+        durability.remember(core, queue, message)
+        effects += dispatch(core, meta, queue)
+    return effects, accepted
+
+
+def _admit(core: BrokerState, queue: Queue) -> tuple[bool, list[Message]]:
+    """x-max-length: drop-head (default) makes room, reject-publish refuses (PC-08)."""
+    limit = queue_setting(core, queue, "max-length")
+    if not isinstance(limit, int) or queue.ready_count() < limit:
+        return True, []
+    if queue_setting(core, queue, "overflow") in ("reject-publish", "reject-publish-dlx"):
+        return False, []
+    dropped = []
+    while queue.ready_count() >= max(limit, 0) and (old := queue.drop_head()) is not None:
+        dropped.append(old)
+        if limit <= 0:
+            return False, dropped
+    return True, dropped
+
+
+def dead_letter(core: BrokerState, meta: Meta, queue: Queue, message: Message, reason: str) -> list[Effect]:
+    """Republish to the queue's dead-letter exchange, or drop when it has none."""
+    durability.forget(core, message)
+    dlx = queue_setting(core, queue, "dead-letter-exchange")
+    if dlx is None:
+        return []
+    rk = queue_setting(core, queue, "dead-letter-routing-key") or message.routing_key
+    headers = dict(message.properties.headers or {})
+    death = {"count": 1, "reason": reason, "queue": queue.name, "time": meta.now_ms // 1000,
+             "exchange": message.exchange, "routing-keys": [message.routing_key]}
+    headers["x-death"] = [death, *list(headers.get("x-death") or [])]
+    headers.setdefault("x-first-death-reason", reason)
+    headers.setdefault("x-first-death-queue", queue.name)
+    headers.setdefault("x-first-death-exchange", message.exchange)
+    props = message.properties._replace(headers=headers, expiration=None)
+    effects, _ok = route_and_enqueue(core, meta, queue.vhost, str(dlx), str(rk), props, message.body)
+    return effects
+
+
+def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Message, failed: bool) -> list[Effect]:
+    """A delivered message goes back (RQ-01/02); `failed` counts toward the quorum
+    delivery limit in 4.3 (RQ-06: reject and channel loss do, nack and timeout don't).
+    Past the limit (default 20, -1 disables) it is dead-lettered or dropped."""
+    if queue.kind == QUORUM and failed:
+        message.delivery_count += 1
+        limit = delivery_limit(core, queue)
+        if limit is not None and message.delivery_count > limit:
+            return dead_letter(core, meta, queue, message, "delivery_limit")
+    core.rules.put_back(queue, message)
+    return []
+
+
+# -- delivery --------------------------------------------------------------------------------
+def dispatch(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
+    """Deliver ready messages to consumers with capacity (see the module rules)."""
+    effects: list[Effect] = []
+    budget = DISPATCH_BATCH
+    while queue.consumers and queue.ready_count():
+        consumer = _next_consumer(core, queue)
+        if consumer is None:
+            break
+        if budget == 0:
+            effects.append(StartTimer(("dispatch", queue.vhost, queue.name), meta.now_ms))
+            break
+        budget -= 1
+        message = queue.pop()
+        if message is None:
+            break
+        if message.expires_at is not None and message.expires_at <= meta.now_ms:
+            effects += dead_letter(core, meta, queue, message, "expired")
+            continue
+        effects += deliver(core, meta, consumer, queue, message)
+    return effects
+
+
+def _next_consumer(core: BrokerState, queue: Queue) -> Consumer | None:
+    best: Consumer | None = None
+    best_key = ""
+    if queue.arguments.get("x-single-active-consumer") is True and queue.consumers:
+        first = next(iter(queue.consumers))  # the earliest registered consumer is the active one
+        candidates: Any = (first,)
+    else:
+        candidates = queue.rotation
+    for key in candidates:
+        consumer = queue.consumers[key]
+        conn = core.connections.get(consumer.conn)
+        ch = conn.channels.get(consumer.channel) if conn else None
+        window = core.rules.prefetch_window(consumer.prefetch)
+        if ch is None or ch.closing or not consumer.has_capacity(window) or conn is None or not conn.writable:
+            continue
+        if consumer.no_ack and core.rules.no_ack_limited(consumer):
+            continue
+        if not ch.global_capacity():
+            continue  # QOS-08: a reached global limit pauses no-ack consumers too
+        if best is None or consumer.priority > best.priority:
+            best, best_key = consumer, key
+    if best is not None:
+        queue.rotation.remove(best_key)
+        queue.rotation.append(best_key)
+    return best
+
+
+def deliver(core: BrokerState, meta: Meta, consumer: Consumer, queue: Queue, message: Message) -> list[Effect]:
+    ch = core.connections[consumer.conn].channels[consumer.channel]
+    tag = ch.next_tag
+    ch.next_tag += 1
+    redelivered, properties = checkout(core, queue, message)
+    method = BasicDeliver(consumer.tag, tag, redelivered, message.exchange, message.routing_key)
+    effects: list[Effect] = [Send(ch.conn, ch.number, method, properties, message.body)]
+    if consumer.no_ack:
+        durability.forget(core, message)  # delivered without ack: out of the broker's custody
+        core.rules.no_ack_delivered(consumer)
+        return effects
+    unacked = Unacked(tag, queue.name, message, consumer.tag, meta.now_ms)
+    ch.unacked[tag] = unacked
+    consumer.unacked += 1
+    queue.checked_out += 1
+    # 4.3 quorum consumer timeout (TMO-4.3-2)
+    return effects + timeouts.arm(core, meta, queue, ch, unacked, consumer.timeout_ms)
+
+
+def checkout(core: BrokerState, queue: Queue, message: Message) -> tuple[bool, BasicProperties]:
+    """The redelivered flag (RQ-04) and the properties as delivered (RQ-05 headers)."""
+    properties = message.properties
+    if queue.kind == QUORUM:
+        redelivered = message.acquired_count > 0
+        if redelivered:
+            headers = dict(properties.headers or {})
+            if message.delivery_count > 0:  # RQ-05: absent until a failed attempt counts (live 4.3.6)
+                headers["x-delivery-count"] = message.delivery_count
+            headers["x-acquired-count"] = message.acquired_count
+            properties = properties._replace(headers=headers)
+    else:
+        redelivered = message.delivered
+    message.delivered = True
+    message.acquired_count += 1
+    return core.rules.redelivered(redelivered), properties
+
+
+# -- queue lifecycle -------------------------------------------------------------------------
+def after_consumer_change(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
+    if queue.auto_delete and queue.had_consumer and not queue.consumers:
+        return delete_queue(core, meta, queue)
+    return dispatch(core, meta, queue)
+
+
+def delete_queue(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
+    """Remove a queue: its bindings go, its consumers are cancelled (CCN-02)."""
+    vhost = core.vhosts[queue.vhost]
+    vhost.queues.pop(queue.name, None)
+    durability.drop_queue(core, queue)
+    effects: list[Effect] = []
+    for exchange in list(vhost.exchanges.values()):
+        before = len(exchange.bindings)
+        exchange.bindings = [b for b in exchange.bindings
+                             if b.is_exchange or b.destination != queue.name]
+        if before != len(exchange.bindings):
+            maybe_auto_delete_exchange(vhost, exchange)
+    for consumer in list(queue.consumers.values()):
+        queue.remove_consumer(consumer)
+        conn = core.connections.get(consumer.conn)
+        ch = conn.channels.get(consumer.channel) if conn else None
+        if ch is None or conn is None:
+            continue
+        ch.consumers.pop(consumer.tag, None)
+        if core.rules.cancel_on_delete(conn.cancel_notify) and not ch.closing:
+            effects.append(Send(conn.id, ch.number, BasicCancel(consumer.tag, nowait=True)))
+    queue.purge()
+    return effects
+
+
+def maybe_auto_delete_exchange(vhost: VHost, exchange: Exchange) -> None:
+    if exchange.auto_delete and not exchange.bindings and exchange.name in vhost.exchanges:
+        del vhost.exchanges[exchange.name]
+        for other in vhost.exchanges.values():
+            other.bindings = [b for b in other.bindings
+                              if not (b.is_exchange and b.destination == exchange.name)]

@@ -1,0 +1,152 @@
+"""The small policy functions the rule code calls where RabbitMQ makes a choice.
+
+Rules:
+- `Rules()` is RabbitMQ's behaviour. The broker picks its `Rules` once, at construction; a
+  named fault (reference_broker/faults.py) is a substitution of one or more of these
+  functions, so the rule code reads as the rule and never branches on a fault.
+- Each function is small and pure, or changes only the entity it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import takewhile
+from typing import Any
+
+from codec import AmqpError, BasicProperties, ReplyCode
+from reference_broker.core import texts
+from reference_broker.core.effects import Effect
+from reference_broker.core.state import Channel, Connection, Consumer, Message, Queue, Unacked
+
+Expired = list[tuple[int, int, int]]  # (connection, channel, delivery tag)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _up_to(unacked: dict[int, Unacked], tag: int) -> list[Unacked]:
+    """ACK-05: multiple=true settles every outstanding tag up to N. `unacked` is in tag order
+    (tags only grow; rollback re-sorts): stop at N, so a multi-ack costs what it settles."""
+    return list(takewhile(lambda u: u.tag <= tag, unacked.values()))
+
+
+def _everything(unacked: dict[int, Unacked]) -> list[Unacked]:
+    return list(unacked.values())  # ACK-06: tag 0 with multiple=true
+
+
+def _unknown_tag(tag: int, multiple: bool) -> AmqpError | None:
+    return AmqpError(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag), scope="channel")  # ACK-03/04
+
+
+def _none(items: list[Unacked]) -> list[Unacked]:
+    return []
+
+
+def _all(items: list[Unacked]) -> list[Unacked]:
+    return items
+
+
+def _no_change(*_args: Any) -> None:
+    return None
+
+
+def _false() -> bool:
+    return False
+
+
+def _put_back(queue: Queue, message: Message) -> None:
+    queue.return_message(message)  # RQ-01 original position, RQ-02 quorum returns first
+
+
+def _prefetch_size_refused(size: int) -> bool:
+    return size != 0  # QOS-01
+
+
+def _get_allowed(ch: Channel) -> bool:
+    return True  # QOS-07: basic.get ignores the prefetch window
+
+
+def _no_ack_unlimited(consumer: Consumer) -> bool:
+    return False  # QOS-08: no-ack consumers are never limited by the prefetch count
+
+
+def _never_lost(seqno: int, accepted: bool | None) -> bool:
+    return False
+
+
+def _return_first(effects: list[Effect], returned: Effect, ack: Effect | None) -> tuple[list[Effect], bool]:
+    """PC-06: the return goes first; the confirm follows at the flush (True: collect it)."""
+    return [returned, *effects], True
+
+
+def _tx_refused(ch: Channel) -> bool:
+    return ch.confirm  # PC-03
+
+
+def _no_cancel_error(tag: str) -> AmqpError | None:
+    return None  # CCN-03: cancelling an unknown tag is not an error
+
+
+def _smallest(values: Sequence[int]) -> int:
+    return min(values)  # TMO-03: min(queue argument, policy)
+
+
+def _queue_first(per_queue: int | None, global_value: int) -> int:
+    return global_value if per_queue is None else per_queue  # TMO-03
+
+
+def _only_expired(connections: dict[int, Connection], queue: Queue, expired: Expired) -> Expired:
+    return expired
+
+
+def _pause(consumer: Consumer, tag: int) -> None:
+    consumer.timed_out.add(tag)  # TMO-4.3-2: no new messages until it is settled
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    # -- acknowledgements (ACK-03..10) ----------------------------------------------------
+    ack_all: Callable[[dict[int, Unacked]], list[Unacked]] = _everything
+    multi_ack_scope: Callable[[dict[int, Unacked], int], list[Unacked]] = _up_to
+    unknown_tag: Callable[[int, bool], AmqpError | None] = _unknown_tag  # None: accepted, settles nothing
+    nack_requeue: Callable[[bool], bool] = _same
+    recovered: Callable[[Message], None] = _no_change  # what basic.recover does to a message's history
+    requeued_on_cancel: Callable[[list[Unacked]], list[Unacked]] = _none  # ACK-10: they stay unacked
+    late_ack: Callable[[Queue, Message], None] = _no_change  # TMO-4.3-5: removes nothing
+    consumer_first_tag: Callable[[int], int] = _same  # ACK-01: the channel's counter goes on
+    # -- requeue (RQ-01..04) --------------------------------------------------------------
+    put_back: Callable[[Queue, Message], None] = _put_back
+    redelivered: Callable[[bool], bool] = _same
+    requeued_on_release: Callable[[list[Unacked]], list[Unacked]] = _all  # RQ-03
+    # -- prefetch (QOS-01..08) ------------------------------------------------------------
+    prefetch_window: Callable[[int], int] = _same
+    no_ack_limited: Callable[[Consumer], bool] = _no_ack_unlimited
+    no_ack_delivered: Callable[[Consumer], None] = _no_change  # a no-ack delivery is not counted
+    global_qos: Callable[[bool], bool] = _same  # the configured global_qos (QOS-03)
+    prefetch_size_refused: Callable[[int], bool] = _prefetch_size_refused
+    get_allowed: Callable[[Channel], bool] = _get_allowed
+    # -- publisher confirms (PC-02..06) ---------------------------------------------------
+    confirm_seqno: Callable[[int], int] = _same
+    confirm_lost: Callable[[int, bool | None], bool] = _never_lost
+    ack_cutoff: Callable[[list[int]], list[int]] = _same  # PC-04: nacks bound a multiple ack
+    confirm_effects: Callable[[list[Effect]], list[Effect]] = _same
+    unroutable_return: Callable[[list[Effect], Effect, Effect | None], tuple[list[Effect], bool]] = _return_first
+    tx_select_refused: Callable[[Channel], bool] = _tx_refused
+    # -- consumer cancel (CCN-02, CCN-03) -------------------------------------------------
+    cancel_on_delete: Callable[[bool], bool] = _same  # CCN-02: basic.cancel when the client has the capability
+    unknown_cancel: Callable[[str], AmqpError | None] = _no_cancel_error
+    # -- consumer timeouts (TMO-03, TMO-4.3-*) --------------------------------------------
+    combine_timeouts: Callable[[Sequence[int]], int] = _smallest
+    consumer_timeout_arg: Callable[[Any], Any] = _same
+    queue_or_global: Callable[[int | None, int], int] = _queue_first
+    timeout_cancels: Callable[[bool], bool] = _same  # the client's consumer_cancel_notify
+    expired: Callable[[dict[int, Connection], Queue, Expired], Expired] = _only_expired
+    pause_timed_out: Callable[[Consumer, int], None] = _pause
+    # -- errors and framing (ERR-02, FRM-03) ----------------------------------------------
+    error_scope: Callable[[str], str] = _same
+    enforced_frame_max: Callable[[int], int] = _same
+    # -- the connection engine (NET-02, MSG-01) ---------------------------------------------
+    ends_socket_after_close_ok: Callable[[], bool] = _false  # NET-02: the client ends it
+    delivered_properties: Callable[[BasicProperties], BasicProperties] = _same  # MSG-01: as published
