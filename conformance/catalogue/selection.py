@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance.catalogue.rules import AREAS, all_rules
+from conformance.catalogue.rules import AREAS, all_rules, rule
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,6 @@ class Selection:
         return bool(self.areas or self.rules)
 
     def keeps(self, rule_ids: Iterable[str]) -> bool:
-        from conformance.catalogue.rules import rule
-
         for rule_id in rule_ids:
             if rule_id in self.rules:
                 return True

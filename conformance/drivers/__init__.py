@@ -1,1 +1,3 @@
 """Drivers: one interface (`interface.ClientDriver`) for the raw codec client and the client libraries."""
+
+CLIENTS = ("raw", "pika", "amqp")  # the drivers a suite run can use (`--client`)

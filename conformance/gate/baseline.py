@@ -46,6 +46,7 @@ from typing import Any
 
 from conformance.catalogue.rules import PROFILES, all_rules
 from conformance.plugin.evidence import TestEvidence, test_key
+from conformance.plugin.results import read_table
 
 EXPECTED, XPASS = "expected", "xpass"
 _DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "profiles", "intermittent"})
@@ -203,8 +204,6 @@ def from_results(results_dir: Path | str, run_id: str | None = None) -> tuple[st
 
     ValueError when the directory holds no runs or not that one.
     """
-    from conformance.plugin.results import read_table
-
     try:
         runs = read_table(results_dir, "runs").to_pylist()
     except (OSError, ValueError) as exc:

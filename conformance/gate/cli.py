@@ -31,12 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from rich.console import Console
+from rich.table import Table
+
 from conformance import embedded
+from conformance.catalogue.coverage import SUITE_DIR, suite_coverage
 from conformance.catalogue.rules import AREAS, PROFILES
+from conformance.gate import runner
+from conformance.gate.baseline import from_results
+from conformance.gate.options import DEFAULT_OUT, RunOptions
+from conformance.gate.options import UsageError as RunUsageError
+from conformance.gate.progress import STATUS_TEXT
+from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from conformance.plugin.wording import plural
 
 PROG = "amqp-conformance"
-EXIT_OK, EXIT_HARNESS, EXIT_USAGE = 0, 2, 4
 
 
 class UsageError(Exception):
@@ -64,11 +73,6 @@ def _rules_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rules_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from conformance.catalogue.coverage import SUITE_DIR, suite_coverage
-
     suite = args.suite or SUITE_DIR
     if not suite.exists():
         raise UsageError(f"--suite {suite}: no such directory")
@@ -97,9 +101,6 @@ def _rules_run(args: argparse.Namespace) -> int:
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    from conformance.gate.progress import STATUS_TEXT
-    from conformance.gate.runner import DEFAULT_OUT
-
     parser.epilog = ("exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items())
                      + ". A wrong user or password in --broker-url prints \"authentication refused\" (status 3).")
 
@@ -133,15 +134,13 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    from conformance.gate import runner
-
-    options = runner.RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
+    options = RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
                                 args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
                                 args.run_id, args.suite, args.report, test_timeout=args.test_timeout,
                                 run_timeout=args.run_timeout)
     try:
         return runner.run(options)
-    except runner.UsageError as exc:
+    except RunUsageError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -153,8 +152,6 @@ def _baseline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _baseline_run(args: argparse.Namespace) -> int:
-    from conformance.gate.baseline import from_results
-
     results = args.results / "results" if (args.results / "results" / "runs").is_dir() else args.results
     try:
         text, run_id, entries = from_results(results, args.run)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.catalogue.rules import rule
 from conformance.gate.baseline import EXPECTED, XPASS, Judgement
 from conformance.plugin.evidence import TestEvidence
 
@@ -98,8 +99,6 @@ def _testcase(suite: ET.Element, rule_id: str, tests: Sequence[TestEvidence], ju
 
 
 def _area_of(rule_id: str, default: str) -> str:
-    from conformance.catalogue.rules import rule
-
     try:
         return rule(rule_id).area
     except KeyError:

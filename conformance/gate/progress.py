@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -31,12 +31,17 @@ from rich.text import Text
 
 from conformance.catalogue.rules import AREAS
 from conformance.gate.baseline import EXPECTED, XPASS
+from conformance.gate.options import Outcome, Prepared
 from conformance.plugin.evidence import TestEvidence
-from conformance.plugin.verdicts import admin_hint
+from conformance.plugin.verdicts import (
+    EXIT_FAILED,
+    EXIT_HARNESS,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    admin_hint,
+)
 from conformance.plugin.wording import plural
-
-if TYPE_CHECKING:
-    from conformance.gate.runner import Outcome, Prepared
 
 OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable",
             "broken")
@@ -176,8 +181,9 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
                   highlight=False, markup=False)
 
 
-STATUS_TEXT = {0: "no unexpected result", 1: "unexpected failures", 2: "harness or environment error",
-               3: "broker unreachable, down, or authentication refused", 4: "usage error"}  # DESIGN.md decision 8
+STATUS_TEXT = {EXIT_OK: "no unexpected result", EXIT_FAILED: "unexpected failures",  # DESIGN.md decision 8
+               EXIT_HARNESS: "harness or environment error",
+               EXIT_UNREACHABLE: "broker unreachable, down, or authentication refused", EXIT_USAGE: "usage error"}
 
 
 def _leak_lines(harness: Any) -> list[str]:

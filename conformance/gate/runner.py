@@ -30,12 +30,10 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
-import uuid
+import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -43,112 +41,19 @@ from typing import Any, TextIO
 import pytest
 from rich.console import Console
 
-from conformance.catalogue.rules import PROFILES
-from conformance.catalogue.selection import parse_selection
+from conformance.catalogue.coverage import SUITE_DIR
+from conformance.catalogue.profiles import detect
+from conformance.drivers.raw import DriverError, RawClient
 from conformance.embedded import start as start_embedded
-from conformance.gate.baseline import EXPECTED, Baseline, BaselineError, Judgement, judge, load_baseline
+from conformance.gate.baseline import EXPECTED, Baseline, judge
+from conformance.gate.junit import RunInfo, write_junit
+from conformance.gate.options import EnvironmentFailure, Outcome, Prepared, RunOptions, UsageError, prepare
+from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
-
-EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2, 3, 4
-CLIENTS = ("raw", "pika", "amqp")
-DEFAULT_OUT = Path("amqp-conformance-results")
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-class UsageError(Exception):
-    """A bad option: one line on stderr, exit status 4."""
-
-
-class EnvironmentFailure(Exception):
-    """The run could not start (the embedded broker did not come up): exit status 2."""
-
-
-@dataclass
-class RunOptions:
-    broker_url: str | None = None
-    profile: str = "auto"
-    client: str = "raw"
-    broker_admin: str | None = None
-    baseline: Path | None = None
-    strict_baseline: bool = False
-    out: Path = DEFAULT_OUT
-    select: tuple[str, ...] = ()
-    jobs: str = "1"
-    timeout_scale: float = 1.0
-    run_id: str | None = None
-    suite: Path | None = None
-    report: bool = False
-    test_timeout: float | None = None  # None: the watchdog's default
-    run_timeout: float | None = None
-
-
-@dataclass
-class Prepared:
-    options: RunOptions
-    run_id: str
-    baseline: Baseline | None
-    jobs: str
-
-
-def prepare(options: RunOptions) -> Prepared:
-    """Validate every option (UsageError, one line, on the first bad one)."""
-    from conformance.drivers.raw import BrokerAddress
-    from conformance.plugin.admin import parse_admin
-
-    try:
-        if options.broker_url:
-            BrokerAddress.parse(options.broker_url)
-        if options.broker_admin:
-            parse_admin(options.broker_admin, options.broker_url or "")
-        parse_selection(options.select)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if options.profile != "auto" and options.profile not in PROFILES:
-        raise UsageError(f"--profile {options.profile!r}: unknown profile (one of: auto, {', '.join(PROFILES)})")
-    if options.client not in CLIENTS:
-        raise UsageError(f"--client {options.client!r}: one of {', '.join(CLIENTS)}")
-    if not options.timeout_scale > 0:
-        raise UsageError("--timeout-scale must be a positive number")
-    for name, budget in (("--test-timeout", options.test_timeout), ("--run-timeout", options.run_timeout)):
-        if budget is not None and not budget >= 0:
-            raise UsageError(f"{name} must be a number of seconds >= 0 (0 = no limit)")
-    jobs = _jobs(options.jobs)
-    run_id = options.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    if not _RUN_ID.fullmatch(run_id):
-        raise UsageError(f"--run-id {run_id!r}: letters, digits, '.', '_' and '-' only")
-    if options.strict_baseline and options.baseline is None:
-        raise UsageError("--strict-baseline needs --baseline FILE")
-    if options.suite is not None and not options.suite.is_dir():
-        raise UsageError(f"--suite {options.suite}: not a directory")
-    try:
-        baseline = load_baseline(options.baseline) if options.baseline is not None else None
-    except BaselineError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        options.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {options.out}: {exc.strerror or exc}") from None
-    return Prepared(options, run_id, baseline, jobs)
-
-
-def _jobs(text: str) -> str:
-    if text != "auto" and not (text.isdigit() and int(text) >= 1):
-        raise UsageError(f"--jobs {text!r}: a number of workers >= 1, or 'auto'")
-    if text != "1" and importlib.util.find_spec("xdist") is None:
-        raise UsageError("--jobs needs pytest-xdist (pip install pytest-xdist)")
-    return text
-
-
-@dataclass
-class Outcome:
-    """What a finished run found; `exit_status` is the gate's answer."""
-
-    exit_status: int
-    tests: list[TestEvidence] = field(default_factory=list)
-    judgement: Judgement = field(default_factory=Judgement)
-    profile: str | None = None
-    problem: str | None = None  # the one-line reason for 2, 3 or 4
-    harness: Any = None  # the plugin's Harness of the controller, if the session got that far
+from conformance.plugin.health import connect_failure
+from conformance.plugin.hooks import HARNESS
+from conformance.plugin.results import redact_url
+from conformance.plugin.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 
 
 class RunCollector:
@@ -200,8 +105,6 @@ class RunCollector:
         self.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from conformance.plugin.hooks import HARNESS
-
         self.harness = session.config.stash.get(HARNESS, None)
 
     def finished_tests(self) -> list[TestEvidence]:
@@ -213,8 +116,6 @@ class RunCollector:
 
 def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list[str]:
     options = prepared.options
-    from conformance.plugin.hooks import SUITE_DIR
-
     args = [str(options.suite or SUITE_DIR), "-p", "conformance.catalogue.selection", "-p", "no:cacheprovider",
             "-o", "addopts=", "-q", "-rfE", "--tb=short",
             "--broker-url", url, "--broker-admin", admin, "--profile", options.profile, "--client", options.client,
@@ -232,8 +133,6 @@ def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list
 @contextlib.contextmanager
 def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str]]:
     """(url, admin, description) of the broker under test; starts the embedded one if no URL."""
-    from conformance.plugin.results import redact_url
-
     if options.broker_url:
         yield options.broker_url, options.broker_admin or "none", redact_url(options.broker_url)
         return
@@ -250,19 +149,12 @@ def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str]]:
 
 def probe(url: str, timeout: float) -> dict[str, Any]:
     """The broker's server-properties; OSError or DriverError when it does not answer."""
-    from conformance.drivers.raw import RawClient
-
     with RawClient(url, timeout=timeout) as client:
         return dict(client.server_properties)
 
 
 def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
     """Run the suite (broker started, probed and stopped here); the gate outcome."""
-    from conformance.catalogue.profiles import detect
-    from conformance.drivers.raw import DriverError
-    from conformance.gate.progress import LiveProgress
-    from conformance.plugin.health import connect_failure
-
     options = prepared.options
     results = options.out / "results"
     with broker_target(options) as (url, admin, description):
@@ -347,8 +239,6 @@ def run(options: RunOptions, console: Console | None = None) -> int:
         if not outcome.tests and outcome.problem:
             _error(outcome.problem)
             return outcome.exit_status
-        from conformance.gate.progress import summarise
-
         summarise(console, prepared, outcome, write_junit_for(prepared, outcome))
         if options.report:
             return _build_report(console, options, outcome.exit_status)
@@ -359,9 +249,6 @@ def run(options: RunOptions, console: Console | None = None) -> int:
 
 
 def write_junit_for(prepared: Prepared, outcome: Outcome) -> Path:
-    from conformance.gate.junit import RunInfo, write_junit
-    from conformance.plugin.results import redact_url
-
     options, record = prepared.options, getattr(outcome.harness, "run", None)
     info = RunInfo(prepared.run_id, options.client,
                    redact_url(options.broker_url) if options.broker_url else "embedded reference broker",
@@ -386,6 +273,4 @@ def _build_report(console: Console, options: RunOptions, status: int) -> int:
 
 
 def _error(text: str) -> None:
-    import sys
-
     print(f"amqp-conformance: {text}", file=sys.stderr)

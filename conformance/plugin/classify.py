@@ -34,6 +34,7 @@ import pytest
 
 from codec import ChannelClose, Command, ConnectionClose, MethodFrame
 from codec.frames import describe
+from conformance.catalogue.rules import AREAS
 from conformance.drivers.raw import Closed, ConnectionLost, DriverError, FrameRecord, NoReply
 from conformance.plugin.health import LeakReport
 from conformance.plugin.results import TestRecord
@@ -238,8 +239,6 @@ def test_record(run_id: str, test_id: str, rule_ids: list[str], area: str, test:
 def summary_report(counts: Counter[tuple[str, Verdict]], broken: Sequence[tuple[str, str]], down: str | None,
                    leaks: LeakReport | None, limit: int = 20) -> list[tuple[str, dict[str, bool]]]:
     """The terminal summary: verdicts per area, broken tests, a down broker, leftovers."""
-    from conformance.catalogue.rules import AREAS
-
     lines: list[tuple[str, dict[str, bool]]] = [(line, {}) for line in summary_lines(counts, AREAS)]
     if down:
         lines.append((f"BROKER DOWN: {down}; the broker tests after it were not run (broken), exit status 3",

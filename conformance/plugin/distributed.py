@@ -29,15 +29,13 @@ import shutil
 import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import pytest
 
 from conformance.plugin import evidence
+from conformance.plugin.session import Harness
 from conformance.plugin.verdicts import Verdict
-
-if TYPE_CHECKING:
-    from conformance.plugin.hooks import Harness
 
 RUN_ID_KEY = "amqpc_run_id"
 LOCK_KEY = "amqpc_lock_dir"

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from conformance.drivers.raw import FrameRecord
+from conformance.plugin.classify import frame_log, reply_of
 
 EVIDENCE = "amqpc_evidence"
 FRAME_LINES = 200
@@ -75,8 +76,6 @@ def from_report(report: pytest.TestReport) -> TestEvidence | None:
 def build(nodeid: str, verdict: str, area: str, rule_ids: Sequence[str], message: str | None,
           failure: BaseException | None, frames: Sequence[FrameRecord], duration: float) -> TestEvidence:
     """The evidence of a finished test: its verdict, the broker's close and its frame log."""
-    from conformance.plugin.classify import frame_log, reply_of
-
     reply = reply_of(failure, frames)
     reply_text = (f"{reply.scope} {reply.code} ({reply.class_id}/{reply.method_id}) {reply.text}"
                   if reply is not None else None)

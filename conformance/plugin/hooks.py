@@ -35,37 +35,36 @@ import contextlib
 import os
 import re
 import uuid
-from collections import Counter
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
+from conformance.catalogue.coverage import SUITE_DIR
 from conformance.catalogue.profiles import AUTO, Profile, detect
 from conformance.catalogue.rules import AREAS, PROFILES, rule
+from conformance.drivers import CLIENTS
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
 from conformance.embedded import start as start_embedded
 from conformance.plugin import classify, distributed, evidence
-from conformance.plugin.admin import AdminAdapter, RestoringAdmin, Unavailable, parse_admin
-from conformance.plugin.health import (
-    PREFIX,
-    HealthProbe,
-    LeakReport,
-    NameRegistry,
-    close_quietly,
-    connect_failure,
-    find_leaks,
-)
+from conformance.plugin.admin import RestoringAdmin, Unavailable, parse_admin
+from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
 from conformance.plugin.results import ResultsWriter, RunRecord, harness_version, redact_url
-from conformance.plugin.verdicts import HarnessError, Verdict, admin_hint, needs_admin
+from conformance.plugin.session import Harness, Names, Target
+from conformance.plugin.verdicts import (
+    EXIT_HARNESS,
+    EXIT_UNREACHABLE,
+    HarnessError,
+    Verdict,
+    admin_hint,
+    needs_admin,
+    not_applicable,
+)
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 
-SUITE_DIR = Path(__file__).parent.parent / "suite"
-CLIENTS = ("raw", "pika", "amqp")
-EXIT_BROKEN, EXIT_UNREACHABLE = 2, 3
 AREA_MARKER = "area_"  # `-m area_qos` selects an area
 
 
@@ -81,28 +80,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
     group.addoption("--run-id", default=None, help="id of this run in the results (default: a new uuid)")
     add_watchdog_options(group)
-
-
-@dataclass
-class Harness:
-    """Session state of the plugin (kept in `config.stash`)."""
-
-    run_id: str
-    admin: AdminAdapter
-    writer: ResultsWriter | None = None
-    run: RunRecord | None = None
-    target: Target | None = None
-    probe: HealthProbe | None = None
-    down: str | None = None  # why the broker counts as wedged/unreachable
-    stuck: str | None = None  # the watchdog interrupted the running test (why), not yet judged
-    names: NameRegistry = field(default_factory=NameRegistry)
-    counts: Counter[tuple[str, Verdict]] = field(default_factory=Counter)
-    broken: list[tuple[str, str]] = field(default_factory=list)
-    leaks: LeakReport | None = None
-    allure: bool = False
-    worker: bool = False  # a pytest-xdist worker: the controller writes the run record
-    remote_tests: int = 0  # test records written by pytest-xdist workers
-    watchdog: Watchdog | None = None
 
 
 HARNESS = pytest.StashKey[Harness]()
@@ -325,7 +302,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if state.down is not None:
             session.exitstatus = EXIT_UNREACHABLE
         elif state.broken:
-            session.exitstatus = EXIT_BROKEN
+            session.exitstatus = EXIT_HARNESS
     close_quietly(state.probe)
     state.admin.close()
     if state.writer is not None:
@@ -348,23 +325,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(admin_hint(needing_admin), bold=True)
     if state.writer is not None:
         terminalreporter.write_line(f"results: {state.writer.root} (run={state.run_id})")
-
-
-@dataclass
-class Target:
-    url: str
-    profile: Profile
-    timeout_scale: float
-    admin: str
-    client: str
-    embedded: Any = None
-
-    def timeout(self, seconds: float) -> float:
-        return seconds * self.timeout_scale
-
-    @property
-    def vhost(self) -> str:
-        return BrokerAddress.parse(self.url).vhost
 
 
 @pytest.fixture(scope="session")
@@ -412,8 +372,6 @@ def _rules_apply(request: pytest.FixtureRequest) -> None:
         return
     profile: Profile = request.getfixturevalue("target").profile
     if all(profile.expect(r) == "not-applicable" for r in marker.args):
-        from conformance.plugin.verdicts import not_applicable
-
         not_applicable(f"{', '.join(marker.args)} on {profile.name}")
 
 
@@ -442,28 +400,6 @@ def connect(target: Target, recorder: Recorder, names: Names,
         client.close()
 
 
-@dataclass
-class Names:
-    prefix: str
-    queues: list[str] = field(default_factory=list)
-    exchanges: list[str] = field(default_factory=list)
-    registry: NameRegistry | None = None
-
-    def queue(self, label: str = "q") -> str:
-        name = f"{self.prefix}.{label}.{uuid.uuid4().hex[:8]}"
-        self.queues.append(name)
-        if self.registry is not None:
-            self.registry.add("queue", name)
-        return name
-
-    def exchange(self, label: str = "x") -> str:
-        name = f"{self.prefix}.{label}.{uuid.uuid4().hex[:8]}"
-        self.exchanges.append(name)
-        if self.registry is not None:
-            self.registry.add("exchange", name)
-        return name
-
-
 @pytest.fixture
 def names(target: Target, request: pytest.FixtureRequest) -> Iterator[Names]:
     state = harness(request.config)
@@ -471,8 +407,6 @@ def names(target: Target, request: pytest.FixtureRequest) -> Iterator[Names]:
     yield made
     if not (made.queues or made.exchanges) or state.down is not None:
         return
-    from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
-
     deletes: list[tuple[str, str, Any, type]] = [
         *(("queue", q, QueueDelete(queue=q), QueueDeleteOk) for q in made.queues),
         *(("exchange", x, ExchangeDelete(exchange=x), ExchangeDeleteOk) for x in made.exchanges)]

@@ -24,6 +24,11 @@ import pytest
 
 from conformance.plugin.wording import plural
 
+# Exit statuses of a run (DESIGN.md decision 8), for the plugin, the watchdog and the gate: 1 an
+# unexpected `failed`, 2 a harness or environment error (a `broken` verdict), 3 the broker is
+# unreachable or went down, 4 a usage error.
+EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2, 3, 4
+
 
 class Verdict(enum.StrEnum):
     PASSED = "passed"

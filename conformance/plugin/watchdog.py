@@ -46,10 +46,12 @@ from typing import Any
 
 import pytest
 
+from conformance.plugin.verdicts import EXIT_UNREACHABLE
+
 TEST_BUDGET = 300.0  # s per rule test, before --timeout-scale
 SESSION_BASE, SESSION_PER_TEST = 300.0, 30.0  # s, before --timeout-scale
 GRACE = 30.0  # s between the interrupt and the hard exit, before --timeout-scale
-EXIT_STATUS = 3  # DESIGN.md decision 8: the broker is unreachable or wedged
+EXIT_STATUS = EXIT_UNREACHABLE  # DESIGN.md decision 8: the broker is unreachable or wedged
 SIGNAL = signal.SIGUSR2  # not SIGALRM: pytest-timeout's
 
 

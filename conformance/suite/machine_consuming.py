@@ -19,7 +19,7 @@ import itertools
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 
-from conformance.plugin.hooks import Target
+from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite import machine_steps as do
 from conformance.suite.machine_base import MachineTarget, ModelMachine, from_machine, step

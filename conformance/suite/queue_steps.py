@@ -47,7 +47,7 @@ from codec import (
 from codec import Method as AmqpMethod
 from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import NoReply, RawClient
-from conformance.plugin.hooks import Names
+from conformance.plugin.session import Names
 from conformance.plugin.verdicts import HarnessError, not_applicable
 
 CLASSIC = "classic"

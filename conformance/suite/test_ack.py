@@ -36,7 +36,7 @@ from codec import (
     TxSelectOk,
 )
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.queue_steps import (
     Connect,

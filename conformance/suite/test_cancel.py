@@ -30,7 +30,7 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.suite.wire_steps import assert_quiet, outcome, publish_burst, sync
 
 Connect = Callable[..., RawClient]

@@ -41,7 +41,7 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.wire_steps import (
     Confirms,

@@ -54,7 +54,7 @@ from conformance.drivers.raw import (
     Recorder,
 )
 from conformance.plugin.admin import AdminAdapter
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import non_strict, not_applicable
 from conformance.suite.wire_steps import (
     force_close,

@@ -33,7 +33,7 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.raw import BrokerAddress, ConnectionClosed, ConnectionLost, RawClient, Recorder
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.suite.wire_steps import (
     Handshake,
     frame_min_size,

@@ -20,7 +20,7 @@ from hypothesis.stateful import rule
 from codec import BasicCancel, BasicCancelOk, QueueDelete, QueueDeleteOk
 from conformance.drivers.raw import DriverError
 from conformance.model import OK
-from conformance.plugin.hooks import Target
+from conformance.plugin.session import Target
 from conformance.suite import machine_steps as do
 from conformance.suite.machine_base import (
     CONTROL,

@@ -43,7 +43,7 @@ from codec import (
 )
 from conformance.model import timeouts as model
 from conformance.plugin.admin import RestoringAdmin, Unavailable
-from conformance.plugin.hooks import Target
+from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.machine_base import CONTROL, MachineTarget, from_machine, run_machine, step
 from conformance.suite.machine_timeout import PROFILE, Consumer, Held, Queue, TimeoutWire

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from conformance.plugin.hooks import Target
+from conformance.plugin.session import Target
 from conformance.suite import machine_steps as do
 from conformance.suite.machine_base import run_machine, step
 from conformance.suite.machine_consuming import CHANNELS, DELIVERY, HOW, ConsumingMachine, machine_target

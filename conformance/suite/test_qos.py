@@ -26,7 +26,7 @@ from codec import (
     ChannelFlowOk,
 )
 from conformance.drivers.raw import ConnectionClosed
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.queue_steps import (
     CLASSIC,

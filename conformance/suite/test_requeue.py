@@ -19,7 +19,7 @@ import pytest
 
 from codec import BasicAck, BasicNack, BasicQos, BasicQosOk, BasicReject
 from conformance.drivers.raw import ChannelClosed
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.queue_steps import (
     CLASSIC,

@@ -8,7 +8,7 @@ import pytest
 
 from codec import BasicAck, BasicGet, BasicGetEmpty, BasicGetOk, QueueDeclare, QueueDeclareOk
 from conformance.drivers.raw import ChannelClosed, RawClient
-from conformance.plugin.hooks import Names
+from conformance.plugin.session import Names
 
 
 @pytest.mark.rules("ACK-03")

@@ -39,7 +39,7 @@ from codec import (
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
 from conformance.plugin.admin import AdminError, RestoringAdmin
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import HarnessError, not_applicable, unimplemented
 from conformance.suite.queue_steps import (
     CLASSIC,

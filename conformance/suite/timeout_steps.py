@@ -37,7 +37,7 @@ from codec import (
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
 from conformance.plugin.admin import RestoringAdmin, Unavailable
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 from conformance.suite.queue_steps import QUORUM, Publisher, declare, messages
 from conformance.suite.wire_steps import sync, wait_channel_closed
 
