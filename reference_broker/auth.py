@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import binascii
 import hashlib
 import hmac
 import ipaddress
@@ -31,16 +30,13 @@ import os
 import re
 import struct
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from codec import CodecError, ReplyCode
 from codec.fast_tables import RABBITMQ_TABLES
-from reference_broker.config import BrokerConfig
+from reference_broker.config import ALGORITHMS, SHA256, BrokerConfig, user_entry_problem
 
-SHA256, SHA512 = "rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512"
-ALGORITHMS: dict[str, Callable[..., Any]] = {SHA256: hashlib.sha256, SHA512: hashlib.sha512}
-ENTRY_KEYS = {"password", "password_hash", "hashing_algorithm", "tags"}
 MANAGEMENT_TAGS = {"management", "policymaker", "monitoring", "administrator"}
 
 
@@ -64,44 +60,6 @@ def _hash_matches(stored: str, algorithm: str, password: str) -> bool:
     raw = base64.b64decode(stored or _DUMMY_HASH)
     digest = ALGORITHMS[algorithm](raw[:4] + password.encode()).digest()
     return hmac.compare_digest(raw[4:], digest) and bool(stored)
-
-
-def user_entry_problem(entry: object) -> str:
-    """Why a `users` value cannot be used ("" when it can)."""
-    if isinstance(entry, str):
-        return ""
-    if not isinstance(entry, dict):
-        return "must be a password string or a table"
-    unknown = sorted(set(entry) - ENTRY_KEYS)
-    if unknown:
-        return f"unknown key(s) {', '.join(unknown)} (use {', '.join(sorted(ENTRY_KEYS))})"
-    if ("password" in entry) == ("password_hash" in entry):
-        return "give exactly one of password and password_hash"
-    if "password" in entry and not isinstance(entry["password"], str):
-        return "password must be a string"
-    algorithm = entry.get("hashing_algorithm", SHA256)
-    if algorithm not in ALGORITHMS:
-        return f"hashing_algorithm must be one of {', '.join(ALGORITHMS)}"
-    if "password_hash" in entry and (problem := _hash_problem(entry["password_hash"], algorithm)):
-        return problem
-    tags = entry.get("tags", [])
-    if not (isinstance(tags, str) or (isinstance(tags, list) and all(isinstance(t, str) for t in tags))):
-        return "tags must be a list of strings or a comma-separated string"
-    return ""
-
-
-def _hash_problem(value: object, algorithm: str) -> str:
-    if not isinstance(value, str):
-        return "password_hash must be a string"
-    if not value:
-        return ""  # RabbitMQ: a user without a password (never logs in with one)
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return "password_hash is not base64"
-    if len(raw) != 4 + ALGORITHMS[algorithm]().digest_size:
-        return f"password_hash is not a 4-byte salt and a {algorithm} digest"
-    return ""
 
 
 def _plain_matches(expected: str, password: str) -> bool:

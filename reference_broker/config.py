@@ -7,10 +7,19 @@ Rules: one dataclass, validated at load; a bad file gives one clear `ConfigError
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+# RabbitMQ's password hashing algorithms (definitions' `hashing_algorithm`; auth.py hashes)
+SHA256, SHA512 = "rabbit_password_hashing_sha256", "rabbit_password_hashing_sha512"
+ALGORITHMS: dict[str, Callable[..., Any]] = {SHA256: hashlib.sha256, SHA512: hashlib.sha512}
+ENTRY_KEYS = {"password", "password_hash", "hashing_algorithm", "tags"}
 
 
 class ConfigError(ValueError):
@@ -59,8 +68,6 @@ class BrokerConfig:
                      "handshake_timeout"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
-        from reference_broker.auth import user_entry_problem  # auth imports this module
-
         for user, entry in self.users.items():
             if problem := user_entry_problem(entry):
                 raise ConfigError(f"users[{user!r}]: {problem}")
@@ -80,6 +87,44 @@ class BrokerConfig:
         if self.timeout_mode == "legacy":
             return "3.10" if self.legacy_ruleset == "3.10" else "3.12"
         return "4.3"
+
+
+def user_entry_problem(entry: object) -> str:
+    """Why a `users` value cannot be used ("" when it can)."""
+    if isinstance(entry, str):
+        return ""
+    if not isinstance(entry, dict):
+        return "must be a password string or a table"
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        return f"unknown key(s) {', '.join(unknown)} (use {', '.join(sorted(ENTRY_KEYS))})"
+    if ("password" in entry) == ("password_hash" in entry):
+        return "give exactly one of password and password_hash"
+    if "password" in entry and not isinstance(entry["password"], str):
+        return "password must be a string"
+    algorithm = entry.get("hashing_algorithm", SHA256)
+    if algorithm not in ALGORITHMS:
+        return f"hashing_algorithm must be one of {', '.join(ALGORITHMS)}"
+    if "password_hash" in entry and (problem := _hash_problem(entry["password_hash"], algorithm)):
+        return problem
+    tags = entry.get("tags", [])
+    if not (isinstance(tags, str) or (isinstance(tags, list) and all(isinstance(t, str) for t in tags))):
+        return "tags must be a list of strings or a comma-separated string"
+    return ""
+
+
+def _hash_problem(value: object, algorithm: str) -> str:
+    if not isinstance(value, str):
+        return "password_hash must be a string"
+    if not value:
+        return ""  # RabbitMQ: a user without a password (never logs in with one)
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return "password_hash is not base64"
+    if len(raw) != 4 + ALGORITHMS[algorithm]().digest_size:
+        return f"password_hash is not a 4-byte salt and a {algorithm} digest"
+    return ""
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> BrokerConfig:

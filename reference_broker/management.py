@@ -25,16 +25,15 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from reference_broker import auth
+from reference_broker.config import BrokerConfig
+from reference_broker.core import BrokerCore
 from reference_broker.core.state import Queue
-
-if TYPE_CHECKING:
-    from reference_broker.server import BrokerServer
 
 POLICY_KEYS = {"consumer-timeout", "max-length", "message-ttl", "dead-letter-exchange",
                "dead-letter-routing-key", "delivery-limit", "overflow", "expires",
@@ -48,6 +47,21 @@ TAGS_KEY: web.RequestKey[list[str]] = web.RequestKey("tags", list)
 REALM = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'}
 NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}
 OBJECT = "User not authorised to access object"
+
+
+class BrokerServer(Protocol):
+    """What the API needs of the server (server.py's BrokerServer), which builds the app."""
+
+    config: BrokerConfig
+    core: BrokerCore
+
+    def execute(self, outputs: Sequence[Any]) -> None: ...
+
+    def connection_name(self, conn_id: int) -> str: ...
+
+    def force_close(self, conn_id: int, reason: str) -> None: ...
+
+    def apply_policies(self, vhost: str, policies: dict[str, dict[str, Any]]) -> None: ...
 
 
 def _server(request: web.Request) -> BrokerServer:

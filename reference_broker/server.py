@@ -18,11 +18,24 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from aiohttp import web
+
 from reference_broker.config import BrokerConfig
-from reference_broker.core import BrokerCore, CancelTimer, CloseConnection, Log, Meta, Send, StartTimer
+from reference_broker.core import (
+    BrokerCore,
+    CancelTimer,
+    CloseConnection,
+    Log,
+    Meta,
+    Send,
+    StartTimer,
+    durability,
+)
 from reference_broker.core.effects import PauseReading, Persist
+from reference_broker.management import build_app
 from reference_broker.protocol import states
 from reference_broker.protocol.connection import CloseTransport, Output, ServerConnection, Write
+from reference_broker.storage import Store
 
 log = logging.getLogger("reference_broker")
 TICK_SECONDS = 0.1  # heartbeat resolution: a 1 s heartbeat is sent after 0.5-0.6 s of silence
@@ -112,10 +125,6 @@ class BrokerServer:
         return host, port
 
     async def _start_management(self) -> None:
-        from aiohttp import web
-
-        from reference_broker.management import build_app
-
         self._management = web.AppRunner(build_app(self), access_log=None)
         await self._management.setup()
         site = web.TCPSite(self._management, self.config.host, self.config.management_port)
@@ -125,9 +134,6 @@ class BrokerServer:
 
     def _open_store(self) -> None:
         """Recover the durable state from the data directory, then start its writer."""
-        from reference_broker.core import durability
-        from reference_broker.storage import Store
-
         self.store = Store(str(self.config.data_dir))
         definitions, messages = self.store.load()
         durability.restore(self.core, Meta(now_ms()), definitions, messages)

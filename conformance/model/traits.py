@@ -14,10 +14,11 @@ Rules (RULES.md §9 and the catalogue's per-profile expectations):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
-from conformance.catalogue.rules import PROFILES
+_RABBITMQ = re.compile(r"rabbitmq-(\d+)\.(\d+)")
 
 
 class GlobalQos(Enum):
@@ -37,11 +38,12 @@ class Traits:
 
 
 def traits(profile: str) -> Traits:
-    """The behaviour flags of `profile` (one of conformance.catalogue.rules.PROFILES)."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r} (one of: {', '.join(PROFILES)})")
+    """The behaviour flags of `profile` (a profile name of the catalogue: amqp-0-9-1 or rabbitmq-X.Y)."""
     if profile == "amqp-0-9-1":
         return Traits(profile, GlobalQos.CONNECTION, False, False, False, False)
-    version = tuple(int(p) for p in profile.removeprefix("rabbitmq-").split("."))
+    match = _RABBITMQ.fullmatch(profile)
+    if match is None:
+        raise ValueError(f"unknown profile {profile!r} (amqp-0-9-1 or rabbitmq-MAJOR.MINOR)")
+    version = (int(match[1]), int(match[2]))
     global_qos = GlobalQos.PER_CONSUMER if version >= (4, 3) else GlobalQos.CHANNEL
     return Traits(profile, global_qos, True, True, version < (4, 0), True)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.catalogue.rules import PROFILES
 from conformance.model import (
     OK,
     BrokerModel,
@@ -106,6 +107,7 @@ def test_traits_per_profile() -> None:
     assert not traits("amqp-0-9-1").quorum_queues
     with pytest.raises(ValueError):
         traits("rabbitmq-9")
+    assert {traits(profile).profile for profile in PROFILES} == set(PROFILES)  # every catalogue profile
 
 
 @pytest.mark.parametrize("profile", RABBIT_PROFILES)

@@ -14,6 +14,7 @@ import pika
 import pytest
 
 from reference_broker import auth
+from reference_broker.config import SHA256, SHA512
 from reference_broker.server import EmbeddedBroker
 
 
@@ -39,10 +40,10 @@ def test_management_users_are_rabbitmq_shaped_and_never_plaintext(managed: Embed
     client = api(managed)
     rows = {u["name"]: u for u in client.get("/api/users").json()}
     assert set(rows) == {"guest", "app"} and rows["guest"]["tags"] == ["administrator"]
-    assert rows["app"]["hashing_algorithm"] == auth.SHA256 and "password" not in rows["app"]
+    assert rows["app"]["hashing_algorithm"] == SHA256 and "password" not in rows["app"]
     assert rows["app"]["password_hash"] != "pw" and len(base64.b64decode(rows["app"]["password_hash"])) == 4 + 32
-    digest = auth.hash_password("carol pw", auth.SHA512)
-    body = {"password_hash": digest, "hashing_algorithm": auth.SHA512, "tags": ["monitoring", "management"]}
+    digest = auth.hash_password("carol pw", SHA512)
+    body = {"password_hash": digest, "hashing_algorithm": SHA512, "tags": ["monitoring", "management"]}
     assert client.put("/api/users/carol", json=body).status_code == 201
     assert client.put("/api/users/carol", json={"tags": "policymaker"}).status_code == 204  # keeps the hash
     carol = client.get("/api/users/carol").json()

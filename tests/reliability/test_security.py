@@ -38,7 +38,7 @@ from codec.fast_tables import RABBITMQ_TABLES
 from conformance.drivers.raw import ConnectionClosed, ConnectionLost, RawClient, Recorder
 from conformance.suite.wire_steps import Handshake, handshake
 from reference_broker import auth
-from reference_broker.config import BrokerConfig, ConfigError, load_config
+from reference_broker.config import SHA512, BrokerConfig, ConfigError, load_config
 from reference_broker.server import EmbeddedBroker
 from tests.conftest import require
 from tests.reliability.conftest import Connect, StartBroker, amqp_url
@@ -69,10 +69,10 @@ def login(broker: EmbeddedBroker, mechanism: str, user: str, password: str, vhos
 def test_security_hashed_and_plaintext_passwords_log_in(start_broker: StartBroker, mechanism: str) -> None:
     """A RabbitMQ 3.10.8 hash, a sha512 hash from our CLI's function and the plaintext guest
     all open a connection; a wrong password for each does not."""
-    sha512 = auth.hash_password("another pass", auth.SHA512)
+    sha512 = auth.hash_password("another pass", SHA512)
     broker = start_broker(users={
         "guest": "guest", "rabbit": {"password_hash": RABBITMQ_HASH},
-        "long": {"password_hash": sha512, "hashing_algorithm": auth.SHA512}})
+        "long": {"password_hash": sha512, "hashing_algorithm": SHA512}})
     for user, password in (("guest", "guest"), ("rabbit", RABBITMQ_PASSWORD), ("long", "another pass")):
         assert login(broker, mechanism, user, password).open_ok, user
         refused = login(broker, mechanism, user, password + "x").close

@@ -1,0 +1,202 @@
+"""The import layering of the project (STYLE.md; docs/architecture.md), checked on the source.
+
+Every `import` statement of the packages is read with `ast` (at any depth: module level,
+function level and under `if TYPE_CHECKING:`), resolved to project modules, and checked:
+- codec imports nothing of the project;
+- reference_broker never imports conformance or reports, and its core's concern modules
+  never import the router;
+- conformance.model imports only the standard library and codec.constants;
+- exactly one conformance module (conformance/embedded.py) imports reference_broker;
+- reports imports conformance only for the results schema and the catalogue;
+- reference_broker/core and conformance import project modules at module level only (the
+  lazy exceptions load heavy optional dependencies: the Spark reports);
+- there is no import cycle anywhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("codec", "reference_broker", "conformance", "reports", "bench")
+PROJECT = (*PACKAGES, "tests")
+LAZY_ALLOWED = {("conformance.gate.cli", "reports.cli"), ("conformance.gate.runner", "reports.cli")}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the imported project module
+    nested: bool  # inside a function (not module level, not a TYPE_CHECKING block)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PROJECT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if ".venv" not in path.parts:
+                found[module_name(path)] = path
+    return found
+
+
+def _resolve(name: str) -> str | None:
+    """The project module `name` refers to (a module, or the module defining the name)."""
+    known = modules()
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _walk(node: ast.AST, nested: bool = False) -> Iterator[tuple[ast.AST, bool]]:
+    for child in ast.iter_child_nodes(node):
+        inner = nested or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        yield child, inner
+        yield from _walk(child, inner)
+
+
+@cache
+def imports() -> tuple[Import, ...]:
+    found: list[Import] = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node, nested in _walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            for target in targets:
+                resolved = _resolve(target)
+                if resolved is not None and resolved != name:
+                    found.append(Import(name, resolved, nested))
+    return tuple(found)
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def edges_from(package: str) -> list[Import]:
+    return [i for i in imports() if _in(i.source, package)]
+
+
+def test_codec_imports_nothing_of_the_project() -> None:
+    assert [i for i in edges_from("codec") if not _in(i.target, "codec")] == []
+
+
+def test_reference_broker_never_imports_the_harness_or_the_reports() -> None:
+    bad = [i for i in edges_from("reference_broker") if _in(i.target, "conformance") or _in(i.target, "reports")]
+    assert bad == []
+
+
+def test_core_concerns_never_import_the_router() -> None:
+    bad = [i for i in edges_from("reference_broker.core") if i.target == "reference_broker.core.router"
+           and i.source not in ("reference_broker.core",)]
+    assert bad == []
+
+
+def test_model_imports_only_the_standard_library_and_codec_constants() -> None:
+    bad = [i for i in edges_from("conformance.model")
+           if not _in(i.target, "conformance.model") and i.target != "codec.constants"]
+    assert bad == []
+    for name, path in modules().items():
+        if not _in(name, "conformance.model"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                top = (node.names[0].name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+                assert node_is_local(node) or top in sys.stdlib_module_names or top in PROJECT, (name, top)
+
+
+def node_is_local(node: ast.Import | ast.ImportFrom) -> bool:
+    return isinstance(node, ast.ImportFrom) and node.level > 0
+
+
+def test_exactly_one_harness_module_imports_the_reference_broker() -> None:
+    importers = {i.source for i in edges_from("conformance") if _in(i.target, "reference_broker")}
+    assert importers == {"conformance.embedded"}
+
+
+def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogue() -> None:
+    allowed = ("conformance.plugin.results", "conformance.catalogue")
+    bad = [i for i in edges_from("reports")
+           if _in(i.target, "conformance") and not any(_in(i.target, a) for a in allowed)]
+    assert bad == []
+
+
+def test_project_imports_are_at_module_level_in_the_core_and_the_harness() -> None:
+    bad = [i for i in imports() if i.nested and (_in(i.source, "reference_broker.core") or _in(i.source, "conformance"))
+           and (i.source, i.target) not in LAZY_ALLOWED]
+    assert bad == []
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {name: set() for name in modules()}
+    for i in imports():
+        graph[i.source].add(i.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    assert cycles() == []
+
+
+def test_the_checker_sees_imports() -> None:
+    """The checker is not vacuous: it finds known edges of every kind."""
+    pairs = {(i.source, i.target) for i in imports()}
+    assert ("reference_broker.core.router", "reference_broker.core.consumers") in pairs
+    assert ("conformance.embedded", "reference_broker.server") in pairs
+    assert ("reports.build", "conformance.catalogue.rules") in pairs
+    assert any(i.nested for i in imports())
