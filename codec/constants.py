@@ -1,4 +1,4 @@
-"""AMQP 0-9-1 protocol constants: frame types, reply codes and their error class.
+"""AMQP 0-9-1 protocol constants: frame types, reply codes and their error class, class and method ids.
 
 Rules: every protocol constant is declared here once (STYLE: one source of truth per
 protocol fact). Reply codes are an IntEnum; whether a code is a soft (channel) or hard
@@ -9,6 +9,7 @@ NO_ROUTE to the 0-9-1 spec XML's list.
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"  # 0-9-1 §4.2.2
 FRAME_END = 0xCE  # 0-9-1 §4.2.3
@@ -95,3 +96,91 @@ class Dialect(enum.Enum):
 
     RABBITMQ = "rabbitmq"  # RabbitMQ's errata: I signed 32, u unsigned 16, l signed 64, x bytes
     AMQP_0_9_1 = "amqp-0-9-1"  # the spec's grammar: U signed 16, L signed 64, l unsigned 64, s shortstr
+
+
+class ClassId(enum.IntEnum):
+    """Class ids of 0-9-1 (RabbitMQ: plus confirm)."""
+
+    CONNECTION = 10
+    CHANNEL = 20
+    EXCHANGE = 40
+    QUEUE = 50
+    BASIC = 60
+    CONFIRM = 85
+    TX = 90
+
+
+class MethodId(NamedTuple):
+    """A method's (class id, method id): what channel.close and connection.close name."""
+
+    class_id: int
+    method_id: int
+
+
+# Every method's ids, by its spec name; codec/spec.py declares the fields of these methods.
+METHOD_IDS: dict[str, MethodId] = {
+    "connection.start": MethodId(ClassId.CONNECTION, 10),
+    "connection.start-ok": MethodId(ClassId.CONNECTION, 11),
+    "connection.secure": MethodId(ClassId.CONNECTION, 20),
+    "connection.secure-ok": MethodId(ClassId.CONNECTION, 21),
+    "connection.tune": MethodId(ClassId.CONNECTION, 30),
+    "connection.tune-ok": MethodId(ClassId.CONNECTION, 31),
+    "connection.open": MethodId(ClassId.CONNECTION, 40),
+    "connection.open-ok": MethodId(ClassId.CONNECTION, 41),
+    "connection.close": MethodId(ClassId.CONNECTION, 50),
+    "connection.close-ok": MethodId(ClassId.CONNECTION, 51),
+    "connection.blocked": MethodId(ClassId.CONNECTION, 60),
+    "connection.unblocked": MethodId(ClassId.CONNECTION, 61),
+    "connection.update-secret": MethodId(ClassId.CONNECTION, 70),
+    "connection.update-secret-ok": MethodId(ClassId.CONNECTION, 71),
+    "channel.open": MethodId(ClassId.CHANNEL, 10),
+    "channel.open-ok": MethodId(ClassId.CHANNEL, 11),
+    "channel.flow": MethodId(ClassId.CHANNEL, 20),
+    "channel.flow-ok": MethodId(ClassId.CHANNEL, 21),
+    "channel.close": MethodId(ClassId.CHANNEL, 40),
+    "channel.close-ok": MethodId(ClassId.CHANNEL, 41),
+    "exchange.declare": MethodId(ClassId.EXCHANGE, 10),
+    "exchange.declare-ok": MethodId(ClassId.EXCHANGE, 11),
+    "exchange.delete": MethodId(ClassId.EXCHANGE, 20),
+    "exchange.delete-ok": MethodId(ClassId.EXCHANGE, 21),
+    "exchange.bind": MethodId(ClassId.EXCHANGE, 30),
+    "exchange.bind-ok": MethodId(ClassId.EXCHANGE, 31),
+    "exchange.unbind": MethodId(ClassId.EXCHANGE, 40),
+    "exchange.unbind-ok": MethodId(ClassId.EXCHANGE, 51),
+    "queue.declare": MethodId(ClassId.QUEUE, 10),
+    "queue.declare-ok": MethodId(ClassId.QUEUE, 11),
+    "queue.bind": MethodId(ClassId.QUEUE, 20),
+    "queue.bind-ok": MethodId(ClassId.QUEUE, 21),
+    "queue.purge": MethodId(ClassId.QUEUE, 30),
+    "queue.purge-ok": MethodId(ClassId.QUEUE, 31),
+    "queue.delete": MethodId(ClassId.QUEUE, 40),
+    "queue.delete-ok": MethodId(ClassId.QUEUE, 41),
+    "queue.unbind": MethodId(ClassId.QUEUE, 50),
+    "queue.unbind-ok": MethodId(ClassId.QUEUE, 51),
+    "basic.qos": MethodId(ClassId.BASIC, 10),
+    "basic.qos-ok": MethodId(ClassId.BASIC, 11),
+    "basic.consume": MethodId(ClassId.BASIC, 20),
+    "basic.consume-ok": MethodId(ClassId.BASIC, 21),
+    "basic.cancel": MethodId(ClassId.BASIC, 30),
+    "basic.cancel-ok": MethodId(ClassId.BASIC, 31),
+    "basic.publish": MethodId(ClassId.BASIC, 40),
+    "basic.return": MethodId(ClassId.BASIC, 50),
+    "basic.deliver": MethodId(ClassId.BASIC, 60),
+    "basic.get": MethodId(ClassId.BASIC, 70),
+    "basic.get-ok": MethodId(ClassId.BASIC, 71),
+    "basic.get-empty": MethodId(ClassId.BASIC, 72),
+    "basic.ack": MethodId(ClassId.BASIC, 80),
+    "basic.reject": MethodId(ClassId.BASIC, 90),
+    "basic.recover-async": MethodId(ClassId.BASIC, 100),
+    "basic.recover": MethodId(ClassId.BASIC, 110),
+    "basic.recover-ok": MethodId(ClassId.BASIC, 111),
+    "basic.nack": MethodId(ClassId.BASIC, 120),
+    "confirm.select": MethodId(ClassId.CONFIRM, 10),
+    "confirm.select-ok": MethodId(ClassId.CONFIRM, 11),
+    "tx.select": MethodId(ClassId.TX, 10),
+    "tx.select-ok": MethodId(ClassId.TX, 11),
+    "tx.commit": MethodId(ClassId.TX, 20),
+    "tx.commit-ok": MethodId(ClassId.TX, 21),
+    "tx.rollback": MethodId(ClassId.TX, 30),
+    "tx.rollback-ok": MethodId(ClassId.TX, 31),
+}

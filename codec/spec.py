@@ -1,9 +1,10 @@
 """AMQP 0-9-1 (RabbitMQ-extended): every class, method and basic property, declared once.
 
 Rules:
-- This module is the single source of truth for method ids, field names, field types and
-  per-method metadata (DESIGN.md decision 1). `codec.generate` derives the typed classes and
-  the fast path from it; `codec.construct_path` parses and builds with the constructs here.
+- This module is the single source of truth for field names, field types and per-method
+  metadata (DESIGN.md decision 1); class and method ids are codec/constants.py's.
+  `codec.generate` derives the typed classes and the fast path from it;
+  `codec.construct_path` parses and builds with the constructs here.
 - Field names follow RabbitMQ's codegen JSON as pamqp spells them (`ticket` for reserved-1,
   `nowait`, `global_`, `exchange_type`, `message_type`); `tests/codec/test_spec_xml.py` checks
   ids, order and types against the spec XML from the Debian package amqp-specs.
@@ -31,7 +32,7 @@ from construct import (
     Struct,
 )
 
-from codec.constants import Dialect
+from codec.constants import METHOD_IDS, ClassId, Dialect
 from codec.fields import FIELD_TABLE, decode_text, encode_text
 
 
@@ -119,25 +120,16 @@ class MethodDecl:
 
 def _m(
     name: str,
-    method_id: int,
     *fields: tuple[str, Any],
     sync: bool = False,
     responses: tuple[str, ...] = (),
     content: bool = False,
 ) -> MethodDecl:
-    cls = name.split(".")[0]
-    return MethodDecl(name, CLASS_IDS[cls], method_id, fields, sync, responses, content)
+    ids = METHOD_IDS[name]  # codec/constants.py
+    return MethodDecl(name, ids.class_id, ids.method_id, fields, sync, responses, content)
 
 
-CLASS_IDS = {
-    "connection": 10,
-    "channel": 20,
-    "exchange": 40,
-    "queue": 50,
-    "basic": 60,
-    "confirm": 85,
-    "tx": 90,
-}
+CLASS_IDS = {cls.name.lower(): int(cls) for cls in ClassId}
 
 _close = (("reply_code", Short), ("reply_text", ShortStr), ("class_id", Short), ("method_id", Short))
 _tune = (("channel_max", Short), ("frame_max", Long), ("heartbeat", Short))
@@ -152,112 +144,112 @@ _bind = (
 
 METHODS: tuple[MethodDecl, ...] = (
     # connection (10)
-    _m("connection.start", 10, ("version_major", Octet), ("version_minor", Octet),
+    _m("connection.start", ("version_major", Octet), ("version_minor", Octet),
        ("server_properties", Table), ("mechanisms", LongStr), ("locales", LongStr),
        sync=True, responses=("connection.start-ok",)),
-    _m("connection.start-ok", 11, ("client_properties", Table), ("mechanism", ShortStr),
+    _m("connection.start-ok", ("client_properties", Table), ("mechanism", ShortStr),
        ("response", LongStr), ("locale", ShortStr), sync=True),
-    _m("connection.secure", 20, ("challenge", LongStr), sync=True,
+    _m("connection.secure", ("challenge", LongStr), sync=True,
        responses=("connection.secure-ok",)),
-    _m("connection.secure-ok", 21, ("response", LongStr), sync=True),
-    _m("connection.tune", 30, *_tune, sync=True, responses=("connection.tune-ok",)),
-    _m("connection.tune-ok", 31, *_tune, sync=True),
-    _m("connection.open", 40, ("virtual_host", ShortStr), ("capabilities", ShortStr),
+    _m("connection.secure-ok", ("response", LongStr), sync=True),
+    _m("connection.tune", *_tune, sync=True, responses=("connection.tune-ok",)),
+    _m("connection.tune-ok", *_tune, sync=True),
+    _m("connection.open", ("virtual_host", ShortStr), ("capabilities", ShortStr),
        ("insist", Bit), sync=True, responses=("connection.open-ok",)),
-    _m("connection.open-ok", 41, ("known_hosts", ShortStr), sync=True),
-    _m("connection.close", 50, *_close, sync=True, responses=("connection.close-ok",)),
-    _m("connection.close-ok", 51, sync=True),
-    _m("connection.blocked", 60, ("reason", ShortStr)),
-    _m("connection.unblocked", 61),
-    _m("connection.update-secret", 70, ("new_secret", LongStr), ("reason", ShortStr),
+    _m("connection.open-ok", ("known_hosts", ShortStr), sync=True),
+    _m("connection.close", *_close, sync=True, responses=("connection.close-ok",)),
+    _m("connection.close-ok", sync=True),
+    _m("connection.blocked", ("reason", ShortStr)),
+    _m("connection.unblocked"),
+    _m("connection.update-secret", ("new_secret", LongStr), ("reason", ShortStr),
        sync=True, responses=("connection.update-secret-ok",)),
-    _m("connection.update-secret-ok", 71, sync=True),
+    _m("connection.update-secret-ok", sync=True),
     # channel (20)
-    _m("channel.open", 10, ("out_of_band", ShortStr), sync=True, responses=("channel.open-ok",)),
-    _m("channel.open-ok", 11, ("channel_id", LongStr), sync=True),
-    _m("channel.flow", 20, ("active", Bit), sync=True, responses=("channel.flow-ok",)),
-    _m("channel.flow-ok", 21, ("active", Bit)),
-    _m("channel.close", 40, *_close, sync=True, responses=("channel.close-ok",)),
-    _m("channel.close-ok", 41, sync=True),
+    _m("channel.open", ("out_of_band", ShortStr), sync=True, responses=("channel.open-ok",)),
+    _m("channel.open-ok", ("channel_id", LongStr), sync=True),
+    _m("channel.flow", ("active", Bit), sync=True, responses=("channel.flow-ok",)),
+    _m("channel.flow-ok", ("active", Bit)),
+    _m("channel.close", *_close, sync=True, responses=("channel.close-ok",)),
+    _m("channel.close-ok", sync=True),
     # exchange (40)
-    _m("exchange.declare", 10, ("ticket", Short), ("exchange", ShortStr),
+    _m("exchange.declare", ("ticket", Short), ("exchange", ShortStr),
        ("exchange_type", ShortStr), ("passive", Bit), ("durable", Bit), ("auto_delete", Bit),
        ("internal", Bit), ("nowait", Bit), ("arguments", Table),
        sync=True, responses=("exchange.declare-ok",)),
-    _m("exchange.declare-ok", 11, sync=True),
-    _m("exchange.delete", 20, ("ticket", Short), ("exchange", ShortStr), ("if_unused", Bit),
+    _m("exchange.declare-ok", sync=True),
+    _m("exchange.delete", ("ticket", Short), ("exchange", ShortStr), ("if_unused", Bit),
        ("nowait", Bit), sync=True, responses=("exchange.delete-ok",)),
-    _m("exchange.delete-ok", 21, sync=True),
-    _m("exchange.bind", 30, *_bind, sync=True, responses=("exchange.bind-ok",)),
-    _m("exchange.bind-ok", 31, sync=True),
-    _m("exchange.unbind", 40, *_bind, sync=True, responses=("exchange.unbind-ok",)),
-    _m("exchange.unbind-ok", 51, sync=True),
+    _m("exchange.delete-ok", sync=True),
+    _m("exchange.bind", *_bind, sync=True, responses=("exchange.bind-ok",)),
+    _m("exchange.bind-ok", sync=True),
+    _m("exchange.unbind", *_bind, sync=True, responses=("exchange.unbind-ok",)),
+    _m("exchange.unbind-ok", sync=True),
     # queue (50)
-    _m("queue.declare", 10, ("ticket", Short), ("queue", ShortStr), ("passive", Bit),
+    _m("queue.declare", ("ticket", Short), ("queue", ShortStr), ("passive", Bit),
        ("durable", Bit), ("exclusive", Bit), ("auto_delete", Bit), ("nowait", Bit),
        ("arguments", Table), sync=True, responses=("queue.declare-ok",)),
-    _m("queue.declare-ok", 11, ("queue", ShortStr), ("message_count", Long),
+    _m("queue.declare-ok", ("queue", ShortStr), ("message_count", Long),
        ("consumer_count", Long), sync=True),
-    _m("queue.bind", 20, ("ticket", Short), ("queue", ShortStr), ("exchange", ShortStr),
+    _m("queue.bind", ("ticket", Short), ("queue", ShortStr), ("exchange", ShortStr),
        ("routing_key", ShortStr), ("nowait", Bit), ("arguments", Table),
        sync=True, responses=("queue.bind-ok",)),
-    _m("queue.bind-ok", 21, sync=True),
-    _m("queue.purge", 30, ("ticket", Short), ("queue", ShortStr), ("nowait", Bit),
+    _m("queue.bind-ok", sync=True),
+    _m("queue.purge", ("ticket", Short), ("queue", ShortStr), ("nowait", Bit),
        sync=True, responses=("queue.purge-ok",)),
-    _m("queue.purge-ok", 31, ("message_count", Long), sync=True),
-    _m("queue.delete", 40, ("ticket", Short), ("queue", ShortStr), ("if_unused", Bit),
+    _m("queue.purge-ok", ("message_count", Long), sync=True),
+    _m("queue.delete", ("ticket", Short), ("queue", ShortStr), ("if_unused", Bit),
        ("if_empty", Bit), ("nowait", Bit), sync=True, responses=("queue.delete-ok",)),
-    _m("queue.delete-ok", 41, ("message_count", Long), sync=True),
-    _m("queue.unbind", 50, ("ticket", Short), ("queue", ShortStr), ("exchange", ShortStr),
+    _m("queue.delete-ok", ("message_count", Long), sync=True),
+    _m("queue.unbind", ("ticket", Short), ("queue", ShortStr), ("exchange", ShortStr),
        ("routing_key", ShortStr), ("arguments", Table),
        sync=True, responses=("queue.unbind-ok",)),
-    _m("queue.unbind-ok", 51, sync=True),
+    _m("queue.unbind-ok", sync=True),
     # basic (60)
-    _m("basic.qos", 10, ("prefetch_size", Long), ("prefetch_count", Short), ("global_", Bit),
+    _m("basic.qos", ("prefetch_size", Long), ("prefetch_count", Short), ("global_", Bit),
        sync=True, responses=("basic.qos-ok",)),
-    _m("basic.qos-ok", 11, sync=True),
-    _m("basic.consume", 20, ("ticket", Short), ("queue", ShortStr), ("consumer_tag", ShortStr),
+    _m("basic.qos-ok", sync=True),
+    _m("basic.consume", ("ticket", Short), ("queue", ShortStr), ("consumer_tag", ShortStr),
        ("no_local", Bit), ("no_ack", Bit), ("exclusive", Bit), ("nowait", Bit),
        ("arguments", Table), sync=True, responses=("basic.consume-ok",)),
-    _m("basic.consume-ok", 21, ("consumer_tag", ShortStr), sync=True),
-    _m("basic.cancel", 30, ("consumer_tag", ShortStr), ("nowait", Bit),
+    _m("basic.consume-ok", ("consumer_tag", ShortStr), sync=True),
+    _m("basic.cancel", ("consumer_tag", ShortStr), ("nowait", Bit),
        sync=True, responses=("basic.cancel-ok",)),
-    _m("basic.cancel-ok", 31, ("consumer_tag", ShortStr), sync=True),
-    _m("basic.publish", 40, ("ticket", Short), ("exchange", ShortStr), ("routing_key", ShortStr),
+    _m("basic.cancel-ok", ("consumer_tag", ShortStr), sync=True),
+    _m("basic.publish", ("ticket", Short), ("exchange", ShortStr), ("routing_key", ShortStr),
        ("mandatory", Bit), ("immediate", Bit), content=True),
-    _m("basic.return", 50, ("reply_code", Short), ("reply_text", ShortStr),
+    _m("basic.return", ("reply_code", Short), ("reply_text", ShortStr),
        ("exchange", ShortStr), ("routing_key", ShortStr), content=True),
-    _m("basic.deliver", 60, ("consumer_tag", ShortStr), ("delivery_tag", LongLong),
+    _m("basic.deliver", ("consumer_tag", ShortStr), ("delivery_tag", LongLong),
        ("redelivered", Bit), ("exchange", ShortStr), ("routing_key", ShortStr), content=True),
-    _m("basic.get", 70, ("ticket", Short), ("queue", ShortStr), ("no_ack", Bit),
+    _m("basic.get", ("ticket", Short), ("queue", ShortStr), ("no_ack", Bit),
        sync=True, responses=("basic.get-ok", "basic.get-empty")),
-    _m("basic.get-ok", 71, ("delivery_tag", LongLong), ("redelivered", Bit),
+    _m("basic.get-ok", ("delivery_tag", LongLong), ("redelivered", Bit),
        ("exchange", ShortStr), ("routing_key", ShortStr), ("message_count", Long),
        sync=True, content=True),
-    _m("basic.get-empty", 72, ("cluster_id", ShortStr), sync=True),
-    _m("basic.ack", 80, ("delivery_tag", LongLong), ("multiple", Bit)),
-    _m("basic.reject", 90, ("delivery_tag", LongLong), ("requeue", Bit)),
-    _m("basic.recover-async", 100, ("requeue", Bit)),
-    _m("basic.recover", 110, ("requeue", Bit), sync=True, responses=("basic.recover-ok",)),
-    _m("basic.recover-ok", 111, sync=True),
-    _m("basic.nack", 120, ("delivery_tag", LongLong), ("multiple", Bit), ("requeue", Bit)),
+    _m("basic.get-empty", ("cluster_id", ShortStr), sync=True),
+    _m("basic.ack", ("delivery_tag", LongLong), ("multiple", Bit)),
+    _m("basic.reject", ("delivery_tag", LongLong), ("requeue", Bit)),
+    _m("basic.recover-async", ("requeue", Bit)),
+    _m("basic.recover", ("requeue", Bit), sync=True, responses=("basic.recover-ok",)),
+    _m("basic.recover-ok", sync=True),
+    _m("basic.nack", ("delivery_tag", LongLong), ("multiple", Bit), ("requeue", Bit)),
     # confirm (85), a RabbitMQ extension
-    _m("confirm.select", 10, ("nowait", Bit), sync=True, responses=("confirm.select-ok",)),
-    _m("confirm.select-ok", 11, sync=True),
+    _m("confirm.select", ("nowait", Bit), sync=True, responses=("confirm.select-ok",)),
+    _m("confirm.select-ok", sync=True),
     # tx (90)
-    _m("tx.select", 10, sync=True, responses=("tx.select-ok",)),
-    _m("tx.select-ok", 11, sync=True),
-    _m("tx.commit", 20, sync=True, responses=("tx.commit-ok",)),
-    _m("tx.commit-ok", 21, sync=True),
-    _m("tx.rollback", 30, sync=True, responses=("tx.rollback-ok",)),
-    _m("tx.rollback-ok", 31, sync=True),
+    _m("tx.select", sync=True, responses=("tx.select-ok",)),
+    _m("tx.select-ok", sync=True),
+    _m("tx.commit", sync=True, responses=("tx.commit-ok",)),
+    _m("tx.commit-ok", sync=True),
+    _m("tx.rollback", sync=True, responses=("tx.rollback-ok",)),
+    _m("tx.rollback-ok", sync=True),
 )  # fmt: skip
 
 METHODS_BY_NAME = {m.name: m for m in METHODS}
 METHODS_BY_INDEX = {m.index: m for m in METHODS}
 
 # Basic content properties, in property-flag order: bit 15 is the first (0-9-1 §4.2.6.1).
-BASIC_CLASS_ID = 60
+BASIC_CLASS_ID = int(ClassId.BASIC)
 PROPERTIES: tuple[tuple[str, Any], ...] = (
     ("content_type", ShortStr),
     ("content_encoding", ShortStr),

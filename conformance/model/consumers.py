@@ -20,13 +20,14 @@ Tags whose consumer the broker drops at an unknown moment (no notification) are 
 
 from __future__ import annotations
 
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.model.channel import ChannelKey, Consumer
 from conformance.model.outcomes import OK, ChannelClosed, ConnectionClosed, Outcome, ServerCancel
 from conformance.model.settlement import close_channel, close_connection
 from conformance.model.state import BrokerState, Violation
 from conformance.model.traits import GlobalQos
 
-BASIC_CONSUME = (60, 20)
+BASIC_CONSUME = METHOD_IDS["basic.consume"]
 
 
 def in_limbo(state: BrokerState, key: ChannelKey, tag: str) -> bool:
@@ -38,17 +39,17 @@ def consume(state: BrokerState, key: ChannelKey, queue_name: str, tag: str, no_a
     channel = state.channel(key)
     if tag in channel.consumers:
         close_connection(state, channel.connection)
-        return ConnectionClosed(530, *BASIC_CONSUME)  # CCN-07
+        return ConnectionClosed(ReplyCode.NOT_ALLOWED, *BASIC_CONSUME)  # CCN-07
     if in_limbo(state, key, tag):
         raise ValueError(f"consumer tag {tag!r} on {key!r} races a broker-side cancel: no single outcome")
     queue = state.queues.get(queue_name)
     if queue is None:
         close_channel(state, key)
-        return ChannelClosed(404, *BASIC_CONSUME)  # CCN-07
+        return ChannelClosed(ReplyCode.NOT_FOUND, *BASIC_CONSUME)  # CCN-07
     limited = state.traits.global_qos is GlobalQos.CHANNEL and channel.global_limit != 0
     if limited and queue.kind == "quorum":
         close_connection(state, channel.connection)
-        return ConnectionClosed(540, *BASIC_CONSUME)  # QOS-06
+        return ConnectionClosed(ReplyCode.NOT_IMPLEMENTED, *BASIC_CONSUME)  # QOS-06
     channel.consumers[tag] = Consumer(tag, queue_name, no_ack, channel.consumer_prefetch)
     return OK
 

@@ -17,13 +17,14 @@ Rules:
 
 from __future__ import annotations
 
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.model import prefetch
 from conformance.model.channel import ChannelKey, ChannelState, Consumer, Unacked
 from conformance.model.outcomes import ChannelClosed, Deliver, GetEmpty, GetOk, GetOutcome
 from conformance.model.queues import Message, QueueState
 from conformance.model.state import BrokerState, Violation
 
-BASIC_GET = (60, 70)
+BASIC_GET = METHOD_IDS["basic.get"]
 
 
 def _connection_usage(state: BrokerState, channel: ChannelState) -> tuple[int, int]:
@@ -115,7 +116,7 @@ def get_outcomes(state: BrokerState, key: ChannelKey, queue_name: str) -> frozen
     channel = state.channel(key)
     queue = state.queues.get(queue_name)
     if queue is None:
-        return frozenset({ChannelClosed(404, *BASIC_GET)})
+        return frozenset({ChannelClosed(ReplyCode.NOT_FOUND, *BASIC_GET)})
     if not len(queue.ready):
         return frozenset({GetEmpty()})
     on_return_only = state.traits.quorum_redelivered_on_return

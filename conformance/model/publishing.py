@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.model.channel import ChannelKey, ExpectedReturn, PendingConfirm, confirm_tags
 from conformance.model.outcomes import OK, ChannelClosed, Confirm, Outcome, Return
 from conformance.model.settlement import close_channel
 from conformance.model.state import BrokerState, Violation
 
-NO_ROUTE = 312
-CONFIRM_SELECT = (85, 10)
-TX_SELECT = (90, 10)
+CONFIRM_SELECT = METHOD_IDS["confirm.select"]
+TX_SELECT = METHOD_IDS["tx.select"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def confirm_select(state: BrokerState, key: ChannelKey) -> Outcome:
     channel = state.channel(key)
     if channel.tx:
         close_channel(state, key)
-        return ChannelClosed(406, *CONFIRM_SELECT)
+        return ChannelClosed(ReplyCode.PRECONDITION_FAILED, *CONFIRM_SELECT)
     channel.confirm = True  # PC-01: idempotent, the counter is kept (PC-02)
     return OK
 
@@ -55,7 +55,7 @@ def tx_select(state: BrokerState, key: ChannelKey) -> Outcome:
     channel = state.channel(key)
     if channel.confirm:
         close_channel(state, key)
-        return ChannelClosed(406, *TX_SELECT)
+        return ChannelClosed(ReplyCode.PRECONDITION_FAILED, *TX_SELECT)
     channel.tx = True
     return OK
 
@@ -85,7 +85,7 @@ def on_return(state: BrokerState, key: ChannelKey, observed: Return) -> None:
         raise Violation(f"unexpected {observed} on channel {key!r}: no mandatory unroutable publish is "
                         "waiting for a return (PC-06)")
     expected = channel.returns.popleft()
-    want = Return(NO_ROUTE, expected.exchange, expected.routing_key, expected.body)
+    want = Return(ReplyCode.NO_ROUTE, expected.exchange, expected.routing_key, expected.body)
     if observed != want:
         raise Violation(f"{observed} on channel {key!r}; expected {want} (PC-06)")
     if expected.seqno is not None and expected.seqno in channel.pending:

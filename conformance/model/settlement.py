@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
+from codec.constants import METHOD_IDS, MethodId, ReplyCode
 from conformance.model import prefetch
 from conformance.model.channel import ChannelKey, ChannelState, Unacked, settle_tags
 from conformance.model.outcomes import OK, ChannelClosed, ConnectionClosed, Outcome
 from conformance.model.state import BrokerState
 
-BASIC = 60
-ACK, REJECT, NACK, RECOVER_ASYNC, RECOVER = 80, 90, 120, 100, 110
+ACK, REJECT, NACK = (METHOD_IDS[f"basic.{name}"] for name in ("ack", "reject", "nack"))
+RECOVER_ASYNC, RECOVER = METHOD_IDS["basic.recover-async"], METHOD_IDS["basic.recover"]
 
 
 def _group_key(entry: Unacked) -> tuple[int, int | bytes]:
@@ -51,13 +52,13 @@ def requeue(state: BrokerState, entries: Iterable[Unacked], racing: bool = False
         state.queues[name].ready.requeue(batches, racing)
 
 
-def _settle(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, method_id: int,
+def _settle(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, method: MethodId,
             requeue_them: bool) -> Outcome:
     channel = state.channel(key)
     tags = settle_tags(channel.unacked, tag, multiple)
     if tags is None:
         close_channel(state, key)  # ACK-03, then RQ-03
-        return ChannelClosed(406, BASIC, method_id)
+        return ChannelClosed(ReplyCode.PRECONDITION_FAILED, *method)
     entries = [channel.unacked.pop(t) for t in tags]
     racing = prefetch.requeue_races_resume(channel, state.traits)
     prefetch.on_settled(channel, entries, state.traits)
@@ -85,7 +86,7 @@ def recover(state: BrokerState, key: ChannelKey, requeue_them: bool = True, asyn
     """basic.recover / recover-async (ACK-09)."""
     if not requeue_them:
         close_connection(state, state.channel(key).connection)
-        return ConnectionClosed(540, BASIC, RECOVER_ASYNC if asynchronous else RECOVER)
+        return ConnectionClosed(ReplyCode.NOT_IMPLEMENTED, *(RECOVER_ASYNC if asynchronous else RECOVER))
     channel = state.channel(key)
     entries = list(channel.unacked.values())
     channel.unacked.clear()

@@ -28,13 +28,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from codec.constants import ReplyCode
+
 DEFAULT_CONSUMER_TIMEOUT = 1_800_000  # ms, TMO-01
 DEFAULT_TICK_INTERVAL = 60_000  # ms, TMO-02 (channel_tick_interval, ≤4.2)
 ARGUMENT = "x-consumer-timeout"
 POLICY_KEY = "consumer-timeout"
 CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
 CANCEL, CLOSE = "basic.cancel", "channel.close"
-CLOSE_CODE, CLOSE_CLASS_ID, CLOSE_METHOD_ID = 406, 0, 0
+CLOSE_CODE, CLOSE_CLASS_ID, CLOSE_METHOD_ID = ReplyCode.PRECONDITION_FAILED, 0, 0
 SENTINEL_4_3 = -1  # TMO-4.3-3: the value printed when a 4.3 timeout closes the channel
 _LEGACY = ("rabbitmq-3.10", "rabbitmq-3.12", "rabbitmq-4.0")
 
