@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("codec", "reference_broker", "conformance", "reports", "bench")
 PROJECT = (*PACKAGES, "tests")
-LAZY_ALLOWED = {("conformance.gate.cli", "reports.cli"), ("conformance.gate.runner", "reports.cli")}
+LAZY_ALLOWED = {("conformance.gate.cli", "reports.cli"), ("conformance.gate.runner", "reports.cli"),
+                ("conformance.clientside.cli", "reports.cli")}  # the Spark report: heavy, optional
 
 
 @dataclass(frozen=True)

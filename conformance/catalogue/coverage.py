@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 from conformance.catalogue.rules import AREAS, Rule, all_rules
-
-SUITE_DIR = Path(__file__).parent.parent / "suite"
+from conformance.clientside.scenario import SCENARIOS
+from conformance.clientside.scenarios import AREA_MODULES
+from conformance.suite import SUITE_DIR
 
 
 @dataclass(frozen=True)
@@ -123,9 +124,6 @@ def collect(suite: Path = SUITE_DIR, extra_args: Sequence[str] = ()) -> tuple[di
 
 def scenario_tests() -> dict[str, list[str]]:
     """The client-side scenarios (`amqp-conformance clients`) as tests of the client rules."""
-    from conformance.clientside.scenario import SCENARIOS
-    from conformance.clientside.scenarios import AREA_MODULES
-
     assert AREA_MODULES  # importing the package registered every scenario
     return {f"clients::{s.id}": list(s.rules) for s in SCENARIOS.values()}
 

@@ -40,10 +40,20 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.interface import FrameRecord, NoReply, Recorder
-from reference_broker.config import BrokerConfig
-from reference_broker.core import CancelTimer, Effect, Meta, Send, StartTimer
-from reference_broker.protocol.connection import Output, ServerConnection, Write
-from reference_broker.server import BrokerServer, EmbeddedBroker, now_ms
+from conformance.embedded import (
+    BrokerConfig,
+    BrokerServer,
+    CancelTimer,
+    Effect,
+    EmbeddedBroker,
+    Meta,
+    Output,
+    Send,
+    ServerConnection,
+    StartTimer,
+    Write,
+    now_ms,
+)
 
 Intercept = Callable[["ScriptedConnection", Command], Sequence[Output] | None]
 

@@ -18,15 +18,16 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from rich.console import Console
+from rich.table import Table
+
+from conformance.clientside import clients, runner
+from conformance.clientside.clients import CLIENTS
+from conformance.clientside.record import write_client_run
+from conformance.clientside.runner import ScenarioResult
+from conformance.clientside.scenario import Scenario
 from conformance.plugin.verdicts import Verdict
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from conformance.clientside.runner import ScenarioResult
-    from conformance.clientside.scenario import Scenario
 
 DEFAULT_OUT = Path("amqp-conformance-clients")
 LETTERS = {Verdict.PASSED: "[green]P[/green]", Verdict.FAILED: "[red]F[/red]",
@@ -53,10 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from conformance.clientside import clients, runner
-
     try:
         specs = clients.resolve(list(args.client))
         chosen = runner.select(args.scenario, args.smoke)
@@ -76,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
     found = runner.run_clients(specs, chosen, jobs=args.jobs, scale=args.timeout_scale)
     status = _status([r for results in found.values() for r in results])
     _matrix(console, chosen, found)
-    from conformance.clientside.record import write_client_run
-
     for client, results in found.items():
         write_client_run(args.out / "results", base, client, results, started, args.timeout_scale, status)
     console.print(f"{time.monotonic() - t0:.0f} s; results: {args.out / 'results'} (runs {base}-<client>)",
@@ -100,8 +95,6 @@ def _status(results: list[ScenarioResult]) -> int:
 
 
 def _list(console: Console, chosen: list[Scenario]) -> None:
-    from conformance.clientside.clients import CLIENTS
-
     for sc in chosen:
         console.print(f"{sc.id:30} {' '.join(sc.rules):24} {sc.title}{'  [smoke]' if sc.smoke else ''}",
                       highlight=False, markup=False)
@@ -111,8 +104,6 @@ def _list(console: Console, chosen: list[Scenario]) -> None:
 
 
 def _matrix(console: Console, chosen: list[Scenario], found: dict[str, list[ScenarioResult]]) -> None:
-    from rich.table import Table
-
     table = Table(title="clients x scenarios (P passed, F failed, - not applicable, B broken)")
     table.add_column("scenario")
     table.add_column("rules")

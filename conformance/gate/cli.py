@@ -35,8 +35,9 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance import embedded
-from conformance.catalogue.coverage import SUITE_DIR, suite_coverage
+from conformance.catalogue.coverage import suite_coverage
 from conformance.catalogue.rules import AREAS, PROFILES
+from conformance.clientside import cli as clients_cli
 from conformance.gate import runner
 from conformance.gate.baseline import from_results
 from conformance.gate.options import DEFAULT_OUT, RunOptions
@@ -44,6 +45,7 @@ from conformance.gate.options import UsageError as RunUsageError
 from conformance.gate.progress import STATUS_TEXT
 from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from conformance.plugin.wording import plural
+from conformance.suite import SUITE_DIR
 
 PROG = "amqp-conformance"
 
@@ -167,14 +169,10 @@ def _baseline_run(args: argparse.Namespace) -> int:
 
 
 def _clients_arguments(parser: argparse.ArgumentParser) -> None:
-    from conformance.clientside.cli import add_arguments
-
-    add_arguments(parser)
+    clients_cli.add_arguments(parser)
 
 
 def _clients_run(args: argparse.Namespace) -> int:
-    from conformance.clientside import cli as clients_cli
-
     try:
         return clients_cli.run(args)
     except clients_cli.UsageError as exc:

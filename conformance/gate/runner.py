@@ -41,7 +41,6 @@ from typing import Any, TextIO
 import pytest
 from rich.console import Console
 
-from conformance.catalogue.coverage import SUITE_DIR
 from conformance.catalogue.profiles import detect
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.embedded import start as start_embedded
@@ -54,6 +53,7 @@ from conformance.plugin.health import connect_failure
 from conformance.plugin.hooks import HARNESS
 from conformance.plugin.results import redact_url
 from conformance.plugin.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from conformance.suite import SUITE_DIR
 
 
 class RunCollector:

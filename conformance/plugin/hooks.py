@@ -43,7 +43,6 @@ from typing import Any
 import pytest
 
 from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
-from conformance.catalogue.coverage import SUITE_DIR
 from conformance.catalogue.profiles import AUTO, Profile, detect
 from conformance.catalogue.rules import AREAS, PROFILES, rule
 from conformance.drivers import CLIENTS
@@ -64,6 +63,7 @@ from conformance.plugin.verdicts import (
     not_applicable,
 )
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
+from conformance.suite import SUITE_DIR
 
 AREA_MARKER = "area_"  # `-m area_qos` selects an area
 

@@ -14,7 +14,7 @@ from codec import BasicCancel, BasicDeliver, BasicProperties, Command, Connectio
 from conformance.clientside.broker import ScriptedConnection
 from conformance.clientside.scenario import Play, scenario
 from conformance.drivers import interface as di
-from reference_broker.protocol.connection import Output
+from conformance.embedded import Output
 
 QUORUM = {"x-queue-type": "quorum"}
 

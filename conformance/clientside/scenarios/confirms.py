@@ -15,8 +15,7 @@ from codec import BasicAck, BasicNack, BasicPublish, Command, Method
 from conformance.clientside.broker import ScriptedConnection
 from conformance.clientside.scenario import Play, scenario
 from conformance.drivers import interface as di
-from reference_broker.core import Send
-from reference_broker.protocol.connection import Output
+from conformance.embedded import Output, Send
 
 BLOCKING = frozenset({"confirms-block-publish"})
 WHY_BLOCKING = "the client's publish waits for its own confirm, so no two publishes are ever outstanding"

@@ -20,7 +20,7 @@ from codec import (
 from conformance.clientside.broker import ScriptedConnection
 from conformance.clientside.scenario import Play, scenario
 from conformance.drivers import interface as di
-from reference_broker.protocol.connection import Output
+from conformance.embedded import Output
 
 ALL_PROPERTIES = BasicProperties(
     content_type="application/json", content_encoding="utf-8",
