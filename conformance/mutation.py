@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.catalogue.rules import rule as catalogue_rule
 from conformance.embedded import BY_NAME, FAULTS, Fault
 
 FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one", "confirm_duplicated",
@@ -79,8 +80,6 @@ class Outcome:
 
 def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
     """Fill `outcome` from the run's results records (see the module rules)."""
-    from conformance.catalogue.rules import rule as catalogue_rule
-
     for row in _rows(out, run_id):
         test, verdict = str(row["test_id"]), row["verdict"]
         if verdict == "broken":
@@ -103,8 +102,6 @@ def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
 
 
 def _known(rule_id: str) -> bool:
-    from conformance.catalogue.rules import rule as catalogue_rule
-
     try:
         catalogue_rule(rule_id)
     except KeyError:

@@ -30,7 +30,7 @@ from codec import (
 from codec.frames import encode_header_payload
 from codec.wire_properties import WireProperties, headers_in_key_order, headers_table, table_entries
 from conformance.drivers.raw import RawClient
-from conformance.plugin.hooks import Names, Target
+from conformance.plugin.session import Names, Target
 
 Connect = Callable[..., RawClient]
 

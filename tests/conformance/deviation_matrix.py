@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from conformance.mutation import Outcome, judge, print_report
-from conformance.plugin.hooks import SUITE_DIR
+from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation
 from tests.conformance.deviations import BY_NAME, DEVIATIONS

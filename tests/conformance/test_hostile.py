@@ -30,8 +30,8 @@ import pytest
 
 from conformance.drivers.raw import ConnectionLost, NoReply, RawClient
 from conformance.gate.cli import main
-from conformance.plugin.hooks import SUITE_DIR
 from conformance.plugin.results import read_table
+from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.hostile import PASS, HostileProxy, Mode, Plan, declares_queue
 
