@@ -56,6 +56,10 @@ class BrokerConfig:
     faults: list[str] = field(default_factory=list)  # reference_broker.faults; never on by default
     product: str = "amqp-conformance reference broker"
     version: str = "0.1.0"
+    # What connection.start advertises (None: RabbitMQ's table); harness self-tests of capability
+    # profiles configure another product and table, and turn the "emulates" property off.
+    capabilities: dict[str, bool] | None = None
+    announce_emulation: bool = True
 
     def validate(self) -> BrokerConfig:
         if not (isinstance(self.loopback_users, list) and all(isinstance(u, str) for u in self.loopback_users)):
@@ -75,6 +79,9 @@ class BrokerConfig:
             for vhost, regexes in entries.items():
                 if not (isinstance(regexes, list) and len(regexes) == 3):
                     raise ConfigError(f"permissions[{user!r}][{vhost!r}] must be [configure, write, read]")
+        if self.capabilities is not None and not (
+                isinstance(self.capabilities, dict) and all(isinstance(v, bool) for v in self.capabilities.values())):
+            raise ConfigError("capabilities must be a table of name = true|false")
         if self.consumer_timeout <= 0:
             raise ConfigError("consumer_timeout must be a positive integer (ms)")
         if self.frame_max and self.frame_max < self.frame_min_size:

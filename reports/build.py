@@ -145,6 +145,7 @@ def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) ->
         targets.append(Target(
             label=run["target"], run_id=run["run_id"], started=_utc(run["started"]), product=run["product"],
             version=run["version"], profile=run["profile"], client=run["client"], broker_url=run["broker_url"],
+            profile_detail=run["profile_detail"],
             runs=counted[run["target"]], score=score.score if score else None,
             counts={v: getattr(score, v) for v in jobs.VERDICT_ORDER} if score else {},
             areas=area_scores.get(run["run_id"], {})))

@@ -9,8 +9,8 @@ Rules:
   client" (`unknown` for a broker that did not say).
 - A rule's verdict in a run is the worst verdict of the tests that check it, in the order
   `conformance.plugin.verdicts.WORST_FIRST` (failed > broken > non-strict > unimplemented >
-  needs-admin > passed > not-applicable): a rule is passed only when all its checks ran.
-- Score = passed / (passed + failed + non-strict + unimplemented): not-applicable rules,
+  needs-admin > passed > not-applicable > not-claimed): a rule is passed only when all its checks ran.
+- Score = passed / (passed + failed + non-strict + unimplemented): not-applicable and not-claimed rules,
   rules whose checks were not run for want of `--broker-admin` (needs-admin) and broken ones
   (the harness's fault, not the broker's) are left out. Null when nothing counts.
 - Runs of a target are ordered by (started, run_id). The matrix shows each target's latest run.
@@ -33,7 +33,7 @@ VERDICT_ORDER = tuple(v.value for v in WORST_FIRST)  # worst first
 SCORED = tuple(v.value for v in SCORED_VERDICTS)
 TARGET_COLUMNS = ("product", "version", "profile", "client")
 LETTERS = {"passed": "P", "failed": "F", "non-strict": "N", "unimplemented": "U", "needs-admin": "A",
-           "not-applicable": "-", "broken": "B"}
+           "not-applicable": "-", "not-claimed": "c", "broken": "B"}
 
 
 def target_label() -> Column:

@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Any
 
 HISTORY_RUNS = 30
-VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "not-applicable", "broken")
+VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "not-applicable", "not-claimed",
+            "broken")
 
 
 def slug(text: str) -> str:
@@ -47,6 +48,7 @@ class Target:
     score: float | None
     counts: dict[str, int]
     areas: dict[str, float | None]  # area -> score in the latest run
+    profile_detail: str | None = None  # why that profile: base, claims, rules each adds (one per line)
 
     @property
     def slug(self) -> str:

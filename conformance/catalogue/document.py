@@ -139,7 +139,8 @@ def _quote(text: str) -> list[str]:
 
 def _rule_entry(rule: Rule) -> list[str]:
     lines = [f'### <a id="{rule_anchor(rule.id)}"></a>{rule.id}: {escape(rule.title)}', "",
-             f"Area `{rule.area}` · provenance {', '.join(rule.tags)} · source {_link(rule.source)}", ""]
+             f"Area `{rule.area}` · provenance {', '.join(rule.tags)} · source {_link(rule.source)}"
+             + (f" · RabbitMQ extension `{rule.capability}`" if rule.capability else ""), ""]
     lines += [*_quote(rule.text), "", *_expectations(rule), ""]
     if rule.seeds:
         cited = ", ".join(_link(ref) for ref in rule.seeds)

@@ -1,72 +1,226 @@
-"""Profiles: which rule set a broker is judged by, detected from its server-properties.
+"""Profiles: a base (the spec or a RabbitMQ version) plus the capabilities a broker claims.
 
-Rules (DESIGN.md decision 4): `auto` picks the profile from product and version
-(RabbitMQ ≥4.3 → rabbitmq-4.3, ≥4.0 → rabbitmq-4.0, ≥3.12 → rabbitmq-3.12, else
-rabbitmq-3.10); the reference broker says which RabbitMQ it emulates; any other product is
-judged as a plain `amqp-0-9-1` broker. Expectations per rule come from the catalogue.
+Responsibility: turn the `--profile` choice and a broker's `connection.start` server-properties
+into a `Profile` that says, per rule, what the broker is judged by (DESIGN.md decisions 4, 11).
+
+Rules:
+- The base: `auto` reads product and version (RabbitMQ ≥4.3 → rabbitmq-4.3, ≥4.0 → rabbitmq-4.0,
+  ≥3.12 → rabbitmq-3.12, else rabbitmq-3.10; the reference broker says which RabbitMQ it
+  emulates); any other product gets the spec base `amqp-0-9-1`. `rabbitmq-compatible[:VERSION]`
+  is a RabbitMQ base for a broker that promises RabbitMQ compatibility wholesale.
+- The claims: what server-properties.capabilities advertises as true, plus what the user
+  declares (`--capability`). A RabbitMQ base claims every capability.
+- A rule of a RabbitMQ extension (its catalogue `capability`) that the broker claims is judged
+  by the extension's semantics in `extension_profile` (the newest RabbitMQ profile unless the
+  user names another). One it does not claim is `not-claimed` where the spec has no such
+  behaviour; that is not the same as `not-applicable` (the profile's version has no such rule).
+- A test runs under `for_rules(ids)`: the view whose `name` is the profile the test's rules are
+  judged by, so the model and the suite read one name.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from conformance.catalogue.rules import PROFILES, expectation
+from conformance.catalogue.rules import (
+    ADVERTISED_CAPABILITIES,
+    CAPABILITIES,
+    NOT_APPLICABLE,
+    PROFILES,
+    all_rules,
+    rule,
+)
 
 AUTO = "auto"
+SPEC = "amqp-0-9-1"
+NEWEST = PROFILES[0]  # rabbitmq-4.3
+COMPATIBLE = "rabbitmq-compatible"
+NOT_CLAIMED = "not-claimed"
+
+
+class ProfileError(ValueError):
+    """A profile, capability or extension profile the catalogue does not know."""
 
 
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-def detect(server_properties: dict[str, Any]) -> str:
-    """The profile name for a broker's `connection.start` server-properties."""
+def rabbitmq_profile(version: str) -> str:
+    """The rabbitmq-* profile that judges a RabbitMQ `version` ("4.3.6", "3.10", ...)."""
+    number = _version(version)
+    if not number:
+        raise ProfileError(f"{version!r} is not a RabbitMQ version")
+    for profile in PROFILES[:-1]:
+        if number >= _version(profile.removeprefix("rabbitmq-")):
+            return profile
+    return PROFILES[-2]  # the oldest RabbitMQ profile
+
+
+def detect(server_properties: Mapping[str, Any]) -> str:
+    """The base profile for a broker's `connection.start` server-properties."""
     product = str(server_properties.get("product", ""))
     emulates = str(server_properties.get("emulates", ""))
     if emulates.startswith("RabbitMQ "):
-        version = _version(emulates)
-    elif product.lower() == "rabbitmq":
-        version = _version(str(server_properties.get("version", "")))
+        return rabbitmq_profile(emulates)
+    if product.lower() == "rabbitmq":
+        return rabbitmq_profile(str(server_properties.get("version", "")) or "3.10")
+    return SPEC
+
+
+def advertised(server_properties: Mapping[str, Any]) -> frozenset[str]:
+    """The capabilities server-properties.capabilities sets to true (any name, known or not)."""
+    caps = server_properties.get("capabilities")
+    if not isinstance(caps, Mapping):
+        return frozenset()
+    return frozenset(str(name) for name, value in caps.items() if value is True)
+
+
+def check_choice(choice: str, declared: Iterable[str] = (), extension_profile: str = NEWEST) -> None:
+    """Raise `ProfileError` (one clear line) for an unknown profile, capability or extension profile."""
+    if choice != AUTO and choice not in PROFILES and not choice.startswith(COMPATIBLE):
+        raise ProfileError(f"--profile {choice!r}: unknown profile (one of: {', '.join(choices())})")
+    if choice.startswith(COMPATIBLE):
+        _compatible_base(choice)
+    unknown = sorted(set(declared) - set(CAPABILITIES))
+    if unknown:
+        raise ProfileError(f"--capability {', '.join(unknown)}: unknown capability (one of: {', '.join(CAPABILITIES)})")
+    if extension_profile not in PROFILES[:-1]:
+        raise ProfileError(f"--extension-profile {extension_profile!r}: not a RabbitMQ profile "
+                           f"(one of: {', '.join(PROFILES[:-1])})")
+
+
+def choices() -> list[str]:
+    return [AUTO, *PROFILES, COMPATIBLE, f"{COMPATIBLE}:VERSION"]
+
+
+def _compatible_base(choice: str) -> str:
+    if choice == COMPATIBLE:
+        return NEWEST
+    prefix, _, version = choice.partition(":")
+    if prefix != COMPATIBLE or not version or not _version(version):
+        raise ProfileError(f"--profile {choice!r}: write {COMPATIBLE} or {COMPATIBLE}:VERSION (e.g. {COMPATIBLE}:4.0)")
+    return rabbitmq_profile(version)
+
+
+def resolve(choice: str, server_properties: Mapping[str, Any], declared: Iterable[str] = (),
+            extension_profile: str = NEWEST) -> Profile:
+    """The profile for a `--profile` choice, the broker's server-properties and declared capabilities."""
+    check_choice(choice, declared, extension_profile)
+    if choice == AUTO:
+        base = detect(server_properties)
+    elif choice.startswith(COMPATIBLE):
+        base = _compatible_base(choice)
     else:
-        return "amqp-0-9-1"
-    if version >= (4, 3):
-        return "rabbitmq-4.3"
-    if version >= (4, 0):
-        return "rabbitmq-4.0"
-    if version >= (3, 12):
-        return "rabbitmq-3.12"
-    return "rabbitmq-3.10"
+        base = choice
+    return Profile(base, dict(server_properties), label=choice, declared=frozenset(declared),
+                   extension_profile=extension_profile)
 
 
 @dataclass(frozen=True)
 class Profile:
-    name: str
-    server_properties: dict[str, Any]
+    """A base profile, the broker's claims, and (in a test) the profile that test is judged by."""
+
+    base: str
+    server_properties: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # the user's choice: auto, a profile, rabbitmq-compatible[:VERSION]
+    declared: frozenset[str] = frozenset()
+    extension_profile: str = NEWEST
+    judging: str | None = None  # set by `for_rules`: the profile of the running test's rules
 
     def __post_init__(self) -> None:
-        if self.name not in PROFILES:
-            raise ValueError(f"unknown profile {self.name!r} (one of: auto, {', '.join(PROFILES)})")
+        if self.base not in PROFILES:
+            raise ProfileError(f"unknown profile {self.base!r} (one of: {', '.join(choices())})")
 
-    def expect(self, rule_id: str) -> str:
-        """"required", "not-applicable" or "variant:<what differs>" for this profile."""
-        return expectation(rule_id, self.name)
+    @property
+    def name(self) -> str:
+        """The profile the current rules are judged by (the base outside a test)."""
+        return self.judging or self.base
 
     @property
     def rabbitmq(self) -> bool:
-        return self.name.startswith("rabbitmq-")
+        """True when the base is a RabbitMQ version (every RabbitMQ extension is claimed)."""
+        return self.base.startswith("rabbitmq-")
+
+    @property
+    def claims(self) -> frozenset[str]:
+        """The capabilities the broker claims: advertised as true, plus declared by the user."""
+        return (advertised(self.server_properties) | self.declared) & frozenset(CAPABILITIES)
+
+    def supports(self, capability: str) -> bool:
+        """Whether rules of `capability` apply: always on a RabbitMQ base, else when claimed."""
+        if capability not in CAPABILITIES:
+            raise ProfileError(f"unknown capability {capability!r}")
+        return self.rabbitmq or capability in self.claims
+
+    def expect(self, rule_id: str) -> str:
+        """required, not-applicable, not-claimed or variant:<what differs> for this broker."""
+        entry = rule(rule_id)
+        if self.rabbitmq or entry.capability is None:
+            return entry.expect[self.base]
+        if entry.capability in self.claims:
+            return entry.expect[self.extension_profile]
+        plain = entry.expect[SPEC]
+        return NOT_CLAIMED if plain == NOT_APPLICABLE else plain
+
+    def for_rules(self, rule_ids: Iterable[str]) -> Profile:
+        """The view a test of `rule_ids` runs under: the extension profile when it judges a claimed
+        extension rule on a spec base, else the base."""
+        if self.rabbitmq:
+            return self
+        claimed = any((c := rule(r).capability) is not None and c in self.claims for r in rule_ids)
+        return replace(self, judging=self.extension_profile if claimed else None)
 
     def at_least(self, version: str) -> bool:
-        """True for rabbitmq-X profiles at or above `version` ("4.3", "3.12", ...)."""
-        if not self.rabbitmq:
+        """True when `name` is a rabbitmq-X profile at or above `version` ("4.3", "3.12", ...)."""
+        if not self.name.startswith("rabbitmq-"):
             return False
         return _version(self.name.removeprefix("rabbitmq-")) >= _version(version)
 
     @property
     def capabilities(self) -> dict[str, Any]:
         caps = self.server_properties.get("capabilities")
-        return dict(caps) if isinstance(caps, dict) else {}
+        return dict(caps) if isinstance(caps, Mapping) else {}
 
     def has_capability(self, name: str) -> bool:
         return self.capabilities.get(name) is True
+
+    @property
+    def display(self) -> str:
+        """A one-word name for consoles and results: the base, with its claims on a spec base."""
+        if self.label.startswith(COMPATIBLE):
+            return f"{COMPATIBLE}:{self.base.removeprefix('rabbitmq-')}"
+        if self.rabbitmq or not self.claims:
+            return self.base
+        return f"{self.base}+{len(self.claims)} capabilities"
+
+    def explain(self) -> list[str]:
+        """Why this profile: the base and its reason, then per capability the rules it brings in."""
+        product = " ".join(str(self.server_properties.get(k, "")) for k in ("product", "version")).strip()
+        reason = {AUTO: f"detected from server-properties ({product or 'no product'})",
+                  "": "given"}.get(self.label, f"chosen with --profile {self.label}")
+        lines = [f"base {self.base}: {reason}"]
+        if self.rabbitmq:
+            lines.append("capabilities: every RabbitMQ extension of that version is judged")
+            return lines
+        ads, declared = advertised(self.server_properties), self.declared
+        lines.append(f"advertised: {', '.join(sorted(ads)) or 'none'}"
+                     + (f"; declared: {', '.join(sorted(declared))}" if declared else ""))
+        for capability in CAPABILITIES:
+            ids = [r.id for r in all_rules() if r.capability == capability]
+            if not ids:
+                continue
+            if capability in self.claims:
+                lines.append(f"+ {capability}: {', '.join(ids)} judged as {self.extension_profile}")
+            else:
+                lines.append(f"- {capability} not claimed: {', '.join(ids)}")
+        ruled = {r.capability for r in all_rules()}
+        unruled = sorted(ads - ruled)
+        if unruled:
+            known = set(ADVERTISED_CAPABILITIES)
+            lines.append("advertised, no rule in the catalogue yet: "
+                         + ", ".join(c if c in known else f"{c} (unknown)" for c in unruled))
+        return lines

@@ -13,6 +13,8 @@ Rules:
   "RULES.md §n", "0-9-1 §n" or "RabbitMQ docs: page"); known areas and provenance tags; well-formed sources and seed
   references; every profile of `PROFILES` present, no other, each with ``required``,
   ``not-applicable`` or ``variant:<description>``.
+- A rule of a RabbitMQ extension names it in `capability` (one of `CAPABILITIES`); profiles
+  (conformance.catalogue.profiles) use it to judge brokers by what they claim.
 - The file is read once per process (cached); `Rule` objects are immutable.
 """
 
@@ -39,7 +41,17 @@ REQUIRED = "required"
 NOT_APPLICABLE = "not-applicable"
 VARIANT = "variant:"
 
-_KEYS = frozenset({"id", "area", "title", "text", "source", "tags", "seeds", "expect"})
+# RabbitMQ extensions a rule can belong to (`capability` key). The first group are the names
+# RabbitMQ advertises in server-properties.capabilities; the second are RabbitMQ features no
+# capability announces, which a user declares (`--capability`). DESIGN.md decision 11.
+ADVERTISED_CAPABILITIES: tuple[str, ...] = (
+    "publisher_confirms", "basic.nack", "consumer_cancel_notify", "per_consumer_qos", "connection.blocked",
+    "consumer_priorities", "authentication_failure_close", "exchange_exchange_bindings", "direct_reply_to",
+)
+DECLARED_CAPABILITIES: tuple[str, ...] = ("quorum_queues", "consumer_timeout", "dead_lettering")
+CAPABILITIES: tuple[str, ...] = ADVERTISED_CAPABILITIES + DECLARED_CAPABILITIES
+
+_KEYS = frozenset({"id", "area", "title", "text", "source", "tags", "seeds", "expect", "capability"})
 _RULES_MD_ID = re.compile(r"[A-Z]+(?:-[0-9A-Za-z.]+)+")  # ACK-01, TMO-3x-1, TMO-4.3-1
 _SEED_ID = re.compile(r"S(\d{3})-\d{2}")  # S001-04: seed 001, sentence 04
 _RULES_MD_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?")
@@ -67,6 +79,7 @@ class Rule:
     tags: tuple[str, ...]  # provenance: SRC, TEST, DOC, INF, LIVE
     seeds: tuple[str, ...]  # seed sentences this rule covers, "seeds/<file>#L<line>"
     expect: Mapping[str, str] = field(hash=False)  # profile -> required | not-applicable | variant:...
+    capability: str | None = None  # the RabbitMQ extension the rule belongs to (CAPABILITIES)
 
 
 def parse_catalogue(toml_text: str) -> tuple[Rule, ...]:
@@ -140,6 +153,9 @@ def _parse_rule(index: int, entry: object) -> Rule:
     tags = _texts(entry, "tags", where)
     if not tags or not set(tags) <= TAGS:
         raise CatalogueError(f"{where}: tags must be a non-empty subset of {sorted(TAGS)}, got {list(tags)}")
+    capability = entry.get("capability")
+    if capability is not None and capability not in CAPABILITIES:
+        raise CatalogueError(f"{where}: unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}")
     seeds = _texts(entry, "seeds", where) if "seeds" in entry else ()
     for ref in seeds:
         if not _SEED_REF.fullmatch(ref):
@@ -153,6 +169,7 @@ def _parse_rule(index: int, entry: object) -> Rule:
         tags=tags,
         seeds=seeds,
         expect=_parse_expect(entry.get("expect"), where),
+        capability=capability,
     )
 
 

@@ -36,7 +36,8 @@ from rich.table import Table
 
 from conformance import embedded
 from conformance.catalogue.coverage import suite_coverage
-from conformance.catalogue.rules import AREAS, PROFILES
+from conformance.catalogue.profiles import AUTO, NEWEST, ProfileError, choices, resolve
+from conformance.catalogue.rules import AREAS, CAPABILITIES
 from conformance.clientside import cli as clients_cli
 from conformance.gate import runner
 from conformance.gate.baseline import from_results
@@ -72,21 +73,39 @@ def _rules_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--uncovered", action="store_true", help="only rules without a test")
     parser.add_argument("--area", choices=AREAS, help="only this area")
     parser.add_argument("--suite", type=Path, default=None, help="collect this directory instead of the shipped suite")
+    parser.add_argument("--profile", default=None, metavar="P",
+                        help=f"also show what each rule expects on P: {', '.join(choices()[1:])}")
+    parser.add_argument("--capability", action="append", default=[], metavar="NAME",
+                        help="with --profile amqp-0-9-1: a capability the broker claims (repeat)")
+    parser.add_argument("--extension-profile", default=NEWEST, metavar="P",
+                        help="with --profile amqp-0-9-1: the RabbitMQ profile that judges claimed extensions")
 
 
 def _rules_run(args: argparse.Namespace) -> int:
     suite = args.suite or SUITE_DIR
     if not suite.exists():
         raise UsageError(f"--suite {suite}: no such directory")
+    if args.profile == AUTO:
+        raise UsageError("--profile auto needs a broker: name a profile (see --help)")
+    try:
+        profile = None if args.profile is None else resolve(args.profile, {}, args.capability, args.extension_profile)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
     coverage = suite_coverage(suite)
     console = Console(width=None if sys.stdout.isatty() else 160)
-    rules = Table(title="Rules" + (f" ({args.area})" if args.area else "") + (" without tests" if args.uncovered else ""))
-    for column in ("rule", "area", "title", "tests"):
+    rules = Table(title="Rules" + (f" ({args.area})" if args.area else "") + (" without tests" if args.uncovered else "")
+                  + (f" on {profile.display}" if profile else ""))
+    columns = ("rule", "area", "title", "tests") + (("capability", "expects") if profile else ())
+    for column in columns:
         rules.add_column(column, justify="right" if column == "tests" else "left")
     for entry in coverage.select(args.area, args.uncovered):
         count = str(len(entry.tests)) if entry.covered else "[red]0[/red]"
-        rules.add_row(entry.rule.id, entry.rule.area, entry.rule.title, count)
+        extra = (entry.rule.capability or "", profile.for_rules([entry.rule.id]).expect(entry.rule.id)) if profile else ()
+        rules.add_row(entry.rule.id, entry.rule.area, entry.rule.title, count, *extra)
     console.print(rules)
+    if profile is not None:
+        for line in profile.explain():
+            console.print(f"profile: {line}", soft_wrap=True, highlight=False, markup=False)
     areas = Table(title="Coverage per area")
     for column in ("area", "rules", "covered", "uncovered", "tests", "coverage"):
         areas.add_column(column, justify="left" if column == "area" else "right")
@@ -108,7 +127,13 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--broker-url", default=os.environ.get("AMQPC_BROKER_URL"), metavar="URL",
                         help="amqp://user:pass@host:port/vhost (default: an embedded reference broker)")
-    parser.add_argument("--profile", default="auto", metavar="P", help=f"auto (default) or one of: {', '.join(PROFILES)}")
+    parser.add_argument("--profile", default="auto", metavar="P",
+                        help=f"auto (default: the base from server-properties plus the advertised capabilities) "
+                             f"or one of: {', '.join(choices()[1:])}")
+    parser.add_argument("--capability", action="append", default=[], metavar="NAME",
+                        help=f"a capability the broker claims beyond those it advertises (repeat): {', '.join(CAPABILITIES)}")
+    parser.add_argument("--extension-profile", default=NEWEST, metavar="P",
+                        help=f"the RabbitMQ profile that judges claimed extensions on a non-RabbitMQ broker (default {NEWEST})")
     parser.add_argument("--client", default="raw", metavar="C", help="driver: raw (default), pika or amqp")
     parser.add_argument("--broker-admin", default=None, metavar="A",
                         help="management API URL (http://user:pass@host:15672), 'rabbitmqctl' or 'none' "
@@ -137,9 +162,10 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_run(args: argparse.Namespace) -> int:
     options = RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
-                                args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
-                                args.run_id, args.suite, args.report, test_timeout=args.test_timeout,
-                                run_timeout=args.run_timeout)
+                         args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
+                         args.run_id, args.suite, args.report, test_timeout=args.test_timeout,
+                         run_timeout=args.run_timeout, capabilities=tuple(args.capability),
+                         extension_profile=args.extension_profile)
     try:
         return runner.run(options)
     except RunUsageError as exc:

@@ -31,8 +31,8 @@ from conformance.plugin.evidence import TestEvidence
 
 # worst first: the first outcome present among a rule's tests is the rule's result
 PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "needs-admin", "passed",
-              "not-applicable")
-_SKIPPED = {EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable"}
+              "not-applicable", "not-claimed")
+_SKIPPED = {EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable", "not-claimed"}
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 

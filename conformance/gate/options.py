@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue.rules import PROFILES
+from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice
 from conformance.catalogue.selection import parse_selection
 from conformance.drivers import CLIENTS
 from conformance.drivers.raw import BrokerAddress
@@ -52,6 +52,8 @@ class RunOptions:
     report: bool = False
     test_timeout: float | None = None  # None: the watchdog's default
     run_timeout: float | None = None
+    capabilities: tuple[str, ...] = ()  # declared beyond what the broker advertises
+    extension_profile: str = NEWEST
 
 
 @dataclass
@@ -72,8 +74,10 @@ def prepare(options: RunOptions) -> Prepared:
         parse_selection(options.select)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if options.profile != "auto" and options.profile not in PROFILES:
-        raise UsageError(f"--profile {options.profile!r}: unknown profile (one of: auto, {', '.join(PROFILES)})")
+    try:
+        check_choice(options.profile, options.capabilities, options.extension_profile)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
     if options.client not in CLIENTS:
         raise UsageError(f"--client {options.client!r}: one of {', '.join(CLIENTS)}")
     if not options.timeout_scale > 0:

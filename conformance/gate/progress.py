@@ -44,9 +44,10 @@ from conformance.plugin.verdicts import (
 from conformance.plugin.wording import plural
 
 OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable",
-            "broken")
+            "not-claimed", "broken")
 STYLES = {"passed": "green", XPASS: "cyan", "failed": "bold red", EXPECTED: "yellow", "non-strict": "magenta",
-          "unimplemented": "blue", "needs-admin": "dim", "not-applicable": "dim", "broken": "bold yellow"}
+          "unimplemented": "blue", "needs-admin": "dim", "not-applicable": "dim", "not-claimed": "dim italic",
+          "broken": "bold yellow"}
 REFRESH_PER_SECOND = 8
 LOG_EVERY = 50
 

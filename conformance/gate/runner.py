@@ -41,7 +41,7 @@ from typing import Any, TextIO
 import pytest
 from rich.console import Console
 
-from conformance.catalogue.profiles import detect
+from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.embedded import start as start_embedded
 from conformance.gate.baseline import EXPECTED, Baseline, judge
@@ -122,6 +122,9 @@ def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list
             "--timeout-scale", repr(options.timeout_scale), "--results-dir", str(results), "--run-id", prepared.run_id]
     for selector in options.select:
         args += ["--select", selector]
+    for capability in options.capabilities:
+        args += ["--capability", capability]
+    args += ["--extension-profile", options.extension_profile]
     for name, budget in (("--test-timeout", options.test_timeout), ("--run-timeout", options.run_timeout)):
         if budget is not None:
             args += [name, repr(budget)]
@@ -162,11 +165,14 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
             props = probe(url, 5.0 * options.timeout_scale)
         except (OSError, DriverError) as exc:
             return Outcome(EXIT_UNREACHABLE, problem=connect_failure(description, exc))
-        profile = detect(props) if options.profile == "auto" else options.profile
+        judged_by = resolve(options.profile, props, options.capabilities, options.extension_profile)
+        profile = judged_by.base
         product = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
-        console.print(f"broker: {description} ({product}), profile {profile}, client {options.client}, "
+        console.print(f"broker: {description} ({product}), profile {judged_by.display}, client {options.client}, "
                       f"run {prepared.run_id}" + (f", {prepared.jobs} jobs" if prepared.jobs != "1" else ""),
                       soft_wrap=True, highlight=False, markup=False)
+        for line in judged_by.explain():
+            console.print(f"  profile: {line}", soft_wrap=True, highlight=False, markup=False)
         with LiveProgress(console, "amqp-conformance") as progress:
             collector = RunCollector(progress, prepared.baseline, profile)
             with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):

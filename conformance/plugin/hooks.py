@@ -43,8 +43,8 @@ from typing import Any
 import pytest
 
 from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
-from conformance.catalogue.profiles import AUTO, Profile, detect
-from conformance.catalogue.rules import AREAS, PROFILES, rule
+from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices, resolve
+from conformance.catalogue.rules import AREAS, CAPABILITIES, rule
 from conformance.drivers import CLIENTS
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
 from conformance.embedded import start as start_embedded
@@ -60,7 +60,7 @@ from conformance.plugin.verdicts import (
     Verdict,
     admin_hint,
     needs_admin,
-    not_applicable,
+    skip_unless_applies,
 )
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 from conformance.suite import SUITE_DIR
@@ -74,7 +74,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="amqp://user:pass@host:port/vhost (default: an embedded reference broker)")
     group.addoption("--broker-admin", default="none",
                     help="management API URL (http://user:pass@host:15672), 'rabbitmqctl' or 'none'")
-    group.addoption("--profile", default=AUTO, help=f"auto or one of: {', '.join(PROFILES)}")
+    group.addoption("--profile", default="auto", help=f"one of: {', '.join(choices())}")
+    group.addoption("--capability", action="append", default=[], metavar="NAME",
+                    help=f"a capability the broker claims beyond what it advertises (repeat): {', '.join(CAPABILITIES)}")
+    group.addoption("--extension-profile", default=NEWEST, metavar="P",
+                    help="the RabbitMQ profile that judges claimed extensions on a non-RabbitMQ broker")
     group.addoption("--client", default="raw", help="driver for client-parametrised tests: raw|pika|amqp")
     group.addoption("--timeout-scale", type=float, default=1.0, help="multiply every wait by this")
     group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
@@ -96,9 +100,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
     for area in AREAS:  # "area_" because a bare `timeout` would be pytest-timeout's marker
         config.addinivalue_line("markers", f"{AREA_MARKER}{area}: conformance tests of the {area} area")
-    profile = config.getoption("--profile")
-    if profile != AUTO and profile not in PROFILES:
-        raise pytest.UsageError(f"unknown profile {profile!r} (one of: auto, {', '.join(PROFILES)})")
+    try:
+        check_choice(config.getoption("--profile"), config.getoption("--capability"),
+                     config.getoption("--extension-profile"))
+    except ProfileError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if config.getoption("--client") not in CLIENTS:
         raise pytest.UsageError(f"--client must be one of {', '.join(CLIENTS)}")
     if config.getoption("--timeout-scale") <= 0:
@@ -347,13 +353,13 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
             embedded.stop()
         state.down = connect_failure(redact_url(url), exc)
         pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
-    name = config.getoption("--profile")
-    profile = Profile(detect(props) if name == AUTO else name, props)
+    profile = resolve(config.getoption("--profile"), props, config.getoption("--capability"),
+                      config.getoption("--extension-profile"))
     made = Target(url, profile, scale, config.getoption("--broker-admin"), config.getoption("--client"), embedded)
     state.target, state.probe = made, HealthProbe(url, made.timeout(5.0))
     if state.run is not None:
         state.run.product, state.run.version = str(props.get("product", "")), str(props.get("version", ""))
-        state.run.profile = profile.name
+        state.run.profile, state.run.profile_detail = profile.display, "\n".join(profile.explain())
         if embedded is not None:
             state.run.broker_url = f"embedded {redact_url(url)}"
     yield made
@@ -366,13 +372,20 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
 
 
 @pytest.fixture(autouse=True)
-def _rules_apply(request: pytest.FixtureRequest) -> None:
+def _rules_apply(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Run the test under the profile its rules are judged by; skip it as not-applicable or
+    not-claimed when none of its rules applies."""
     marker = request.node.get_closest_marker("rules")
     if marker is None or "target" not in request.fixturenames:
+        yield
         return
-    profile: Profile = request.getfixturevalue("target").profile
-    if all(profile.expect(r) == "not-applicable" for r in marker.args):
-        not_applicable(f"{', '.join(marker.args)} on {profile.name}")
+    made: Target = request.getfixturevalue("target")
+    made.profile = made.base_profile.for_rules(marker.args)
+    try:
+        skip_unless_applies(made.profile, marker.args)
+        yield
+    finally:
+        made.profile = made.base_profile
 
 
 @pytest.fixture

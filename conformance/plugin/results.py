@@ -59,6 +59,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("product", "string"),
         Column("version", "string"),
         Column("profile", "string"),
+        Column("profile_detail", "string"),  # why this profile: base, claims, rules each adds (lines)
         Column("client", "string", False),
         Column("client_version", "string"),  # the client library's version (client-side runs)
         Column("harness_version", "string", False),
@@ -170,6 +171,7 @@ class RunRecord:
     product: str | None = None
     version: str | None = None
     profile: str | None = None
+    profile_detail: str | None = None
     admin: str | None = None
     finished: datetime | None = None
     exit_status: int | None = None

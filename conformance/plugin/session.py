@@ -24,11 +24,15 @@ from conformance.plugin.watchdog import Watchdog
 @dataclass
 class Target:
     url: str
-    profile: Profile
+    base_profile: Profile  # the broker's profile; `profile` is the running test's view of it
     timeout_scale: float
     admin: str
     client: str
     embedded: Any = None
+    profile: Profile = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.profile = self.base_profile
 
     def timeout(self, seconds: float) -> float:
         return seconds * self.timeout_scale

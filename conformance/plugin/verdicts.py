@@ -3,7 +3,8 @@
 Rules: `passed` and `failed` come from the test outcome; a test reaches `unimplemented`
 (capability not advertised, or the broker answered 540) by calling `unimplemented()`,
 `non-strict` (allowed by the spec, differs from RabbitMQ) by calling `non_strict()`,
-`not-applicable` (the profile has no such behaviour) by `not_applicable()`, and
+`not-applicable` (the profile has no such behaviour) by `not_applicable()`, `not-claimed`
+(a RabbitMQ extension the broker does not claim) by `not_claimed()`, and
 `needs-admin` (not run: the check needs `--broker-admin` and the run has none) by
 `needs_admin()`. Harness or environment failures (our exceptions, a wedged broker) are
 `broken`, never `failed`.
@@ -18,10 +19,13 @@ about the text.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import NoReturn
 
 import pytest
 
+from conformance.catalogue.profiles import NOT_CLAIMED, Profile
+from conformance.catalogue.rules import NOT_APPLICABLE, rule
 from conformance.plugin.wording import plural
 
 # Exit statuses of a run (DESIGN.md decision 8), for the plugin, the watchdog and the gate: 1 an
@@ -37,17 +41,19 @@ class Verdict(enum.StrEnum):
     UNIMPLEMENTED = "unimplemented"
     NEEDS_ADMIN = "needs-admin"
     NOT_APPLICABLE = "not-applicable"
+    NOT_CLAIMED = "not-claimed"  # a RabbitMQ extension the broker does not claim (DESIGN.md decision 11)
     BROKEN = "broken"
 
 
 # worst first: a rule's verdict is the first of these among its tests' verdicts
 WORST_FIRST = (Verdict.FAILED, Verdict.BROKEN, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED, Verdict.NEEDS_ADMIN,
-               Verdict.PASSED, Verdict.NOT_APPLICABLE)
+               Verdict.PASSED, Verdict.NOT_APPLICABLE, Verdict.NOT_CLAIMED)
 SCORED = (Verdict.PASSED, Verdict.FAILED, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED)  # score = passed / these
 LABELS: dict[str, str] = {Verdict.NEEDS_ADMIN: "not run: needs admin"}  # for people, where the value is not enough
 
 SKIP_PREFIX = {Verdict.UNIMPLEMENTED: "unimplemented: ", Verdict.NOT_APPLICABLE: "not-applicable: ",
-               Verdict.NON_STRICT: "non-strict: ", Verdict.NEEDS_ADMIN: "needs-admin: "}
+               Verdict.NON_STRICT: "non-strict: ", Verdict.NEEDS_ADMIN: "needs-admin: ",
+               Verdict.NOT_CLAIMED: "not-claimed: "}
 
 
 def label(verdict: str) -> str:
@@ -70,6 +76,10 @@ def not_applicable(reason: str) -> NoReturn:
     pytest.skip(SKIP_PREFIX[Verdict.NOT_APPLICABLE] + reason)
 
 
+def not_claimed(reason: str) -> NoReturn:
+    pytest.skip(SKIP_PREFIX[Verdict.NOT_CLAIMED] + reason)
+
+
 def non_strict(reason: str) -> NoReturn:
     pytest.skip(SKIP_PREFIX[Verdict.NON_STRICT] + reason)
 
@@ -87,3 +97,16 @@ def verdict_of_skip(reason: str) -> Verdict | None:
         if reason.startswith(prefix) or f"Skipped: {prefix}" in reason:
             return verdict
     return None
+
+
+def skip_unless_applies(profile: Profile, rule_ids: Sequence[str]) -> None:
+    """Skip a test none of whose rules applies: `not-applicable` when the profile has none of
+    them, `not-claimed` when the rest belong to RabbitMQ extensions the broker does not claim."""
+    expectations = [profile.expect(r) for r in rule_ids]
+    if all(e == NOT_APPLICABLE for e in expectations):
+        not_applicable(f"{', '.join(rule_ids)} on {profile.name}")
+    if all(e in (NOT_APPLICABLE, NOT_CLAIMED) for e in expectations):
+        missing = sorted({str(rule(r).capability) for r, e in zip(rule_ids, expectations, strict=True)
+                          if e == NOT_CLAIMED})
+        product = profile.server_properties.get("product") or "the broker"
+        not_claimed(f"{', '.join(rule_ids)} need {', '.join(missing)}, which {product} does not claim")

@@ -48,7 +48,7 @@ from codec import Method as AmqpMethod
 from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import NoReply, RawClient
 from conformance.plugin.session import Names
-from conformance.plugin.verdicts import HarnessError, not_applicable
+from conformance.plugin.verdicts import HarnessError, not_claimed
 
 CLASSIC = "classic"
 QUORUM = "quorum"
@@ -95,14 +95,21 @@ def settle(kind: str, tag: int, *, multiple: bool = False, requeue: bool = False
     return BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue)
 
 
+def require(profile: Profile, capability: str, what: str) -> None:
+    """Skip as not-claimed unless the broker claims the RabbitMQ extension `capability`
+    (always true on a RabbitMQ profile; advertised or declared elsewhere)."""
+    if not profile.supports(capability):
+        product = profile.server_properties.get("product") or "the broker"
+        not_claimed(f"{what} is a RabbitMQ extension ({capability}) that {product} does not claim")
+
+
 def require_nack(profile: Profile) -> None:
-    if not profile.rabbitmq:
-        not_applicable("basic.nack is a RabbitMQ extension")
+    require(profile, "basic.nack", "basic.nack")
 
 
 def require_kind(profile: Profile, kind: str) -> None:
-    if kind != CLASSIC and not profile.rabbitmq:
-        not_applicable(f"{kind} queues are a RabbitMQ extension")
+    if kind != CLASSIC:
+        require(profile, "quorum_queues", f"{kind} queues")
 
 
 def declare(client: RawClient, ch: int, queue: str, kind: str = CLASSIC,

@@ -51,6 +51,7 @@ from conformance.suite.queue_steps import (
     messages,
     ready,
     ready_elsewhere,
+    require,
     require_nack,
     settle,
     tag_of,
@@ -274,8 +275,7 @@ def test_nack_multiple_requeue_puts_every_message_back(connect: Connect, names: 
 @pytest.mark.parametrize("kind", ["reject", "nack"])
 def test_discarded_message_is_dead_lettered_when_a_dlx_is_set(connect: Connect, names: Names,
                                                               target: Target, kind: str) -> None:
-    if not target.profile.rabbitmq:
-        not_applicable("dead-letter exchanges are a RabbitMQ extension")
+    require(target.profile, "dead_lettering", "dead-lettering")
     client = connect()
     ch = client.channel()
     arguments, dlq = with_dead_letter_queue(client, ch, names)

@@ -31,6 +31,7 @@ from codec import (
 )
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
+from conformance.suite.queue_steps import QUORUM, require_kind
 from conformance.suite.wire_steps import assert_quiet, outcome, publish_burst, sync
 
 Connect = Callable[..., RawClient]
@@ -189,6 +190,7 @@ def _client_cancel_ok_completes_a_broker_cancel(connect: Connect, names: Names, 
     """4.3: a consumer timeout makes the broker send basic.cancel; the consumer stays
     registered (TMO-4.3-4) until the client's basic.cancel-ok removes it. The harness never
     sends cancel-ok for a tag the broker does not know (CCN-05 [INF])."""
+    require_kind(target.profile, QUORUM)
     client = connect(capabilities={"consumer_cancel_notify": True})
     queue = names.queue()
     ch = client.channel()

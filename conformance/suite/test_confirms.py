@@ -43,6 +43,7 @@ from codec import (
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
+from conformance.suite.queue_steps import QUORUM, require_kind
 from conformance.suite.wire_steps import (
     Confirms,
     assert_quiet,
@@ -256,6 +257,7 @@ def test_persistent_message_in_durable_queue_is_confirmed_once_stored(connect: C
 
 @pytest.mark.rules("PC-07")
 def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -> None:
+    require_kind(target.profile, QUORUM)
     client = connect()
     ch = confirm_channel(client)
     queue = names.queue()
@@ -268,6 +270,7 @@ def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -
 @pytest.mark.rules("PC-07")
 def test_message_routed_to_several_queues_gets_one_confirm(connect: Connect, names: Names,
                                                            target: Target) -> None:
+    require_kind(target.profile, QUORUM)
     client = connect()
     ch = confirm_channel(client)
     exchange, queues = names.exchange(), [names.queue("a"), names.queue("b"), names.queue("c")]

@@ -56,6 +56,7 @@ from conformance.drivers.raw import (
 from conformance.plugin.admin import AdminAdapter
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import non_strict, not_applicable
+from conformance.suite.queue_steps import QUORUM, require_kind
 from conformance.suite.wire_steps import (
     force_close,
     frame_min_size,
@@ -372,8 +373,7 @@ def test_exclusive_queue_of_another_connection_is_405(connect: Connect, names: N
 @pytest.mark.rules("ERR-04")
 def test_basic_get_on_a_single_active_consumer_quorum_queue_is_405(connect: Connect, names: Names,
                                                                    target: Target) -> None:
-    if not target.profile.rabbitmq:
-        not_applicable("quorum queues are a RabbitMQ extension")
+    require_kind(target.profile, QUORUM)
     queue = names.queue()
     client = connect()
     client.rpc(client.channel(), QueueDeclare(queue=queue, durable=True, arguments={

@@ -20,7 +20,6 @@ import pytest
 from codec import BasicAck, BasicNack, BasicQos, BasicQosOk, BasicReject
 from conformance.drivers.raw import ChannelClosed
 from conformance.plugin.session import Names, Target
-from conformance.plugin.verdicts import not_applicable
 from conformance.suite.queue_steps import (
     CLASSIC,
     QUORUM,
@@ -38,6 +37,7 @@ from conformance.suite.queue_steps import (
     messages,
     ready,
     require_kind,
+    require_nack,
     settle,
     take,
     take_one,
@@ -183,8 +183,8 @@ def test_no_ack_deliveries_are_lost_when_the_channel_goes(connect: Connect, name
 def test_redelivered_is_false_first_and_true_after_a_return(connect: Connect, names: Names, target: Target,
                                                             kind: str, how: str) -> None:
     require_kind(target.profile, kind)
-    if how == "nack" and not target.profile.rabbitmq:
-        not_applicable("basic.nack is a RabbitMQ extension")
+    if how == "nack":
+        require_nack(target.profile)
     client, ch, queue = filled(connect, names, 1, kind)
     consume(client, ch, queue)
     first = take_one(client, ch)

@@ -171,10 +171,12 @@ class ServerConnection:
 
     # -- handshake -------------------------------------------------------------------------
     def _start(self) -> Method:
-        props = {"product": self.config.product, "version": self.config.version,
-                 "platform": "Python", "emulates": f"RabbitMQ {self.config.emulates}",
-                 "capabilities": SERVER_CAPABILITIES,
-                 "information": "amqp-conformance reference broker"}
+        caps = SERVER_CAPABILITIES if self.config.capabilities is None else self.config.capabilities
+        props: dict[str, object] = {"product": self.config.product, "version": self.config.version,
+                                    "platform": "Python", "capabilities": dict(caps),
+                                    "information": "amqp-conformance reference broker"}
+        if self.config.announce_emulation:  # lets `auto` judge it as that RabbitMQ version
+            props["emulates"] = f"RabbitMQ {self.config.emulates}"
         return ConnectionStart(0, 9, props, b"PLAIN AMQPLAIN", b"en_US")
 
     def _handshake(self, meta: Meta, command: Command) -> list[Output]:
@@ -205,14 +207,23 @@ class ServerConnection:
             if limit and len(self.core.connections) >= limit:  # RabbitMQ 4.x: refused at open
                 raise AmqpError(ReplyCode.NOT_ALLOWED, "connection refused: node connection limit "
                                 f"({limit}) is reached", 10, 40)
-            self.core.connection_opened(self.id, m.virtual_host, self.user, self.client_properties,
+            self.core.connection_opened(self.id, m.virtual_host, self.user, self._negotiated_properties(),
                                         self.channel_max, name=self.peer)
             self.state = states.OPENED
             return self._send(meta, 0, ConnectionOpenOk())
         return self._close_ok(meta)  # connection.close, the table's last entries
 
-    def _auth_failed(self, meta: Meta, err: AuthError) -> list[Output]:
+    def _negotiated_properties(self) -> dict[str, Any]:
+        """The client's properties with only the capabilities this broker advertises too: a
+        capability is in force when both sides claim it (a configured table can omit some)."""
         caps = self.client_properties.get("capabilities")
+        if not isinstance(caps, dict):
+            return self.client_properties
+        ours = SERVER_CAPABILITIES if self.config.capabilities is None else self.config.capabilities
+        return {**self.client_properties, "capabilities": {k: v for k, v in caps.items() if ours.get(k) is True}}
+
+    def _auth_failed(self, meta: Meta, err: AuthError) -> list[Output]:
+        caps = self._negotiated_properties().get("capabilities")
         if err.code == ReplyCode.ACCESS_REFUSED and not (
                 isinstance(caps, dict) and caps.get("authentication_failure_close")):
             self.state = states.CLOSED

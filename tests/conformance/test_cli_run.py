@@ -244,4 +244,5 @@ def test_usage_error_from_the_console_script(tmp_path: Path) -> None:
     run = cli(tmp_path, "--profile", "nope")
     assert (run.status, run.out) == (4, "")
     assert run.err == ("amqp-conformance: error: --profile 'nope': unknown profile (one of: auto, rabbitmq-4.3, "
-                       "rabbitmq-4.0, rabbitmq-3.12, rabbitmq-3.10, amqp-0-9-1)\n")
+                       "rabbitmq-4.0, rabbitmq-3.12, rabbitmq-3.10, amqp-0-9-1, rabbitmq-compatible, "
+                       "rabbitmq-compatible:VERSION)\n")

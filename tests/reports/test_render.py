@@ -134,3 +134,12 @@ def test_rule_pages_link_to_the_catalogue_entry_and_the_source(tmp_path: Path) -
     for anchor in ("ACK-01", "S002-01", "rules-md-1", "seed-002-L4"):
         assert f'<a id="{anchor}"></a>' in catalogue
     assert "&lt;CONSTANT&gt;" in catalogue and "<CONSTANT>" not in catalogue
+
+
+def test_render_shows_how_a_target_s_profile_was_chosen(tmp_path: Path) -> None:
+    data, pages = sample()
+    data.targets[0].profile_detail = f"base amqp-0-9-1: detected {EVIL}\n+ publisher_confirms: PC-01 judged as rabbitmq-4.3"
+    render_site(data, tmp_path, pages)
+    overview = (tmp_path / "index.html").read_text()
+    assert "how it was chosen" in overview and "<li>+ publisher_confirms: PC-01 judged as rabbitmq-4.3</li>" in overview
+    assert EVIL not in overview and "&lt;script&gt;" in overview
