@@ -35,6 +35,7 @@ from codec import (
     TxSelect,
     TxSelectOk,
 )
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
@@ -61,7 +62,7 @@ from conformance.suite.queue_steps import (
 )
 
 UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
-SETTLE_METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}
+SETTLE_METHOD_IDS = {kind: METHOD_IDS[f"basic.{kind}"] for kind in ("ack", "reject", "nack")}
 
 
 def closed_on(client: RawClient, ch: int, queue: str) -> ChannelClosed:
@@ -74,7 +75,7 @@ def closed_on(client: RawClient, ch: int, queue: str) -> ChannelClosed:
 def assert_unknown_tag(closed: ChannelClosed, tag: int, kind: str, target: Target, rule_id: str) -> None:
     """ACK-03: channel.close 406, class 60, the settling method's id; the text on RabbitMQ."""
     assert (closed.scope, closed.code, closed.class_id, closed.method_id) == (
-        "channel", 406, 60, SETTLE_METHOD_IDS[kind]), closed
+        "channel", ReplyCode.PRECONDITION_FAILED, *SETTLE_METHOD_IDS[kind]), closed
     if target.profile.expect(rule_id) == "required":
         assert closed.text == UNKNOWN_TAG.format(tag)
 
@@ -380,7 +381,8 @@ def test_recover_without_requeue_is_a_connection_error_540(connect: Connect, nam
     with pytest.raises(ConnectionClosed) as closed:
         ready(client, ch, queue)
     c = closed.value
-    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", 540, 60, 100 if asynchronous else 110)
+    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", ReplyCode.NOT_IMPLEMENTED,
+                                                                   *METHOD_IDS["basic.recover-async" if asynchronous else "basic.recover"])
 
 
 # -- ACK-10: cancel --------------------------------------------------------------------------

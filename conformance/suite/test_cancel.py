@@ -29,6 +29,7 @@ from codec import (
     QueueDeleteOk,
     encode_method,
 )
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.suite.queue_steps import QUORUM, require_kind
@@ -183,7 +184,7 @@ def test_client_cancel_ok(connect: Connect, names: Names, target: Target) -> Non
     client.send(ch, BasicCancelOk(consumer_tag="ccn-05"))
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
-    assert outcome(closed.value) == ("connection", 503, 60, 31)
+    assert outcome(closed.value) == ("connection", ReplyCode.COMMAND_INVALID, *METHOD_IDS["basic.cancel-ok"])
 
 
 def _client_cancel_ok_completes_a_broker_cancel(connect: Connect, names: Names, target: Target) -> None:
@@ -235,7 +236,7 @@ def test_reusing_a_consumer_tag_is_530(connect: Connect, names: Names) -> None:
     client.send(ch, BasicConsume(queue=queue, consumer_tag="ccn-07"))
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
-    assert outcome(closed.value) == ("connection", 530, 60, 20)
+    assert outcome(closed.value) == ("connection", ReplyCode.NOT_ALLOWED, *METHOD_IDS["basic.consume"])
 
 
 @pytest.mark.rules("CCN-07")
@@ -248,7 +249,7 @@ def test_exclusive_consume_conflict_is_403(connect: Connect, names: Names, first
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, BasicConsume(queue=queue, consumer_tag="second", exclusive=not first_exclusive),
                    BasicConsumeOk)
-    assert outcome(closed.value) == ("channel", 403, 60, 20)
+    assert outcome(closed.value) == ("channel", ReplyCode.ACCESS_REFUSED, *METHOD_IDS["basic.consume"])
 
 
 @pytest.mark.rules("CCN-07")
@@ -257,7 +258,7 @@ def test_consuming_from_a_missing_queue_is_404(connect: Connect, names: Names) -
     ch = client.channel()
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, BasicConsume(queue=f"{names.prefix}.missing"), BasicConsumeOk)
-    assert outcome(closed.value) == ("channel", 404, 60, 20)
+    assert outcome(closed.value) == ("channel", ReplyCode.NOT_FOUND, *METHOD_IDS["basic.consume"])
 
 
 # -- S002-01 ---------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from codec import (
     encode_content,
     encode_method,
 )
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
@@ -126,7 +127,7 @@ def test_tx_select_on_a_confirm_channel_is_406(connect: Connect) -> None:
     ch = confirm_channel(client)
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, TxSelect(), TxSelectOk)
-    assert outcome(closed.value) == ("channel", 406, 90, 10)
+    assert outcome(closed.value) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["tx.select"])
 
 
 @pytest.mark.rules("PC-03")
@@ -136,7 +137,7 @@ def test_confirm_select_on_a_tx_channel_is_406(connect: Connect) -> None:
     client.rpc(ch, TxSelect(), TxSelectOk)
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
-    assert outcome(closed.value) == ("channel", 406, 85, 10)
+    assert outcome(closed.value) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["confirm.select"])
 
 
 # -- PC-04 / PC-05 / PC-10 ---------------------------------------------------------------------
@@ -340,7 +341,7 @@ def test_commit_with_a_rejected_publish_is_406(connect: Connect, names: Names, t
     publish_burst(client, ch, [queue])
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, TxCommit(), TxCommitOk)
-    assert outcome(closed.value) == ("channel", 406, 90, 20)
+    assert outcome(closed.value) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["tx.commit"])
 
 
 @pytest.mark.rules("PC-11")
@@ -375,7 +376,7 @@ def test_method_pipelined_behind_commit(connect: Connect, names: Names, target: 
     try:
         client.expect(ch, TxCommitOk, timeout=target.timeout(10))
     except ConnectionClosed as closed:
-        assert outcome(closed) == ("connection", 504, 60, 10)
+        assert outcome(closed) == ("connection", ReplyCode.CHANNEL_ERROR, *METHOD_IDS["basic.qos"])
         return
     client.expect(ch, BasicQosOk, timeout=target.timeout(5))
 
@@ -390,11 +391,11 @@ def test_immediate_publish_is_540(connect: Connect, names: Names, target: Target
     client.send(ch, BasicPublish(routing_key=queue, immediate=True), BasicProperties(), b"m")
     if target.profile.expect("PC-12").startswith("variant:immediate=true is a spec flag"):
         returned = client.expect(ch, BasicReturn, timeout=target.timeout(5)).method
-        assert isinstance(returned, BasicReturn) and returned.reply_code == 313
+        assert isinstance(returned, BasicReturn) and returned.reply_code == ReplyCode.NO_CONSUMERS
         return
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
-    assert outcome(closed.value) == ("connection", 540, 60, 40)
+    assert outcome(closed.value) == ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.publish"])
 
 
 @pytest.mark.rules("PC-12")
@@ -410,7 +411,7 @@ def test_body_over_the_default_max_message_size_is_406(connect: Connect, names: 
     publish_large(client, ch, queue, limit + 1)
     with pytest.raises(ChannelClosed) as closed:
         sync(client, ch)
-    assert outcome(closed.value) == ("channel", 406, 60, 40)
+    assert outcome(closed.value) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.publish"])
     assert message_count(client, other, queue) == 0  # the connection and other channels go on
 
 
@@ -424,7 +425,7 @@ def test_pending_confirms_die_with_a_channel_error(connect: Connect, names: Name
     declare(client, other, queue, durable=True)
     publish_burst(client, ch, [queue] * 50, properties=PERSISTENT, tail=encode_method(ch, BasicAck(999_999)))
     closed = wait_channel_closed(client, ch, target.timeout(5))
-    assert outcome(closed) == ("channel", 406, 60, 80)
+    assert outcome(closed) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.ack"])
     sync(client, other)
     pump(client, QUIET)
     late = methods_after(inbound(client, ch), ChannelClose)

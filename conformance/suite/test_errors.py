@@ -43,6 +43,7 @@ from codec import (
     encode_header,
     encode_method,
 )
+from codec.constants import METHOD_IDS
 from codec.frames import encode_method_payload
 from conformance.drivers.raw import (
     BrokerAddress,
@@ -109,11 +110,11 @@ def publish_then(*frames: Callable[[int], bytes]) -> Trigger:
 
 # -- ERR-01 ----------------------------------------------------------------------------------
 BUILT_TEXTS: dict[str, tuple[Trigger, tuple[str, int, int, int]]] = {
-    "404-passive-declare": (send(QueueDeclare(queue="amqpc.err01.missing", passive=True)), ("channel", 404, 50, 10)),
-    "406-unknown-tag": (send(BasicAck(delivery_tag=77)), ("channel", 406, 60, 80)),
-    "504-second-open": (send(ChannelOpen()), ("connection", 504, 20, 10)),
-    "540-prefetch-size": (send(BasicQos(prefetch_size=1)), ("connection", 540, 60, 10)),
-    "505-method-for-header": (publish_then(lambda ch: encode_method(ch, BasicQos())), ("connection", 505, 60, 40)),
+    "404-passive-declare": (send(QueueDeclare(queue="amqpc.err01.missing", passive=True)), ("channel", ReplyCode.NOT_FOUND, *METHOD_IDS["queue.declare"])),
+    "406-unknown-tag": (send(BasicAck(delivery_tag=77)), ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.ack"])),
+    "504-second-open": (send(ChannelOpen()), ("connection", ReplyCode.CHANNEL_ERROR, *METHOD_IDS["channel.open"])),
+    "540-prefetch-size": (send(BasicQos(prefetch_size=1)), ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.qos"])),
+    "505-method-for-header": (publish_then(lambda ch: encode_method(ch, BasicQos())), ("connection", ReplyCode.UNEXPECTED_FRAME, *METHOD_IDS["basic.publish"])),
 }
 
 
@@ -121,7 +122,7 @@ BUILT_TEXTS: dict[str, tuple[Trigger, tuple[str, int, int, int]]] = {
 @pytest.mark.parametrize("case", list(BUILT_TEXTS))
 def test_reply_text_is_constant_dash_explanation(connect: Connect, target: Target, case: str) -> None:
     trigger, expected = BUILT_TEXTS[case]
-    if expected[1] == 540 and not target.profile.rabbitmq:
+    if expected[1] == ReplyCode.NOT_IMPLEMENTED and not target.profile.rabbitmq:
         not_applicable("which methods raise 540 is broker-specific")
     client = connect()
     closed = provoke(client, client.channel(), trigger, 0.2)
@@ -139,7 +140,7 @@ def test_errors_outside_method_handling_carry_zero_ids(connect: Connect, frame: 
         (lambda ch: encode_frame(9, ch, b"abc"))
     closed = provoke(client, client.channel(), raw(make), 0.2)
     assert (closed.scope, closed.class_id, closed.method_id) == ("connection", 0, 0)
-    assert closed.code == (505 if frame == "header-without-method" else 501)
+    assert closed.code == (ReplyCode.UNEXPECTED_FRAME if frame == "header-without-method" else ReplyCode.FRAME_ERROR)
 
 
 @pytest.mark.rules("ERR-01")
@@ -147,7 +148,7 @@ def test_a_long_reply_text_is_limited_to_255(connect: Connect, names: Names, tar
     queue = (names.prefix + ".long.").ljust(255, "n")  # shortstr maximum: the text cannot fit
     client = connect()
     closed = provoke(client, client.channel(), send(QueueDeclare(queue=queue, passive=True)), 0.2)
-    assert outcome(closed) == ("channel", 404, 50, 10)
+    assert outcome(closed) == ("channel", ReplyCode.NOT_FOUND, *METHOD_IDS["queue.declare"])
     if not target.profile.expect("ERR-01").startswith("variant:reply text is free-form"):
         assert_limited(target, closed.text, f"NOT_FOUND - no queue '{queue}' in vhost '{target.vhost}'")
 
@@ -155,10 +156,10 @@ def test_a_long_reply_text_is_limited_to_255(connect: Connect, names: Names, tar
 # -- ERR-02 ----------------------------------------------------------------------------------
 # Each case: a trigger made for the test's queue, and the expected (scope, code, class, method).
 SOFT: dict[str, tuple[Callable[[str], Trigger], tuple[str, int, int, int]]] = {
-    "404": (lambda q: send(QueueDeclare(queue=f"{q}.missing", passive=True)), ("channel", 404, 50, 10)),
-    "406": (lambda q: send(BasicAck(delivery_tag=5)), ("channel", 406, 60, 80)),
-    "405": (lambda q: send(QueueDeclare(queue=q, passive=True)), ("channel", 405, 50, 10)),
-    "403": (lambda q: send(BasicConsume(queue=q, exclusive=True)), ("channel", 403, 60, 20)),
+    "404": (lambda q: send(QueueDeclare(queue=f"{q}.missing", passive=True)), ("channel", ReplyCode.NOT_FOUND, *METHOD_IDS["queue.declare"])),
+    "406": (lambda q: send(BasicAck(delivery_tag=5)), ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.ack"])),
+    "405": (lambda q: send(QueueDeclare(queue=q, passive=True)), ("channel", ReplyCode.RESOURCE_LOCKED, *METHOD_IDS["queue.declare"])),
+    "403": (lambda q: send(BasicConsume(queue=q, exclusive=True)), ("channel", ReplyCode.ACCESS_REFUSED, *METHOD_IDS["basic.consume"])),
 }
 
 
@@ -190,15 +191,15 @@ def _twice(method: Method) -> Trigger:
 
 HARD: dict[str, tuple[Callable[[str], Trigger], tuple[str, int, int, int], bool]] = {
     # bool: a RabbitMQ-specific 540 (not-applicable on the plain 0-9-1 profile)
-    "530-reused-tag": (lambda q: _twice(BasicConsume(queue=q, consumer_tag="t")), ("connection", 530, 60, 20), False),
+    "530-reused-tag": (lambda q: _twice(BasicConsume(queue=q, consumer_tag="t")), ("connection", ReplyCode.NOT_ALLOWED, *METHOD_IDS["basic.consume"]), False),
     "503-client-deliver": (lambda q: send(BasicDeliver(consumer_tag="t", delivery_tag=1), b"x"),
-                           ("connection", 503, 60, 60), False),
-    "504-second-open": (lambda q: send(ChannelOpen()), ("connection", 504, 20, 10), False),
-    "540-prefetch-size": (lambda q: send(BasicQos(prefetch_size=1)), ("connection", 540, 60, 10), True),
+                           ("connection", ReplyCode.COMMAND_INVALID, *METHOD_IDS["basic.deliver"]), False),
+    "504-second-open": (lambda q: send(ChannelOpen()), ("connection", ReplyCode.CHANNEL_ERROR, *METHOD_IDS["channel.open"]), False),
+    "540-prefetch-size": (lambda q: send(BasicQos(prefetch_size=1)), ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.qos"]), True),
     "540-immediate": (lambda q: send(BasicPublish(routing_key=q, immediate=True), b"x"),
-                      ("connection", 540, 60, 40), True),
-    "540-recover-no-requeue": (lambda q: send(BasicRecover(requeue=False)), ("connection", 540, 60, 110), True),
-    "540-flow-off": (lambda q: send(ChannelFlow(active=False)), ("connection", 540, 20, 20), True),
+                      ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.publish"]), True),
+    "540-recover-no-requeue": (lambda q: send(BasicRecover(requeue=False)), ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.recover"]), True),
+    "540-flow-off": (lambda q: send(ChannelFlow(active=False)), ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["channel.flow"]), True),
 }
 
 
@@ -230,9 +231,9 @@ def _bad_table_type(ch: int) -> bytes:
 
 MALFORMED: dict[str, tuple[Callable[[int], bytes], tuple[str, int, int, int] | None]] = {
     # None: RabbitMQ (3.10.8 live) resets the TCP connection without connection.close
-    "truncated-method": (_truncated, ("connection", 501, 60, 10)),
-    "bad-frame-end": (lambda ch: encode_method(ch, BasicQos())[:-1] + b"\x00", ("connection", 501, 0, 0)),
-    "unknown-frame-type": (lambda ch: encode_frame(9, ch, b"abc"), ("connection", 501, 0, 0)),
+    "truncated-method": (_truncated, ("connection", ReplyCode.FRAME_ERROR, *METHOD_IDS["basic.qos"])),
+    "bad-frame-end": (lambda ch: encode_method(ch, BasicQos())[:-1] + b"\x00", ("connection", ReplyCode.FRAME_ERROR, 0, 0)),
+    "unknown-frame-type": (lambda ch: encode_frame(9, ch, b"abc"), ("connection", ReplyCode.FRAME_ERROR, 0, 0)),
     "unknown-method-id": (lambda ch: encode_frame(1, ch, struct.pack(">HH", 60, 99)), None),
     "unknown-class-id": (lambda ch: encode_frame(1, ch, struct.pack(">HH", 99, 10)), None),
     "unknown-table-type": (_bad_table_type, None),
@@ -275,11 +276,11 @@ def test_body_larger_than_declared(connect: Connect, target: Target) -> None:
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
     if target.profile.rabbitmq and not target.profile.at_least("4.3"):
-        assert outcome(closed.value) == ("connection", 505, 60, 40)
+        assert outcome(closed.value) == ("connection", ReplyCode.UNEXPECTED_FRAME, *METHOD_IDS["basic.publish"])
         if texts_checked(target):
             assert closed.value.text == "UNEXPECTED_FRAME - expected content body, got non content body frame instead"
         return
-    assert outcome(closed.value) == ("connection", 501, 60, 40)
+    assert outcome(closed.value) == ("connection", ReplyCode.FRAME_ERROR, *METHOD_IDS["basic.publish"])
 
 
 @pytest.mark.rules("ERR-02")
@@ -290,7 +291,7 @@ def test_channel_method_on_channel_zero_closes_the_connection(connect: Connect) 
     client.send(0, BasicQos(prefetch_count=1))
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, client.channel())
-    assert closed.value.scope == "connection" and closed.value.code in (503, 504), closed.value
+    assert closed.value.scope == "connection" and closed.value.code in (ReplyCode.COMMAND_INVALID, ReplyCode.CHANNEL_ERROR), closed.value
 
 
 # -- ERR-03 ----------------------------------------------------------------------------------
@@ -303,17 +304,17 @@ def test_methods_after_a_broker_channel_close_are_ignored(connect: Connect, name
     ch = client.channel()
     queue = names.queue()
     client.send_raw(encode_method(ch, BasicAck(delivery_tag=99)) + encode_method(ch, QueueDeclare(queue=queue))
-                    + encode_method(ch, BasicGet(queue=queue)) + encode_method(ch, ChannelClose(200, "bye", 0, 0)),
+                    + encode_method(ch, BasicGet(queue=queue)) + encode_method(ch, ChannelClose(ReplyCode.REPLY_SUCCESS, "bye", 0, 0)),
                     channel=ch)
     closed = wait_channel_closed(client, ch, target.timeout(5))
-    assert outcome(closed) == ("channel", 406, 60, 80)
+    assert outcome(closed) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.ack"])
     pump(client, 0.3)
     replies = [type(f.method).__name__ for f in inbound(client, ch) if hasattr(f, "method")]
     assert replies[-2:] == ["ChannelClose", "ChannelCloseOk"], replies  # our close answered
     fresh = client.channel()
     with pytest.raises(ChannelClosed) as missing:
         client.rpc(fresh, QueueDeclare(queue=queue, passive=True), QueueDeclareOk)
-    assert missing.value.code == 404  # the declare after the error was ignored
+    assert missing.value.code == ReplyCode.NOT_FOUND  # the declare after the error was ignored
 
 
 # -- ERR-04 ----------------------------------------------------------------------------------
@@ -349,7 +350,7 @@ def test_not_found_text(connect: Connect, names: Names, target: Target, method: 
 def test_no_previously_declared_queue_text(connect: Connect, target: Target) -> None:
     client = connect()
     closed = provoke(client, client.channel(), send(BasicGet(queue="")), 0.2)
-    assert outcome(closed) == ("channel", 404, 60, 70)
+    assert outcome(closed) == ("channel", ReplyCode.NOT_FOUND, *METHOD_IDS["basic.get"])
     assert_text(target, closed, "NOT_FOUND - no previously declared queue")
 
 
@@ -379,7 +380,7 @@ def test_basic_get_on_a_single_active_consumer_quorum_queue_is_405(connect: Conn
     client.rpc(client.channel(), QueueDeclare(queue=queue, durable=True, arguments={
         "x-queue-type": "quorum", "x-single-active-consumer": True}), QueueDeclareOk)
     closed = provoke(client, client.channel(), send(BasicGet(queue=queue)), 0.2)
-    assert outcome(closed) == ("channel", 405, 60, 70)
+    assert outcome(closed) == ("channel", ReplyCode.RESOURCE_LOCKED, *METHOD_IDS["basic.get"])
     if texts_checked(target):  # 4.1+ print the queue type with ~p: <<"quorum">> (rabbit_channel, v4.3.5)
         kind = '<<"quorum">>' if target.profile.at_least("4.3") else "quorum"
         assert closed.text.startswith("RESOURCE_LOCKED - ") and closed.text.endswith(
@@ -394,17 +395,17 @@ def test_exclusive_consume_on_a_consumed_queue_is_403(connect: Connect, names: N
     client.rpc(ch, QueueDeclare(queue=queue), QueueDeclareOk)
     client.rpc(ch, BasicConsume(queue=queue, consumer_tag="a"), BasicConsumeOk)
     closed = provoke(client, client.channel(), send(BasicConsume(queue=queue, exclusive=True)), 0.2)
-    assert outcome(closed) == ("channel", 403, 60, 20)
+    assert outcome(closed) == ("channel", ReplyCode.ACCESS_REFUSED, *METHOD_IDS["basic.consume"])
     assert_text(target, closed, f"ACCESS_REFUSED - queue '{queue}' in vhost '{target.vhost}' in exclusive use")
 
 
 PRECONDITION: dict[str, tuple[tuple[Method, ...], Method, tuple[int, int], str]] = {
     # case: (setup methods, failing method, ids, text)
-    "unknown-tag": ((), BasicAck(delivery_tag=77), (60, 80), "unknown delivery tag 77"),
-    "confirm-to-tx": ((ConfirmSelect(),), TxSelect(), (90, 10), "cannot switch from confirm to tx mode"),
-    "tx-to-confirm": ((TxSelect(),), ConfirmSelect(), (85, 10), "cannot switch from tx to confirm mode"),
-    "commit-non-tx": ((), TxCommit(), (90, 20), "channel is not transactional"),
-    "rollback-non-tx": ((), TxRollback(), (90, 30), "channel is not transactional"),
+    "unknown-tag": ((), BasicAck(delivery_tag=77), METHOD_IDS["basic.ack"], "unknown delivery tag 77"),
+    "confirm-to-tx": ((ConfirmSelect(),), TxSelect(), METHOD_IDS["tx.select"], "cannot switch from confirm to tx mode"),
+    "tx-to-confirm": ((TxSelect(),), ConfirmSelect(), METHOD_IDS["confirm.select"], "cannot switch from tx to confirm mode"),
+    "commit-non-tx": ((), TxCommit(), METHOD_IDS["tx.commit"], "channel is not transactional"),
+    "rollback-non-tx": ((), TxRollback(), METHOD_IDS["tx.rollback"], "channel is not transactional"),
 }
 
 
@@ -417,7 +418,7 @@ def test_precondition_failed_texts(connect: Connect, target: Target, case: str) 
     for m in setup:
         client.rpc(ch, m, ConfirmSelectOk, TxSelectOk)
     closed = provoke(client, ch, send(method), 0.2)
-    assert outcome(closed) == ("channel", 406, *ids)
+    assert outcome(closed) == ("channel", ReplyCode.PRECONDITION_FAILED, *ids)
     assert_text(target, closed, f"PRECONDITION_FAILED - {text}")
 
 
@@ -428,7 +429,7 @@ def test_frame_too_large_text(connect: Connect, target: Target) -> None:
     ch = client.channel()
     trigger = publish_then(lambda c: encode_header(c, frame_max + 1), lambda c: encode_frame(3, c, bytes(frame_max + 1)))
     closed = provoke(client, ch, trigger, 0.2)
-    assert outcome(closed) == ("connection", 501, 0, 0)
+    assert outcome(closed) == ("connection", ReplyCode.FRAME_ERROR, 0, 0)
     assert_text(target, closed, f"FRAME_ERROR - type 3, all octets = <<>>: "
                 f"{{frame_too_large,{frame_max + 1},{frame_max - 8}}}")
 
@@ -442,7 +443,7 @@ def test_unparsable_sasl_response_is_refused(target: Target, recorder: Recorder)
     result = handshake(target.url, recorder, target.timeout(6), start_ok=start_ok)
     assert result.tune is None and not result.open_ok, result
     if result.close is not None:
-        assert (result.close.reply_code, result.close.class_id, result.close.method_id) == (502, 10, 11)
+        assert (result.close.reply_code, result.close.class_id, result.close.method_id) == (ReplyCode.SYNTAX_ERROR, *METHOD_IDS["connection.start-ok"])
         if texts_checked(target):
             assert result.close.reply_text.startswith("SYNTAX_ERROR - "), result.close
     else:
@@ -453,7 +454,7 @@ def test_unparsable_sasl_response_is_refused(target: Target, recorder: Recorder)
 def test_command_invalid_text(connect: Connect, target: Target) -> None:
     client = connect()
     closed = provoke(client, client.channel(), send(BasicDeliver(consumer_tag="t", delivery_tag=1), b"x"), 0.2)
-    assert outcome(closed) == ("connection", 503, 60, 60)
+    assert outcome(closed) == ("connection", ReplyCode.COMMAND_INVALID, *METHOD_IDS["basic.deliver"])
     assert_text(target, closed, "COMMAND_INVALID - unimplemented method")
 
 
@@ -461,11 +462,11 @@ def test_command_invalid_text(connect: Connect, target: Target) -> None:
 def test_channel_error_texts(connect: Connect, target: Target) -> None:
     client = connect()
     closed = provoke(client, client.channel(), send(ChannelOpen()), 0.2)
-    assert outcome(closed) == ("connection", 504, 20, 10)
+    assert outcome(closed) == ("connection", ReplyCode.CHANNEL_ERROR, *METHOD_IDS["channel.open"])
     assert_text(target, closed, "CHANNEL_ERROR - second 'channel.open' seen")
     client = connect()
     closed = provoke(client, 5, send(QueueDeclare(queue="", exclusive=True)), 0.2)
-    assert outcome(closed) == ("connection", 504, 50, 10)
+    assert outcome(closed) == ("connection", ReplyCode.CHANNEL_ERROR, *METHOD_IDS["queue.declare"])
     assert_text(target, closed, "CHANNEL_ERROR - expected 'channel.open'")
 
 
@@ -474,12 +475,12 @@ UNEXPECTED: dict[str, tuple[Trigger, tuple[int, int], str]] = {
                               "expected method frame, got non method frame instead"),
     "body-without-method": (raw(lambda ch: encode_body(ch, b"abc")), (0, 0),
                             "expected method frame, got non method frame instead"),
-    "method-for-header": (publish_then(lambda ch: encode_method(ch, BasicQos())), (60, 40),
+    "method-for-header": (publish_then(lambda ch: encode_method(ch, BasicQos())), METHOD_IDS["basic.publish"],
                           "expected content header for class 60, got non content header frame instead"),
     "wrong-class-header": (publish_then(lambda ch: encode_frame(2, ch, struct.pack(">HHQH", 50, 0, 3, 0))),
-                           (60, 40), "expected content header for class 60, got one for class 50 instead"),
+                           METHOD_IDS["basic.publish"], "expected content header for class 60, got one for class 50 instead"),
     "method-for-body": (publish_then(lambda ch: encode_header(ch, 3), lambda ch: encode_method(ch, BasicQos())),
-                        (60, 40), "expected content body, got non content body frame instead"),
+                        METHOD_IDS["basic.publish"], "expected content body, got non content body frame instead"),
     "heartbeat-on-channel": (raw(lambda ch: encode_frame(8, ch, b"")), (0, 0), "type 8, all octets = <<>>"),
 }
 
@@ -490,7 +491,7 @@ def test_unexpected_frame_texts(connect: Connect, target: Target, case: str) -> 
     trigger, ids, text = UNEXPECTED[case]
     client = connect()
     closed = provoke(client, client.channel(), trigger, 0.2)
-    assert outcome(closed) == ("connection", 505, *ids)
+    assert outcome(closed) == ("connection", ReplyCode.UNEXPECTED_FRAME, *ids)
     assert_text(target, closed, f"UNEXPECTED_FRAME - {text}")
 
 
@@ -502,7 +503,7 @@ def test_channel_max_exceeded_is_530(connect: Connect, target: Target) -> None:
     client.channel(1)
     client.channel(2)
     closed = provoke(client, 3, send(ChannelOpen()), 0.2)
-    assert (closed.scope, closed.code) == ("connection", 530)
+    assert (closed.scope, closed.code) == ("connection", ReplyCode.NOT_ALLOWED)
     if target.profile.rabbitmq:
         assert (closed.class_id, closed.method_id) == (0, 0)
     assert_text(target, closed, "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)")
@@ -527,15 +528,15 @@ def test_reused_consumer_tag_text(connect: Connect, names: Names, target: Target
     client.rpc(ch, QueueDeclare(queue=queue), QueueDeclareOk)
     client.rpc(ch, BasicConsume(queue=queue, consumer_tag="err-04"), BasicConsumeOk)
     closed = provoke(client, ch, send(BasicConsume(queue=queue, consumer_tag="err-04")), 0.2)
-    assert outcome(closed) == ("connection", 530, 60, 20)
+    assert outcome(closed) == ("connection", ReplyCode.NOT_ALLOWED, *METHOD_IDS["basic.consume"])
     assert_text(target, closed, "NOT_ALLOWED - attempt to reuse consumer tag 'err-04'")
 
 
 NOT_IMPLEMENTED: dict[str, tuple[Trigger, tuple[int, int], str]] = {
-    "immediate": (send(BasicPublish(routing_key="x", immediate=True), b"x"), (60, 40), "immediate=true"),
-    "prefetch-size": (send(BasicQos(prefetch_size=1)), (60, 10), "prefetch_size!=0 (1)"),
-    "recover-no-requeue": (send(BasicRecover(requeue=False)), (60, 110), "requeue=false"),
-    "flow-off": (send(ChannelFlow(active=False)), (20, 20), "active=false"),
+    "immediate": (send(BasicPublish(routing_key="x", immediate=True), b"x"), METHOD_IDS["basic.publish"], "immediate=true"),
+    "prefetch-size": (send(BasicQos(prefetch_size=1)), METHOD_IDS["basic.qos"], "prefetch_size!=0 (1)"),
+    "recover-no-requeue": (send(BasicRecover(requeue=False)), METHOD_IDS["basic.recover"], "requeue=false"),
+    "flow-off": (send(ChannelFlow(active=False)), METHOD_IDS["channel.flow"], "active=false"),
 }
 
 
@@ -547,7 +548,7 @@ def test_not_implemented_texts(connect: Connect, target: Target, case: str) -> N
     trigger, ids, text = NOT_IMPLEMENTED[case]
     client = connect()
     closed = provoke(client, client.channel(), trigger, 0.2)
-    assert outcome(closed) == ("connection", 540, *ids)
+    assert outcome(closed) == ("connection", ReplyCode.NOT_IMPLEMENTED, *ids)
     assert_text(target, closed, f"NOT_IMPLEMENTED - {text}")
 
 
@@ -561,6 +562,6 @@ def test_operator_close_is_320(connect: Connect, target: Target, admin: AdminAda
     force_close(admin, client, "amqp-conformance ERR-04", target.timeout(15))
     with pytest.raises(ConnectionClosed) as closed:
         client.expect(ch, ConfirmSelectOk, timeout=target.timeout(5))
-    assert (closed.value.scope, closed.value.code) == ("connection", 320)
+    assert (closed.value.scope, closed.value.code) == ("connection", ReplyCode.CONNECTION_FORCED)
     if texts_checked(target):
         assert closed.value.text.startswith("CONNECTION_FORCED - "), closed.value.text

@@ -32,6 +32,7 @@ from codec import (
     encode_heartbeat,
     encode_method,
 )
+from codec.constants import ReplyCode
 from conformance.drivers.raw import BrokerAddress, ConnectionClosed, ConnectionLost, RawClient, Recorder
 from conformance.plugin.session import Names, Target
 from conformance.suite.wire_steps import (
@@ -141,7 +142,7 @@ def test_frames_before_tune_ok_are_limited_to_frame_min_size(target: Target, rec
     assert exact.tune is not None and exact.open_ok, exact
     assert over.tune is None and not over.open_ok, f"an oversized start-ok was accepted: {over}"
     if over.close is not None:
-        assert over.close.reply_code == 501, over.close
+        assert over.close.reply_code == ReplyCode.FRAME_ERROR, over.close
     else:
         assert over.ended is not None, f"the broker neither refused nor ended the handshake: {over}"
 
@@ -176,7 +177,7 @@ def test_a_payload_over_frame_max_is_a_fatal_501(connect: Connect, names: Names,
                     + encode_frame(3, ch, bytes(over)), channel=ch)
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
-    assert outcome(closed.value) == ("connection", 501, 0, 0)
+    assert outcome(closed.value) == ("connection", ReplyCode.FRAME_ERROR, 0, 0)
 
 
 @pytest.mark.rules("FRM-03")
@@ -201,7 +202,7 @@ def test_after_a_broker_close_the_socket_ends_with_eof_or_reset(connect: Connect
     client.send(ch, ChannelOpen())  # 504: the broker closes the connection
     with pytest.raises(ConnectionClosed) as closed:
         client.expect(ch, ChannelOpenOk, timeout=target.timeout(5))
-    assert closed.value.code == 504  # the driver has answered close-ok
+    assert closed.value.code == ReplyCode.CHANNEL_ERROR  # the driver has answered close-ok
     end = socket_end(client, target.timeout(5))
     assert end in ("eof", "reset"), f"after close-ok the socket did not end cleanly: {end}"
     client.close()  # and the driver treats it as the normal end: no exception

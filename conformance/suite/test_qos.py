@@ -25,6 +25,7 @@ from codec import (
     ChannelFlow,
     ChannelFlowOk,
 )
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ConnectionClosed
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
@@ -104,12 +105,12 @@ def test_prefetch_size_is_a_connection_error_540(bench: QosBench) -> None:
             bench.client.expect(bench.ch, BasicQosOk)
             return
         except ConnectionClosed as refused:
-            assert refused.code == 540
+            assert refused.code == ReplyCode.NOT_IMPLEMENTED
             return
     with pytest.raises(ConnectionClosed) as closed:
         bench.client.expect(bench.ch, BasicQosOk)
     c = closed.value
-    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", 540, 60, 10)
+    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.qos"])
 
 
 @pytest.mark.rules("QOS-11")
@@ -128,7 +129,7 @@ def test_channel_flow_active_false_is_a_connection_error_540(bench: QosBench) ->
     with pytest.raises(ConnectionClosed) as closed:
         bench.client.expect(bench.ch, ChannelFlowOk)
     c = closed.value
-    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", 540, 20, 20)
+    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["channel.flow"])
 
 
 # -- S001-05, S001-06: the limit caps unacked deliveries; acks free capacity --------------------
@@ -271,7 +272,7 @@ def test_quorum_and_stream_consumers_refused_under_a_global_limit(bench: QosBenc
     with pytest.raises(ConnectionClosed) as closed:
         bench.client.expect(bench.ch, BasicConsumeOk)
     c = closed.value
-    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", 540, 60, 20)
+    assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.consume"])
 
 
 @pytest.mark.rules("QOS-06")

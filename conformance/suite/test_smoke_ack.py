@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from codec import BasicAck, BasicGet, BasicGetEmpty, BasicGetOk, QueueDeclare, QueueDeclareOk
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names
 
@@ -19,4 +20,4 @@ def test_unknown_tag_closes_the_channel_with_406(connect: Callable[..., RawClien
     client.send(ch, BasicAck(delivery_tag=77))
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, BasicGet(queue="whatever"), BasicGetOk, BasicGetEmpty)
-    assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (406, 60, 80)
+    assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.ack"])

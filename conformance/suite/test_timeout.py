@@ -36,6 +36,7 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
 from conformance.plugin.admin import AdminError, RestoringAdmin
@@ -287,17 +288,17 @@ def test_timeout_arguments_are_validated(connect: Connect, names: Names, target:
         args = {model.ARGUMENT: value, **({} if kind == CLASSIC else {"x-queue-type": kind})}
         method: Any = QueueDeclare(queue=queue, durable=kind != CLASSIC, arguments=args)
         reply: type = QueueDeclareOk
-        ids = (50, 10)
+        ids = METHOD_IDS["queue.declare"]
     else:
         queue = queue_with(client, ch, names, kind)
-        method, reply, ids = BasicConsume(queue=queue, arguments={model.ARGUMENT: value}), BasicConsumeOk, (60, 20)
+        method, reply, ids = BasicConsume(queue=queue, arguments={model.ARGUMENT: value}), BasicConsumeOk, METHOD_IDS["basic.consume"]
     if not refused:
         client.rpc(ch, method, reply)
         return
     with pytest.raises(ChannelClosed) as info:
         client.rpc(ch, method, reply)
     closed = info.value
-    assert (closed.scope, closed.code, closed.class_id, closed.method_id) == ("channel", 406, *ids), closed
+    assert (closed.scope, closed.code, closed.class_id, closed.method_id) == ("channel", ReplyCode.PRECONDITION_FAILED, *ids), closed
     assert closed.text.startswith(INVALID_ARG) and f"'{queue}'" in closed.text, closed.text
     if kind != QUORUM:
         assert "of queue type" in closed.text, closed.text
@@ -425,7 +426,7 @@ def test_late_ack_on_a_new_channel(connect: Connect, names: Names, target: Targe
         with pytest.raises(ChannelClosed) as info:
             ready(client, new, queue)
         closed = info.value
-        assert (closed.scope, closed.code, closed.class_id, closed.method_id) == ("channel", 406, 60, 80), closed
+        assert (closed.scope, closed.code, closed.class_id, closed.method_id) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.ack"]), closed
         assert closed.text == UNKNOWN_TAG.format(late_tag)
         await_counts(client, client.channel(), queue, target.timeout(5.0), ready=1)
         return
@@ -497,7 +498,7 @@ def test_classic_queues_and_streams_never_time_out(connect: Connect, names: Name
     try:
         queue = queue_with(client, setup, names, kind, count=2)
     except ChannelClosed as closed:
-        if kind == STREAM and closed.code in (406, 540):
+        if kind == STREAM and closed.code in (ReplyCode.PRECONDITION_FAILED, ReplyCode.NOT_IMPLEMENTED):
             unimplemented(f"stream queues: {closed}")
         raise
     quorum = queue_with(client, setup, names, QUORUM, count=1)

@@ -34,6 +34,7 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
+from codec.constants import ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
 from conformance.plugin.admin import RestoringAdmin, Unavailable
@@ -159,7 +160,7 @@ def assert_timeout_close(closed: ChannelClosed | None, ch: int, value: int | Non
     """TMO-3x-2 / TMO-4.3-3: channel.close 406, class 0, method 0, and the text (it is part of
     the rule: the channel number and the value used, -1 on 4.3)."""
     assert closed is not None
-    assert (closed.scope, closed.code, closed.class_id, closed.method_id) == ("channel", 406, 0, 0), closed
+    assert (closed.scope, closed.code, closed.class_id, closed.method_id) == ("channel", ReplyCode.PRECONDITION_FAILED, 0, 0), closed
     if value is not None:
         assert closed.text == model.close_text(ch, value), closed.text
 
