@@ -3,16 +3,37 @@
 `require(condition, reason)`: a test that needs an external resource (the amqp-specs XML, a
 RabbitMQ broker, ...) skips when it is absent, except under `AMQPC_STRICT=1` (set by
 `.ci/run`), where a missing resource is a failure: CI must never pass by skipping.
+
+Default selection: the project's own tests (under tests/) marked `slow`, `rabbitmq43` or
+`rabbitmq40` are deselected unless `-m` chooses (`pytest -m slow tests/reliability`). The
+filter is here, not in pyproject's addopts, so that it never touches the shipped suite
+(conformance/suite): `pytest --pyargs conformance.suite` from the repository root runs the
+same tests as `amqp-conformance run`.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
 STRICT_ENV = "AMQPC_STRICT"
+NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40")  # markers of project tests that need `-m` to run
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.option.markexpr:  # an explicit -m selects for itself
+        return
+    keep, drop = [], []
+    for item in items:
+        ours = Path(str(item.path)).resolve().is_relative_to(TESTS_DIR)
+        (drop if ours and any(item.get_closest_marker(m) for m in NOT_BY_DEFAULT) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def strict() -> bool:

@@ -43,8 +43,7 @@ from conformance.gate import runner
 from conformance.gate.baseline import from_results
 from conformance.gate.options import DEFAULT_OUT, RunOptions
 from conformance.gate.options import UsageError as RunUsageError
-from conformance.gate.progress import STATUS_TEXT
-from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
+from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE, STATUS_TEXT
 from conformance.plugin.wording import plural
 from conformance.suite import SUITE_DIR
 

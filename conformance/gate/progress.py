@@ -34,11 +34,7 @@ from conformance.gate.baseline import EXPECTED, XPASS
 from conformance.gate.options import Outcome, Prepared
 from conformance.plugin.evidence import TestEvidence
 from conformance.plugin.verdicts import (
-    EXIT_FAILED,
-    EXIT_HARNESS,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
+    STATUS_TEXT,
     admin_hint,
 )
 from conformance.plugin.wording import plural
@@ -182,9 +178,6 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
                   highlight=False, markup=False)
 
 
-STATUS_TEXT = {EXIT_OK: "no unexpected result", EXIT_FAILED: "unexpected failures",  # DESIGN.md decision 8
-               EXIT_HARNESS: "harness or environment error",
-               EXIT_UNREACHABLE: "broker unreachable, down, or authentication refused", EXIT_USAGE: "usage error"}
 
 
 def _leak_lines(harness: Any) -> list[str]:

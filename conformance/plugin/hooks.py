@@ -35,6 +35,7 @@ import contextlib
 import os
 import re
 import uuid
+from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +60,7 @@ from conformance.plugin.verdicts import (
     HarnessError,
     Verdict,
     admin_hint,
+    closing_line,
     needs_admin,
     skip_unless_applies,
 )
@@ -302,13 +304,19 @@ def _finish(item: pytest.Item, report: pytest.TestReport, test: classify.TestSta
 
 
 @pytest.hookimpl(tryfirst=True)
+def _exit_status(state: Harness, status: int) -> int:
+    """pytest's status, raised to 3 (broker down) or 2 (a broken verdict) over 0 and 1."""
+    if status in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        if state.down is not None:
+            return EXIT_UNREACHABLE
+        if state.broken:
+            return EXIT_HARNESS
+    return status
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = harness(session.config)
-    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        if state.down is not None:
-            session.exitstatus = EXIT_UNREACHABLE
-        elif state.broken:
-            session.exitstatus = EXIT_HARNESS
+    session.exitstatus = _exit_status(state, session.exitstatus)
     close_quietly(state.probe)
     state.admin.close()
     if state.writer is not None:
@@ -331,6 +339,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(admin_hint(needing_admin), bold=True)
     if state.writer is not None:
         terminalreporter.write_line(f"results: {state.writer.root} (run={state.run_id})")
+    totals: Counter[str] = Counter()
+    for (_, verdict), n in state.counts.items():
+        totals[verdict] += n
+    profile = state.target.profile.name if state.target is not None else None
+    # the reporter passes pytest's own status; the session ends with ours
+    terminalreporter.write_line(closing_line(dict(totals), profile, _exit_status(state, exitstatus)), bold=True)
 
 
 @pytest.fixture(scope="session")

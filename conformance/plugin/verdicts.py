@@ -45,6 +45,11 @@ class Verdict(enum.StrEnum):
     BROKEN = "broken"
 
 
+# what each exit status of a run means (DESIGN.md decision 8), for `run`, its --help and the pytest route
+STATUS_TEXT = {EXIT_OK: "no unexpected result", EXIT_FAILED: "unexpected failures",
+               EXIT_HARNESS: "harness or environment error",
+               EXIT_UNREACHABLE: "broker unreachable, down, or authentication refused", EXIT_USAGE: "usage error"}
+
 # worst first: a rule's verdict is the first of these among its tests' verdicts
 WORST_FIRST = (Verdict.FAILED, Verdict.BROKEN, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED, Verdict.NEEDS_ADMIN,
                Verdict.PASSED, Verdict.NOT_APPLICABLE, Verdict.NOT_CLAIMED)
@@ -66,6 +71,14 @@ def admin_hint(tests: int) -> str:
     return (f"not run: {plural(tests, 'test')} {'needs' if tests == 1 else 'need'} --broker-admin; rerun with "
             "--broker-admin http://user:pass@host:15672 (the management API) or --broker-admin rabbitmqctl "
             "(on the broker's machine)")
+
+
+def closing_line(counts: dict[str, int], profile: str | None, status: int) -> str:
+    """The last line of a run: how many tests, their verdicts, the profile and the exit status."""
+    shown = ", ".join(f"{counts[v]} {label(v)}" for v in Verdict if counts.get(v))
+    meaning = STATUS_TEXT.get(status, "see pytest's exit codes")
+    return (f"amqp-conformance: {plural(sum(counts.values()), 'test')} ({shown or 'no verdicts'})"
+            f"{f', profile {profile}' if profile else ''}; exit status {status}: {meaning}")
 
 
 def unimplemented(reason: str) -> NoReturn:

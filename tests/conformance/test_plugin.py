@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import select
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ import pytest
 
 from conformance.plugin.admin import NoAdmin
 from conformance.plugin.health import NameRegistry, find_leaks
+from conformance.plugin.hooks import SUITE_DIR
 from conformance.plugin.results import read_table
 from reference_broker.server import EmbeddedBroker
 
@@ -148,7 +151,10 @@ def test_verdicts_summary_and_results(pytester: pytest.Pytester, broker: Embedde
                              "--hypothesis-seed", "42")
     assert run.ret == 2  # broken verdicts, no broker trouble
     run.stdout.fnmatch_lines(["*amqp-conformance verdicts*", "ack * 1 * 2 *", "broken: *test_harness_error*",
-                              "not run: 2 tests need --broker-admin; rerun with --broker-admin http*"])
+                              "not run: 2 tests need --broker-admin; rerun with --broker-admin http*",
+                              "amqp-conformance: 12 tests (1 passed, 3 failed, 1 non-strict, 2 not run: needs admin, "
+                              "1 not-applicable, 4 broken), profile rabbitmq-4.3; exit status 2: harness or environment "
+                              "error"])
     tests = _tests_by_name(results)
     assert {name: r["verdict"] for name, r in tests.items()} == EXPECTED
     close = tests["test_fails_with_a_close"]
@@ -190,7 +196,8 @@ def test_all_passing_run_exits_0_and_cleans_up(pytester: pytest.Pytester, broker
     ''')
     run = pytester.runpytest("test_ok.py", "--broker-url", broker.url)
     assert run.ret == 0
-    run.stdout.fnmatch_lines(["ack * 2 * . *", "leftover (this run, found by passive declare): queue amqpc.test_forgets_its_queue.leak.*"])
+    run.stdout.fnmatch_lines(["ack * 2 * . *", "leftover (this run, found by passive declare): queue amqpc.test_forgets_its_queue.leak.*",
+                              "amqp-conformance: 2 tests (2 passed), profile rabbitmq-4.3; exit status 0: no unexpected result"])
     assert "test_declares" not in run.stdout.str().split("verdicts")[-1]
 
 
@@ -372,3 +379,20 @@ def test_leak_check_with_an_admin_separates_this_runs_leftovers(broker: Embedded
     assert (report.method, report.ours, report.others) == (
         "admin", ("exchange amqpc.t.x.3", "queue amqpc.t.q.1"), ("queue amqpc.old.q.2",))
     assert find_leaks(broker.url, "/", registry, NoAdmin(), 1.0).method == "passive declare"
+
+
+def test_pytest_route_from_the_repository_root_collects_what_the_cli_runs() -> None:
+    """pyproject's addopts must not deselect suite tests: `pytest --pyargs conformance.suite` from
+    the repository root collects exactly what `amqp-conformance run` collects (`-o addopts=`)."""
+    root = Path(__file__).resolve().parents[2]
+
+    def collected(*args: str) -> set[str]:  # one -q in all: pyproject's addopts has it, the CLI adds its own
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", *args],
+                              cwd=root, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    pyargs = collected("--pyargs", "conformance.suite")
+    cli = collected("-o", "addopts=", "-q", str(SUITE_DIR))
+    assert pyargs == cli and len(cli) > 250
+    assert any("test_a_silent_client_is_dropped" in name for name in cli)  # a `slow` suite test is in
