@@ -1,23 +1,25 @@
 """The trace audit over Arrow: frame tables in, violation tables out, no Spark needed.
 
-Responsibility: adapt `reports.audit` (plain-Python per-channel checkers) to pyarrow tables
-of frame records: compute each row's audit code with vectorised kernels, drop the rows the
-audit ignores (content headers, heartbeats, connection methods), order the rest by
-(run, test, connection, channel, seq), cut them into channels and run the checker on each.
+Responsibility: adapt the model's observer (`reports.audit`) to pyarrow tables of frame
+records: compute each row's frame code with vectorised kernels, drop the rows it ignores
+(content headers, heartbeats, connection methods), order the rest by (run, test, connection,
+channel, seq), cut them into channels and judge each with its connection's `Context`
+(`reports.audit_context`: the broker's profile and capabilities, the client's
+consumer_cancel_notify, queue deletions anywhere in the recording, mid-stream connections).
 `audit_lake` applies it run by run to a results directory: the single-process pipeline and
 the body of every Spark task of the shuffle-free plan (`reports.audit_spark`).
 
 Rules:
 - A channel is keyed by (run_id, test_id, connection, channel): connection ids are unique
   within a test, and a channel never spans tests or runs.
-- Columns the results schema lacks (see `OPTIONAL_COLUMNS`) turn their checks off; they are
-  never invented.
+- Columns the results schema lacks (older lakes; see `OPTIONAL_COLUMNS`) turn their checks
+  off; they are never invented.
 - Output rows follow `reports.schema.VIOLATIONS`, ordered like the input channels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -29,13 +31,29 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from conformance.plugin.results import PARTITION_KEY
-from reports.audit import BODY_IN, RAW_OUT, Columns, audit_channel_columns, frame_code
+from reports.audit import (
+    BODY_IN,
+    DEFAULT_CONTEXT,
+    GAP,
+    RAW_OUT,
+    Columns,
+    Context,
+    audit_channel_columns,
+    frame_code,
+)
+from reports.audit_context import CONTEXT_COLUMNS, ConnectionKey, recording_contexts
 from reports.schema import VIOLATIONS
 
 KEY_COLUMNS = ("run_id", "test_id", "connection", "channel")
 AUDIT_COLUMNS = (*KEY_COLUMNS, "seq", "direction", "frame_type", "method", "delivery_tag", "multiple",
                  "requeue", "redelivered", "consumer_tag", "reply_code")
-OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest")
+OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest", "queue", "ts", "reply_text",
+                    *(c for c in CONTEXT_COLUMNS if c not in ("ts", "queue")))
+_COLUMN_KINDS = {"prefetch_count": "int", "no_ack": "bool", "global_qos": "bool", "body_digest": "str",
+                 "queue": "sparse", "ts": "ts", "reply_text": "sparse"}
+
+
+_CHECKED = frozenset((*AUDIT_COLUMNS, *_COLUMN_KINDS))
 
 
 def input_columns(schema: pa.Schema) -> list[str]:
@@ -44,7 +62,7 @@ def input_columns(schema: pa.Schema) -> list[str]:
 
 
 def frame_codes(table: pa.Table) -> np.ndarray:
-    """Each row's audit code (`reports.audit.frame_code`), -1 where the audit ignores it."""
+    """Each row's frame code (`reports.audit.frame_code`), -1 where the audit ignores it."""
     methods = pc.dictionary_encode(table["method"]).combine_chunks()
     names = methods.dictionary.to_pylist()
     code_in = np.array([_code("in", m) for m in names] + [-1], dtype=np.int16)
@@ -54,6 +72,9 @@ def frame_codes(table: pa.Table) -> np.ndarray:
     codes: np.ndarray = np.where(incoming, code_in[index], code_out[index])
     raw = pc.equal(table["frame_type"], "raw").fill_null(False).to_numpy(zero_copy_only=False)
     codes[raw & ~incoming] = RAW_OUT  # opaque client bytes (reports.audit)
+    gap = pc.equal(table["frame_type"], "gap").fill_null(False).to_numpy(zero_copy_only=False)
+    codes[gap] = GAP  # undecodable: the rest of the channel is not judged
+    codes[gap & (_ints(table["channel"]) < 0)] = -1  # the connection's own: its context says mid-stream
     if "body_digest" in table.column_names:  # message identity comes from the first body frame
         body = pc.equal(table["frame_type"], "body").fill_null(False).to_numpy(zero_copy_only=False)
         codes[body & incoming] = BODY_IN
@@ -65,9 +86,15 @@ def _code(direction: str, method: str | None) -> int:
     return -1 if code is None else code
 
 
-def audit_table(frames: pa.Table) -> pa.Table:
-    """Audit every channel of a frames table (any row order); one row per finding."""
+def audit_table(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | None = None) -> pa.Table:
+    """Audit every channel of a frames table (any row order); one row per finding.
+
+    `contexts`: each connection's context; by default computed from `frames` itself (which
+    then must hold whole recordings: a run or a test with all its connections)."""
+    if contexts is None:
+        contexts = recording_contexts(frames)
     codes = frame_codes(frames)
+    frames = frames.select([n for n in frames.column_names if n in _CHECKED])
     keep = np.flatnonzero(codes >= 0)
     table = frames.take(keep) if len(keep) < frames.num_rows else frames
     codes = codes[keep]
@@ -83,7 +110,7 @@ def audit_table(frames: pa.Table) -> pa.Table:
         change[1:] |= key[1:] != key[:-1]
     starts = np.flatnonzero(change).tolist()
     cols = _columns(table.take(order), codes[order], seq[order])
-    return _findings_table(cols, starts, keys, run.names, test.names)
+    return _findings_table(cols, starts, keys, run.names, test.names, contexts)
 
 
 class _Dictionary:
@@ -104,28 +131,42 @@ def _columns(table: pa.Table, codes: np.ndarray, seq: np.ndarray) -> Columns:
     def flags(name: str) -> list[bool]:
         return pc.fill_null(table[name], False).to_numpy(zero_copy_only=False).tolist()  # type: ignore[no-any-return]
 
-    def optional(name: str, kind: str) -> list[Any] | None:
+    def optional(name: str) -> Any:
         if name not in table.column_names:
             return None
-        values: list[Any] = table[name].to_pylist() if kind == "str" else ints(name) if kind == "int" \
-            else flags(name)
-        return values
+        kind = _COLUMN_KINDS[name]
+        if kind == "ts":  # read a few times per channel: numpy, not a list of a million ints
+            return pc.fill_null(table[name].cast(pa.int64()), 0).to_numpy()
+        if kind == "sparse":
+            return _Sparse(table[name])
+        return table[name].to_pylist() if kind == "str" else ints(name) if kind == "int" else flags(name)
 
     return Columns(codes.tolist(), seq.tolist(), ints("delivery_tag"), flags("multiple"), flags("requeue"),
                    flags("redelivered"), table["consumer_tag"].to_pylist(), ints("reply_code"),
-                   optional("prefetch_count", "int"), optional("no_ack", "bool"),
-                   optional("global_qos", "bool"), optional("body_digest", "str"))
+                   *(optional(name) for name in Columns._fields[8:]))
+
+
+class _Sparse(dict[int, Any]):
+    """A mostly-null column as {row: value}; absent rows read as None (e.g. reply_text)."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        rows = np.flatnonzero(pc.is_valid(column).to_numpy(zero_copy_only=False))
+        super().__init__(zip(rows.tolist(), column.take(pa.array(rows)).to_pylist(), strict=True))
+
+    def __missing__(self, key: int) -> None:
+        return None
 
 
 def _findings_table(cols: Columns, starts: list[int], keys: tuple[np.ndarray, ...],
-                    runs: list[str], tests: list[str]) -> pa.Table:
+                    runs: list[str], tests: list[str], contexts: Mapping[ConnectionKey, Context]) -> pa.Table:
     rows: dict[str, list[object]] = {name: [] for name in VIOLATIONS.names}
     bounds = [*starts, len(cols.code)]
     for start, stop in pairwise(bounds):
-        findings = audit_channel_columns(cols, start, stop)
+        key = (runs[keys[0][start]], tests[keys[1][start]], int(keys[2][start]), int(keys[3][start]))
+        context = contexts.get(key[:3], DEFAULT_CONTEXT) if contexts else DEFAULT_CONTEXT
+        findings = audit_channel_columns(cols, start, stop, context)
         if not findings:
             continue
-        key = (runs[keys[0][start]], tests[keys[1][start]], int(keys[2][start]), int(keys[3][start]))
         for f in findings:
             for name, value in zip(VIOLATIONS.names, (*key, f.seq, f.kind, f.rule_id, f.severity, f.detail),
                                    strict=True):
@@ -139,15 +180,18 @@ _CODES: dict[tuple[str | None, str | None, str | None], int | None] = {}
 _EMPTY = VIOLATIONS.empty_table()
 
 
-def audit_group(frames: pa.Table) -> pa.Table:
+def audit_group(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | None = None) -> pa.Table:
     """Audit a table holding exactly one channel's frames (any order): the applyInArrow body.
 
-    Plain Python lists throughout: for a group of a few hundred rows the vectorised path of
-    `audit_table` costs more in kernel calls than it saves.
+    `contexts` come from the whole recording (`reports.audit_context`); without them the
+    channel is judged with the default context. Plain Python lists throughout: for a group of
+    a few hundred rows the vectorised path of `audit_table` costs more than it saves.
     """
     if frames.num_rows == 0:
         return _EMPTY
     data = {name: frames.column(name).to_pylist() for name in input_columns(frames.schema)}
+    if "ts" in data:
+        data["ts"] = frames.column("ts").cast(pa.int64()).fill_null(0).to_pylist()
     order = sorted(range(frames.num_rows), key=data["seq"].__getitem__)
     codes = [_cached_code(data["direction"][i], data["frame_type"][i], data["method"][i]) for i in order]
     kept = [i for i, code in zip(order, codes, strict=True) if code is not None]
@@ -161,14 +205,13 @@ def audit_group(frames: pa.Table) -> pa.Table:
     def required(name: str) -> list[Any]:
         return [data[name][i] for i in kept]
 
-    cols = Columns([c for c in codes if c is not None], required("seq"), required("delivery_tag"),
-                   required("multiple"), required("requeue"), required("redelivered"), required("consumer_tag"),
-                   required("reply_code"), column("prefetch_count"), column("no_ack"), column("global_qos"),
-                   column("body_digest"))
-    findings = audit_channel_columns(cols)
+    cols = Columns([c for c in codes if c is not None], *(required(n) for n in Columns._fields[1:8]),
+                   *(column(n) for n in Columns._fields[8:]))
+    key = tuple(data[name][0] for name in KEY_COLUMNS)
+    context = (contexts or {}).get((key[0], key[1], key[2]), DEFAULT_CONTEXT)
+    findings = audit_channel_columns(cols, context=context)
     if not findings:
         return _EMPTY
-    key = tuple(data[name][0] for name in KEY_COLUMNS)
     rows = [(*key, f.seq, f.kind, f.rule_id, f.severity, f.detail) for f in findings]
     return pa.Table.from_pylist([dict(zip(VIOLATIONS.names, row, strict=True)) for row in rows], schema=VIOLATIONS)
 

@@ -25,8 +25,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from reports.audit import KINDS
-from reports.audit_arrow import AUDIT_COLUMNS, KEY_COLUMNS, audit_group, audit_runs, run_sizes
+from reports.audit import KINDS, Context
+from reports.audit_arrow import (
+    AUDIT_COLUMNS,
+    KEY_COLUMNS,
+    OPTIONAL_COLUMNS,
+    audit_group,
+    audit_runs,
+    run_sizes,
+)
+from reports.audit_context import CONTEXT_COLUMNS, CONTEXT_METHODS, ConnectionKey, recording_contexts
 from reports.schema import VIOLATIONS_DDL
 
 
@@ -89,14 +97,28 @@ def _audit_bins_single_threaded(batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
 
 def audit_grouped(frames: DataFrame) -> DataFrame:
-    """Audit any frames DataFrame: one applyInArrow group per channel (shuffles the frames)."""
-    optional = [c for c in ("prefetch_count", "no_ack", "global_qos", "body_digest") if c in frames.columns]
+    """Audit any frames DataFrame: one applyInArrow group per channel (shuffles the frames).
+
+    Each connection's context (`reports.audit_context`) is computed first from the few rows
+    that describe the recording, collected to the driver and shipped with the function.
+    """
+    optional = [c for c in OPTIONAL_COLUMNS if c in frames.columns]
+    contexts = _contexts(frames)
     selected = frames.select(*AUDIT_COLUMNS, *optional)
-    return selected.groupBy(*KEY_COLUMNS).applyInArrow(_audit_group, VIOLATIONS_DDL)
+
+    def audit_one(table: pa.Table) -> pa.Table:
+        return audit_group(table, contexts)
+
+    return selected.groupBy(*KEY_COLUMNS).applyInArrow(audit_one, VIOLATIONS_DDL)
 
 
-def _audit_group(table: pa.Table) -> pa.Table:
-    return audit_group(table)
+def _contexts(frames: DataFrame) -> dict[ConnectionKey, Context]:
+    methods = F.col("method").isin(*CONTEXT_METHODS)
+    if "frame_type" in frames.columns:
+        methods = methods | ((F.col("frame_type") == "gap") & (F.col("channel") == -1))
+    names = [c for c in ("run_id", "test_id", "connection", "channel", "seq", "direction", "frame_type", "method",
+                         *CONTEXT_COLUMNS) if c in frames.columns]
+    return recording_contexts(frames.where(methods).select(*names).toArrow())
 
 
 def tag_sequence_findings(frames: DataFrame) -> DataFrame:

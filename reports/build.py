@@ -36,6 +36,7 @@ from reports.model import (
     HISTORY_RUNS,
     Cell,
     Change,
+    EvidenceFrame,
     FailingTest,
     Flake,
     Reply,
@@ -95,6 +96,7 @@ def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: s
     failing = _failing_tests(lake.tests, latest, max_failure_pages)
     violations = _violations(found["audit"], {r["run_id"]: r["target"] for r in runs},
                              {(t.run_id, t.test_id): t for t in failing})
+    attach_evidence(lake.frames, violations)
     changes = [_change(r) for r in found["history"]]
     latest_pairs = {(r, v["target"]) for r, v in latest.items()}
     recent = found["recent"]
@@ -232,8 +234,38 @@ def _violations(rows: list[Row], targets: dict[str, str], pages: dict[tuple[str,
         violations.append(v)
         if test is not None:
             test.violations.append(v)
-    violations.sort(key=lambda v: (v.severity != "error", v.target, v.run_id, v.test_id, v.seq))
+    violations.sort(key=lambda v: (_SEVERITY_ORDER.get(v.severity, 3), v.target, v.run_id, v.test_id, v.seq))
     return violations
+
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "unjudged": 2}
+EVIDENCE_RADIUS = 4  # frames either side of a finding's frame
+EVIDENCE_FINDINGS = 2000  # as many as the audit page shows
+_EVIDENCE_FIELDS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "queue", "prefetch_count",
+                    "reply_code", "reply_text")
+
+
+def attach_evidence(frames: DataFrame, violations: list[Violation]) -> None:
+    """Give each shown finding its frame window: the channel's frames within EVIDENCE_RADIUS of its seq."""
+    shown = [v for v in violations[:EVIDENCE_FINDINGS]]
+    if not shown:
+        return
+    keys = frames.sparkSession.createDataFrame(
+        sorted({(v.run_id, v.test_id, v.connection, v.channel, v.seq) for v in shown}),
+        "run_id STRING, test_id STRING, connection INT, channel INT, finding_seq INT")
+    fields = [c for c in _EVIDENCE_FIELDS if c in frames.columns]
+    rows = (frames.join(F.broadcast(keys), ["run_id", "test_id", "connection", "channel"])
+            .where(F.abs(F.col("seq") - F.col("finding_seq")) <= EVIDENCE_RADIUS)
+            .select("run_id", "test_id", "connection", "channel", "finding_seq", "seq", "direction", "frame_type",
+                    "method", *fields).collect())
+    windows: dict[tuple[str, str, int, int, int], list[EvidenceFrame]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: r.seq):
+        values = r.asDict()
+        text = " ".join(f"{k}={values[k]}" for k in fields if values[k] is not None)
+        windows[r.run_id, r.test_id, r.connection, r.channel, r.finding_seq].append(
+            EvidenceFrame(r.seq, r.direction, r.method or r.frame_type, text))
+    for v in shown:
+        v.window = windows.get((v.run_id, v.test_id, v.connection, v.channel, v.seq), [])
 
 
 def frame_logs(frames: DataFrame, failing: list[FailingTest]) -> list[FrameLog]:

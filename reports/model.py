@@ -112,6 +112,17 @@ class Violation:
     severity: str
     detail: str
     page: str | None = None  # the test's page, when it has one
+    window: list[EvidenceFrame] = field(default_factory=list)  # the channel's frames around `seq`
+
+
+@dataclass(frozen=True)
+class EvidenceFrame:
+    """One recorded frame shown as evidence of a finding."""
+
+    seq: int
+    direction: str
+    what: str  # the method, or the frame type
+    fields: str  # the key fields, e.g. "delivery_tag=3 multiple"
 
 
 @dataclass
@@ -235,6 +246,7 @@ class ReportData:
             "regressions": len(self.regressions),
             "flakes": len(self.flakes),
             "violations": {"errors": sum(v.severity == "error" for v in self.violations),
-                           "warnings": sum(v.severity == "warning" for v in self.violations)},
+                           "warnings": sum(v.severity == "warning" for v in self.violations),
+                           "unjudged": sum(v.severity == "unjudged" for v in self.violations)},
             "failing_tests": len(self.failing),
         }

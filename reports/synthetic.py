@@ -245,7 +245,10 @@ def _frames_table(rng: np.random.Generator, shape: LakeShape, run_id: str, tests
         "reply_code": pa.nulls(n, pa.int32()), "reply_text": pa.nulls(n, pa.string()),
         "body_size": pa.array(np.full(n, _BODY, dtype=np.int64), mask=~has_size),
     }
-    return pa.table(columns, schema=SCHEMAS["frames"])
+    schema = SCHEMAS["frames"]
+    for name in schema.names:  # the audit's newer columns: null here, as in lakes written before them
+        columns.setdefault(name, pa.nulls(n, schema.field(name).type))
+    return pa.table(columns, schema=schema)
 
 
 def _repeat_strings(values: tuple[str | None, ...], times: int) -> pa.Array:

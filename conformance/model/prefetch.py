@@ -33,7 +33,7 @@ from conformance.model.traits import GlobalQos, Traits
 
 def consumer_has_credit(consumer: Consumer) -> bool:
     """QOS-02/08: below its own prefetch (or unlimited, or no-ack)."""
-    return consumer.no_ack or consumer.prefetch == 0 or consumer.outstanding < consumer.prefetch
+    return consumer.no_ack or consumer.prefetch == 0 or consumer.outstanding < consumer.prefetch  # = take_credit
 
 
 def limiter_reached(channel: ChannelState, optimistic: bool = False) -> bool:
@@ -93,10 +93,12 @@ def _unlimit(channel: ChannelState) -> None:
     channel.global_limit = channel.volume = channel.volume_low = channel.uncounted = 0
 
 
-def on_delivery(channel: ChannelState, consumer: Consumer, queue_kind: str, traits: Traits) -> None:
-    """Count a delivery to `consumer` against its own and the channel's limit."""
+def take_credit(channel: ChannelState, consumer: Consumer, queue_kind: str, traits: Traits) -> bool:
+    """Count a delivery to `consumer` against its own and the channel's limit; False when the
+    consumer had no credit for it (QOS-02/08: `consumer_has_credit`), which no rule allows."""
     if consumer.no_ack:
-        return
+        return True
+    allowed = consumer.prefetch == 0 or consumer.outstanding < consumer.prefetch
     consumer.outstanding += 1
     if traits.global_qos is GlobalQos.CHANNEL and channel.global_limit and queue_kind == "classic":
         channel.volume += 1
@@ -104,19 +106,32 @@ def on_delivery(channel: ChannelState, consumer: Consumer, queue_kind: str, trai
             channel.uncounted -= 1  # QOS-09: maybe decided before the limit existed
         else:
             channel.volume_low += 1
+    return allowed
+
+
+def on_delivery(channel: ChannelState, consumer: Consumer, queue_kind: str, traits: Traits) -> None:
+    """Count a delivery to `consumer` against its own and the channel's limit."""
+    take_credit(channel, consumer, queue_kind, traits)
 
 
 def on_settled(channel: ChannelState, entries: Iterable[Unacked], traits: Traits) -> None:
     """Release the limits held by settled (acked, rejected, requeued) deliveries."""
-    count = 0
-    for entry in entries:
-        if entry.consumer is None:
-            continue  # basic.get: holds no per-consumer credit, never subtracted (QOS-05)
-        count += 1
-        consumer = channel.consumers.get(entry.consumer)
-        if consumer is not None and consumer.outstanding > 0:
-            consumer.outstanding -= 1
-    if traits.global_qos is GlobalQos.CHANNEL and channel.global_limit and count:
+    release(channel, [entry.consumer for entry in entries], traits)
+
+
+def release(channel: ChannelState, consumer_tags: Iterable[str | None], traits: Traits) -> None:
+    """QOS-05: settling deliveries of these consumers (None: basic.get) frees their credit."""
+    for tag in consumer_tags:
+        if tag is not None:  # basic.get: holds no per-consumer credit, never subtracted (QOS-05)
+            release_one(channel, tag, traits)
+
+
+def release_one(channel: ChannelState, consumer_tag: str, traits: Traits) -> None:
+    """QOS-05 for one settled consumer delivery."""
+    consumer = channel.consumers.get(consumer_tag)
+    if consumer is not None and consumer.outstanding > 0:
+        consumer.outstanding -= 1
+    if channel.global_limit and traits.global_qos is GlobalQos.CHANNEL:
         # rabbit_limiter {ack, Count}: a zero volume stays zero, otherwise it may go below 0
-        channel.volume = 0 if channel.volume == 0 else channel.volume - count
-        channel.volume_low = 0 if channel.volume_low == 0 else channel.volume_low - count
+        channel.volume = 0 if channel.volume == 0 else channel.volume - 1
+        channel.volume_low = 0 if channel.volume_low == 0 else channel.volume_low - 1

@@ -227,6 +227,18 @@ class QueueState:
 
     def redelivered(self, message: Message, on_return_only: bool) -> bool:
         """RQ-04: the redelivered flag this message carries when taken now."""
-        if self.kind == "quorum" and on_return_only:
-            return message.returned > 0
-        return message.delivered > 0
+        return redelivered_flag(self.kind, message.delivered, message.returned, on_return_only)
+
+
+def redelivered_flag(kind: str | None, delivered: int, returned: int, on_return_only: bool) -> bool:
+    """RQ-04: the flag of a message taken now, delivered and returned that many times before.
+
+    Classic queues (and quorum from 4.0): delivered before; quorum ≤3.13 (`on_return_only`):
+    returned before. `kind` None (the queue type is unknown, as in a recording): true only when
+    every queue type agrees it is true.
+    """
+    if kind is None:
+        return delivered > 0 and (returned > 0 or not on_return_only)
+    if kind == "quorum" and on_return_only:
+        return returned > 0
+    return delivered > 0

@@ -25,6 +25,7 @@ Rules:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,15 @@ def close_text(channel: int, timeout_in_text: int) -> str:
     return (f"PRECONDITION_FAILED - delivery acknowledgement on channel {channel} timed out. "
             f"Timeout value used: {timeout_in_text} ms. This timeout value can be configured, "
             "see consumers doc guide to learn more")
+
+
+_CLOSE_TEXT = re.compile(r"delivery acknowledgement on channel \d+ timed out\. Timeout value used: (-?\d+) ms")
+
+
+def timeout_in_close_text(text: str | None) -> int | None:
+    """The T of a timeout `channel.close` text (`close_text`), None when the text is another."""
+    found = _CLOSE_TEXT.search(text or "")
+    return int(found.group(1)) if found else None
 
 
 def detection_window(profile: str, effective: int, tick: int = DEFAULT_TICK_INTERVAL) -> tuple[float, float]:

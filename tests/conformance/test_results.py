@@ -11,12 +11,16 @@ import pytest
 
 from codec import (
     BasicAck,
+    BasicConsume,
     BasicDeliver,
     BasicNack,
     BasicPublish,
+    BasicQos,
     BodyFrame,
     ChannelClose,
     Command,
+    ConnectionStart,
+    ConnectionStartOk,
     HeaderFrame,
     HeartbeatFrame,
     MethodFrame,
@@ -29,6 +33,7 @@ from conformance.plugin.results import (
     ResultsWriter,
     RunRecord,
     TestRecord,
+    body_digest,
     frame_fields,
     frame_rows,
     read_table,
@@ -90,12 +95,26 @@ def test_frame_fields_per_frame_kind() -> None:
     publish = frame_fields(Command(1, BasicPublish(exchange="", routing_key="q"), None, b"12345"))
     assert (publish["method"], publish["body_size"]) == ("basic.publish", 5)
     assert frame_fields(HeaderFrame(1, 60, 0, 99, None)) == {"frame_type": "header", "class_id": 60, "body_size": 99}
-    assert frame_fields(BodyFrame(1, b"abc")) == {"frame_type": "body", "body_size": 3}
+    assert frame_fields(BodyFrame(1, b"abc")) == {"frame_type": "body", "body_size": 3,
+                                                  "body_digest": body_digest(b"abc")}
+    assert publish["body_digest"] == body_digest(b"12345") != body_digest(b"12346")
     assert frame_fields(HeartbeatFrame(0)) == {"frame_type": "heartbeat"}
     assert frame_fields(b"AMQP\x00\x00\x09\x01") == {"frame_type": "protocol-header"}
     assert frame_fields(b"\x01\x00") == {"frame_type": "raw", "body_size": 2}
     close = frame_fields(MethodFrame(0, ChannelClose(406, "PRECONDITION_FAILED - x", 60, 80)))
     assert (close["reply_code"], close["reply_text"]) == (406, "PRECONDITION_FAILED - x")
+
+
+def test_frame_fields_for_the_audit() -> None:
+    qos = frame_fields(Command(1, BasicQos(prefetch_count=3, global_=True)))
+    assert (qos["prefetch_count"], qos["global_qos"]) == (3, True)
+    consume = frame_fields(Command(1, BasicConsume(queue="q1", consumer_tag="c", no_ack=True)))
+    assert (consume["queue"], consume["no_ack"]) == ("q1", True)
+    start = frame_fields(MethodFrame(0, ConnectionStart(0, 9, {"product": "RabbitMQ", "version": "3.10.8",
+                                                             "capabilities": {"basic.nack": True, "x": False}})))
+    assert (start["product"], start["version"], start["capabilities"]) == ("RabbitMQ", "3.10.8", ["basic.nack"])
+    start_ok = frame_fields(Command(0, ConnectionStartOk({"capabilities": {"consumer_cancel_notify": True}})))
+    assert start_ok["capabilities"] == ["consumer_cancel_notify"] and start_ok["product"] is None
 
 
 def test_writer_partitions_by_run_and_runs_accumulate(tmp_path: Path) -> None:

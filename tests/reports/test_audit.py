@@ -7,7 +7,6 @@ a trace gives the finding it stands for; the Arrow adapter agrees with the plain
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -190,17 +189,12 @@ def test_audit_a_cleared_redelivered_flag_is_found(frames: list[ChannelFrame], p
 
 
 def _table(frames: list[ChannelFrame], test_id: str = "t::x", connection: int = 1) -> pa.Table:
-    extra = ("prefetch_count", "no_ack", "global_qos", "body_digest")
-    schema = SCHEMAS["frames"]
-    for name, kind in zip(extra, (pa.int32(), pa.bool_(), pa.bool_(), pa.string()), strict=True):
-        schema = schema.append(pa.field(name, kind))
-    rows: list[dict[str, Any]] = []
-    for f in frames:
-        row = {name: getattr(f, name) for name in ("seq", "direction", "method", "delivery_tag", "multiple", "requeue",
-                                                   "redelivered", "consumer_tag", "reply_code", "frame_type", *extra)}
-        rows.append({**row, "run_id": "r1", "test_id": test_id, "connection": connection, "channel": 1,
-                     "ts": 0, "frame_type": f.frame_type})
-    return pa.Table.from_pylist(rows, schema=schema)
+    names = ("seq", "direction", "method", "delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag",
+             "reply_code", "frame_type", "prefetch_count", "no_ack", "global_qos", "body_digest", "queue",
+             "reply_text")
+    rows = [{**{name: getattr(f, name) for name in names}, "run_id": "r1", "test_id": test_id,
+             "connection": connection, "channel": 1, "ts": f.ts} for f in frames]
+    return pa.Table.from_pylist(rows, schema=SCHEMAS["frames"])
 
 
 @given(st.lists(steps(), min_size=1, max_size=3), st.randoms(use_true_random=False))

@@ -27,6 +27,9 @@ def test_build_summary_matches_the_lake(site: Site, lake: Lake) -> None:
     expected = lake.stats.expected
     assert summary["violations"]["warnings"] == expected["confirm-missing"]
     assert summary["violations"]["errors"] == sum(expected.values()) - expected["confirm-missing"]
+    shown = [v for v in site.data.violations if v.severity == "error"]
+    assert shown and all(any(f.seq == v.seq for f in v.window) for v in shown)  # evidence: the frame window
+    assert (site.root / "audit.html").read_text().count('<details class="evidence">') == len(site.data.violations)
     for target in summary["targets"]:
         assert ET.parse(site.root / target["badge"]).getroot().tag.endswith("svg")
 

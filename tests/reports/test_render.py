@@ -82,7 +82,7 @@ def test_render_summary_and_badge(tmp_path: Path) -> None:
     render_site(data, tmp_path, logs)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["targets"][0]["score"] == 0.5 and summary["regressions"] == 1
-    assert summary["violations"] == {"errors": 1, "warnings": 0} and summary["failing_tests"] == 1
+    assert summary["violations"] == {"errors": 1, "warnings": 0, "unjudged": 0} and summary["failing_tests"] == 1
     badge = ET.parse(tmp_path / summary["targets"][0]["badge"]).getroot()
     assert badge.tag.endswith("svg") and "50% (1/2)" in "".join(badge.itertext())
 

@@ -1,0 +1,138 @@
+"""The model judging recorded traffic: one channel's frames in, findings out (the trace audit).
+
+Responsibility: replay one recorded channel (`trace.Columns`, seq order) through the model's own
+rules and report what the broker did that no rule allows. The decisions are the model's:
+`settle_tags` (ACK-03..06), `confirm_tags` (PC-02/04/05), the channel's tag counter (ACK-01),
+`prefetch.apply_qos` / `consumer_has_credit` / `release` (QOS-02/05), `redelivered_flag`
+(RQ-04), the cancel rules of `consumers` (CCN-01/02/04) and the timeout oracle (TMO-02,
+TMO-3x-2). This module only keeps what one channel lifetime has seen so far (`ChannelTrace`)
+and the bookkeeping a passive observer needs: it cannot see the queues, so it judges a
+delivery only by what this channel saw (a message requeued here must come back flagged).
+
+Rules:
+- ERR-03: once the broker sent channel.close the client's later frames are ignored.
+- An invalid client ack is legitimate (tests provoke it); the finding is the broker's answer:
+  an error when it answers a later request or closes with another code than the model's,
+  a warning when the trace ends first.
+- Raw client bytes (`raw`): the client may have sent anything, so from then on only what the
+  broker alone decides (ACK-01) is judged. A `gap` (undecodable frame): nothing more is judged
+  on the channel; its frames are counted (severity `unjudged`), as are all frames of a
+  connection recorded mid-stream (`Context.judged` False).
+- ACK-08: acks inside a transaction are judged at once, settled at tx.commit, restored by
+  tx.rollback.
+Observers never raise on odd input: an unexpected frame is skipped, not fatal.
+"""
+
+from __future__ import annotations
+
+from conformance.model import replay, replay_delivery
+from conformance.model.channel import ChannelState
+from conformance.model.replay import ChannelTrace, Handler
+from conformance.model.trace import (
+    ACK_IN,
+    ACK_OUT,
+    BODY_IN,
+    CANCEL_IN,
+    CANCEL_OK_IN,
+    CANCEL_OUT,
+    CLOSE_IN,
+    CLOSE_OK_IN,
+    CLOSE_OUT,
+    CONFIRM_SELECT_OUT,
+    CONSUME_OK_IN,
+    CONSUME_OUT,
+    DEFAULT_CONTEXT,
+    DELETE_OK_IN,
+    DELETE_OUT,
+    DELIVER_IN,
+    GAP,
+    GET_OK_IN,
+    GET_OUT,
+    N_CODES,
+    NACK_IN,
+    NACK_OUT,
+    OPEN_OUT,
+    PUBLISH_OUT,
+    QOS_OUT,
+    RAW_OUT,
+    RECOVER_OUT,
+    REJECT_OUT,
+    REPLY_IN,
+    REQUEST_OUT,
+    TX_COMMIT_OUT,
+    TX_ROLLBACK_OUT,
+    TX_SELECT_OUT,
+    UNJUDGED,
+    Columns,
+    Context,
+    Finding,
+)
+from conformance.model.traits import traits
+
+_DEFAULT_TRAITS = traits("rabbitmq-3.10")  # unknown broker: global=false per consumer, global=true not judged
+
+
+d = replay_delivery
+HANDLERS: list[Handler] = [replay.ignore] * N_CODES
+for _code, _handler in (
+        (DELIVER_IN, d.deliver), (GET_OK_IN, d.get_ok), (GET_OUT, d.get), (ACK_OUT, d.client_ack),
+        (NACK_OUT, d.client_ack), (REJECT_OUT, d.client_ack), (QOS_OUT, d.qos), (CONSUME_OUT, d.consume),
+        (CONSUME_OK_IN, d.consume_ok), (RECOVER_OUT, d.recover), (TX_SELECT_OUT, d.tx_select),
+        (TX_COMMIT_OUT, d.tx_commit), (TX_ROLLBACK_OUT, d.tx_rollback), (BODY_IN, d.body),
+        (ACK_IN, replay.confirm), (NACK_IN, replay.confirm), (PUBLISH_OUT, replay.publish),
+        (CONFIRM_SELECT_OUT, replay.confirm_select), (CLOSE_OUT, replay.client_close),
+        (CLOSE_IN, replay.broker_close), (CLOSE_OK_IN, replay.close_ok), (REPLY_IN, replay.reply),
+        (REQUEST_OUT, replay.request), (CANCEL_OUT, replay.client_cancel), (CANCEL_OK_IN, replay.cancel_ok),
+        (CANCEL_IN, replay.broker_cancel), (DELETE_OUT, replay.delete), (DELETE_OK_IN, replay.delete_ok)):
+    HANDLERS[_code] = _handler
+
+# After opaque raw bytes from the client: only what the broker alone decides is judged.
+OPAQUE_HANDLERS: list[Handler] = [replay.ignore] * N_CODES
+for _code, _handler in ((DELIVER_IN, replay.tag_only), (GET_OK_IN, replay.tag_only),
+                        (CLOSE_IN, replay.opaque_close), (CLOSE_OK_IN, replay.opaque_close)):
+    OPAQUE_HANDLERS[_code] = _handler
+
+
+def new_trace(context: Context, findings: list[Finding] | None = None) -> ChannelTrace:
+    trace = ChannelTrace(context, context.traits or _DEFAULT_TRAITS, ChannelState(0, 0))
+    if findings is not None:
+        trace.findings = findings
+    return trace
+
+
+def observe_channel(cols: Columns, start: int = 0, stop: int | None = None,
+                    context: Context = DEFAULT_CONTEXT) -> list[Finding]:
+    """Judge one channel: rows start..stop of `cols`, already in seq order."""
+    stop = len(cols.code) if stop is None else stop
+    if not context.judged:
+        if stop <= start:
+            return []
+        return [Finding(cols.seq[start], "unjudged-mid-stream",
+                        f"connection recorded mid-stream: {stop - start} frame(s) of this channel not judged",
+                        UNJUDGED)]
+    trace = new_trace(context)
+    codes, table, ts = cols.code, HANDLERS, cols.ts
+    for i in range(start, stop):
+        code = codes[i]
+        if code == OPEN_OUT:
+            trace.last_ts = ts[i - 1] if ts is not None and i > start else 0
+            replay.finish(trace)
+            trace = new_trace(context, trace.findings)
+            table = HANDLERS
+            continue
+        if code == GAP:
+            trace.last_ts = ts[i] if ts is not None else 0
+            replay.finish(trace)
+            trace.findings.append(Finding(cols.seq[i], "unjudged-gap", f"an undecodable frame: it and the "
+                                          f"{stop - i - 1} frame(s) after it on this channel are not judged", UNJUDGED))
+            return trace.findings
+        if trace.broker_closed and code != CLOSE_OK_IN:
+            continue  # ERR-03: the broker ignores what follows its channel.close
+        if code == RAW_OUT:
+            trace.pending_error = None
+            table = OPAQUE_HANDLERS
+            continue
+        table[code](trace, cols, i)
+    trace.last_ts = ts[stop - 1] if ts is not None and stop > start else 0
+    replay.finish(trace)
+    return trace.findings

@@ -1,0 +1,268 @@
+"""What each recorded frame means to the model: the per-frame judgments of the observer.
+
+Responsibility: the handlers `conformance.model.observer` dispatches to, one per frame code of
+`conformance.model.trace`, over the state of one channel lifetime (`ChannelTrace`). Every
+decision calls the model's rule where it is declared (see the observer's docstring); the
+handlers only map recorded fields onto those calls and word the findings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from codec.constants import ReplyCode
+from conformance.model import timeouts
+from conformance.model.channel import ChannelState, confirm_tags
+from conformance.model.trace import (
+    ACK_IN,
+    DELIVER_IN,
+    GET_OK_IN,
+    KINDS,
+    OPEN_OUT,
+    Columns,
+    Context,
+    Finding,
+)
+from conformance.model.traits import Traits
+
+UNKNOWN_TAG_CODE = ReplyCode.PRECONDITION_FAILED  # ACK-03: the channel.close an unknown tag gets
+
+
+@dataclass(slots=True)
+class ChannelTrace:
+    """Everything the broker promised on one channel lifetime, as seen in the frames."""
+
+    context: Context
+    traits: Traits
+    channel: ChannelState  # the model's channel: tag counter, consumers, prefetch
+    findings: list[Finding] = field(default_factory=list)
+    outstanding: dict[int, str | None] = field(default_factory=dict)  # tag -> consumer tag; ascending
+    identity: dict[int, str] = field(default_factory=dict)  # tag -> message identity, when known
+    awaiting_body: int = 0  # tag of the last delivery whose identity is still unknown
+    awaiting_redelivered: bool = False  # that delivery's redelivered flag
+    requeued: Counter[str] = field(default_factory=Counter)  # identities requeued on this channel
+    consume_requests: deque[tuple[str | None, str | None, bool, int]] = field(default_factory=deque)  # ctag, queue, no_ack, prefetch
+    consumed: dict[str, tuple[str | None, int, int]] = field(default_factory=dict)  # ctag -> (queue, since ts, seq)
+    cancelled: set[str] = field(default_factory=set)  # client cancel-ok seen (CCN-04)
+    broker_cancelled: set[str] = field(default_factory=set)
+    deleting: tuple[int, str, int] | None = None  # (seq, queue, ts) of an unanswered queue.delete
+    get_no_ack: bool = False
+    unconfirmed: dict[int, None] = field(default_factory=dict)  # ascending seqnos (PC-05)
+    tx: bool = False
+    tx_settled: list[tuple[int, str | None, bool]] = field(default_factory=list)  # (tag, ctag, requeue)
+    pending_error: Finding | None = None  # an invalid ack the broker must answer with 406
+    requests_after_error: int = 0
+    broker_closed: bool = False
+    client_closed: bool = False
+    last_ts: int = 0  # the lifetime's last frame (microseconds), set when it ends
+
+    def find(self, seq: int, kind: str, detail: str) -> None:
+        self.findings.append(Finding(seq, kind, detail, KINDS[kind][1]))
+
+
+Handler = Callable[[ChannelTrace, Columns, int], None]
+TIMEOUT_SLACK_US = 50_000  # the recorder's clock is not the broker's: 50 ms either way
+
+
+# --- requests, replies and the broker's answer to invalid acks (ACK-03, ERR-03) -------------
+
+
+def request(s: ChannelTrace, c: Columns, i: int) -> None:
+    if s.pending_error is not None:
+        s.requests_after_error += 1
+
+
+def reply(s: ChannelTrace, c: Columns, i: int) -> None:
+    error = s.pending_error
+    if error is not None and s.requests_after_error:
+        s.find(error.seq, error.kind,
+               f"{error.detail}: the broker kept the channel open (answered a later request at seq "
+               f"{c.seq[i]}); expected channel.close {UNKNOWN_TAG_CODE:d}")
+        s.pending_error = None
+
+
+def client_close(s: ChannelTrace, c: Columns, i: int) -> None:
+    s.client_closed = True
+
+
+def broker_close(s: ChannelTrace, c: Columns, i: int) -> None:
+    error, s.pending_error = s.pending_error, None
+    s.broker_closed = True
+    s.deleting = None  # the close answers a pending request
+    s.unconfirmed.clear()  # PC-13: pending confirms die with the channel
+    code = c.reply_code[i]
+    if error is not None and code != UNKNOWN_TAG_CODE:
+        s.find(error.seq, error.kind, f"{error.detail}: the broker closed the channel with "
+                                      f"{code}, expected {UNKNOWN_TAG_CODE:d} PRECONDITION_FAILED")
+    elif error is None and code == UNKNOWN_TAG_CODE and c.reply_text is not None:
+        _judge_timeout(s, c, i, timeouts.timeout_in_close_text(c.reply_text[i]))
+
+
+def _judge_timeout(s: ChannelTrace, c: Columns, i: int, value: int | None) -> None:
+    """TMO-02 / TMO-3x-1: a timeout close needs an unacked delivery at least T old."""
+    if value is None:
+        return
+    if not s.outstanding and not s.tx_settled:
+        s.find(c.seq[i], "timeout-without-delivery",
+               f"channel.close for a delivery acknowledgement timeout ({value} ms) with no unacked delivery")
+        return
+    if value < 0 or c.ts is None:
+        return
+    oldest = next(iter(s.outstanding), None)  # ascending tags: the oldest unacked delivery (TMO-3x-1)
+    delivered = _delivery_row(c, i, oldest) if oldest is not None else None
+    if delivered is None:
+        return
+    earliest, _ = timeouts.detection_window(s.traits.profile, value)
+    age_us = int(c.ts[i]) - int(c.ts[delivered])
+    if age_us + TIMEOUT_SLACK_US < earliest * 1000:
+        s.find(c.seq[i], "timeout-early", f"channel.close for a {value} ms acknowledgement timeout when the oldest "
+                                          f"unacked delivery was {age_us / 1000:.0f} ms old")
+
+
+def _delivery_row(c: Columns, i: int, tag: int) -> int | None:
+    """The row before `i` that delivered `tag` (timeouts are rare: a scan back is cheaper than
+    remembering every delivery's time)."""
+    for j in range(i - 1, -1, -1):
+        if c.code[j] in (DELIVER_IN, GET_OK_IN) and c.delivery_tag[j] == tag:
+            return j
+        if c.code[j] == OPEN_OUT:
+            return None
+    return None
+
+
+def close_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+    error, s.pending_error = s.pending_error, None
+    if error is not None and not s.broker_closed:
+        s.find(error.seq, error.kind, f"{error.detail}: the broker answered the client's channel.close "
+                                      f"with close-ok; expected channel.close {UNKNOWN_TAG_CODE:d} first")
+    if s.client_closed and not s.broker_closed and s.unconfirmed:
+        missing = list(s.unconfirmed)
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        s.find(c.seq[i], "confirm-missing",
+               f"{len(missing)} published seqno(s) never confirmed before the channel closed: {shown}")
+    s.unconfirmed.clear()
+    s.broker_closed = True  # the lifetime is over; only channel.open starts a new one
+
+
+def finish(s: ChannelTrace) -> None:
+    """The lifetime ended (a new channel.open, or the trace): what was owed and never came."""
+    error = s.pending_error
+    if error is not None:
+        s.findings.append(Finding(error.seq, error.kind,
+                                  f"{error.detail}: the trace ends before the broker's channel.close "
+                                  f"{UNKNOWN_TAG_CODE:d}", "warning"))
+        s.pending_error = None
+    _owed_cancels(s)
+    if s.deleting is not None:
+        seq, queue, ts = s.deleting
+        consumers = s.context.consumers.get(queue, 0)
+        if consumers and s.last_ts - ts >= s.context.grace_us:  # CCN-02: the broker must drop them and answer
+            s.find(seq, "delete-unanswered", f"queue.delete of {queue!r}, which had {consumers} consumer(s), was "
+                                             f"never answered ({(s.last_ts - ts) / 1e6:.1f} s until the channel's "
+                                             "last frame)")
+        s.deleting = None
+
+
+def _owed_cancels(s: ChannelTrace) -> None:
+    """CCN-02: a consumer whose queue was deleted gets basic.cancel when its connection asked."""
+    if s.context.cancel_notify is not True or not s.context.deletions:
+        return
+    for ctag, (queue, since, seq) in s.consumed.items():
+        if ctag in s.cancelled or ctag in s.broker_cancelled or queue is None:
+            continue
+        for deletion in s.context.deletions.get(queue, ()):
+            if deletion.ts > since and s.last_ts - deletion.ts >= s.context.grace_us:
+                s.find(seq, "cancel-missing", f"consumer {ctag} of queue {queue!r}: the queue was deleted "
+                                              f"({'answered' if deletion.answered else 'never answered'}) and no "
+                                              "basic.cancel came, though the client advertised "
+                                              "consumer_cancel_notify")
+                break
+
+
+# --- consumers: cancel and deletion (CCN-01..04) --------------------------------------------
+
+
+def client_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
+    request(s, c, i)
+
+
+def cancel_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+    ctag = c.consumer_tag[i]
+    if ctag is not None:  # CCN-04: nothing for it may follow
+        s.channel.consumers.pop(ctag, None)
+        s.cancelled.add(ctag)
+    reply(s, c, i)
+
+
+def broker_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
+    ctag = c.consumer_tag[i]
+    if s.context.cancel_notify is False:  # CCN-01: only a client that asked gets basic.cancel
+        s.find(c.seq[i], "cancel-unrequested", f"basic.cancel for consumer {ctag} on a connection that did not "
+                                               "advertise consumer_cancel_notify")
+    if ctag is not None:
+        s.channel.consumers.pop(ctag, None)
+        s.broker_cancelled.add(ctag)
+
+
+def delete(s: ChannelTrace, c: Columns, i: int) -> None:
+    queue = c.queue[i] if c.queue is not None else None
+    if queue is not None:
+        s.deleting = (c.seq[i], queue, c.ts[i] if c.ts is not None else 0)
+    request(s, c, i)
+
+
+def delete_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+    s.deleting = None
+    reply(s, c, i)
+
+
+# --- publisher confirms (PC-01/02/04/05/13) -------------------------------------------------
+
+
+def confirm_select(s: ChannelTrace, c: Columns, i: int) -> None:
+    s.channel.confirm = True  # PC-01: selecting again does not reset the counter
+    request(s, c, i)
+
+
+def publish(s: ChannelTrace, c: Columns, i: int) -> None:
+    if s.channel.confirm and not s.client_closed:  # PC-02: seqnos count publishes after select
+        s.unconfirmed[s.channel.publish_seqno] = None
+        s.channel.publish_seqno += 1
+
+
+def confirm(s: ChannelTrace, c: Columns, i: int) -> None:
+    tag = c.delivery_tag[i] or 0
+    multiple = bool(c.multiple[i])
+    seqnos = confirm_tags(s.unconfirmed, tag, multiple)  # PC-04/05
+    if seqnos is not None:
+        for seqno in seqnos:
+            del s.unconfirmed[seqno]
+        return
+    published = s.channel.publish_seqno - 1
+    what = f"{'basic.ack' if c.code[i] == ACK_IN else 'basic.nack'} delivery-tag={tag}{' multiple' if multiple else ''}"
+    if 0 < tag <= published:
+        s.find(c.seq[i], "confirm-duplicate", f"{what}: seqno {tag} was already confirmed")
+    else:
+        s.find(c.seq[i], "confirm-unpublished", f"{what}: {published} published in confirm mode")
+
+
+# --- after opaque client bytes: only what the broker alone decides -------------------------
+
+
+def ignore(s: ChannelTrace, c: Columns, i: int) -> None:
+    return None
+
+
+def tag_only(s: ChannelTrace, c: Columns, i: int) -> None:
+    tag = c.delivery_tag[i] or 0
+    expected = s.channel.take_tag()  # ACK-01
+    if tag != expected:
+        what = "delivery tag" if c.code[i] == DELIVER_IN else "basic.get-ok tag"
+        s.find(c.seq[i], "tag-sequence", f"{what} {tag}, expected {expected}")
+        s.channel.next_tag = tag + 1
+
+
+def opaque_close(s: ChannelTrace, c: Columns, i: int) -> None:
+    s.broker_closed = True

@@ -1,0 +1,188 @@
+"""Deliveries and acknowledgements as the model judges them in a recording (the observer's half).
+
+Responsibility: the observer's handlers for deliveries, basic.get, qos, consume and the
+client's acks, nacks, rejects, recover and transactions (ACK-01, ACK-03..09, QOS-02/05, RQ-04,
+CCN-04). Each decision is the model's own function: the channel's tag counter, `settle_tags`,
+`prefetch.apply_qos` / `consumer_has_credit` / `on_delivery` / `release`, `redelivered_flag`.
+"""
+
+from __future__ import annotations
+
+from conformance.model import prefetch
+from conformance.model.channel import Consumer, settle_tags
+from conformance.model.queues import redelivered_flag
+from conformance.model.replay import ChannelTrace, reply, request
+from conformance.model.trace import ACK_OUT, KINDS, NACK_OUT, REJECT_OUT, Columns, Finding
+
+# --- deliveries (ACK-01, QOS-02, RQ-04, CCN-04) ---------------------------------------------
+
+
+def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
+    channel = s.channel
+    tag = c.delivery_tag[i] or 0
+    expected = channel.take_tag()
+    if tag != expected:  # ACK-01: after a slip the count resynchronises
+        _tag_slip(s, c, i, "delivery tag", tag, expected)
+    ctag = c.consumer_tag[i]
+    if s.cancelled and ctag in s.cancelled:  # CCN-04
+        s.find(c.seq[i], "delivery-after-cancel", f"delivery tag {tag} for consumer {ctag} after its basic.cancel-ok")
+    if c.body_digest is not None:  # the identity comes with the first body frame
+        s.awaiting_body = tag
+        s.identity.pop(tag, None)
+    s.awaiting_redelivered = c.redelivered[i] is True
+    consumer = channel.consumers.get(ctag) if ctag is not None else None
+    if consumer is None:
+        s.outstanding[tag] = ctag
+    elif not consumer.no_ack:
+        s.outstanding[tag] = ctag
+        if not prefetch.take_credit(channel, consumer, "classic", s.traits):  # QOS-02
+            s.find(c.seq[i], "prefetch-exceeded", f"consumer {ctag} holds {consumer.outstanding} unacked "
+                                                  f"deliveries, prefetch {consumer.prefetch}")
+
+
+def _tag_slip(s: ChannelTrace, c: Columns, i: int, what: str, tag: int, expected: int) -> None:
+    s.find(c.seq[i], "tag-sequence", f"{what} {tag}, expected {expected}")
+    s.channel.next_tag = tag + 1
+
+
+def get_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+    tag = c.delivery_tag[i] or 0
+    expected = s.channel.take_tag()
+    if tag != expected:  # ACK-01: basic.get-ok shares the channel's counter
+        _tag_slip(s, c, i, "basic.get-ok tag", tag, expected)
+    _expect_identity(s, c, i, tag)
+    if not s.get_no_ack:
+        s.outstanding[tag] = None
+    reply(s, c, i)
+
+
+def _expect_identity(s: ChannelTrace, c: Columns, i: int, tag: int) -> None:
+    s.awaiting_body = tag if c.body_digest is not None else 0
+    if s.awaiting_body:
+        s.identity.pop(tag, None)
+    s.awaiting_redelivered = c.redelivered[i] is True
+
+
+def body(s: ChannelTrace, c: Columns, i: int) -> None:
+    tag, s.awaiting_body = s.awaiting_body, 0
+    digest = c.body_digest[i] if c.body_digest is not None else None
+    if not tag or digest is None:
+        return
+    if tag in s.outstanding:
+        s.identity[tag] = digest
+    if s.requeued[digest] > 0:
+        s.requeued[digest] -= 1
+        # delivered and returned once at least (here): the flag every queue type must set
+        if redelivered_flag(None, 1, 1, s.traits.quorum_redelivered_on_return) and not s.awaiting_redelivered:
+            s.find(c.seq[i], "redelivered-missing",  # RQ-04
+                   f"delivery tag {tag} repeats a message requeued on this channel without redelivered=true")
+
+
+def get(s: ChannelTrace, c: Columns, i: int) -> None:
+    s.get_no_ack = bool(c.no_ack[i]) if c.no_ack is not None else False
+    request(s, c, i)
+
+
+def qos(s: ChannelTrace, c: Columns, i: int) -> None:
+    if c.prefetch_count is not None:  # QOS-02/03: the profile decides what global means
+        glob = bool(c.global_qos[i]) if c.global_qos is not None else False
+        prefetch.apply_qos(s.channel, c.prefetch_count[i] or 0, glob, s.traits)
+    request(s, c, i)
+
+
+def consume(s: ChannelTrace, c: Columns, i: int) -> None:
+    no_ack = bool(c.no_ack[i]) if c.no_ack is not None else False
+    queue = c.queue[i] if c.queue is not None else None
+    limit = s.channel.consumer_prefetch if c.prefetch_count is not None else 0
+    s.consume_requests.append((c.consumer_tag[i] or None, queue, no_ack, limit))
+    request(s, c, i)
+
+
+def consume_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+    ctag = c.consumer_tag[i]
+    pending = s.consume_requests
+    request = next((p for p in pending if p[0] == ctag), None) or (pending[0] if pending else None)
+    if request is not None:
+        pending.remove(request)
+    _, queue, no_ack, limit = request or (None, None, False, 0)
+    if ctag is not None:  # QOS-02: the consumer keeps the prefetch in force when it was created
+        s.channel.consumers[ctag] = Consumer(ctag, queue or "", no_ack, limit)
+        s.consumed[ctag] = (queue, c.ts[i] if c.ts is not None else 0, c.seq[i])
+        s.cancelled.discard(ctag)
+    reply(s, c, i)
+
+
+# --- consumer acknowledgements (ACK-03..09) -------------------------------------------------
+
+
+def client_ack(s: ChannelTrace, c: Columns, i: int) -> None:
+    if s.pending_error is not None or s.client_closed:
+        return  # the broker is about to close the channel anyway
+    tag = c.delivery_tag[i] or 0
+    code = c.code[i]
+    multiple = c.multiple[i] is True and code != REJECT_OUT
+    requeue = code != ACK_OUT and c.requeue[i] is True
+    tags = settle_tags(s.outstanding, tag, multiple)  # ACK-03..06
+    if tags is None:
+        kind = "multi-ack-beyond" if multiple else "ack-unknown-tag" if tag == 0 or tag >= s.channel.next_tag \
+            else "ack-settled-tag"
+        s.pending_error = Finding(c.seq[i], kind, _ack_text(code, tag, multiple), KINDS[kind][1])
+        s.requests_after_error = 0
+        return
+    outstanding = s.outstanding
+    if s.tx:
+        s.tx_settled.extend((t, outstanding.pop(t), requeue) for t in tags)
+        return
+    channel, traits = s.channel, s.traits
+    for t in tags:
+        ctag = outstanding.pop(t)
+        if ctag is not None:
+            prefetch.release_one(channel, ctag, traits)  # QOS-05
+        if s.identity:
+            _requeue_identity(s, t, requeue)
+
+
+def _ack_text(code: int, tag: int, multiple: bool) -> str:
+    name = {ACK_OUT: "basic.ack", NACK_OUT: "basic.nack", REJECT_OUT: "basic.reject"}[code]
+    return f"{name} delivery-tag={tag}{' multiple' if multiple else ''}"
+
+
+def _settle(s: ChannelTrace, tag: int, ctag: str | None, requeue: bool) -> None:
+    if ctag is not None:
+        prefetch.release_one(s.channel, ctag, s.traits)  # QOS-05
+    if s.identity:
+        _requeue_identity(s, tag, requeue)
+
+
+def _requeue_identity(s: ChannelTrace, tag: int, requeue: bool) -> None:
+    digest = s.identity.pop(tag, None)
+    if requeue and digest is not None:  # ACK-07: back to its queue, delivered once more
+        s.requeued[digest] += 1
+
+
+def recover(s: ChannelTrace, c: Columns, i: int) -> None:
+    if s.pending_error is None and not s.client_closed:
+        for tag, ctag in s.outstanding.items():  # ACK-09: requeue everything unacked
+            _settle(s, tag, ctag, True)
+        s.outstanding.clear()
+    request(s, c, i)
+
+
+def tx_select(s: ChannelTrace, c: Columns, i: int) -> None:
+    s.tx = True
+    request(s, c, i)
+
+
+def tx_commit(s: ChannelTrace, c: Columns, i: int) -> None:
+    for tag, ctag, requeue in s.tx_settled:  # ACK-08: settlements take effect at commit
+        _settle(s, tag, ctag, requeue)
+    s.tx_settled.clear()
+    request(s, c, i)
+
+
+def tx_rollback(s: ChannelTrace, c: Columns, i: int) -> None:
+    if s.tx_settled:  # ACK-08: rolled-back acks are outstanding again
+        merged = {**s.outstanding, **{t: ctag for t, ctag, _ in s.tx_settled}}
+        s.outstanding = dict(sorted(merged.items()))
+        s.tx_settled.clear()
+    request(s, c, i)

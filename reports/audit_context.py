@@ -1,0 +1,114 @@
+"""What the audit knows of each recorded connection and of the recording around it.
+
+Responsibility: from the few frame records that describe a recording (connection.start and
+start-ok, queue.delete and its answer, basic.consume, recorder gaps) build each connection's
+`conformance.model.trace.Context`:
+- the broker's profile (`conformance.catalogue.profiles.detect` over the product and version of its
+  connection.start) plus the capabilities it advertises (`recorded_traits`, DESIGN.md 11);
+- whether the client advertised consumer_cancel_notify (CCN-01), and the broker too;
+- every queue.delete of the recording that the broker did not refuse, on any connection, with
+  whether it was answered (CCN-02), and how many consumers each queue had;
+- `judged` False for a connection recorded mid-stream: the recorder wrote a `gap` row on
+  channel -1 (the connection itself) for bytes it could not frame.
+
+Rules: works on any frames table holding whole recordings (a run, or one test with all its
+connections); the rows it reads are a small subset, selected with vectorised filters first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conformance.catalogue.profiles import detect
+from conformance.model.trace import Context, Deletion, recorded_traits
+
+ConnectionKey = tuple[str, str, int]  # (run_id, test_id, connection)
+CONTEXT_COLUMNS = ("ts", "queue", "product", "version", "capabilities")
+_ALWAYS = ("connection.start", "connection.start-ok", "queue.delete")
+_WITH_DELETIONS = ("queue.delete-ok", "channel.close", "basic.consume")  # only read when a queue.delete is there
+CONTEXT_METHODS = (*_ALWAYS, *_WITH_DELETIONS)
+
+
+def context_rows(frames: pa.Table) -> pa.Table:
+    """The rows `recording_contexts` reads (a small subset of any frames table), in key order."""
+    method = frames["method"]
+    wanted = pc.is_in(method, pa.array(_ALWAYS))
+    if "frame_type" in frames.column_names:
+        gap = pc.and_(pc.equal(frames["frame_type"], "gap"), pc.equal(frames["channel"], -1))
+        wanted = pc.or_(wanted, gap)
+    if pc.any(pc.equal(method, "queue.delete")).as_py():
+        wanted = pc.or_(wanted, pc.is_in(method, pa.array(_WITH_DELETIONS)))
+    names = ["run_id", "test_id", "connection", "channel", "seq", "direction", "frame_type", "method",
+             *(c for c in CONTEXT_COLUMNS if c in frames.column_names)]
+    rows = frames.filter(pc.fill_null(wanted, False)).select(names)
+    return rows.sort_by([(k, "ascending") for k in ("run_id", "test_id", "connection", "channel", "seq")])
+
+
+def recording_contexts(frames: pa.Table) -> dict[ConnectionKey, Context]:
+    """Each connection's context, for every connection of `frames` that has anything to say."""
+    rows = context_rows(frames)
+    if rows.num_rows == 0:
+        return {}
+    if "ts" in rows.column_names:
+        rows = rows.set_column(rows.column_names.index("ts"), "ts", rows["ts"].cast(pa.int64()))
+    ordered = rows.to_pylist()
+    per_recording: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in ordered:
+        per_recording[row["run_id"], row["test_id"]].append(row)
+    contexts: dict[ConnectionKey, Context] = {}
+    for (run, test), recording in per_recording.items():
+        deletions, consumers = _deletions(recording), Counter(
+            r.get("queue") for r in recording if r["method"] == "basic.consume" and r["direction"] == "out")
+        for connection, context in _connections(recording, deletions, dict(consumers)).items():
+            contexts[run, test, connection] = context
+    return contexts
+
+
+def _deletions(rows: list[dict[str, Any]]) -> dict[str, list[Deletion]]:
+    """queue.delete requests the broker did not refuse (no channel.close answered them)."""
+    found: dict[str, list[Deletion]] = defaultdict(list)
+    for n, row in enumerate(rows):
+        if row["method"] != "queue.delete" or row["direction"] != "out" or not row.get("queue"):
+            continue
+        answer = next((r for r in rows[n + 1:] if r["connection"] == row["connection"]
+                       and r["channel"] == row["channel"] and r["direction"] == "in"
+                       and r["method"] in ("queue.delete-ok", "channel.close")), None)
+        if answer is None or answer["method"] == "queue.delete-ok":
+            found[row["queue"]].append(Deletion(row["queue"], row.get("ts") or 0, answer is not None))
+    return dict(found)
+
+
+def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]],
+                 consumers: dict[Any, int]) -> dict[int, Context]:
+    server: dict[int, dict[str, Any]] = {}
+    client: dict[int, list[str]] = {}
+    mid_stream: set[int] = set()
+    connections: set[int] = set()
+    for row in rows:
+        connection = row["connection"]
+        connections.add(connection)
+        if row["frame_type"] == "gap":
+            mid_stream.add(connection)
+        elif row["method"] == "connection.start" and row["direction"] == "in":
+            server[connection] = row
+        elif row["method"] == "connection.start-ok" and row["direction"] == "out":
+            client[connection] = list(row.get("capabilities") or [])
+    contexts = {}
+    for connection in connections:
+        start = server.get(connection)
+        server_caps = list(start.get("capabilities") or []) if start else []
+        traits = None
+        if start is not None:
+            profile = detect({"product": start.get("product") or "", "version": start.get("version") or ""})
+            traits = recorded_traits(profile, server_caps)
+        notify = None
+        if connection in client:
+            notify = "consumer_cancel_notify" in client[connection] and (
+                start is None or "consumer_cancel_notify" in server_caps)
+        contexts[connection] = Context(traits, notify, deletions, {q: n for q, n in consumers.items() if q},
+                                       judged=connection not in mid_stream)
+    return contexts

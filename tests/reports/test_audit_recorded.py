@@ -1,0 +1,133 @@
+"""The audit of recorded traffic: cancel notification, deletions, timeouts, what is not judged,
+and the connection contexts built from a recording (no JVM)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from conformance.model.trace import Context, Deletion, recorded_traits
+from conformance.model.traits import GlobalQos
+from conformance.plugin.results import SCHEMAS
+from reports.audit import ChannelFrame, audit_channel
+from reports.audit_arrow import audit_table
+from reports.audit_context import recording_contexts
+
+F = ChannelFrame
+S = 1_000_000  # one second in microseconds
+
+
+def renumber(frames: list[ChannelFrame]) -> list[ChannelFrame]:
+    return [f._replace(seq=i) for i, f in enumerate(frames)]
+
+
+def kinds(frames: list[ChannelFrame], context: Context | None = None) -> list[tuple[str, str]]:
+    found = audit_channel(renumber(frames), context) if context else audit_channel(renumber(frames))
+    return [(f.kind, f.rule_id) for f in found]
+
+
+OPEN = [F(0, "out", "channel.open"), F(0, "in", "channel.open-ok")]
+CONSUME = [F(0, "out", "basic.consume", consumer_tag="c1", queue="q"),
+           F(0, "in", "basic.consume-ok", consumer_tag="c1", ts=1 * S)]
+
+
+def test_audit_delivery_after_cancel_ok_is_ccn_04() -> None:
+    cancelled = [*OPEN, *CONSUME, F(0, "out", "basic.cancel", consumer_tag="c1"),
+                 F(0, "in", "basic.deliver", delivery_tag=1, consumer_tag="c1"),  # in flight: allowed
+                 F(0, "in", "basic.cancel-ok", consumer_tag="c1"),
+                 F(0, "in", "basic.deliver", delivery_tag=2, consumer_tag="c1")]
+    assert kinds(cancelled) == [("delivery-after-cancel", "CCN-04")]
+
+
+def test_audit_broker_cancel_needs_the_capability() -> None:
+    frames = [*OPEN, *CONSUME, F(0, "in", "basic.cancel", consumer_tag="c1")]
+    assert kinds(frames, Context(cancel_notify=False)) == [("cancel-unrequested", "CCN-01")]
+    assert kinds(frames, Context(cancel_notify=True)) == []
+    assert kinds(frames) == []  # unknown capability: not judged
+
+
+def test_audit_a_deleted_queue_owes_its_consumers_a_cancel() -> None:
+    deleted = Context(cancel_notify=True, deletions={"q": [Deletion("q", 2 * S, True)]})
+    lived_on = [*OPEN, *CONSUME, F(0, "out", "basic.qos", prefetch_count=1, ts=4 * S),
+                F(0, "in", "basic.qos-ok", ts=4 * S)]
+    assert kinds(lived_on, deleted) == [("cancel-missing", "CCN-02")]
+    notified = [*OPEN, *CONSUME, F(0, "in", "basic.cancel", consumer_tag="c1", ts=2 * S), *lived_on[4:]]
+    assert kinds(notified, deleted) == []
+    closed_at_once = [*OPEN, *CONSUME, F(0, "out", "channel.close", ts=2 * S + 1000),
+                      F(0, "in", "channel.close-ok", ts=2 * S + 2000)]
+    assert kinds(closed_at_once, deleted) == []  # within the grace: no proof
+    assert kinds(lived_on, Context(cancel_notify=False, deletions=deleted.deletions)) == []  # silently dropped
+
+
+def test_audit_an_unanswered_delete_of_a_consumed_queue() -> None:
+    frames = [*OPEN, F(0, "out", "queue.delete", queue="q", ts=1 * S), F(0, "out", "channel.close", ts=6 * S)]
+    assert kinds(frames, Context(consumers={"q": 1})) == [("delete-unanswered", "CCN-02")]
+    assert kinds(frames, Context(consumers={})) == []
+    answered = [*frames[:3], F(0, "in", "queue.delete-ok", ts=1 * S + 10), frames[3]]
+    assert kinds(answered, Context(consumers={"q": 1})) == []
+
+
+def test_audit_a_timeout_close_needs_an_old_enough_unacked_delivery() -> None:
+    text = ("PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: 5000 ms. "
+            "This timeout value can be configured, see consumers doc guide to learn more")
+    close = F(0, "in", "channel.close", reply_code=406, reply_text=text, ts=7 * S)
+    delivered = [*OPEN, *CONSUME, F(0, "in", "basic.deliver", delivery_tag=1, consumer_tag="c1", ts=1 * S)]
+    on_time = Context(traits=recorded_traits("rabbitmq-3.10", ()))
+    assert kinds([*delivered, close], on_time) == []
+    assert kinds([*delivered, close._replace(ts=3 * S)], on_time) == [("timeout-early", "TMO-02")]
+    assert kinds([*OPEN, *CONSUME, close], on_time) == [("timeout-without-delivery", "TMO-02")]
+
+
+def test_audit_counts_what_it_cannot_judge() -> None:
+    gap = [*OPEN, *CONSUME, F(0, "in", None, frame_type="gap"), F(0, "in", "basic.deliver", delivery_tag=9)]
+    found = audit_channel(renumber(gap))
+    assert [(f.kind, f.severity) for f in found] == [("unjudged-gap", "unjudged")]
+    assert "1 frame(s) after it" in found[0].detail
+    mid = audit_channel(renumber([F(0, "in", "basic.deliver", delivery_tag=7)]), Context(judged=False))
+    assert [(f.kind, f.severity) for f in mid] == [("unjudged-mid-stream", "unjudged")]
+
+
+def test_audit_advertised_per_consumer_qos_overrides_the_base_profile() -> None:
+    plain = recorded_traits("amqp-0-9-1", ())
+    advertised = recorded_traits("amqp-0-9-1", ("per_consumer_qos",))
+    assert plain.global_qos is GlobalQos.CONNECTION and not plain.per_consumer_qos
+    assert advertised.global_qos is GlobalQos.CHANNEL and advertised.per_consumer_qos
+    frames = [*OPEN, F(0, "out", "basic.qos", prefetch_count=1, global_qos=False), F(0, "in", "basic.qos-ok"),
+              *CONSUME, F(0, "in", "basic.deliver", delivery_tag=1, consumer_tag="c1"),
+              F(0, "in", "basic.deliver", delivery_tag=2, consumer_tag="c1")]
+    assert kinds(frames, Context(traits=advertised)) == [("prefetch-exceeded", "QOS-02")]
+    assert kinds(frames, Context(traits=plain)) == []  # the spec's channel-wide limit is not judged
+
+
+def _row(connection: int, channel: int, seq: int, direction: str, method: str | None, **fields: Any) -> dict[str, Any]:
+    return {"run_id": "r", "test_id": "rec", "connection": connection, "channel": channel, "seq": seq, "ts": 0,
+            "direction": direction, "frame_type": fields.pop("frame_type", "method"), "method": method, **fields}
+
+
+def test_audit_contexts_come_from_the_whole_recording() -> None:
+    rows = [
+        _row(1, 0, 0, "in", "connection.start", product="RabbitMQ", version="3.10.8",
+             capabilities=["consumer_cancel_notify", "per_consumer_qos"]),
+        _row(1, 0, 1, "out", "connection.start-ok", capabilities=["consumer_cancel_notify"]),
+        _row(1, 1, 2, "out", "basic.consume", queue="q", consumer_tag="c1"),
+        _row(1, 1, 3, "in", "basic.consume-ok", consumer_tag="c1", ts=1 * S),
+        _row(1, 1, 4, "out", "basic.qos", prefetch_count=1, ts=5 * S),
+        _row(2, 0, 0, "in", "connection.start", product="GarageMQ", version="0.1", capabilities=[]),
+        _row(2, 1, 1, "out", "queue.delete", queue="q", ts=2 * S),
+        _row(2, 1, 2, "in", "queue.delete-ok", ts=2 * S),
+        _row(2, 1, 3, "out", "queue.delete", queue="busy", ts=2 * S),
+        _row(2, 1, 4, "in", "channel.close", reply_code=406),
+        _row(3, -1, 0, "in", None, frame_type="gap"),
+        _row(3, 1, 1, "in", "basic.deliver", delivery_tag=5),
+    ]
+    table = pa.Table.from_pylist(rows, schema=SCHEMAS["frames"])
+    contexts = recording_contexts(table)
+    first, second, third = (contexts["r", "rec", n] for n in (1, 2, 3))
+    assert first.traits is not None and first.traits.profile == "rabbitmq-3.10" and first.cancel_notify is True
+    assert second.traits is not None and second.traits.profile == "amqp-0-9-1" and second.cancel_notify is None
+    assert list(first.deletions) == ["q"]  # "busy" was refused with a channel.close
+    assert third.judged is False
+    found = audit_table(table)
+    assert sorted(zip(found["connection"].to_pylist(), found["kind"].to_pylist(), strict=True)) == [
+        (1, "cancel-missing"), (3, "unjudged-mid-stream")]
