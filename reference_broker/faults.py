@@ -117,6 +117,14 @@ def _named_only(unacked: dict[int, Unacked], tag: int) -> list[Unacked]:
     return [unacked[tag]]
 
 
+def _other_connections_only(owner: int | None, conn: int, exclusive: bool) -> bool:
+    return owner is not None and owner != conn  # the flag itself is then 406 "inequivalent arg"
+
+
+def _unknown_type_hard(kind: str) -> AmqpError:
+    return AmqpError(ReplyCode.COMMAND_INVALID, f"unknown exchange type '{kind}'", scope="connection")
+
+
 def _unknown_cancel(tag: str) -> AmqpError:
     return AmqpError(ReplyCode.NOT_FOUND, f"unknown consumer tag '{tag}'", scope="channel")
 
@@ -196,6 +204,11 @@ FAULTS: tuple[Fault, ...] = (
           {"error_scope": _const("connection")}),
     Fault("frame_max_not_enforced", "framing", "FRM-03", "frames over the negotiated frame_max are accepted",
           {"enforced_frame_max": _const(0)}),
+    Fault("exclusive_flag_change_is_406", "errors", "DCL-01",
+          "an owner redeclaring its queue with another exclusive flag gets 406, not 405",
+          {"exclusive_locked": _other_connections_only}),
+    Fault("unknown_exchange_type_is_503", "errors", "DCL-02", "an unknown exchange type is a 503 connection error (3.x)",
+          {"unknown_exchange_type": _unknown_type_hard}),
     Fault("socket_closed_after_close_ok", "framing", "NET-02", "the socket is closed right after close-ok to a client's close",
           {"ends_socket_after_close_ok": _const(True)}),
     Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values",

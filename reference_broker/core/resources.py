@@ -37,7 +37,7 @@ from reference_broker.core import durability, permissions, texts, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
 from reference_broker.core.effects import Effect, Send
-from reference_broker.core.errors import hard, soft
+from reference_broker.core.errors import soft
 from reference_broker.core.routing import EXCHANGE_TYPES
 from reference_broker.core.state import CLASSIC, QUORUM, Binding, Channel, Exchange, Queue, VHost
 
@@ -91,8 +91,8 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
     if m.exchange.startswith("amq.") and existing is None:
         raise soft(ReplyCode.ACCESS_REFUSED, f"exchange name '{m.exchange}' contains reserved prefix 'amq.*'")
     permissions.check(core, ch, "configure", "exchange", m.exchange)
-    if m.exchange_type not in EXCHANGE_TYPES:
-        raise hard(ReplyCode.COMMAND_INVALID, f"unknown exchange type '{m.exchange_type}'")
+    if m.exchange_type not in EXCHANGE_TYPES:  # DCL-02, before the lookup of an existing one
+        raise core.rules.unknown_exchange_type(m.exchange_type)
     if existing is not None:
         what = texts.x(m.exchange, v.name)
         for arg, received, current in (("type", m.exchange_type, existing.kind),
@@ -181,9 +181,10 @@ def _queue_kind(v: VHost, m: QueueDeclare) -> str:
     return str(kind)
 
 
-def _check_equivalent(v: VHost, queue: Queue, m: QueueDeclare, conn: int) -> None:
+def _check_equivalent(core: BrokerState, v: VHost, queue: Queue, m: QueueDeclare, conn: int) -> None:
     what = texts.q(queue.name, v.name)
-    if queue.exclusive_owner is not None and queue.exclusive_owner != conn:
+    # DCL-01: the exclusive owner first, then the other fields and the arguments (406)
+    if core.rules.exclusive_locked(queue.exclusive_owner, conn, m.exclusive):
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(queue.name, v.name))
     for arg, received, current in (("durable", m.durable, queue.durable),
                                    ("exclusive", m.exclusive, queue.exclusive_owner is not None),
@@ -214,7 +215,7 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
         permissions.check(core, ch, "configure", "queue", name)
         queue = v.queues.get(name)  # type: ignore[assignment]
         if queue is not None:
-            _check_equivalent(v, queue, m, ch.conn)
+            _check_equivalent(core, v, queue, m, ch.conn)
         else:
             kind = _queue_kind(v, m._replace(queue=name))
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))

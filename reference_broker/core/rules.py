@@ -72,6 +72,17 @@ def _no_ack_unlimited(consumer: Consumer) -> bool:
     return False  # QOS-08: no-ack consumers are never limited by the prefetch count
 
 
+def _unknown_exchange_type(kind: str) -> AmqpError:
+    """DCL-02: a channel error from 3.13.3 on (rabbit_exchange:check_type, PR #11214)."""
+    return AmqpError(ReplyCode.PRECONDITION_FAILED, f"unknown exchange type '{kind}'", scope="channel")
+
+
+def _owner_must_match(owner: int | None, conn: int, exclusive: bool) -> bool:
+    """DCL-01: a redeclaration names the queue's exclusive owner exactly (check_exclusive_access
+    strict): the owner changing the exclusive flag is locked out like another connection."""
+    return owner != (conn if exclusive else None)
+
+
 def _never_lost(seqno: int, accepted: bool | None) -> bool:
     return False
 
@@ -144,6 +155,9 @@ class Rules:
     timeout_cancels: Callable[[bool], bool] = _same  # the client's consumer_cancel_notify
     expired: Callable[[dict[int, Connection], Queue, Expired], Expired] = _only_expired
     pause_timed_out: Callable[[Consumer, int], None] = _pause
+    # -- declarations (DCL-01, DCL-02) ----------------------------------------------------
+    exclusive_locked: Callable[[int | None, int, bool], bool] = _owner_must_match  # (owner, conn, exclusive)
+    unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type
     # -- errors and framing (ERR-02, FRM-03) ----------------------------------------------
     error_scope: Callable[[str], str] = _same
     enforced_frame_max: Callable[[int], int] = _same
