@@ -7,7 +7,8 @@ function level and under `if TYPE_CHECKING:`), resolved to project modules, and 
   never import the router;
 - conformance.model imports only the standard library and codec.constants;
 - exactly one conformance module (conformance/embedded.py) imports reference_broker;
-- reports imports conformance only for the results schema and the catalogue;
+- reports imports conformance only for the results schema, the catalogue and the model (the
+  trace audit);
 - reference_broker/core and conformance import project modules at module level only (the
   lazy exceptions load heavy optional dependencies: the Spark reports);
 - there is no import cycle anywhere.
@@ -140,9 +141,10 @@ def test_exactly_one_harness_module_imports_the_reference_broker() -> None:
 
 def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogue() -> None:
     # the results schema: its records (results), the values of their verdict column (verdicts)
-    # and the words for them (wording); the catalogue: rules, areas, profiles
+    # and the words for them (wording); the catalogue: rules, areas, profiles; and the model,
+    # the oracle the trace audit judges recorded traffic with (issue 17: one copy of each rule)
     allowed = ("conformance.plugin.results", "conformance.plugin.verdicts", "conformance.plugin.wording",
-               "conformance.catalogue")
+               "conformance.catalogue", "conformance.model")
     bad = [i for i in edges_from("reports")
            if _in(i.target, "conformance") and not any(_in(i.target, a) for a in allowed)]
     assert bad == []
