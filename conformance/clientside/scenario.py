@@ -99,7 +99,8 @@ class Play:
                 self.taken.add(len(self.events) - 1)
                 return found
         names = "/".join(k.KIND for k in kinds)  # type: ignore[attr-defined]
-        raise ScenarioFailed(f"the application saw no {what or names} within {self.t(timeout):.1f} s"
+        subject = what.removeprefix("the ") if what else f"{names} event"
+        raise ScenarioFailed(f"no {subject} reached the application within {self.t(timeout):.1f} s"
                              f"{self._seen()}")
 
     def settle(self, duration: float = SETTLE) -> list[di.Event]:
