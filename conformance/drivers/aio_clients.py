@@ -187,7 +187,8 @@ class AiormqDriver(_AsyncDriver):
     def confirm_select(self, channel: int) -> None:
         ch = self.channels[channel]
         self.run(ch.rpc(aiormq.spec.Confirm.Select()))
-        ch.publisher_confirms = True  # what aiormq does when the channel is opened with publisher_confirms
+        # what aiormq does when it opens a channel with publisher_confirms: the broker counts from here
+        ch.publisher_confirms, ch.delivery_tag = True, 0
         self.confirm_mode(channel)
 
     def _delivery(self, channel: int, msg: Any, consumer: bool = True) -> di.Delivery:
