@@ -99,6 +99,10 @@ def _answer(session: _Session, line: str, out: JsonLinesOutput) -> bool:
         session.driver.close()
         session.driver = session.make()
     driver = session.driver
+    # what already reached the library comes first: a request never overtakes input that arrived
+    # before it (a `state` after a broker's frame reports the library's reaction to that frame)
+    while (event := driver.next_event(0)) is not None:
+        out.write(wire_json.event_to_json(event))
     if op == "bye":
         driver.close()
         out.write({"id": rid, "ok": True, "value": None})
