@@ -21,6 +21,10 @@ Rules:
   from 4.0 "acquired"); quorum ≤3.13: once it has been returned. `Message` counts both.
 - PC-08 overflow: `x-max-length` with `reject-publish` refuses a publish while the ready
   count is at the limit; the default `drop-head` drops the oldest ready message.
+- queue.declare-ok consumer_count (TMO-4.3-4, `declared_consumer_count`): a quorum queue counts
+  its consumer records (rabbit_fifo:query_stat/1): registered consumers, a cancelled consumer
+  until its deliveries are settled, and one record per unsettled basic.get delivery (live 4.0.5
+  and 4.3.6); a classic queue counts registered consumers only.
 Candidates are returned in a stable order so the machines' messages are stable.
 """
 
@@ -242,3 +246,9 @@ def redelivered_flag(kind: str | None, delivered: int, returned: int, on_return_
     if kind == "quorum" and on_return_only:
         return returned > 0
     return delivered > 0
+
+
+def declared_consumer_count(kind: str, registered: int, *, cancelled_holding: int = 0, gets_held: int = 0) -> int:
+    """queue.declare-ok's consumer_count: on a quorum queue, `registered` consumers plus the
+    cancelled ones still holding deliveries plus the unsettled basic.get deliveries."""
+    return registered + cancelled_holding + gets_held if kind == "quorum" else registered

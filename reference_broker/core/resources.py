@@ -223,7 +223,7 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
                           m.auto_delete, dict(m.arguments))
             v.queues[name] = queue
     ch.last_queue = queue.name
-    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, queue.ready_count(), queue.declared_consumer_count()))
+    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, queue.ready_count(), declared_consumer_count(core, queue)))
 
 
 def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
@@ -276,3 +276,26 @@ def queue_delete(core: BrokerState, meta: Meta, ch: Channel, m: QueueDelete,
     count = queue.ready_count()
     effects = delete_queue(core, meta, queue)
     return [*_reply(ch, m.nowait, QueueDeleteOk(count)), *effects]
+
+
+def declared_consumer_count(core: BrokerState, queue: Queue) -> int:
+    """queue.declare-ok's consumer_count. A quorum queue counts its consumer records, as
+    rabbit_fifo:query_stat/1 (live 4.0.5 and 4.3.6): the registered consumers (with single
+    active consumer only the active one), a cancelled consumer until its deliveries are settled,
+    and one record per unsettled basic.get delivery. A classic queue: registered consumers."""
+    if queue.kind != QUORUM or queue.arguments.get("x-single-active-consumer") is True:
+        return queue.declared_consumer_count()
+    cancelled: set[tuple[int, int, str]] = set()
+    gets = 0
+    for conn in core.connections.values():
+        if conn.vhost != queue.vhost:
+            continue
+        for ch in conn.channels.values():
+            for u in ch.unacked.values():
+                if u.queue != queue.name or u.timed_out:
+                    continue
+                if u.consumer_tag is None:
+                    gets += 1
+                elif u.consumer_tag not in ch.consumers:
+                    cancelled.add((conn.id, ch.number, u.consumer_tag))
+    return len(queue.consumers) + len(cancelled) + gets
