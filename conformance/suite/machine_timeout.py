@@ -38,6 +38,7 @@ from codec import (
     QueueDeclareOk,
 )
 from conformance.drivers.raw import ChannelClosed
+from conformance.model import queues as queues_model
 from conformance.model import timeouts as model
 from conformance.suite.machine_base import CONTROL, MachineClient, MachineTarget, ModelMachine
 from conformance.suite.timeout_steps import SHORT
@@ -293,9 +294,17 @@ class TimeoutWire(ModelMachine):
         self.process()
         if self.must_fire() or self.starved() or self.held_deliveries():
             return "deliveries still arriving"
-        want = {name: (q.ready, sum(1 for c in self.consumers.values() if c.queue == name))
-                for name, q in self.queues.items()}
+        want = {name: (q.ready, self.consumer_count(name)) for name, q in self.queues.items()}
         if counts != want:
             return f"queues (ready, consumers) = {counts}, model {want}"
         return None
+
+    def consumer_count(self, queue: str) -> int:
+        """queue.declare-ok's consumer_count for a quorum queue (model.queues, TMO-4.3-4)."""
+        live = [(conn, ch, h.consumer) for (conn, ch), items in self.held.items()
+                for h in items.values() if h.queue == queue and not h.timed_out]
+        return queues_model.declared_consumer_count(
+            "quorum", sum(1 for c in self.consumers.values() if c.queue == queue),
+            cancelled_holding=len({key for key in live if key[2] is not None and key[2] not in self.consumers}),
+            gets_held=sum(1 for key in live if key[2] is None))
 
