@@ -36,24 +36,22 @@ import os
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
-from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices, resolve
+from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices
 from conformance.catalogue.rules import AREAS, CAPABILITIES, rule
 from conformance.drivers import CLIENTS
-from conformance.drivers.raw import BrokerAddress, ChannelClosed, DriverError, RawClient, Recorder
-from conformance.embedded import start as start_embedded
+from conformance.drivers.raw import BrokerAddress, Recorder
 from conformance.plugin import classify, distributed, evidence
-from conformance.plugin.admin import RestoringAdmin, Unavailable, parse_admin
-from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
+from conformance.plugin.admin import Unavailable, parse_admin
+from conformance.plugin.health import close_quietly
 from conformance.plugin.results import ResultsWriter, RunRecord, harness_version, redact_url
-from conformance.plugin.session import Harness, Names, Target
+from conformance.plugin.session import HARNESS, Harness, harness
 from conformance.plugin.verdicts import (
     EXIT_HARNESS,
     EXIT_UNREACHABLE,
@@ -62,11 +60,11 @@ from conformance.plugin.verdicts import (
     admin_hint,
     closing_line,
     needs_admin,
-    skip_unless_applies,
 )
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 from conformance.suite import SUITE_DIR
 
+pytest_plugins = ["conformance.plugin.fixtures"]  # the fixtures tests use (target, connect, names, admin)
 AREA_MARKER = "area_"  # `-m area_qos` selects an area
 
 
@@ -88,13 +86,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_watchdog_options(group)
 
 
-HARNESS = pytest.StashKey[Harness]()
 STATE = pytest.StashKey[classify.TestState]()
 RULE_ERROR = pytest.StashKey[str]()
-
-
-def harness(config: pytest.Config) -> Harness:
-    return config.stash[HARNESS]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -345,111 +338,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     profile = state.target.profile.name if state.target is not None else None
     # the reporter passes pytest's own status; the session ends with ours
     terminalreporter.write_line(closing_line(dict(totals), profile, _exit_status(state, exitstatus)), bold=True)
-
-
-@pytest.fixture(scope="session")
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    config = request.config
-    state = harness(config)
-    url = config.getoption("--broker-url")
-    embedded = None
-    if not url:
-        embedded = start_embedded(management_port=0)
-        url = embedded.url
-        if config.getoption("--broker-admin") == "none" and embedded.management_url:
-            state.admin = parse_admin(embedded.management_url, url)  # the embedded broker's own API
-    scale = config.getoption("--timeout-scale")
-    try:
-        with RawClient(url, timeout=5.0 * scale) as probe:
-            props = probe.server_properties
-    except (OSError, DriverError) as exc:
-        if embedded is not None:
-            embedded.stop()
-        state.down = connect_failure(redact_url(url), exc)
-        pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
-    profile = resolve(config.getoption("--profile"), props, config.getoption("--capability"),
-                      config.getoption("--extension-profile"))
-    made = Target(url, profile, scale, config.getoption("--broker-admin"), config.getoption("--client"), embedded)
-    state.target, state.probe = made, HealthProbe(url, made.timeout(5.0))
-    if state.run is not None:
-        state.run.product, state.run.version = str(props.get("product", "")), str(props.get("version", ""))
-        state.run.profile, state.run.profile_detail = profile.display, "\n".join(profile.explain())
-        if embedded is not None:
-            state.run.broker_url = f"embedded {redact_url(url)}"
-    yield made
-    close_quietly(state.probe)
-    if state.down is None:
-        admin = None if state.admin.describe() == "none" else state.admin
-        state.leaks = find_leaks(url, made.vhost, state.names, admin, made.timeout(5.0))
-    if embedded is not None:
-        embedded.stop()
-
-
-@pytest.fixture(autouse=True)
-def _rules_apply(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Run the test under the profile its rules are judged by; skip it as not-applicable or
-    not-claimed when none of its rules applies."""
-    marker = request.node.get_closest_marker("rules")
-    if marker is None or "target" not in request.fixturenames:
-        yield
-        return
-    made: Target = request.getfixturevalue("target")
-    made.profile = made.base_profile.for_rules(marker.args)
-    try:
-        skip_unless_applies(made.profile, marker.args)
-        yield
-    finally:
-        made.profile = made.base_profile
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def connect(target: Target, recorder: Recorder, names: Names,
-            request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
-    clients: list[RawClient] = []
-
-    def make(**kwargs: Any) -> RawClient:
-        kwargs.setdefault("timeout", target.timeout(5.0))
-        client = RawClient(target.url, recorder=recorder, **kwargs)
-        clients.append(client)
-        return client.connect()
-
-    yield make
-    down = harness(request.config).down is not None
-    for client in clients:
-        if down and client.sock is not None:  # no polite close with a broker that does not answer
-            client.sock.close()
-            client.sock = None
-        client.close()
-
-
-@pytest.fixture
-def names(target: Target, request: pytest.FixtureRequest) -> Iterator[Names]:
-    state = harness(request.config)
-    made = Names(f"{PREFIX}{request.node.name[:40]}", registry=state.names)
-    yield made
-    if not (made.queues or made.exchanges) or state.down is not None:
-        return
-    deletes: list[tuple[str, str, Any, type]] = [
-        *(("queue", q, QueueDelete(queue=q), QueueDeleteOk) for q in made.queues),
-        *(("exchange", x, ExchangeDelete(exchange=x), ExchangeDeleteOk) for x in made.exchanges)]
-    with contextlib.suppress(OSError, DriverError), RawClient(target.url, timeout=target.timeout(5.0)) as c:
-        ch = c.channel()
-        for kind, name, method, reply in deletes:
-            try:
-                c.rpc(ch, method, reply)
-                state.names.deleted(kind, name)
-            except ChannelClosed:
-                ch = c.channel()
-
-
-@pytest.fixture
-def admin(target: Target, request: pytest.FixtureRequest) -> Iterator[RestoringAdmin]:
-    """The `--broker-admin` adapter for one test; its changes are undone at teardown."""
-    view = RestoringAdmin(harness(request.config).admin, target.vhost)
-    yield view
-    view.restore()

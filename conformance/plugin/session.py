@@ -12,6 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import BrokerAddress
 from conformance.plugin.admin import AdminAdapter
@@ -86,3 +88,11 @@ class Harness:
     worker: bool = False  # a pytest-xdist worker: the controller writes the run record
     remote_tests: int = 0  # test records written by pytest-xdist workers
     watchdog: Watchdog | None = None
+
+
+HARNESS = pytest.StashKey[Harness]()
+
+
+def harness(config: pytest.Config) -> Harness:
+    """The session state of the plugin."""
+    return config.stash[HARNESS]

@@ -24,8 +24,8 @@ import pytest
 
 from conformance.plugin.admin import NoAdmin
 from conformance.plugin.health import NameRegistry, find_leaks
-from conformance.plugin.hooks import SUITE_DIR
 from conformance.plugin.results import read_table
+from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 
 pytest_plugins = ["pytester"]

@@ -1,0 +1,139 @@
+"""The fixtures of the plugin (loaded with hooks.py through its `pytest_plugins`).
+
+- `target` (session): the broker under test (url, profile, timeout scale, admin); without
+  `--broker-url` an embedded reference broker starts on a free port for the session.
+- `connect`: a factory of connected `RawClient`s sharing the test's frame `recorder`, closed
+  at teardown; `names`: unique "amqpc." names, whose queues and exchanges are deleted at
+  teardown; `admin`: the `--broker-admin` adapter, every change undone at teardown.
+- `_rules_apply` (autouse): runs a rule test under the profile its rules are judged by, and
+  skips it as not-applicable or not-claimed when none of its rules applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
+from conformance.catalogue.profiles import resolve
+from conformance.drivers.raw import ChannelClosed, DriverError, RawClient, Recorder
+from conformance.embedded import start as start_embedded
+from conformance.plugin.admin import RestoringAdmin, parse_admin
+from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
+from conformance.plugin.results import redact_url
+from conformance.plugin.session import Names, Target, harness
+from conformance.plugin.verdicts import (
+    EXIT_UNREACHABLE,
+    skip_unless_applies,
+)
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    config = request.config
+    state = harness(config)
+    url = config.getoption("--broker-url")
+    embedded = None
+    if not url:
+        embedded = start_embedded(management_port=0)
+        url = embedded.url
+        if config.getoption("--broker-admin") == "none" and embedded.management_url:
+            state.admin = parse_admin(embedded.management_url, url)  # the embedded broker's own API
+    scale = config.getoption("--timeout-scale")
+    try:
+        with RawClient(url, timeout=5.0 * scale) as probe:
+            props = probe.server_properties
+    except (OSError, DriverError) as exc:
+        if embedded is not None:
+            embedded.stop()
+        state.down = connect_failure(redact_url(url), exc)
+        pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
+    profile = resolve(config.getoption("--profile"), props, config.getoption("--capability"),
+                      config.getoption("--extension-profile"))
+    made = Target(url, profile, scale, config.getoption("--broker-admin"), config.getoption("--client"), embedded)
+    state.target, state.probe = made, HealthProbe(url, made.timeout(5.0))
+    if state.run is not None:
+        state.run.product, state.run.version = str(props.get("product", "")), str(props.get("version", ""))
+        state.run.profile, state.run.profile_detail = profile.display, "\n".join(profile.explain())
+        if embedded is not None:
+            state.run.broker_url = f"embedded {redact_url(url)}"
+    yield made
+    close_quietly(state.probe)
+    if state.down is None:
+        admin = None if state.admin.describe() == "none" else state.admin
+        state.leaks = find_leaks(url, made.vhost, state.names, admin, made.timeout(5.0))
+    if embedded is not None:
+        embedded.stop()
+
+
+@pytest.fixture(autouse=True)
+def _rules_apply(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Run the test under the profile its rules are judged by; skip it as not-applicable or
+    not-claimed when none of its rules applies."""
+    marker = request.node.get_closest_marker("rules")
+    if marker is None or "target" not in request.fixturenames:
+        yield
+        return
+    made: Target = request.getfixturevalue("target")
+    made.profile = made.base_profile.for_rules(marker.args)
+    try:
+        skip_unless_applies(made.profile, marker.args)
+        yield
+    finally:
+        made.profile = made.base_profile
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def connect(target: Target, recorder: Recorder, names: Names,
+            request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
+    clients: list[RawClient] = []
+
+    def make(**kwargs: Any) -> RawClient:
+        kwargs.setdefault("timeout", target.timeout(5.0))
+        client = RawClient(target.url, recorder=recorder, **kwargs)
+        clients.append(client)
+        return client.connect()
+
+    yield make
+    down = harness(request.config).down is not None
+    for client in clients:
+        if down and client.sock is not None:  # no polite close with a broker that does not answer
+            client.sock.close()
+            client.sock = None
+        client.close()
+
+
+@pytest.fixture
+def names(target: Target, request: pytest.FixtureRequest) -> Iterator[Names]:
+    state = harness(request.config)
+    made = Names(f"{PREFIX}{request.node.name[:40]}", registry=state.names)
+    yield made
+    if not (made.queues or made.exchanges) or state.down is not None:
+        return
+    deletes: list[tuple[str, str, Any, type]] = [
+        *(("queue", q, QueueDelete(queue=q), QueueDeleteOk) for q in made.queues),
+        *(("exchange", x, ExchangeDelete(exchange=x), ExchangeDeleteOk) for x in made.exchanges)]
+    with contextlib.suppress(OSError, DriverError), RawClient(target.url, timeout=target.timeout(5.0)) as c:
+        ch = c.channel()
+        for kind, name, method, reply in deletes:
+            try:
+                c.rpc(ch, method, reply)
+                state.names.deleted(kind, name)
+            except ChannelClosed:
+                ch = c.channel()
+
+
+@pytest.fixture
+def admin(target: Target, request: pytest.FixtureRequest) -> Iterator[RestoringAdmin]:
+    """The `--broker-admin` adapter for one test; its changes are undone at teardown."""
+    view = RestoringAdmin(harness(request.config).admin, target.vhost)
+    yield view
+    view.restore()
