@@ -209,6 +209,8 @@ FAULTS: tuple[Fault, ...] = (
           {"exclusive_locked": _other_connections_only}),
     Fault("unknown_exchange_type_is_503", "errors", "DCL-02", "an unknown exchange type is a 503 connection error (3.x)",
           {"unknown_exchange_type": _unknown_type_hard}),
+    Fault("priorities_ignored", "messages", "PRI-01", "every message waits at one level: publish order, priority ignored",
+          {"priority_level": _const(0)}),
     Fault("socket_closed_after_close_ok", "framing", "NET-02", "the socket is closed right after close-ok to a client's close",
           {"ends_socket_after_close_ok": _const(True)}),
     Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values",

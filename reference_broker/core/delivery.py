@@ -75,7 +75,7 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
         if not ok:
             accepted = False
             continue
-        queue.enqueue(message)
+        queue.enqueue(message, core.rules.priority_level(queue, message))
         durability.remember(core, queue, message)
         effects += dispatch(core, meta, queue)
     return effects, accepted

@@ -6,6 +6,10 @@ Rules:
 - Classic queues put a requeued message back at its original position (RQ-01): ready
   messages sit in a heap keyed by their enqueue sequence. Quorum queues serve returned
   messages first, in return order (RQ-02): a returns FIFO ahead of the main FIFO.
+- Priorities (PRI-01, PRI-02): ready messages sit in one `Lane` per priority level, the highest
+  level served first, each lane in the order above. A classic queue has levels only with
+  x-max-priority (0..max; no priority counts as 0, above max as max: rabbit_priority_queue); a
+  quorum queue always has them, as 4.3's rabbit_fifo_pq: 0..31, no priority counts as 4.
 - Delivery tags count per channel from 1, shared by consume and get (ACK-01).
 """
 
@@ -20,6 +24,8 @@ from codec import BasicProperties
 
 CLASSIC = "classic"
 QUORUM = "quorum"
+QUORUM_MAX_PRIORITY = 31  # rabbit_fifo ?MAX_PRIORITY (4.3)
+QUORUM_DEFAULT_PRIORITY = 4  # rabbit_fifo ?DEFAULT_PRIORITY (4.3)
 
 
 @dataclass(slots=True, eq=False)
@@ -34,6 +40,7 @@ class Message:
     acquired_count: int = 0  # quorum: every checkout
     expires_at: int | None = None  # absolute ms, from x-message-ttl / expiration
     store_id: int = 0  # its row in the durable store (0: not stored), durability.py
+    level: int = 0  # the priority level it waits at in its queue (PRI-01, PRI-02)
 
     def copy_for_queue(self) -> Message:
         return Message(self.exchange, self.routing_key, self.properties, self.body)
@@ -76,6 +83,37 @@ class Unacked:
 
 
 @dataclass(slots=True, eq=False)
+class Lane:
+    """Ready messages of one priority level: never delivered ones in order, requeued ones
+    (classic) in a small heap by their position, so the lowest position goes first (RQ-01)."""
+
+    fresh: deque[Message] = field(default_factory=deque)
+    heap: list[tuple[int, Message]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.heap)
+
+    def pop(self) -> Message | None:
+        if self.heap and (not self.fresh or self.heap[0][0] < self.fresh[0].seq):
+            return heapq.heappop(self.heap)[1]
+        return self.fresh.popleft() if self.fresh else None
+
+    def remove(self, message: Message) -> bool:
+        if message in self.fresh:
+            self.fresh.remove(message)
+            return True
+        entries = [entry for entry in self.heap if entry[1] is not message]
+        if len(entries) == len(self.heap):
+            return False
+        self.heap[:] = entries
+        heapq.heapify(self.heap)
+        return True
+
+    def messages(self) -> list[Message]:
+        return [*self.fresh, *(m for _seq, m in self.heap)]
+
+
+@dataclass(slots=True, eq=False)
 class Queue:
     name: str
     vhost: str
@@ -93,10 +131,9 @@ class Queue:
     ready_bytes: int = 0  # body octets of ready messages (the memory alarm's measure)
     deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms
     timer_at: int | None = None  # when the queue's timeout timer is armed for
-    _fresh: deque[Message] = field(default_factory=deque)  # classic: never delivered, in order
-    _heap: list[tuple[int, Message]] = field(default_factory=list)  # classic: requeued, by seq
+    _lanes: dict[int, Lane] = field(default_factory=dict)  # priority level -> its ready messages
+    _levels: list[int] = field(default_factory=list)  # the lanes' levels, highest first
     _returns: deque[Message] = field(default_factory=deque)  # quorum returns first
-    _main: deque[Message] = field(default_factory=deque)  # quorum main FIFO
 
     def declared_consumer_count(self) -> int:
         """queue.declare-ok's consumer_count. A single-active-consumer quorum queue counts only
@@ -107,14 +144,34 @@ class Queue:
         return len(self.consumers)
 
     # -- ready messages ------------------------------------------------------------
-    def ready_count(self) -> int:
-        return len(self._fresh) + len(self._heap) + len(self._returns) + len(self._main)
+    def level(self, message: Message) -> int:
+        """The priority level a message waits at (PRI-01 classic, PRI-02 quorum)."""
+        priority = message.properties.priority
+        if self.kind == QUORUM:
+            return QUORUM_DEFAULT_PRIORITY if priority is None else min(priority, QUORUM_MAX_PRIORITY)
+        top = self.arguments.get("x-max-priority")
+        if not isinstance(top, int) or isinstance(top, bool) or top <= 0:
+            return 0
+        return min(priority or 0, top)
 
-    def enqueue(self, message: Message) -> None:
+    def _lane(self, level: int) -> Lane:
+        lane = self._lanes.get(level)
+        if lane is None:
+            lane = self._lanes[level] = Lane()
+            self._levels.append(level)
+            self._levels.sort(reverse=True)
+        return lane
+
+    def ready_count(self) -> int:
+        return len(self._returns) + sum(len(lane) for lane in self._lanes.values())
+
+    def enqueue(self, message: Message, level: int | None = None) -> None:
+        """At the tail of its level (`level` as the rules chose it, else `Queue.level`)."""
         message.seq = self.next_seq
         self.next_seq += 1
         self.ready_bytes += len(message.body)
-        (self._main if self.kind == QUORUM else self._fresh).append(message)
+        message.level = self.level(message) if level is None else level
+        self._lane(message.level).fresh.append(message)
 
     def return_message(self, message: Message) -> None:
         """Put a delivered message back (RQ-01 classic position, RQ-02 quorum returns first)."""
@@ -122,7 +179,7 @@ class Queue:
         if self.kind == QUORUM:
             self._returns.append(message)
         else:
-            heapq.heappush(self._heap, (message.seq, message))
+            heapq.heappush(self._lane(message.level).heap, (message.seq, message))
 
     def pop(self) -> Message | None:
         message = self._pop()
@@ -131,20 +188,25 @@ class Queue:
         return message
 
     def _pop(self) -> Message | None:
-        """Next message: quorum returns first (RQ-02); classic lowest position (RQ-01) from
-        the in-order deque and the small heap of requeued messages (O(1) when none)."""
-        if self.kind == QUORUM:
-            if self._returns:
-                return self._returns.popleft()
-            return self._main.popleft() if self._main else None
-        if self._heap and (not self._fresh or self._heap[0][0] < self._fresh[0].seq):
-            return heapq.heappop(self._heap)[1]
-        return self._fresh.popleft() if self._fresh else None
+        """Next message: quorum returns first (RQ-02); then the highest non-empty level."""
+        if self.kind == QUORUM and self._returns:
+            return self._returns.popleft()
+        for level in self._levels:
+            message = self._lanes[level].pop()
+            if message is not None:
+                return message
+        return None
 
     def drop_head(self) -> Message | None:
-        """Remove the head message (x-max-length drop-head overflow)."""
+        """Remove the head message (x-max-length drop-head overflow): the next one served;
+        on a quorum queue the main queue's head before the returns."""
         if self.kind == QUORUM:
-            message = self._main.popleft() if self._main else (self._returns.popleft() if self._returns else None)
+            for level in self._levels:
+                message = self._lanes[level].pop()
+                if message is not None:
+                    self.ready_bytes -= len(message.body)
+                    return message
+            message = self._returns.popleft() if self._returns else None
             if message is not None:
                 self.ready_bytes -= len(message.body)
             return message
@@ -152,30 +214,27 @@ class Queue:
 
     def remove(self, message: Message) -> None:
         """Take a ready message out wherever it is (used only by the late-ack fault)."""
-        for store in (self._fresh, self._returns, self._main):
-            if message in store:
-                store.remove(message)
+        if message in self._returns:
+            self._returns.remove(message)
+            self.ready_bytes -= len(message.body)
+            return
+        for lane in self._lanes.values():
+            if lane.remove(message):
                 self.ready_bytes -= len(message.body)
                 return
-        entries = [entry for entry in self._heap if entry[1] is not message]
-        if len(entries) != len(self._heap):
-            self._heap[:] = entries
-            heapq.heapify(self._heap)
-            self.ready_bytes -= len(message.body)
 
     def purge(self) -> int:
         count = self.ready_count()
         self.ready_bytes = 0
-        self._fresh.clear()
-        self._heap.clear()
+        self._lanes.clear()
+        self._levels.clear()
         self._returns.clear()
-        self._main.clear()
         return count
 
     def ready_messages(self) -> list[Message]:
-        if self.kind == QUORUM:
-            return [*self._returns, *self._main]
-        return sorted([*self._fresh, *(m for _s, m in self._heap)], key=lambda m: m.seq)
+        """In delivery order."""
+        lanes = [sorted(self._lanes[level].messages(), key=lambda m: m.seq) for level in self._levels]
+        return [*self._returns, *(m for lane in lanes for m in lane)]
 
     # -- consumers -------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
