@@ -37,7 +37,7 @@ from conformance.clientside.scenario import (
     check_no_failure,
 )
 from conformance.drivers import interface as di
-from conformance.drivers.remote import AdapterError, RemoteDriver
+from conformance.drivers.remote import AdapterError, ClientHung, RemoteDriver
 from conformance.plugin.verdicts import Verdict
 
 OPERATION_TIMEOUT = 5.0  # seconds for one client operation, times the scale
@@ -74,7 +74,7 @@ def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale
     broker = ScriptedBroker(**sc.broker)
     play = Play(broker, driver, info, scale)
     stderr_mark = driver.stderr_count
-    verdict, message = Verdict.PASSED, ""
+    verdict, message, hung = Verdict.PASSED, "", False
     try:
         broker.start()
         sc.play(play)
@@ -83,14 +83,17 @@ def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale
         verdict, message = Verdict.FAILED, str(exc)
     except NotApplicable as exc:
         verdict, message = Verdict.NOT_APPLICABLE, str(exc)
-    except di.NoReply as exc:
+    except ClientHung as exc:
+        hung = True
         verdict, message = Verdict.FAILED, f"the client hung: {exc}"
+    except di.NoReply as exc:  # a frame the scenario waited for never came
+        verdict, message = Verdict.FAILED, f"the client did not act: {exc}"
     except di.DriverError as exc:
         verdict, message = Verdict.FAILED, f"the client raised {getattr(exc, 'library_error', type(exc).__name__)}: {exc}"
     except Exception as exc:
         verdict, message = Verdict.BROKEN, f"harness error: {exc!r}\n{traceback.format_exc(limit=6)}"
     finally:
-        if not driver.exited.is_set():
+        if not hung and not driver.exited.is_set():
             driver.close()
         play.events.extend(_drain(driver))
         broker.stop()
@@ -126,13 +129,13 @@ class ClientSession:
             return ScenarioResult(self.spec.name, self.spec.installed_version() or "?", sc, Verdict.BROKEN,
                                   self.start_error or "no adapter", datetime.now(UTC), 0.0)
         result = play_scenario(self.driver, self.driver.info(), sc, self.scale)
-        if "the client hung" in result.message or self.driver.exited.is_set():
-            self.stop()
+        if result.message.startswith("the client hung") or self.driver.exited.is_set():
+            self.stop(graceful=False)
         return result
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = True) -> None:
         if self.driver is not None:
-            self.driver.stop()
+            self.driver.stop(graceful=graceful)
             self.driver = None
 
 

@@ -29,6 +29,10 @@ from conformance.drivers import wire_json
 STDERR_KEPT = 200  # lines
 
 
+class ClientHung(di.NoReply):
+    """The adapter did not answer an operation in time: the library (or the adapter) hangs."""
+
+
 class AdapterError(Exception):
     """The adapter program could not start or broke the protocol (a harness-side problem)."""
 
@@ -130,11 +134,11 @@ class RemoteDriver:
             if reply.get("ok"):
                 return reply.get("value")
             raise wire_json.error_from_json(reply.get("error") or {})
-        raise di.NoReply(limit, f"the client to finish {op}")
+        raise ClientHung(limit, f"the client to finish {op}")
 
-    def stop(self, timeout: float = 3.0) -> None:
-        """End the adapter: bye, then terminate, then kill (bounded)."""
-        if self.process.poll() is None and not self.exited.is_set():
+    def stop(self, timeout: float = 3.0, graceful: bool = True) -> None:
+        """End the adapter: bye (unless it hangs: `graceful=False`), then terminate, then kill (bounded)."""
+        if graceful and self.process.poll() is None and not self.exited.is_set():
             with contextlib.suppress(di.DriverError, OSError):
                 self.request("bye", timeout=min(timeout, 2.0))
         for signal_it in (self.process.terminate, self.process.kill):

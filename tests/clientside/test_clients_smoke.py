@@ -33,7 +33,7 @@ EXPECTED = {
 def played() -> dict[str, dict[str, runner.ScenarioResult]]:
     """Every installed client plays the subset once, all clients at once (the waits are idle)."""
     specs = [spec for spec in CLIENTS.values() if spec.installed_version()]
-    found = runner.run_clients(specs, runner.select(smoke=True), jobs=len(specs), scale=1.0)
+    found = runner.run_clients(specs, runner.select(smoke=True), jobs=len(specs), scale=2.0)  # loaded CI
     return {client: {r.scenario.id: r for r in results} for client, results in found.items()}
 
 

@@ -54,7 +54,7 @@ def test_a_hanging_client_gets_a_verdict_in_bounded_time() -> None:
     spec = _Hanging("hang", "python", "hang", "")
     t0 = time.monotonic()
     results = runner.run_client(spec, runner.select(["capabilities-advertised", "server-cancel"]), scale=0.2)
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 20  # the adapter is restarted for the second scenario
     assert [r.verdict for r in results] == [Verdict.FAILED, Verdict.FAILED]
     assert all("the client hung" in r.message and "connect" in r.message for r in results)
 

@@ -1,5 +1,5 @@
-"""The clients x scenarios pages: rendered without Spark, then built by the real pipeline from real
-client runs and checked in headless Chromium."""
+"""The clients x scenarios pages: rendered from hand-made data, collected by Spark from real client
+runs in a lake, and rendered from those runs and checked in headless Chromium."""
 
 from __future__ import annotations
 
@@ -40,19 +40,59 @@ def test_render_clients_matrix_and_client_pages(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def client_site(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[Any]]]:
+    """Real client runs (pika and py-amqp, a passing and a failing scenario) written to a lake."""
     from conformance.clientside import runner
     from conformance.clientside.clients import CLIENTS
     from conformance.clientside.record import write_client_run
-    from reports.build import build_report
 
     specs = [CLIENTS[c] for c in ("pika", "amqp") if CLIENTS[c].installed_version()]
     require(len(specs) == 2, "pika and py-amqp")
-    lake, out = tmp_path_factory.mktemp("client-lake"), tmp_path_factory.mktemp("client-site")
+    lake = tmp_path_factory.mktemp("client-lake")
     found = runner.run_clients(specs, runner.select(["server-cancel", "repeated-cancel"]), jobs=2)
     for client, results in found.items():
         write_client_run(lake, "b", client, results, T0, 1.0, 1)
-    build_report(spark, lake, out)
+    return lake, found
+
+
+@pytest.mark.spark
+def test_collect_clients_reads_the_latest_client_runs(spark: Any, played: tuple[Path, dict[str, list[Any]]]) -> None:
+    from reports.build import read_lake
+    from reports.clients import collect_clients
+
+    lake, found = played
+    data = collect_clients(read_lake(spark, lake), [])
+    assert data is not None
+    assert [(c.client, c.version) for c in data.clients] == sorted(
+        (client, results[0].client_version) for client, results in found.items())
+    assert {(c.client, name): s.verdict for c in data.clients for name, s in c.scenarios.items()} == {
+        ("amqp", "repeated-cancel"): "failed", ("amqp", "server-cancel"): "passed",
+        ("pika", "repeated-cancel"): "failed", ("pika", "server-cancel"): "passed"}
+    assert data.rules["repeated-cancel"] == ["CL-CCN-03"]
+
+
+@pytest.fixture(scope="module")
+def client_site(played: tuple[Path, dict[str, list[Any]]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site rendered from those runs (the pages `build_report` writes from `collect_clients`)."""
+    from conformance.clientside.record import scenario_test_id
+    from conformance.plugin.results import frame_rows
+    from reports.model import page_for_test
+
+    _lake, found = played
+    columns, logs = [], []
+    for client, results in sorted(found.items()):
+        scenarios = {}
+        for r in results:
+            page = page_for_test(f"b-{client}", scenario_test_id(client, r.scenario.id)) if r.verdict == "failed" else None
+            scenarios[r.scenario.id] = ClientScenario(r.scenario.id, list(r.scenario.rules), str(r.verdict), r.message,
+                                                      r.duration, page)
+            if page:
+                logs.append((page, list(frame_rows("b", "t", r.frames, 0.0))))
+        columns.append(ClientColumn(client, results[0].client_version, f"b-{client}", T0, scenarios))
+    clients = ClientsData(columns, ["server-cancel", "repeated-cancel"],
+                          {"server-cancel": ["CL-CCN-02"], "repeated-cancel": ["CL-CCN-03"]})
+    out = tmp_path_factory.mktemp("client-site")
+    render_site(ReportData(T0, "/r", 2, 4, [], [], [], {}, [], [], [], [], [], [], clients=clients), out, logs)
     return out
 
 
@@ -65,7 +105,6 @@ def served_clients(client_site: Path) -> Iterator[str]:
     server.server_close()
 
 
-@pytest.mark.spark
 @pytest.mark.browser
 def test_clients_matrix_and_client_page_in_chromium(browser: Any, served_clients: str) -> None:  # noqa: F811
     browser.get(f"{served_clients}/clients.html")
