@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from conformance.plugin.results import PARTITION_KEY
+from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from conformance.plugin.wording import plural
 
 PROG = "amqp-conformance report"
-EXIT_OK, EXIT_ENVIRONMENT, EXIT_USAGE = 0, 2, 4
+EXIT_ENVIRONMENT = EXIT_HARNESS  # Spark or Java missing, unreadable results (DESIGN.md decision 8)
 
 
 class UsageError(Exception):

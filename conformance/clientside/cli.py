@@ -27,7 +27,7 @@ from conformance.clientside.clients import CLIENTS
 from conformance.clientside.record import write_client_run
 from conformance.clientside.runner import ScenarioResult
 from conformance.clientside.scenario import Scenario
-from conformance.plugin.verdicts import Verdict
+from conformance.plugin.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, Verdict
 
 DEFAULT_OUT = Path("amqp-conformance-clients")
 LETTERS = {Verdict.PASSED: "[green]P[/green]", Verdict.FAILED: "[red]F[/red]",
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.list:
         _list(console, chosen)
-        return 0
+        return EXIT_OK
     if not specs:
         raise UsageError("no client library is installed (pip install pika amqp aio-pika aiormq kombu)")
     if args.jobs < 1 or args.timeout_scale <= 0:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
         if report_main([str(args.out / "results"), "--out", str(args.out / "report")]) != 0:
             print("amqp-conformance: the report could not be built", file=sys.stderr)
-            return max(status, 2)
+            return max(status, EXIT_HARNESS)
         console.print(f"report: {args.out / 'report' / 'clients.html'}", highlight=False)
     return status
 
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
 def _status(results: list[ScenarioResult]) -> int:
     verdicts = {r.verdict for r in results}
     if Verdict.FAILED in verdicts:
-        return 1
-    return 2 if Verdict.BROKEN in verdicts else 0
+        return EXIT_FAILED
+    return EXIT_HARNESS if Verdict.BROKEN in verdicts else EXIT_OK
 
 
 def _list(console: Console, chosen: list[Scenario]) -> None:
