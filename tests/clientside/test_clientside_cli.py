@@ -104,3 +104,14 @@ def test_results_record_every_scenario_with_its_rules(tmp_path: Path) -> None:
     tests = read_table(tmp_path, "tests", run_id).to_pylist()
     assert [(t["rule_ids"], t["verdict"], t["outcome"], t["area"]) for t in tests] == [
         (["CL-DLV-01"], "not-applicable", "skipped", "client")]
+
+
+def test_the_pytest_entry_point_runs_scenarios_as_tests(tmp_path: Path) -> None:
+    require(CLIENTS["amqp"].installed_version(), "py-amqp")
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.clientside.test_clients", "-q",
+                           "-p", "no:cacheprovider", "-k", "amqp-server-cancel or amqp-blocked-unblocked"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert "1 failed, 1 passed" in done.stdout, done.stdout[-2000:]
+    assert "CL-FLOW-01" in done.stdout and "connection blocked, see broker logs" in done.stdout
