@@ -57,7 +57,9 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     state.target, state.probe = made, HealthProbe(url, made.timeout(5.0))
     if state.run is not None:
         state.run.product, state.run.version = str(props.get("product", "")), str(props.get("version", ""))
-        state.run.profile, state.run.profile_detail = profile.display, "\n".join(profile.explain())
+        # the base names the profile (baselines and reports key on it); the detail says what it claims
+        state.run.profile = profile.base
+        state.run.profile_detail = "\n".join([f"judged as {profile.display}", *profile.explain()])
         if embedded is not None:
             state.run.broker_url = f"embedded {redact_url(url)}"
     yield made

@@ -32,6 +32,7 @@ from codec import (
 from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
+from conformance.plugin.verdicts import not_applicable
 from conformance.suite.queue_steps import QUORUM, require_kind
 from conformance.suite.wire_steps import assert_quiet, outcome, publish_burst, sync
 
@@ -69,7 +70,9 @@ def test_server_advertises_consumer_cancel_notify(connect: Connect) -> None:
 
 
 @pytest.mark.rules("CCN-01")
-def test_server_advertises_the_rabbitmq_capabilities(connect: Connect) -> None:
+def test_server_advertises_the_rabbitmq_capabilities(connect: Connect, target: Target) -> None:
+    if not target.profile.rabbitmq:  # judged by what it claims (DESIGN.md decision 11), not RabbitMQ's table
+        not_applicable(f"RabbitMQ's whole capabilities table is not asked of {target.profile.display}")
     caps = connect().server_properties.get("capabilities")
     assert isinstance(caps, dict)
     missing = {name: caps.get(name) for name in SERVER_CAPABILITIES if caps.get(name) is not True}

@@ -9,6 +9,7 @@ suite through the CLI, so no third-party broker is needed for the combinations.
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from conformance.catalogue.profiles import (
     resolve,
 )
 from conformance.catalogue.rules import CAPABILITIES, NOT_APPLICABLE, PROFILES, all_rules
+from conformance.gate.baseline import load_baseline
 from conformance.plugin.results import read_table
 from conformance.suite import test_confirms
 from reference_broker.server import EmbeddedBroker
@@ -168,7 +170,7 @@ def test_advertised_confirms_bring_the_confirms_rules_into_play(tmp_path: Path) 
     assert "profile amqp-0-9-1+1 capabilities" in run.stdout
     assert "profile: + publisher_confirms: PC-01" in run.stdout
     (record,) = read_table(tmp_path / "out" / "results", "runs").to_pylist()
-    assert record["profile"] == "amqp-0-9-1+1 capabilities"
+    assert record["profile"] == "amqp-0-9-1" and record["profile_detail"].startswith("judged as amqp-0-9-1+1 capabilities")
     assert "- consumer_cancel_notify not claimed" in record["profile_detail"]
 
 
@@ -201,3 +203,17 @@ def test_a_declared_capability_is_judged_too(tmp_path: Path) -> None:
 def test_a_bad_capability_is_a_usage_error(tmp_path: Path) -> None:
     run = _run(tmp_path, "amqp://guest:guest@127.0.0.1:1/", "--capability", "teleport")
     assert run.returncode == 4 and run.stderr.count("\n") == 1 and "--capability teleport: unknown capability" in run.stderr
+
+
+def test_the_garagemq_baseline_cites_its_evidence() -> None:
+    root = Path(__file__).resolve().parents[2]
+    baseline = load_baseline(root / "baselines" / "garagemq.toml")
+    doc = (root / "docs" / "garagemq.md").read_text()
+    sections = set(re.findall(r"^## (.+)$", doc, re.M)) | {"Broker-level faults 1", "Broker-level faults 2",
+                                                          "Broker-level faults 3", "Broker-level faults 4"}
+    assert baseline.deviations
+    for deviation in baseline.deviations:
+        assert deviation.reason.endswith("see docs/garagemq.md"), deviation.rule
+        cited = re.findall(r"§ ([^;:)]+)", deviation.reason)
+        assert cited and all(c.strip() in sections for c in cited), (deviation.rule, cited)
+        assert deviation.profiles == (SPEC,)
