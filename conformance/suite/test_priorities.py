@@ -24,9 +24,10 @@ from codec import (
     QueueDeclareOk,
     encode_content,
 )
-from conformance.drivers.raw import RawClient
+from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model.priorities import classic_order, quorum_order
 from conformance.plugin.session import Names, Target
+from conformance.suite.test_errors import assert_text
 from conformance.suite.wire_steps import Confirms
 
 Connect = Callable[..., RawClient]
@@ -96,3 +97,27 @@ def test_quorum_queue_priorities(connect: Connect, names: Names, target: Target)
     client.rpc(ch, QueueDeclare(queue=queue, durable=True, arguments={"x-queue-type": "quorum"}), QueueDeclareOk)
     publish_all(client, ch, queue, PRIORITIES, target)
     assert get_all(client, ch, queue) == quorum_order(PRIORITIES, _version(target))
+
+
+BAD_MAX_PRIORITY = {"256": (256, "{max_value_exceeded,256}"), "negative": (-1, "{value_negative,-1}"),
+                    "text": ("x", '"expected integer, got longstr"')}
+
+
+@pytest.mark.rules("PRI-01")
+@pytest.mark.parametrize("case", [*BAD_MAX_PRIORITY, "on-quorum"])
+def test_a_bad_x_max_priority_is_406(connect: Connect, names: Names, target: Target, case: str) -> None:
+    client = connect()
+    ch = client.channel()
+    queue = names.queue("badprio")
+    if case == "on-quorum":
+        args: dict[str, object] = {"x-queue-type": "quorum", "x-max-priority": 10}
+        reason = " of queue type rabbit_quorum_queue"
+    else:
+        value, term = BAD_MAX_PRIORITY[case]
+        args, reason = {"x-max-priority": value}, f": {term}"
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, QueueDeclare(queue=queue, durable=True, arguments=args), QueueDeclareOk,
+                   timeout=target.timeout(5))
+    assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (406, 50, 10)
+    what = f"queue '{queue}' in vhost '{target.vhost}'"
+    assert_text(target, closed.value, f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for {what}{reason}")

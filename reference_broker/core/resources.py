@@ -34,6 +34,7 @@ from codec import (
     ReplyCode,
 )
 from reference_broker.core import durability, permissions, texts, timeouts
+from reference_broker.core.arguments import MAX_SUPPORTED_PRIORITY, check_non_negative_int
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
 from reference_broker.core.effects import Effect, Send
@@ -165,6 +166,9 @@ def exchange_unbind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeUnbin
     return _reply(ch, m.nowait, ExchangeUnbindOk())
 
 
+MAX_PRIORITY = "x-max-priority"
+
+
 # -- queues --------------------------------------------------------------------------------
 def _queue_kind(v: VHost, m: QueueDeclare) -> str:
     kind = m.arguments.get("x-queue-type", CLASSIC)
@@ -219,6 +223,11 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
         else:
             kind = _queue_kind(v, m._replace(queue=name))
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
+            if (top := m.arguments.get(MAX_PRIORITY)) is not None:  # PRI-01, PRI-02 (live 3.10.8, 4.3.6)
+                if kind == QUORUM:
+                    raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{MAX_PRIORITY}' for "
+                               f"{texts.q(name, v.name)} of queue type rabbit_{kind}_queue")
+                check_non_negative_int(MAX_PRIORITY, texts.q(name, v.name), top, MAX_SUPPORTED_PRIORITY)
             queue = Queue(name, v.name, kind, m.durable, ch.conn if m.exclusive else None,
                           m.auto_delete, dict(m.arguments))
             v.queues[name] = queue

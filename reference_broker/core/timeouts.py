@@ -19,10 +19,11 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import Any
 
 from codec import ReplyCode
 from reference_broker.core import texts
+from reference_broker.core.arguments import check_non_negative_int, is_int
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, StartTimer
 from reference_broker.core.errors import soft
@@ -30,19 +31,6 @@ from reference_broker.core.settings import policy_definition
 from reference_broker.core.state import QUORUM, Channel, Consumer, Queue, Unacked
 
 ARG = "x-consumer-timeout"
-
-
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_FIELD_TYPES = ((bool, "bool"), (str, "longstr"), (float, "double"), (dict, "table"), (list, "array"),
-                (bytes, "binary"), (type(None), "void"))
-
-
-def _field_type(value: Any) -> str:
-    """RabbitMQ's name for the field-table type a decoded value arrived as."""
-    return next((name for kind, name in _FIELD_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def validate_argument(core: BrokerState, queue_name: str, vhost: str, kind: str, value: Any) -> None:
@@ -53,17 +41,13 @@ def validate_argument(core: BrokerState, queue_name: str, vhost: str, kind: str,
     if kind != QUORUM:
         raise soft(ReplyCode.PRECONDITION_FAILED,
                    f"invalid arg '{ARG}' for {what} of queue type rabbit_{kind}_queue")
-    if not _is_int(value):  # rabbit_amqqueue:check_int_arg/2 prints its message with ~tp
-        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{ARG}' for {what}: "
-                   f'"expected integer, got {_field_type(value)}"')
-    if value < 0:
-        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{ARG}' for {what}: {{value_negative,{value}}}")
+    check_non_negative_int(ARG, what, value)
 
 
 def queue_timeout(core: BrokerState, queue: Queue) -> int | None:
     """min(queue argument, policy), when either is set (TMO-03)."""
     candidates = (queue.arguments.get(ARG), policy_definition(core, queue).get("consumer-timeout"))
-    values = [v for v in candidates if _is_int(v)]
+    values = [v for v in candidates if is_int(v)]
     if not values:
         return None
     return core.rules.combine_timeouts(values)
@@ -76,7 +60,7 @@ def effective_timeout(core: BrokerState, queue: Queue, consumer: Consumer) -> in
     if core.config.timeout_mode == "legacy" or queue.kind != QUORUM:
         return None
     value = core.rules.consumer_timeout_arg(consumer.arguments.get(ARG))
-    if _is_int(value):
+    if is_int(value):
         return value
     return core.rules.queue_or_global(queue_timeout(core, queue), core.config.consumer_timeout)
 
