@@ -250,8 +250,9 @@ class ModelMachine(RuleBasedStateMachine):
             self.drain_channel(key)
         return outcome
 
-    def expect_outcome(self, what: str, observed: Outcome, expected: Outcome) -> None:
-        assert observed == expected, f"{what}: broker gave {observed}, the rules say {expected}"
+    def expect_outcome(self, what: str, observed: Outcome, expected: Outcome, rules: str = "") -> None:
+        assert observed == expected, f"{what}: broker gave {observed}, the rules say {expected}" + \
+            (f" ({rules})" if rules else "")
 
     def recover_from(self, key: Any, outcome: Outcome) -> None:
         """After a broker close: reopen the channel, or reconnect and reopen its channels."""
@@ -303,7 +304,8 @@ class ModelMachine(RuleBasedStateMachine):
             assert isinstance(reply.method, QueueDeclareOk)
             if reply.method.message_count != self.model.ready(logical):
                 return (f"queue {logical} holds {reply.method.message_count} ready messages, the model "
-                        f"{self.model.ready(logical)}: {self.model.ready_bodies(logical)}")
+                        f"{self.model.ready(logical)}: {self.model.ready_bodies(logical)} (what was settled or "
+                        "requeued differs: ACK-05/ACK-06/ACK-07 settlement, RQ-03 requeue on close)")
         return None
 
     def read(self, deadline: float) -> None:

@@ -63,7 +63,8 @@ def get(m: ModelMachine, key: Any, queue: str, no_ack: bool = False) -> GetOutco
         observed = GetOk(g.delivery_tag, g.redelivered, reply.body) if isinstance(g, BasicGetOk) else GetEmpty()
     except DriverError as exc:
         observed = m.closed_outcome(key, exc)  # type: ignore[assignment]
-    assert observed in allowed, f"basic.get {queue}: broker gave {observed}, the rules allow {sorted(allowed, key=repr)}"
+    assert observed in allowed, f"basic.get {queue}: broker gave {observed}, the rules allow " \
+        f"{sorted(allowed, key=repr)} (ACK-01 tag, RQ-01/RQ-02 order, RQ-04 redelivered, QOS-07)"
     m.model.get(key, queue, observed, no_ack=no_ack)
     if not isinstance(observed, (GetOk, GetEmpty)):
         m.recover_from(key, observed)
@@ -73,14 +74,15 @@ def get(m: ModelMachine, key: Any, queue: str, no_ack: bool = False) -> GetOutco
 def qos(m: ModelMachine, key: Any, prefetch_count: int, global_: bool = False) -> None:
     observed = m.call(key, BasicQos(prefetch_count=prefetch_count, global_=global_), BasicQosOk)
     m.expect_outcome(f"basic.qos prefetch_count={prefetch_count} global={global_}", observed,
-                     m.model.qos(key, prefetch_count, global_))
+                     m.model.qos(key, prefetch_count, global_), "QOS-01/QOS-06")
     m.recover_from(key, observed)
 
 
 def consume(m: ModelMachine, key: Any, queue: str, tag: str, *, no_ack: bool = False) -> None:
     method = BasicConsume(queue=m.real.get(queue, queue), consumer_tag=tag, no_ack=no_ack)
     observed = m.call(key, method, BasicConsumeOk)
-    m.expect_outcome(f"basic.consume {queue} tag={tag}", observed, m.model.consume(key, queue, tag, no_ack=no_ack))
+    m.expect_outcome(f"basic.consume {queue} tag={tag}", observed, m.model.consume(key, queue, tag, no_ack=no_ack),
+                     "CCN-07/QOS-06")
     m.recover_from(key, observed)
 
 
@@ -92,7 +94,7 @@ def cancel(m: ModelMachine, key: Any, tag: str) -> None:
         reply = client.expect(number, BasicCancelOk, timeout=m.target.timeout(m.SETTLE_SECONDS))
     except DriverError as exc:
         observed = m.closed_outcome(key, exc)
-        m.expect_outcome(f"basic.cancel {tag}", observed, m.model.cancel(key, tag))
+        m.expect_outcome(f"basic.cancel {tag}", observed, m.model.cancel(key, tag), "CCN-03")
         return
     assert isinstance(reply.method, BasicCancelOk)
     assert reply.method.consumer_tag == tag, f"basic.cancel-ok names {reply.method.consumer_tag!r}, not {tag!r}"
@@ -112,14 +114,15 @@ def settle(m: ModelMachine, key: Any, how: str, tag: int, multiple: bool = False
     else:
         observed = m.call_async(key, BasicReject(delivery_tag=tag, requeue=requeue))
         expected = m.model.reject(key, tag, requeue)
-    m.expect_outcome(f"basic.{how} delivery_tag={tag} multiple={multiple} requeue={requeue}", observed, expected)
+    m.expect_outcome(f"basic.{how} delivery_tag={tag} multiple={multiple} requeue={requeue}", observed, expected,
+                     "ACK-03/ACK-04/ACK-05/ACK-06/ACK-07")
     m.recover_from(key, observed)
 
 
 def recover(m: ModelMachine, key: Any, requeue: bool = True) -> None:
     """basic.recover (ACK-09): requeue=true recovers, requeue=false is connection.close 540."""
     observed = m.call(key, BasicRecover(requeue=requeue), BasicRecoverOk)
-    m.expect_outcome(f"basic.recover requeue={requeue}", observed, m.model.recover(key, requeue))
+    m.expect_outcome(f"basic.recover requeue={requeue}", observed, m.model.recover(key, requeue), "ACK-09")
     m.recover_from(key, observed)
 
 

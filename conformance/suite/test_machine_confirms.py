@@ -63,7 +63,7 @@ class ConfirmMachine(ModelMachine):
     @step
     def select(self, ch: int) -> None:
         observed = self.call(ch, ConfirmSelect(), ConfirmSelectOk)  # PC-01: again is harmless
-        self.expect_outcome("confirm.select", observed, self.model.confirm_select(ch))
+        self.expect_outcome("confirm.select", observed, self.model.confirm_select(ch), "PC-01")
         self.recover_from(ch, observed)
 
     @rule(ch=CHANNELS, to=TARGET, count=st.integers(1, 3), mandatory=st.booleans(), persistent=st.booleans())
@@ -94,7 +94,7 @@ class ConfirmMachine(ModelMachine):
         if ch is None:
             return
         observed = self.call(ch, TxSelect(), TxSelectOk)  # PC-03: 406 on a confirm channel
-        self.expect_outcome("tx.select", observed, self.model.tx_select(ch))
+        self.expect_outcome("tx.select", observed, self.model.tx_select(ch), "PC-03")
         self.recover_from(ch, observed)
 
     @rule(ch=CHANNELS)
