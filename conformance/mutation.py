@@ -120,7 +120,8 @@ def _rows(out: Path, run_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: bool = True) -> Outcome:
+def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: bool = True,
+              machine_budget: float = 20.0) -> Outcome:
     run_id = f"mutation-{fault.name}"
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:randomly", "-q",
            "--results-dir", str(out), "--run-id", run_id, "-p", "no:cacheprovider"]
@@ -130,7 +131,7 @@ def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: 
         cmd += ["-m", "not slow"]
     if not machines:
         cmd += ["-k", "not machine"]
-    env = {**os.environ, "AMQPC_BROKER_FAULTS": fault.name}
+    env = {**os.environ, "AMQPC_BROKER_FAULTS": fault.name, "AMQPC_MACHINE_BUDGET": str(machine_budget)}
     env.pop("AMQPC_BROKER_URL", None)
     started = time.monotonic()
     try:
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds per fault run")
     parser.add_argument("--no-machines", action="store_true", help="example tests only (faster)")
+    parser.add_argument("--machine-budget", type=float, default=20.0,
+                        help="each machine's budget in seconds, shrinking included (a kill matters here)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -191,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         outcomes = list(pool.map(
-            lambda n: run_fault(BY_NAME[n], out, args.scope, args.time_limit, not args.no_machines), names))
+            lambda n: run_fault(BY_NAME[n], out, args.scope, args.time_limit, not args.no_machines,
+                                args.machine_budget), names))
     print_report(outcomes)
     (out / "mutation.json").write_text(json.dumps(summary(outcomes), indent=2))
     return 0 if all(o.killed for o in outcomes) else 1

@@ -13,7 +13,8 @@ Rules:
   type; `xpass` → a pass, or a `<failure type="xpass">` with a strict baseline; `passed` →
   no child.
 - The verdict is also the property `verdict` of the testcase; `<system-out>` holds, per
-  test, its node id, verdict, message, the broker's close (reply) and its frame log.
+  test, its node id, verdict, message, the broker's close (reply), a model machine's minimal
+  example (its shrunk steps and the frames of that run) and the test's frame log.
 - Text that XML 1.0 cannot carry (control characters) is replaced, never dropped silently.
 """
 
@@ -69,6 +70,8 @@ def _system_out(tests: Sequence[TestEvidence], judgement: Judgement) -> str:
             lines.append(f"message: {test.message}")
         if test.reply:
             lines.append(f"reply: {test.reply}")
+        if test.extra.get("minimal_example"):
+            lines += ["minimal example (Hypothesis):", str(test.extra["minimal_example"])]
         lines += ["frames:", test.frames or "(no frames recorded)", ""]
         parts.append("\n".join(lines))
     return "\n".join(parts)

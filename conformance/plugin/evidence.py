@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conformance.drivers.raw import FrameRecord
-from conformance.plugin.classify import frame_log, reply_of
+from conformance.plugin.classify import frame_log, hypothesis_evidence, reply_of
 
 EVIDENCE = "amqpc_evidence"
 FRAME_LINES = 200
@@ -77,8 +77,9 @@ def build(nodeid: str, verdict: str, area: str, rule_ids: Sequence[str], message
           failure: BaseException | None, frames: Sequence[FrameRecord], duration: float) -> TestEvidence:
     """The evidence of a finished test: its verdict, the broker's close and its frame log."""
     reply = reply_of(failure, frames)
+    _, example = hypothesis_evidence(failure, None)  # a machine's shrunk steps and the frames of that run
     reply_text = (f"{reply.scope} {reply.code} ({reply.class_id}/{reply.method_id}) {reply.text}"
                   if reply is not None else None)
     limit = FRAME_LINES if verdict == "passed" else FRAME_LINES_NOT_PASSED
     return TestEvidence(nodeid, verdict, area, tuple(rule_ids), message, reply_text, frame_log(frames, limit),
-                        duration)
+                        duration, {"minimal_example": example} if example else {})

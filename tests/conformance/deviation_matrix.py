@@ -4,7 +4,8 @@
 of `deviations.py`, an embedded reference broker behind a `DeviantProxy` applying it, and:
 1. the shipped suite of the deviation's area through the proxy (`amqp-conformance`'s pytest
    plugin in a subprocess, `--results-dir` records), judged by the strict kill definition of
-   `conformance.mutation` (exit 1, a rule of the area failed, nothing broken, in time);
+   `conformance.mutation` (exit 1, a rule of the area failed, nothing broken, in time); the
+   machines there get `--suite-budget` (a kill matters, not how far it shrinks);
 2. unless `--no-machines-alone`, the model machine of that area alone (no example test): it
    must fail, with its shrunk example at most `MAX_STEPS` steps, nothing broken.
 It prints both tables (rules and tests failed, which machine, shrunk steps, wall time) and
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from conformance.mutation import Outcome, judge, print_report
 from conformance.suite import SUITE_DIR
+from conformance.suite.machine_support import ENV_BUDGET
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation
 from tests.conformance.deviations import BY_NAME, DEVIATIONS
@@ -41,13 +43,15 @@ MACHINES = {  # area -> its model machine test
 
 
 def run(deviation: type[Deviation], out: Path, selection: list[str], run_id: str, *, scale: float,
-        time_limit: float) -> Outcome:
+        time_limit: float, budget: float | None = None) -> Outcome:
     """One pytest run of `selection` through a fresh broker and proxy, judged strictly."""
     with EmbeddedBroker(management_port=0) as broker, DeviantProxy((broker.host, broker.port), deviation) as proxy:
         cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                "-o", "addopts=", "--broker-url", proxy.url, "--broker-admin", broker.management_url or "none",
                "--timeout-scale", str(scale), "--results-dir", str(out), "--run-id", run_id, *selection]
         env = {k: v for k, v in os.environ.items() if k not in ("AMQPC_BROKER_URL", "AMQPC_BROKER_FAULTS")}
+        if budget:
+            env[ENV_BUDGET] = str(budget)
         started = time.monotonic()
         try:
             code = subprocess.run(cmd, env=env, capture_output=True, timeout=time_limit, check=False).returncode
@@ -82,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scope", choices=["area", "all"], default="area", help="suite tests run per deviation")
     parser.add_argument("--time-limit", type=float, default=300.0, help="seconds per run")
     parser.add_argument("--timeout-scale", type=float, default=0.5, help="the runs' --timeout-scale")
+    parser.add_argument("--suite-budget", type=float, default=20.0,
+                        help="machine budget (s) in the suite runs, where a kill matters more than its shrinking; "
+                             "the machines alone keep theirs (default 60 s)")
     parser.add_argument("--no-suite", action="store_true", help="only the machines alone")
     parser.add_argument("--no-machines-alone", action="store_true", help="only the suite runs")
     try:
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         deviation = BY_NAME[name]
         if not args.no_suite:
             suite.append(run(deviation, out, suite_selection(deviation, args.scope), f"proxy-{name}",
-                             scale=args.timeout_scale, time_limit=args.time_limit))
+                             scale=args.timeout_scale, time_limit=args.time_limit, budget=args.suite_budget))
         if not args.no_machines_alone and deviation.area in MACHINES:
             alone.append(run(deviation, out, [f"{SUITE_DIR}/{MACHINES[deviation.area]}"], f"proxy-machine-{name}",
                              scale=args.timeout_scale, time_limit=args.time_limit))
