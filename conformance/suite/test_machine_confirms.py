@@ -55,9 +55,13 @@ class ConfirmMachine(ModelMachine):
             self.queue_pool.append("quorum")
             fanout.append("quorum")
         self.declare_fanout("fanout", fanout)
-        self.targets = [*self.queue_pool, "fanout", "nowhere"]
+        # picks count from the end: the full queue (PC-08 nacks) and an unroutable key (PC-06
+        # returns) are drawn as often as the plain queues
+        self.targets = ["transient", "durable", *self.queue_pool[3:], "nowhere", "fanout", "full"]
         self.call(1, ConfirmSelect(), ConfirmSelectOk)  # channel 1 starts in confirm mode, 2 not
         self.model.confirm_select(1)
+        do.publish(self, 2, "", "full")  # full from the start: a publish to it is refused (PC-08)
+        self.sync()
 
     @rule(ch=CHANNELS)
     @step
