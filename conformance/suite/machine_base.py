@@ -77,6 +77,7 @@ from conformance.suite.machine_support import (
     MachineTarget,
     Pick,
     Program,
+    Smallest,
     format_frame,
     from_machine,
     machine_settings,
@@ -93,14 +94,14 @@ F = TypeVar("F", bound=Callable[..., None])
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int,
                 **arguments: Any) -> None:
     """Run `machine(target, **arguments)` as a Hypothesis test, within its budget."""
-    budget = Budget(Budget.seconds_configured())
+    budget, smallest = Budget(Budget.seconds_configured()), Smallest()
 
     def factory() -> ModelMachine:
         made = machine(target, **arguments)
-        made.budget = budget
+        made.budget, made.smallest = budget, smallest
         return made
 
-    with budget.limit_shrinking():
+    with budget.limit_shrinking(), smallest.instead_of_flaky():
         run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
 
 
@@ -126,6 +127,7 @@ class ModelMachine(RuleBasedStateMachine):
 
     steps_run: ClassVar[int] = 0
     budget: Budget | None = None
+    smallest: Smallest | None = None
     SETTLE_SECONDS: ClassVar[float] = 2.0
 
     def __init__(self, target: MachineTarget) -> None:
@@ -271,6 +273,7 @@ class ModelMachine(RuleBasedStateMachine):
     def sync(self) -> None:
         """Check what arrived, wait for what must come, and sync queue counts (module doc)."""
         deadline = time.monotonic() + self.target.timeout(self.SETTLE_SECONDS)
+        flushed = False
         while True:
             blocked = self.drain()
             for key, delivery in blocked:
@@ -279,6 +282,10 @@ class ModelMachine(RuleBasedStateMachine):
                 if time.monotonic() > deadline or not any(self.model.due(k) for k in self.channels if k != key):
                     self.model.deliver(key, delivery)  # raises the Violation with what was allowed
             waiting = self.waiting_for()
+            if not waiting and not flushed:
+                flushed = True
+                if self.flush():
+                    continue  # something arrived meanwhile: check it first
             if not waiting:
                 mismatch = self.count_mismatch()
                 if mismatch is None:
@@ -288,6 +295,19 @@ class ModelMachine(RuleBasedStateMachine):
                 raise Violation(f"after {self.target.timeout(self.SETTLE_SECONDS):.1f} s: {waiting}")
             self.read(deadline)
         self.model.quiesce()
+
+    def flush(self) -> bool:
+        """A round trip on each connection: what the broker wrote to it before is read now, not
+        in some later step, so every run notices a frame at the same step (Hypothesis replays
+        must see the same run). True when a channel then has something to check."""
+        for conn, client in self.clients.items():
+            numbers = [n for k, (c, n) in self.channels.items() if c == conn and self.model.is_open(k)]
+            number = CONTROL if conn == self.control_conn else next(iter(numbers), None)
+            if number is None or client.sock is None or client.lost or client.connection_closed is not None:
+                continue
+            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+                       ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
+        return any(self.clients[c].inbox.get(n) for k, (c, n) in self.channels.items() if self.model.is_open(k))
 
     def waiting_for(self) -> str | None:
         if self.model.due():
@@ -381,6 +401,8 @@ class ModelMachine(RuleBasedStateMachine):
                 self.final_check()
         finally:
             self.cleanup()
+            if self.smallest is not None:
+                self.smallest.offer(self.program, FrameLog(self.recorder))
             if self.budget is not None:
                 self.budget.report()
             note(self.program)

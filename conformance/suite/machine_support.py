@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from unittest import mock
 from hypothesis import HealthCheck, Phase, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
+from hypothesis.errors import Flaky
 from hypothesis.internal.conjecture import engine
 from hypothesis.reporting import report as hypothesis_report
 
@@ -108,6 +110,36 @@ class Budget:
         if self.spent and current_build_context().is_final:
             note(f"the machine's budget ({self.seconds:g} s, {ENV_BUDGET}) ran out: this is the smallest "
                  "failing example found within it")
+
+
+class Smallest:
+    """The smallest failing example a machine test saw: its error, program and frames. It is
+    what the test reports when Hypothesis cannot replay a failure (a broker whose timing
+    differs between runs makes Hypothesis raise `Flaky`): a failure, never `broken`."""
+
+    def __init__(self) -> None:
+        self.best: tuple[int, AssertionError, str, str] | None = None
+
+    def offer(self, program: Program, frames: FrameLog) -> None:
+        """Called from a machine's teardown, while its failure (if any) propagates."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, AssertionError) and (self.best is None or len(program.steps) < self.best[0]):
+            self.best = (len(program.steps), exc, repr(program), repr(frames))
+
+    @contextlib.contextmanager
+    def instead_of_flaky(self) -> Iterator[None]:
+        try:
+            yield
+        except Flaky as flaky:
+            if self.best is None:
+                raise
+            _, exc, program, frames = self.best
+            failure = AssertionError(f"{type(exc).__name__}: {exc}")
+            failure.add_note(f"Hypothesis could not replay this failure the same way ({type(flaky).__name__}: "
+                             "the broker's timing differs between runs); the smallest failing example seen:")
+            failure.add_note(program)
+            failure.add_note(frames)
+            raise failure from flaky
 
 
 @dataclass(frozen=True)
