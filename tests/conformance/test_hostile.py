@@ -185,21 +185,22 @@ def test_a_wedged_broker_ends_the_run_with_exit_3(tmp_path: Path, hostile: Any) 
 # -- the watchdog ------------------------------------------------------------------------------
 def test_the_watchdog_ends_a_test_that_outlives_its_budget(pytester: pytest.Pytester, hostile: Any,
                                                           capfd: pytest.CaptureFixture[str]) -> None:
-    """Every broker frame 0.3 s late: no wait of 1 s (scale 0.2) times out, but the test never
-    ends. The broker still answers a fresh connection: only the stuck tests are broken, the
-    run goes on (exit 2), and the broker is not called down."""
-    proxy = hostile(Plan(Mode.DELAY, delay=0.3))
-    run, tests = _plugin_run(pytester, proxy.url, SMOKE, ACK_02, "--timeout-scale", "0.2", "--test-timeout", "2")
+    """Every broker frame of the smoke test's connection 0.9 s late, from its queue.declare on:
+    no wait of 2 s (scale 0.4) times out, but the test does not end within its 1.5 s. The broker
+    still answers a fresh connection: only that test is broken, the run goes on (the tests
+    after it pass; exit 2), and the broker is not called down."""
+    smoke = "test_unknown_tag_closes_the_channel_with_406"
+    proxy = hostile(Plan(Mode.DELAY, on_request=declares_queue(f"amqpc.{smoke[:40]}."), delay=0.9))
+    run, tests = _plugin_run(pytester, proxy.url, SMOKE, ACK_02, "--timeout-scale", "0.4", "--test-timeout", "1.5")
     assert run.ret == 2, run.stdout.str()
     assert "BROKER DOWN" not in run.stdout.str()
-    smoke = "test_unknown_tag_closes_the_channel_with_406"
-    reason = f"{smoke} did not end within 2 s (--test-timeout)"
+    reason = f"{smoke} did not end within 1.5 s (--test-timeout)"
     message = str(tests[smoke]["message"])
     assert tests[smoke]["verdict"] == "broken" and message.startswith("WatchdogExpired: "), message
     assert message.endswith(f"{reason}; the broker still answered a fresh connection (connect, channel.open, "
                             "queue.declare and queue.delete), so only this test is broken"), message
-    assert tests[smoke]["duration_total"] < 2.0 + 1.0
-    assert len(tests) == 3 and all(str(r["message"]).startswith("WatchdogExpired: ") for r in tests.values())
+    assert tests[smoke]["duration_total"] < 1.5 + 1.0
+    assert len(tests) == 3 and [r["verdict"] for n, r in tests.items() if n != smoke] == ["passed", "passed"]
     err = capfd.readouterr().err  # written to the real stderr, past pytest's capture
     assert f"{reason}; interrupting it; a fresh connection then tells a stuck test from a dead broker. " \
            "Stacks of all threads:" in err
@@ -242,7 +243,7 @@ def test_a_stuck_test_on_a_dead_broker_ends_the_run_with_exit_3(tmp_path: Path, 
     assert stuck["verdict"] == "broken" and str(stuck["message"]).startswith("WatchdogExpired: "), stuck
     assert run.tests["test_after_it"]["verdict"] == "broken"
     assert "a fresh connection then failed: broker wedged: no reply within 0.5 s" in run.out, run.out
-    assert run.seconds < 30
+    assert run.seconds < 90  # a bound, not a benchmark: the CLI's start-up is slow on a loaded machine
 
 
 def test_the_run_timeout_ends_a_slow_session(pytester: pytest.Pytester, hostile: Any) -> None:
