@@ -117,6 +117,19 @@ def test_core_concerns_never_import_the_router() -> None:
     assert bad == []
 
 
+def test_the_core_is_pure() -> None:
+    """reference_broker/core reads no clock, environment, socket or randomness and does no I/O:
+    none of the modules that could is imported there (faults come in through BrokerConfig)."""
+    impure = {"os", "time", "random", "socket", "asyncio", "logging", "threading", "selectors", "sqlite3"}
+    for name, path in modules().items():
+        if not _in(name, "reference_broker.core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom) and not node_is_local(node):
+                tops = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not {top.split(".")[0] for top in tops} & impure, (name, tops)
+
+
 def test_model_imports_only_the_standard_library_and_codec_constants() -> None:
     bad = [i for i in edges_from("conformance.model")
            if not _in(i.target, "conformance.model") and i.target != "codec.constants"]
