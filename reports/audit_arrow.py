@@ -74,7 +74,6 @@ def frame_codes(table: pa.Table) -> np.ndarray:
     codes[raw & ~incoming] = RAW_OUT  # opaque client bytes (reports.audit)
     gap = pc.equal(table["frame_type"], "gap").fill_null(False).to_numpy(zero_copy_only=False)
     codes[gap] = GAP  # undecodable: the rest of the channel is not judged
-    codes[gap & (_ints(table["channel"]) < 0)] = -1  # the connection's own: its context says mid-stream
     if "body_digest" in table.column_names:  # message identity comes from the first body frame
         body = pc.equal(table["frame_type"], "body").fill_null(False).to_numpy(zero_copy_only=False)
         codes[body & incoming] = BODY_IN

@@ -18,6 +18,7 @@ connections); the rows it reads are a small subset, selected with vectorised fil
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +54,7 @@ def recording_contexts(frames: pa.Table) -> dict[ConnectionKey, Context]:
     rows = context_rows(frames)
     if rows.num_rows == 0:
         return {}
+    ends = _recording_ends(frames)
     if "ts" in rows.column_names:
         rows = rows.set_column(rows.column_names.index("ts"), "ts", rows["ts"].cast(pa.int64()))
     ordered = rows.to_pylist()
@@ -64,8 +66,17 @@ def recording_contexts(frames: pa.Table) -> dict[ConnectionKey, Context]:
         deletions, consumers = _deletions(recording), Counter(
             r.get("queue") for r in recording if r["method"] == "basic.consume" and r["direction"] == "out")
         for connection, context in _connections(recording, deletions, dict(consumers)).items():
-            contexts[run, test, connection] = context
+            contexts[run, test, connection] = replace(context, recording_end=ends.get((run, test), 0))
     return contexts
+
+
+def _recording_ends(frames: pa.Table) -> dict[tuple[str, str], int]:
+    """The last frame's time (microseconds) of each recording."""
+    if "ts" not in frames.column_names:
+        return {}
+    table = frames.select(["run_id", "test_id"]).append_column("us", frames["ts"].cast(pa.int64()))
+    ends = table.group_by(["run_id", "test_id"]).aggregate([("us", "max")])
+    return {(r["run_id"], r["test_id"]): r["us_max"] or 0 for r in ends.to_pylist()}
 
 
 def _deletions(rows: list[dict[str, Any]]) -> dict[str, list[Deletion]]:

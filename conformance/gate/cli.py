@@ -3,7 +3,8 @@
 Responsibility: parse the command line and dispatch to one subcommand: `run` (the suite
 against a broker as a CI gate, `runner`), `baseline` (a baseline file from a recorded run),
 `rules` (the catalogue with the suite's coverage per rule and per area), `clients` (client
-libraries judged by a scripted broker, `conformance.clientside`), `report` (the HTML
+libraries judged by a scripted broker, `conformance.clientside`), `record` (real traffic
+through a recording relay, or a capture, `conformance.record`), `report` (the HTML
 report, `reports.cli`) and `broker` (the reference broker, `reference_broker.__main__`).
 
 Rules:
@@ -45,6 +46,7 @@ from conformance.gate.options import DEFAULT_OUT, RunOptions
 from conformance.gate.options import UsageError as RunUsageError
 from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE, STATUS_TEXT
 from conformance.plugin.wording import plural
+from conformance.record import cli as record_cli
 from conformance.suite import SUITE_DIR
 
 PROG = "amqp-conformance"
@@ -204,6 +206,13 @@ def _clients_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def _record_run(args: argparse.Namespace) -> int:
+    try:
+        return record_cli.run(args)
+    except record_cli.UsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _forwarded(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="the options of the command (see its --help)")
 
@@ -239,6 +248,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("rules", "list the rule catalogue with the suite's coverage", _rules_arguments, _rules_run),
     Command("clients", "judge client libraries with a scripted broker (client-side scenarios)", _clients_arguments,
             _clients_run),
+    Command("record", "record real traffic through a relay, or import a capture, for the audit",
+            record_cli.add_arguments, _record_run),
     Command("report", "build the HTML report from a results directory", _forwarded, _report_run, own_parser=True),
     Command("broker", "start the reference broker (same options as python -m reference_broker)", _forwarded,
             _broker_run, own_parser=True),

@@ -108,7 +108,8 @@ def observe_channel(cols: Columns, start: int = 0, stop: int | None = None,
         if stop <= start:
             return []
         return [Finding(cols.seq[start], "unjudged-mid-stream",
-                        f"connection recorded mid-stream: {stop - start} frame(s) of this channel not judged",
+                        f"connection recorded mid-stream (or its framing lost): {stop - start} frame(s) of "
+                        "this channel not judged",
                         UNJUDGED)]
     trace = new_trace(context)
     codes, table, ts = cols.code, HANDLERS, cols.ts

@@ -45,7 +45,7 @@ class ChannelTrace:
     requeued: Counter[str] = field(default_factory=Counter)  # identities requeued on this channel
     consume_requests: deque[tuple[str | None, str | None, bool, int]] = field(default_factory=deque)  # ctag, queue, no_ack, prefetch
     consumed: dict[str, tuple[str | None, int, int]] = field(default_factory=dict)  # ctag -> (queue, since ts, seq)
-    cancelled: set[str] = field(default_factory=set)  # client cancel-ok seen (CCN-04)
+    cancelled: dict[str, int] = field(default_factory=dict)  # client cancel-ok seen (CCN-04) -> its ts
     broker_cancelled: set[str] = field(default_factory=set)
     deleting: tuple[int, str, int] | None = None  # (seq, queue, ts) of an unanswered queue.delete
     get_no_ack: bool = False
@@ -154,26 +154,27 @@ def finish(s: ChannelTrace) -> None:
                                   f"{error.detail}: the trace ends before the broker's channel.close "
                                   f"{UNKNOWN_TAG_CODE:d}", "warning"))
         s.pending_error = None
-    _owed_cancels(s)
+    end = s.last_ts if s.client_closed or s.broker_closed else max(s.last_ts, s.context.recording_end)
+    _owed_cancels(s, end)
     if s.deleting is not None:
         seq, queue, ts = s.deleting
         consumers = s.context.consumers.get(queue, 0)
-        if consumers and s.last_ts - ts >= s.context.grace_us:  # CCN-02: the broker must drop them and answer
+        if consumers and end - ts >= s.context.grace_us:  # CCN-02: the broker must drop them and answer
             s.find(seq, "delete-unanswered", f"queue.delete of {queue!r}, which had {consumers} consumer(s), was "
-                                             f"never answered ({(s.last_ts - ts) / 1e6:.1f} s until the channel's "
-                                             "last frame)")
+                                             f"never answered ({(end - ts) / 1e6:.1f} s until the channel ended)")
         s.deleting = None
 
 
-def _owed_cancels(s: ChannelTrace) -> None:
+def _owed_cancels(s: ChannelTrace, end: int) -> None:
     """CCN-02: a consumer whose queue was deleted gets basic.cancel when its connection asked."""
     if s.context.cancel_notify is not True or not s.context.deletions:
         return
     for ctag, (queue, since, seq) in s.consumed.items():
-        if ctag in s.cancelled or ctag in s.broker_cancelled or queue is None:
+        if ctag in s.broker_cancelled or queue is None:
             continue
+        until = min(end, s.cancelled.get(ctag, end))  # the client's own cancel ends what is owed
         for deletion in s.context.deletions.get(queue, ()):
-            if deletion.ts > since and s.last_ts - deletion.ts >= s.context.grace_us:
+            if deletion.ts > since and until - deletion.ts >= s.context.grace_us:
                 s.find(seq, "cancel-missing", f"consumer {ctag} of queue {queue!r}: the queue was deleted "
                                               f"({'answered' if deletion.answered else 'never answered'}) and no "
                                               "basic.cancel came, though the client advertised "
@@ -192,7 +193,7 @@ def cancel_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     ctag = c.consumer_tag[i]
     if ctag is not None:  # CCN-04: nothing for it may follow
         s.channel.consumers.pop(ctag, None)
-        s.cancelled.add(ctag)
+        s.cancelled[ctag] = int(c.ts[i]) if c.ts is not None else 0
     reply(s, c, i)
 
 

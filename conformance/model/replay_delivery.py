@@ -108,7 +108,7 @@ def consume_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     if ctag is not None:  # QOS-02: the consumer keeps the prefetch in force when it was created
         s.channel.consumers[ctag] = Consumer(ctag, queue or "", no_ack, limit)
         s.consumed[ctag] = (queue, c.ts[i] if c.ts is not None else 0, c.seq[i])
-        s.cancelled.discard(ctag)
+        s.cancelled.pop(ctag, None)
     reply(s, c, i)
 
 

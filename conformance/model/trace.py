@@ -136,6 +136,7 @@ class Context:
     deletions: Mapping[str, Sequence[Deletion]] = field(default_factory=dict)
     consumers: Mapping[str, int] = field(default_factory=dict)  # queue -> consumers in the recording
     judged: bool = True
+    recording_end: int = 0  # microseconds: the recording's last frame (a channel never closed lasts until then)
     grace_us: int = 1_000_000  # how long a broker may take to send what a deletion owes
 
 

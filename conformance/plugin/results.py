@@ -295,12 +295,12 @@ class _PartBuffer:
         if not self.rows:
             return
         table = pa.Table.from_pylist(self.rows, schema=self.schema)
-        _write_atomically(table, self.directory / f"part-{self.parts:05d}-{self.token}.parquet")
+        write_atomically(table, self.directory / f"part-{self.parts:05d}-{self.token}.parquet")
         self.parts += 1
         self.rows = []
 
 
-def _write_atomically(table: pa.Table, path: Path) -> None:
+def write_atomically(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     pq.write_table(table, temporary)
@@ -326,7 +326,7 @@ class ResultsWriter:
 
     def write_run(self, record: RunRecord) -> None:
         """Write (or rewrite) the run record: once at the start, again with `finished`."""
-        _write_atomically(pa.Table.from_pylist([asdict(record)], schema=SCHEMAS["runs"]), self._run_path)
+        write_atomically(pa.Table.from_pylist([asdict(record)], schema=SCHEMAS["runs"]), self._run_path)
 
     def add_test(self, record: TestRecord, frames: Sequence[FrameRecord] = ()) -> None:
         record.frames = len(frames)

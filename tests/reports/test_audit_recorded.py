@@ -130,4 +130,4 @@ def test_audit_contexts_come_from_the_whole_recording() -> None:
     assert third.judged is False
     found = audit_table(table)
     assert sorted(zip(found["connection"].to_pylist(), found["kind"].to_pylist(), strict=True)) == [
-        (1, "cancel-missing"), (3, "unjudged-mid-stream")]
+        (1, "cancel-missing"), (3, "unjudged-mid-stream"), (3, "unjudged-mid-stream")]  # channels -1 and 1
