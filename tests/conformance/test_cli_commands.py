@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert all(command.name in out for command in COMMANDS)
-    assert {c.name for c in COMMANDS} == {"run", "baseline", "rules", "clients", "report", "broker"}
+    assert {c.name for c in COMMANDS} == {"run", "baseline", "rules", "clients", "record", "report", "broker"}
     assert "from a results directory" in out and "directories" not in out  # `report` takes one
 
 
@@ -91,3 +92,11 @@ def test_selection_by_area_and_rule() -> None:
     assert not parse_selection([]) and selection.describe() == "qos ACK-03 CCN-01"
     with pytest.raises(ValueError, match="--select 'ack-03': neither an area"):
         parse_selection(["ack-03"])  # rule IDs are exact
+
+
+def test_record_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["record", "--out", str(tmp_path)]) == 4
+    assert "--listen" in capsys.readouterr().err
+    assert main(["record", "--out", str(tmp_path), "--pcap", str(tmp_path / "none.pcap")]) == 4
+    assert main(["record", "--out", str(tmp_path), "--listen", "nowhere", "--upstream", "amqp://h:1"]) == 4
+    assert "HOST:PORT" in capsys.readouterr().err
