@@ -6,12 +6,15 @@ results tables with their explicit schemas (`reports.schema`).
 Rules:
 - Default master `local[*]`; `master="spark://..."`/`yarn`/... runs the same jobs on a
   cluster; with no master given, `SPARK_REMOTE` (Spark Connect, `sc://host:15002`) wins.
-- Local sessions: PYSPARK_PYTHON is the running interpreter (the Python workers must import
-  `reports`), SPARK_LOCAL_IP is 127.0.0.1, the UI is off, timestamps are UTC, Arrow is on.
+- Every session: timestamps are UTC, Arrow is on; a small lake (`lake_size`) gets one shuffle
+  partition and latency tuning. Classic sessions: PYSPARK_PYTHON is the running interpreter
+  (the Python workers must import `reports`), the UI and console progress are off, the JVM
+  logs errors only (`log4j2.properties`) and its incubator-module warning is filtered out;
+  local ones also bind 127.0.0.1 (SPARK_LOCAL_IP).
 - A cluster cannot read the driver's local files: the results directory must be on storage
   every executor sees (HDFS, S3 via `s3a://`, NFS mounted at the same path). On a non-local
-  master the `reports` and `conformance` packages are shipped to the executors with
-  addPyFile.
+  master or Spark Connect the `reports`, `conformance` and `codec` packages are shipped to the
+  executors (`ship_packages`).
 - Reading a table that has no runs yet gives an empty DataFrame with the schema, not an error.
 """
 
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -30,60 +35,144 @@ from reports.schema import struct_type
 
 DEFAULT_MASTER = "local[*]"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, instead of Spark's chatty default
+SMALL_LAKE_BYTES = 256 * 2**20  # below this much Parquet, a lake is "small": tuned for latency, not throughput
 _PACKAGES = ("reports", "conformance", "codec")
+# Lines the JVM itself prints on stderr whatever log4j says (Spark 4 enables the Vector API incubator module).
+JVM_NOISE = ("WARNING: Using incubator modules:",)
+_shipped: set[int] = set()  # sessions (by id) that already have the packages
 
 
 def spark_session(master: str | None = None, *, app_name: str = "amqp-conformance report",
-                  shuffle_partitions: int | None = None, conf: dict[str, str] | None = None) -> SparkSession:
-    """A SparkSession for the pipeline (created, or the active one reconfigured where possible)."""
+                  shuffle_partitions: int | None = None, conf: dict[str, str] | None = None,
+                  lake_size: int | None = None) -> SparkSession:
+    """A SparkSession for the pipeline (created, or the active one reconfigured where possible).
+
+    `lake_size` (bytes of Parquet, see `lake_bytes`): below SMALL_LAKE_BYTES the session is
+    tuned for a small lake — one shuffle partition, no adaptive re-planning, interpreted
+    expressions instead of generated code, and a driver JVM that only uses its quick JIT tier:
+    on a report of one run, compiling costs more than it saves.
+    """
     remote = os.environ.get("SPARK_REMOTE")
+    small = lake_size is not None and lake_size < SMALL_LAKE_BYTES
+    sql = sql_settings(master or ("" if remote else DEFAULT_MASTER), shuffle_partitions, small)
     if master is None and remote:
-        return SparkSession.builder.remote(remote).appName(app_name).getOrCreate()  # type: ignore[no-any-return]
+        builder = SparkSession.builder.remote(remote).appName(app_name)
+        for key, value in {**sql, **(conf or {})}.items():
+            builder = builder.config(key, value)
+        session: SparkSession = builder.getOrCreate()
+        ship_packages(session)
+        return session
     master = master or DEFAULT_MASTER
     local = master.startswith("local")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName(app_name)
+    java = [f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"]
+    if small:
+        java.append("-XX:TieredStopAtLevel=1")
     settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions or _default_shuffle_partitions(master)),
         "spark.driver.host": "127.0.0.1" if local else "",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}" if local else "",
+        "spark.driver.extraJavaOptions": " ".join(java),
         # Listing a lake of many run partitions as a Spark job costs seconds on a local master.
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000" if local else "",
+        **sql,
         **(conf or {}),
     }
+    settings = {key: value for key, value in settings.items() if value}
+    _launch_quiet_gateway(settings)
+    builder = SparkSession.builder
     for key, value in settings.items():
-        if value:
-            builder = builder.config(key, value)
-    session: SparkSession = builder.getOrCreate()
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     if not local:
         ship_packages(session)
     return session
 
 
-def _default_shuffle_partitions(master: str) -> int:
-    """Small results need few partitions: 2 per local core, Spark's default (200) elsewhere."""
+def sql_settings(master: str, shuffle_partitions: int | None, small: bool) -> dict[str, str]:
+    """Session SQL settings (valid on Spark Connect too): UTC, Arrow, shuffle partitions, small-lake tuning."""
+    partitions = shuffle_partitions or (1 if small else _default_shuffle_partitions(master))
+    settings = {"spark.sql.session.timeZone": "UTC", "spark.sql.execution.arrow.pyspark.enabled": "true"}
+    if partitions:
+        settings["spark.sql.shuffle.partitions"] = str(partitions)
+    if small:
+        settings.update({"spark.sql.adaptive.enabled": "false", "spark.sql.codegen.wholeStage": "false",
+                         "spark.sql.codegen.factoryMode": "NO_CODEGEN"})
+    return settings
+
+
+def _default_shuffle_partitions(master: str) -> int | None:
+    """2 per local core; elsewhere the cluster's own setting (None)."""
     if not master.startswith("local"):
-        return 200
+        return None
     inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
     cores = (os.cpu_count() or 1) if inside in ("*", "") else int(inside.split(",")[0])
     return max(2, 2 * cores)
 
 
+def lake_bytes(root: str | Path) -> int | None:
+    """Bytes of Parquet under a local results directory; None for a URI (remote storage is not sized)."""
+    if "://" in str(root):
+        return None
+    return sum(p.stat().st_size for p in Path(root).glob("*/*=*/*.parquet"))
+
+
+def _launch_quiet_gateway(settings: dict[str, str]) -> None:
+    """Start the driver JVM with its stderr filtered (JVM_NOISE dropped, the rest passed on).
+
+    Only when no JVM runs yet; pyspark then reuses this gateway for the session.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False)
+    conf.setAll(list(settings.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
+    stream = gateway.proc.stderr if gateway.proc is not None else None
+    if stream is not None:
+        threading.Thread(target=_pass_on, args=(stream,), name="spark-jvm-stderr", daemon=True).start()
+
+
+def _pass_on(stream: IO[bytes]) -> None:
+    for line in iter(stream.readline, b""):
+        if not line.startswith(tuple(n.encode() for n in JVM_NOISE)):
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
+
+
 def ship_packages(session: SparkSession) -> None:
-    """Send the pipeline's Python packages to the executors of a cluster (zip + addPyFile)."""
+    """Send the pipeline's Python packages to the executors of a cluster or a Spark Connect server.
+
+    Zips of `reports`, `conformance` and `codec`: `addPyFile` on a classic session,
+    `addArtifacts(pyfile=True)` on Spark Connect (the server's Python workers import them from
+    the session's artifacts). Once per session.
+    """
+    if id(session) in _shipped:
+        return
     root = Path(__file__).resolve().parent.parent
     staging = Path(tempfile.mkdtemp(prefix="amqpc-pyfiles-"))
-    for package in _PACKAGES:
-        archive = shutil.make_archive(str(staging / package), "zip", root, package)
-        session.sparkContext.addPyFile(archive)
+    archives = [shutil.make_archive(str(staging / package), "zip", root, package) for package in _PACKAGES]
+    if is_remote_session(session):
+        session.addArtifacts(*archives, pyfile=True)
+    else:
+        for archive in archives:
+            session.sparkContext.addPyFile(archive)
+    _shipped.add(id(session))
+
+
+def is_remote_session(session: SparkSession) -> bool:
+    """True for a Spark Connect session (no JVM, no SparkContext on this side)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def read_results(spark: SparkSession, root: str | Path, table: str) -> DataFrame:
