@@ -13,16 +13,28 @@ What it measures (same lake, same process, same checker code):
   excluded, as they are paid once per report): the matrix (rule verdicts + matrix + run scores,
   collected), the audit with the shuffle-free per-run plan (`audit_by_run`, mapInArrow), and
   with `--all-plans` also applyInArrow per channel and the SQL-window tag check.
-Printed: a table, then one JSON line: `audit_spark_x_single` = single-process time / Spark
-local[2] time (>1: Spark is faster), `scaling_local2_x_local1` = local[1] / local[2] audit time,
-rows/s of both, and the matrix times. `--quick` runs a tiny lake (smoke test of the script).
+- linearity: the same audit on Spark local[2] over a lake 10x as large (`--scale-to`, default
+  100 M frames: ten times the channels), `linearity_large_x_small` = time per frame at the large
+  size / time per frame at the small one (1.0: linear);
+- the one-run report as a user runs it: `python -m reports.cli LAKE --out DIR` in a fresh process
+  (JVM start included) on a one-run lake of a real run's size (285 tests, ~9 000 frames), best
+  of `--report-repeat`.
+Lakes are written once into `--cache` (default build/bench-lakes/, keyed by shape and by the
+generator's source) and reused by later runs: the 100 M-frame lake takes minutes to write.
+Printed: a table, the goals (met or not), then one JSON line: `audit_spark_x_single` =
+single-process time / Spark local[2] time (>1: Spark is faster), `scaling_local2_x_local1` =
+local[1] / local[2] audit time, rows/s, the matrix times, the linearity and the one-run report.
+`--quick` runs tiny lakes (smoke test of the script).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +53,12 @@ from reports.synthetic import LakeShape, LakeStats, write_lake  # noqa: E402
 
 MASTERS = ("local[2]", "local[1]")
 QUICK = LakeShape(runs=4, channels_per_run=20, frames_per_channel=50, tests_per_run=400, violation_rate=0.2)
+ONE_RUN = LakeShape(runs=1, channels_per_run=260, frames_per_channel=35, tests_per_run=285, violation_rate=0.0,
+                    seed=3)  # the size of one real run of the suite
+DEFAULT_CACHE = _ROOT / "build" / "bench-lakes"
+# The issue's goals: (JSON key, "min" or "max", bound).
+GOALS = (("scaling_local2_x_local1", "min", 1.6), ("linearity_large_x_small", "max", 1.1),
+         ("one_run_report_s", "max", 15.0))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,7 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--channels", type=int, default=50_000, help="channels in total (default 50 000)")
     p.add_argument("--tests", type=float, default=1e6, help="test results in total (default 1e6)")
-    p.add_argument("--lake", type=Path, default=None, help="write the lake here and keep it (default: a temp dir)")
+    p.add_argument("--scale-to", type=float, default=100e6,
+                   help="also audit a lake of about this many frames on local[2] (default 100e6; 0: skip)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                   help="directory of generated lakes, reused across runs (default build/bench-lakes)")
+    p.add_argument("--no-cache", action="store_true", help="write the lakes into a temp dir, removed afterwards")
+    p.add_argument("--report-repeat", type=int, default=3, help="one-run report: best of N cold runs")
     p.add_argument("--all-plans", action="store_true", help="also time applyInArrow and the SQL tag check")
     p.add_argument("--repeat", type=int, default=1, help="best of N timings per case")
     p.add_argument("--quick", action="store_true", help="tiny lake, one repeat: a smoke run")
@@ -63,6 +86,34 @@ def shape_of(args: argparse.Namespace) -> LakeShape:
     return LakeShape(runs=args.runs, channels_per_run=per_run,
                      frames_per_channel=max(12, round(args.frames / (args.runs * per_run))),
                      tests_per_run=max(per_run, round(args.tests / args.runs)), violation_rate=0.004)
+
+
+def large_shape_of(args: argparse.Namespace, small: LakeShape) -> LakeShape | None:
+    """The small lake with more channels per run (frames per channel unchanged), or None."""
+    small_frames = small.runs * small.channels_per_run * small.frames_per_channel
+    target = 10 * small_frames if args.quick else args.scale_to
+    if not target or target <= small_frames:
+        return None
+    factor = round(target / small_frames)
+    channels = small.channels_per_run * factor
+    return dataclasses.replace(small, channels_per_run=channels, tests_per_run=max(channels, small.tests_per_run))
+
+
+def lake(cache: Path, shape: LakeShape) -> tuple[Path, LakeStats]:
+    """The lake of `shape` under `cache`, written once (a stamp marks it complete)."""
+    source = b"".join(Path(m.__file__).read_bytes() for m in (sys.modules["reports.synthetic"],) if m.__file__)
+    key = hashlib.sha256(repr(shape).encode() + source).hexdigest()[:12]
+    root = cache / f"lake-{shape.runs}x{shape.channels_per_run}x{shape.frames_per_channel}-{key}"
+    stamp = root / "lake.json"
+    if stamp.is_file():
+        saved = json.loads(stamp.read_text())
+        return root, LakeStats(**{**saved, "expected": Counter(saved["expected"])})
+    shutil.rmtree(root, ignore_errors=True)
+    started = time.perf_counter()
+    stats = write_lake(root, shape)
+    stamp.write_text(json.dumps({**vars(stats), "expected": dict(stats.expected)}))
+    print(f"lake written: {stats.frames} frames in {time.perf_counter() - started:.1f} s ({root})", flush=True)
+    return root, stats
 
 
 def best(repeat: int, action: Callable[[], Any]) -> tuple[float, Any]:
@@ -113,7 +164,8 @@ def _duckdb_tag_check(root: Path) -> str:
         SELECT * FROM deliveries WHERE delivery_tag != expected"""
 
 
-def spark_cases(master: str, root: Path, stats: LakeStats, args: argparse.Namespace) -> dict[str, float]:
+def spark_cases(master: str, root: Path, stats: LakeStats, args: argparse.Namespace,
+                large: tuple[Path, LakeStats] | None = None) -> dict[str, float]:
     from pyspark.sql import functions as F
 
     from reports import jobs
@@ -147,32 +199,56 @@ def spark_cases(master: str, root: Path, stats: LakeStats, args: argparse.Namesp
             results["sql_tag_check_s"], n = best(args.repeat, lambda: tag_sequence_findings(frames).count())
             if n != stats.expected["tag-sequence"]:
                 raise SystemExit(f"{master} SQL tag check: {n} findings, expected {stats.expected['tag-sequence']}")
+        if large is not None:
+            large_root, large_stats = large
+            results["audit_large_s"], rows = best(args.repeat, lambda: audit_by_run(spark, str(large_root)).collect())
+            check(f"{master} audit_by_run, large lake", Counter(r.kind for r in rows), large_stats)
         return results
     finally:
         spark.stop()
 
 
+def one_run_report(root: Path, repeat: int) -> list[float]:
+    """Wall times of `python -m reports.cli LAKE --out DIR`, each in a fresh process (cold JVM)."""
+    times = []
+    for _ in range(max(1, repeat)):
+        with tempfile.TemporaryDirectory(prefix="amqpc-report-") as out:
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "reports.cli", str(root), "--out", out], cwd=_ROOT,
+                                  capture_output=True, text=True, timeout=600, check=False)
+            times.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise SystemExit(f"one-run report failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        if done.stderr.strip():
+            raise SystemExit(f"one-run report wrote to stderr (it should be quiet):\n{done.stderr}")
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     shape = shape_of(args)
-    owned = args.lake is None
-    root = Path(tempfile.mkdtemp(prefix="amqpc-lake-")) if owned else args.lake
+    large_shape = large_shape_of(args, shape)
+    temporary = Path(tempfile.mkdtemp(prefix="amqpc-lakes-")) if args.no_cache else None
+    cache = temporary or args.cache
     try:
-        started = time.perf_counter()
-        shutil.rmtree(root, ignore_errors=True)
-        stats = write_lake(root, shape)
-        print(f"lake: {stats.runs} runs, {stats.channels} channels, {stats.frames} frames, {stats.tests} tests "
-              f"in {time.perf_counter() - started:.1f} s ({root})", flush=True)
+        root, stats = lake(cache, shape)
+        large = lake(cache, large_shape) if large_shape else None
+        one_run, _ = lake(cache, dataclasses.replace(QUICK, runs=1) if args.quick else ONE_RUN)
+        print(f"lake: {stats.runs} runs, {stats.channels} channels, {stats.frames} frames, {stats.tests} tests"
+              + (f"; large: {large[1].frames} frames" if large else ""), flush=True)
+        report_times = one_run_report(one_run, 1 if args.quick else args.report_repeat)
         single = single_process(root, stats, args.repeat)
-        spark = {master: spark_cases(master, root, stats, args) for master in MASTERS}
+        spark = {master: spark_cases(master, root, stats, args, large if master == MASTERS[0] else None)
+                 for master in MASTERS}
     finally:
-        if owned:
-            shutil.rmtree(root, ignore_errors=True)
-    report(stats, single, spark)
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+    report(stats, single, spark, large[1] if large else None, report_times)
     return 0
 
 
-def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str, float]]) -> None:
+def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str, float]],
+           large: LakeStats | None, report_times: list[float]) -> None:
     rows = [("audit, single process (pyarrow + Python checker)", single["single_audit_s"], stats.frames)]
     if "duckdb_tag_check_s" in single:
         rows.append(("tag check, DuckDB windows", single["duckdb_tag_check_s"], stats.frames))
@@ -182,13 +258,23 @@ def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str
             rows.append((f"audit, Spark {master} applyInArrow per channel", cases["grouped_s"], stats.frames))
             rows.append((f"tag check, Spark {master} SQL windows", cases["sql_tag_check_s"], stats.frames))
         rows.append((f"matrix, Spark {master}", cases["matrix_s"], stats.tests))
+        if large is not None and "audit_large_s" in cases:
+            rows.append((f"audit, Spark {master} mapInArrow, large lake", cases["audit_large_s"], large.frames))
+    rows.append(("one-run report, fresh process (best)", min(report_times), ONE_RUN.tests_per_run))
     print(f"\n{'case':<52} {'seconds':>9} {'rows/s':>12}")
     for name, seconds, count in rows:
         print(f"{name:<52} {seconds:>9.2f} {count / seconds:>12,.0f}")
-    print(json.dumps(summary(stats, single, spark)))
+    result = summary(stats, single, spark, large, report_times)
+    print(f"one-run report runs: {', '.join(f'{t:.1f} s' for t in report_times)}")
+    for key, kind, bound in GOALS:
+        if key in result:
+            met = result[key] >= bound if kind == "min" else result[key] <= bound
+            print(f"goal {key} {'>=' if kind == 'min' else '<='} {bound}: {result[key]} ({'met' if met else 'MISSED'})")
+    print(json.dumps(result))
 
 
-def summary(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str, float]]) -> dict[str, float]:
+def summary(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str, float]],
+            large: LakeStats | None = None, report_times: list[float] | None = None) -> dict[str, float]:
     """The JSON line: ratios (>1: the first named is faster), times in seconds, rows/s."""
     two, one = spark["local[2]"], spark["local[1]"]
     result: dict[str, float] = {
@@ -202,6 +288,13 @@ def summary(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[st
         "spark_local1_rows_per_s": round(stats.frames / one["audit_s"]),
         "matrix_local2_s": round(two["matrix_s"], 3), "matrix_local1_s": round(one["matrix_s"], 3),
     }
+    if large is not None and "audit_large_s" in two:
+        result["frames_large"] = large.frames
+        result["spark_local2_audit_large_s"] = round(two["audit_large_s"], 3)
+        result["linearity_large_x_small"] = round((two["audit_large_s"] / large.frames)
+                                                  / (two["audit_s"] / stats.frames), 3)
+    if report_times:
+        result["one_run_report_s"] = round(min(report_times), 2)
     for key in ("grouped_s", "sql_tag_check_s"):
         if key in two:
             result[f"{key.removesuffix('_s')}_local2_s"] = round(two[key], 3)

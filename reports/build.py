@@ -11,16 +11,21 @@ Rules:
   frames of passing tests never leave Spark.
 - Failing test pages cover each target's latest run, verdicts `failed` and `broken`, at most
   `max_failure_pages` of them (oldest test ids first, the rest listed without a page).
-- The audit runs with the shuffle-free per-run plan unless `audit_plan="grouped"`.
+- The audit plan: "by-run" (default, shuffle-free, on the executors), "grouped" (per channel,
+  reads only through Spark), or "driver" (`audit_arrow.audit_lake` in this process: the same
+  checker with no Python worker to start; for a small lake on a local master, see `cli`).
+- Jobs a lake cannot need are not run: history and flakes when no target has two runs (both
+  are empty then), the frames table when no test failed and the audit does not read it.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +34,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from conformance.catalogue.rules import AREAS, PROFILES, all_rules, rule
+from conformance.plugin.results import CLIENT_PROFILE
 from reports import jobs
+from reports.audit_arrow import audit_lake
 from reports.audit_spark import audit_by_run, audit_grouped
 from reports.clients import collect_clients
 from reports.model import (
@@ -50,16 +57,24 @@ from reports.model import (
 from reports.render import FrameLog, render_site
 from reports.spark import read_results
 
+AUDIT_PLANS = ("by-run", "grouped", "driver")
+
 
 @dataclass
 class Lake:
+    spark: SparkSession
+    root: str | Path
     runs: DataFrame
     tests: DataFrame
-    frames: DataFrame
+
+    @cached_property
+    def frames(self) -> DataFrame:
+        """Read on first use: a report without failing tests may never need it."""
+        return read_results(self.spark, self.root, "frames")
 
 
 def read_lake(spark: SparkSession, root: str | Path) -> Lake:
-    return Lake(*(read_results(spark, root, t) for t in ("runs", "tests", "frames")))
+    return Lake(spark, root, read_results(spark, root, "runs"), read_results(spark, root, "tests"))
 
 
 def build_report(spark: SparkSession, results_dir: str | Path, out: str | Path, *,
@@ -69,8 +84,9 @@ def build_report(spark: SparkSession, results_dir: str | Path, out: str | Path, 
     verdicts = jobs.rule_verdicts(lake.tests, lake.runs, jobs.catalogue_frame(spark)).cache()
     try:
         data = collect(spark, lake, verdicts, str(results_dir), max_failure_pages, audit_plan)
-        data.clients = collect_clients(lake, data.failing)
-        render_site(data, out, frame_logs(lake.frames, data.failing))
+        if any(t.profile == CLIENT_PROFILE for t in data.targets):  # else no client-side run: no job
+            data.clients = collect_clients(lake, data.failing)
+        render_site(data, out, frame_logs(lake.frames, data.failing) if data.failing else [])
     finally:
         verdicts.unpersist()
     return data
@@ -78,25 +94,28 @@ def build_report(spark: SparkSession, results_dir: str | Path, out: str | Path, 
 
 def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: str, max_failure_pages: int,
             audit_plan: str) -> ReportData:
+    if audit_plan not in AUDIT_PLANS:
+        raise ValueError(f"audit plan {audit_plan!r}: one of {', '.join(AUDIT_PLANS)}")
+    runs = [r.asDict() for r in jobs.runs_with_targets(lake.runs).collect()]
+    repeated = max(Counter(r["target"] for r in runs).values(), default=0) > 1
     # Independent Spark jobs run concurrently: on small lakes the time goes to per-job latency.
-    audit = audit_grouped(lake.frames) if audit_plan == "grouped" else audit_by_run(spark, results_dir)
     found = _concurrently({
-        "runs": lambda: jobs.runs_with_targets(lake.runs).collect(),
         "scores": lambda: jobs.run_scores(verdicts).collect(),
         "areas": lambda: jobs.area_scores(verdicts).where("latest").collect(),
         "matrix": lambda: jobs.matrix(verdicts).collect(),
-        "history": lambda: jobs.history(verdicts, lake.runs).collect(),
-        "flakes": lambda: jobs.flakes(verdicts).orderBy(F.desc("flips"), "target", "rule_id").collect(),
+        "history": lambda: jobs.history(verdicts, lake.runs).collect() if repeated else [],
+        "flakes": lambda: (jobs.flakes(verdicts).orderBy(F.desc("flips"), "target", "rule_id").collect()
+                           if repeated else []),
         "recent": lambda: _recent_verdicts(verdicts).collect(),
         "tests": lambda: lake.tests.count(),
-        "audit": lambda: audit.orderBy("run_id", "test_id", "connection", "channel", "seq").collect(),
+        "audit": lambda: _audit(spark, lake, results_dir, audit_plan),
     })
-    runs = [r.asDict() for r in found["runs"]]
     latest = {r["run_id"]: r for r in runs if r["latest"]}
     failing = _failing_tests(lake.tests, latest, max_failure_pages)
     violations = _violations(found["audit"], {r["run_id"]: r["target"] for r in runs},
                              {(t.run_id, t.test_id): t for t in failing})
-    attach_evidence(lake.frames, violations)
+    if violations:
+        attach_evidence(lake.frames, violations)
     changes = [_change(r) for r in found["history"]]
     latest_pairs = {(r, v["target"]) for r, v in latest.items()}
     recent = found["recent"]
@@ -119,6 +138,18 @@ def _concurrently(thunks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="report-job") as pool:
         futures = {name: pool.submit(thunk) for name, thunk in thunks.items()}
         return {name: future.result() for name, future in futures.items()}
+
+
+_AUDIT_ORDER = ("run_id", "test_id", "connection", "channel", "seq")
+
+
+def _audit(spark: SparkSession, lake: Lake, results_dir: str, plan: str) -> list[Row]:
+    """The trace audit's findings in (run, test, connection, channel, seq) order."""
+    if plan == "driver":
+        table = audit_lake(results_dir).sort_by([(c, "ascending") for c in _AUDIT_ORDER])
+        return [Row(**row) for row in table.to_pylist()]
+    audit = audit_grouped(lake.frames) if plan == "grouped" else audit_by_run(spark, results_dir)
+    return audit.orderBy(*_AUDIT_ORDER).collect()
 
 
 def _recent_verdicts(verdicts: DataFrame) -> DataFrame:

@@ -10,6 +10,7 @@ Exit codes (DESIGN.md decision 8): 0 report written; 2 Spark or the environment 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -44,8 +45,10 @@ def parser() -> argparse.ArgumentParser:
                         "read RESULTS_DIR from shared storage (hdfs://, s3a://, or the same NFS path)")
     p.add_argument("--max-failure-pages", type=int, default=5000, metavar="N",
                    help="at most N failing-test pages (default 5000)")
-    p.add_argument("--audit-plan", choices=("by-run", "grouped"), default="by-run",
-                   help="trace audit plan: per run partition without shuffle (default) or grouped per channel")
+    p.add_argument("--audit-plan", choices=("auto", "by-run", "grouped", "driver"), default="auto",
+                   help="trace audit plan: per run partition without shuffle on the executors (by-run), grouped "
+                        "per channel (grouped), or in this process (driver); auto (default): driver for a small "
+                        "lake on a local master, by-run otherwise")
     return p
 
 
@@ -57,6 +60,17 @@ def _check_results_dir(text: str) -> None:
         raise UsageError(f"RESULTS_DIR {text}: not a directory")
     if not any((root / "runs").glob(f"{PARTITION_KEY}=*/*.parquet")):
         raise UsageError(f"RESULTS_DIR {text}: no runs found (expected runs/{PARTITION_KEY}=<id>/*.parquet)")
+
+
+def audit_plan(requested: str, master: str | None, size: int | None) -> str:
+    """`auto`: the audit in this process for a small local lake on a local master (no Python worker
+    to start: seconds on a one-run report), on the executors otherwise."""
+    from reports.spark import SMALL_LAKE_BYTES, local_master
+
+    if requested != "auto":
+        return requested
+    small = size is not None and size < SMALL_LAKE_BYTES
+    return "driver" if small and local_master(master) else "by-run"
 
 
 def report_main(argv: Sequence[str] | None = None) -> int:
@@ -74,11 +88,12 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         from reports.build import build_report
-        from reports.spark import spark_session
+        from reports.spark import lake_bytes, spark_session
 
-        spark = spark_session(args.spark_master)
+        size = lake_bytes(args.results_dir)
+        spark = spark_session(args.spark_master, lake_size=size)
         data = build_report(spark, args.results_dir, args.out, max_failure_pages=args.max_failure_pages,
-                            audit_plan=args.audit_plan)
+                            audit_plan=audit_plan(args.audit_plan, args.spark_master, size))
     except Exception as exc:  # Spark, Java or storage trouble: the environment, not the user
         print(f"{PROG}: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
               file=sys.stderr)
@@ -86,8 +101,17 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     index = Path(args.out) / "index.html"
     print(f"report: {index} ({plural(data.runs, 'run')}, {plural(len(data.targets), 'target')}, "
           f"{plural(len(data.failing), 'failing test')}, {plural(len(data.violations), 'audit finding')}; "
-          f"{time.perf_counter() - started:.1f} s)")
+          f"{time.perf_counter() - started:.1f} s on {where_spark_ran(args.spark_master)})")
     return EXIT_OK
+
+
+def where_spark_ran(master: str | None) -> str:
+    """The master the report ran on, as the session factory chose it."""
+    from reports.spark import DEFAULT_MASTER
+
+    if master is None and os.environ.get("SPARK_REMOTE"):
+        return f"Spark Connect {os.environ['SPARK_REMOTE']}"
+    return master or DEFAULT_MASTER
 
 
 if __name__ == "__main__":

@@ -95,6 +95,13 @@ def spark_session(master: str | None = None, *, app_name: str = "amqp-conformanc
     return session
 
 
+def local_master(master: str | None) -> bool:
+    """True when the session `spark_session(master)` makes runs in this process (not a cluster or Connect)."""
+    if master is None:
+        return not os.environ.get("SPARK_REMOTE")
+    return master.startswith("local")
+
+
 def sql_settings(master: str, shuffle_partitions: int | None, small: bool) -> dict[str, str]:
     """Session SQL settings (valid on Spark Connect too): UTC, Arrow, shuffle partitions, small-lake tuning."""
     partitions = shuffle_partitions or (1 if small else _default_shuffle_partitions(master))
@@ -135,7 +142,7 @@ def _launch_quiet_gateway(settings: dict[str, str]) -> None:
         return
     conf = SparkConf(loadDefaults=False)
     conf.setAll(list(settings.items()))
-    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
     SparkContext._gateway = gateway
     SparkContext._jvm = gateway.jvm
     stream = gateway.proc.stderr if gateway.proc is not None else None

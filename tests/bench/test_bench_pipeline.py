@@ -1,6 +1,6 @@
 """bench/pipeline.py: the JSON line's shape in-process (no JVM), and `--quick` end to end.
 
-The `--quick` run starts its own Spark JVM twice over (local[2], local[1]), which costs 15-50 s
+The `--quick` run starts Spark JVMs three times (a one-run report, local[2], local[1]), which costs 30-90 s
 depending on the machine, so it is `slow` (run it with `-m slow`). Timings are never asserted.
 """
 
@@ -34,6 +34,24 @@ def test_summary_has_the_ratios() -> None:
     assert result["audit_spark_x_single"] == 1.5 and result["scaling_local2_x_local1"] == 2.0
     shape = shape_of(parse_args([]))
     assert shape.runs * shape.channels_per_run == 50_000 and shape.runs * shape.tests_per_run == 1_000_000
+
+
+def test_summary_has_linearity_and_the_one_run_report() -> None:
+    from bench.pipeline import large_shape_of, parse_args, shape_of, summary
+    from reports.synthetic import LakeStats
+
+    small = LakeStats(runs=100, tests=1_000_000, channels=50_000, frames=10_000_000, expected=Counter())
+    large = LakeStats(runs=100, tests=5_000_000, channels=500_000, frames=100_000_000, expected=Counter())
+    spark = {"local[2]": {"audit_s": 4.0, "matrix_s": 5.0, "audit_large_s": 44.0},
+             "local[1]": {"audit_s": 8.0, "matrix_s": 6.0}}
+    result = summary(small, {"single_audit_s": 6.0}, spark, large, [14.0, 12.5, 13.0])
+    assert set(result) == KEYS | {"frames_large", "spark_local2_audit_large_s", "linearity_large_x_small",
+                                  "one_run_report_s"}
+    assert result["linearity_large_x_small"] == 1.1 and result["one_run_report_s"] == 12.5
+    args = parse_args([])
+    bigger = large_shape_of(args, shape_of(args))
+    assert bigger is not None and bigger.channels_per_run == 10 * shape_of(args).channels_per_run
+    assert large_shape_of(parse_args(["--scale-to", "0"]), shape_of(args)) is None
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
 - `standalone_cluster(workdir)`: a standalone master and two workers
   (`bin/spark-class org.apache.spark.deploy.master.Master` / `...worker.Worker`), each worker
-  with one core; yields the master URL `spark://127.0.0.1:PORT` once both workers are ALIVE.
+  with one core; yields its URL `spark://127.0.0.1:PORT` and web UI port once both workers are ALIVE.
 - `connect_server(workdir)`: a Spark Connect server (`sbin/start-connect-server.sh --wait`, so
   it stays our child process); yields `sc://127.0.0.1:PORT` once its gRPC port accepts connections.
 
@@ -24,7 +24,9 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -104,22 +106,36 @@ def wait_until(what: str, ready: Callable[[], bool], alive: list[Callable[[], st
         time.sleep(0.5)  # polling interval of a bounded wait, not synchronisation
 
 
-def _alive_workers(ui_port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as answer:
-            state = json.load(answer)
-    except (OSError, ValueError):
-        return 0
-    return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+@dataclass(frozen=True)
+class Standalone:
+    url: str  # spark://127.0.0.1:PORT
+    ui_port: int  # the master's web UI: /json/ tells workers and applications
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as answer:
+            state: dict[str, Any] = json.load(answer)
+        return state
+
+    def alive_workers(self) -> int:
+        try:
+            workers = self.state().get("workers", [])
+        except (OSError, ValueError):
+            return 0
+        return sum(1 for w in workers if w.get("state") == "ALIVE")
+
+    def completed_apps(self) -> list[str]:
+        return [app["name"] for app in self.state().get("completedapps", [])]
 
 
 @contextmanager
-def standalone_cluster(workdir: Path, *, timeout: float = START_TIMEOUT) -> Iterator[str]:
-    """A standalone master with two one-core workers on 127.0.0.1; yields the master URL."""
+def standalone_cluster(workdir: Path, *, timeout: float = START_TIMEOUT) -> Iterator[Standalone]:
+    """A standalone master with two one-core workers on 127.0.0.1, once both workers are ALIVE."""
+    workdir.mkdir(parents=True, exist_ok=True)
     env = daemon_env(workdir)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     port, ui_port = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
+    cluster = Standalone(url, ui_port)
     with ExitStack() as stack:
         master = stack.enter_context(_daemon("master", [
             spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
@@ -132,9 +148,9 @@ def standalone_cluster(workdir: Path, *, timeout: float = START_TIMEOUT) -> Iter
                 spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
                 "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
                 "--work-dir", str(work)], env, workdir)))
-        wait_until(f"standalone master {url} with {WORKERS} workers", lambda: _alive_workers(ui_port) >= WORKERS,
+        wait_until(f"standalone master {url} with {WORKERS} workers", lambda: cluster.alive_workers() >= WORKERS,
                    daemons, timeout)
-        yield url
+        yield cluster
 
 
 def _listening(port: int) -> bool:
@@ -148,6 +164,7 @@ def _listening(port: int) -> bool:
 @contextmanager
 def connect_server(workdir: Path, *, master: str = "local[2]", timeout: float = START_TIMEOUT) -> Iterator[str]:
     """A Spark Connect server (`sbin/start-connect-server.sh --wait`) on 127.0.0.1; yields its sc:// URL."""
+    workdir.mkdir(parents=True, exist_ok=True)
     env = daemon_env(workdir)
     port = free_port()
     command = [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--wait", "--master", master,
