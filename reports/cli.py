@@ -88,12 +88,16 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         from reports.build import build_report
-        from reports.spark import lake_bytes, spark_session
+        from reports.jvm import finish
+        from reports.spark import is_remote_session, lake_bytes, spark_session
 
         size = lake_bytes(args.results_dir)
-        spark = spark_session(args.spark_master, lake_size=size)
+        spark = spark_session(args.spark_master, lake_size=size, record_classes=True)
         data = build_report(spark, args.results_dir, args.out, max_failure_pages=args.max_failure_pages,
                             audit_plan=audit_plan(args.audit_plan, args.spark_master, size))
+        elapsed = time.perf_counter() - started
+        if not is_remote_session(spark):
+            finish(spark)  # the first report of an install also makes the JVM's class-data-sharing archive
     except Exception as exc:  # Spark, Java or storage trouble: the environment, not the user
         print(f"{PROG}: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
               file=sys.stderr)
@@ -101,7 +105,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     index = Path(args.out) / "index.html"
     print(f"report: {index} ({plural(data.runs, 'run')}, {plural(len(data.targets), 'target')}, "
           f"{plural(len(data.failing), 'failing test')}, {plural(len(data.violations), 'audit finding')}; "
-          f"{time.perf_counter() - started:.1f} s on {where_spark_ran(args.spark_master)})")
+          f"{elapsed:.1f} s on {where_spark_ran(args.spark_master)})")
     return EXIT_OK
 
 

@@ -9,7 +9,8 @@ Rules:
 - Every session: timestamps are UTC, Arrow is on; a small lake (`lake_size`) gets one shuffle
   partition and latency tuning. Classic sessions: PYSPARK_PYTHON is the running interpreter
   (the Python workers must import `reports`), the UI and console progress are off, the JVM
-  logs errors only (`log4j2.properties`) and its incubator-module warning is filtered out;
+  logs errors only (`log4j2.properties`) and its incubator-module warning is filtered out
+  (`reports.jvm`, which also gives it a class-data-sharing archive);
   local ones also bind 127.0.0.1 (SPARK_LOCAL_IP).
 - A cluster cannot read the driver's local files: the results directory must be on storage
   every executor sees (HDFS, S3 via `s3a://`, NFS mounted at the same path). On a non-local
@@ -22,35 +23,34 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from reports import jvm
 from reports.schema import struct_type
 
 DEFAULT_MASTER = "local[*]"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only, instead of Spark's chatty default
 SMALL_LAKE_BYTES = 256 * 2**20  # below this much Parquet, a lake is "small": tuned for latency, not throughput
 _PACKAGES = ("reports", "conformance", "codec")
-# Lines the JVM itself prints on stderr whatever log4j says (Spark 4 enables the Vector API incubator module).
-JVM_NOISE = ("WARNING: Using incubator modules:",)
 _shipped: set[int] = set()  # sessions (by id) that already have the packages
 
 
 def spark_session(master: str | None = None, *, app_name: str = "amqp-conformance report",
                   shuffle_partitions: int | None = None, conf: dict[str, str] | None = None,
-                  lake_size: int | None = None) -> SparkSession:
+                  lake_size: int | None = None, record_classes: bool = False) -> SparkSession:
     """A SparkSession for the pipeline (created, or the active one reconfigured where possible).
 
     `lake_size` (bytes of Parquet, see `lake_bytes`): below SMALL_LAKE_BYTES the session is
     tuned for a small lake — one shuffle partition, no adaptive re-planning, interpreted
     expressions instead of generated code, and a driver JVM that only uses its quick JIT tier:
-    on a report of one run, compiling costs more than it saves.
+    on a report of one run, compiling costs more than it saves. A classic session's driver JVM
+    starts from the class-data-sharing archive when there is one (`reports.jvm`); with
+    `record_classes` it lists the classes it loads, for `reports.jvm.finish` to make the archive.
     """
     remote = os.environ.get("SPARK_REMOTE")
     small = lake_size is not None and lake_size < SMALL_LAKE_BYTES
@@ -71,6 +71,7 @@ def spark_session(master: str | None = None, *, app_name: str = "amqp-conformanc
     java = [f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"]
     if small:
         java.append("-XX:TieredStopAtLevel=1")
+    java += jvm.java_options(record=record_classes)
     settings = {
         "spark.master": master,
         "spark.app.name": app_name,
@@ -84,7 +85,7 @@ def spark_session(master: str | None = None, *, app_name: str = "amqp-conformanc
         **(conf or {}),
     }
     settings = {key: value for key, value in settings.items() if value}
-    _launch_quiet_gateway(settings)
+    jvm.launch_quiet_gateway(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -128,33 +129,6 @@ def lake_bytes(root: str | Path) -> int | None:
     if "://" in str(root):
         return None
     return sum(p.stat().st_size for p in Path(root).glob("*/*=*/*.parquet"))
-
-
-def _launch_quiet_gateway(settings: dict[str, str]) -> None:
-    """Start the driver JVM with its stderr filtered (JVM_NOISE dropped, the rest passed on).
-
-    Only when no JVM runs yet; pyspark then reuses this gateway for the session.
-    """
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-
-    if SparkContext._gateway is not None:
-        return
-    conf = SparkConf(loadDefaults=False)
-    conf.setAll(list(settings.items()))
-    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
-    SparkContext._gateway = gateway
-    SparkContext._jvm = gateway.jvm
-    stream = gateway.proc.stderr if gateway.proc is not None else None
-    if stream is not None:
-        threading.Thread(target=_pass_on, args=(stream,), name="spark-jvm-stderr", daemon=True).start()
-
-
-def _pass_on(stream: IO[bytes]) -> None:
-    for line in iter(stream.readline, b""):
-        if not line.startswith(tuple(n.encode() for n in JVM_NOISE)):
-            sys.stderr.buffer.write(line)
-            sys.stderr.buffer.flush()
 
 
 def ship_packages(session: SparkSession) -> None:
