@@ -110,3 +110,18 @@ async def _relay(args: argparse.Namespace, listen: tuple[str, int], upstream: tu
     print(f"recorded {s.connections} connection(s) ({s.refused} refused upstream, {s.resets} reset), "
           f"{lake.frames_written} frames, {s.bytes_out + s.bytes_in} bytes", flush=True)
     return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m conformance.record.cli` (the same options as `amqp-conformance record`)."""
+    parser = argparse.ArgumentParser(prog="python -m conformance.record.cli", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except UsageError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 4
+
+
+if __name__ == "__main__":
+    sys.exit(main())

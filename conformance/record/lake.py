@@ -70,9 +70,20 @@ class RecordingLake:
         """One frame record (`StreamTap` output) of `connection`, stamped now (or at `ts`, epoch s)."""
         row["run_id"], row["test_id"], row["connection"], row["seq"] = self.run_id, self.test_id, connection, self.seq
         row["direction"] = direction
-        row["ts"] = datetime.fromtimestamp(time.time() if ts is None else ts, UTC)
+        row["ts"] = round((time.time() if ts is None else ts) * 1_000_000)  # microseconds: the column's unit
         self.seq += 1
         self._rows.append(row)
+
+    def add_all(self, connection: int, direction: str, rows: list[dict[str, Any]]) -> None:
+        """Frame records that arrived together (one read): one clock reading for all."""
+        now = round(time.time() * 1_000_000)
+        run_id, test_id, seq = self.run_id, self.test_id, self.seq
+        for row in rows:
+            row["run_id"], row["test_id"], row["connection"], row["seq"] = run_id, test_id, connection, seq
+            row["direction"], row["ts"] = direction, now
+            seq += 1
+        self.seq = seq
+        self._rows.extend(rows)
 
     def __len__(self) -> int:
         return len(self._rows)

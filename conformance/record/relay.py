@@ -119,8 +119,8 @@ class RecordingRelay:
             while data := await src.read(CHUNK):
                 dst.write(data)  # forward first: the tap only ever sees a copy
                 setattr(self.stats, counter, getattr(self.stats, counter) + len(data))
-                for row in tap.feed(data):
-                    lake.add(connection, tap.direction, row)
+                if rows := tap.feed(data):
+                    lake.add_all(connection, tap.direction, rows)
                 if len(lake) >= lake.batch_rows:
                     self._wake.set()
                 await dst.drain()
