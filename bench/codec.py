@@ -15,10 +15,15 @@ What it measures (each case runs the full batch once per repeat):
   the headline peer, pika an extra row; pika gets `bytes` where the others get a
   `bytearray`, since each library only sends its own type as 'x').
 
-How: implementations alternate round-robin within every repeat (start rotated per
-repeat), each is warmed up and sanity-checked on the same data first, timings use
-`time.perf_counter` with the garbage collector disabled. Printed: min and median per
-case; the last stdout line is JSON with ratios peer min / our min (>1: we are faster).
+How (robust to a busy machine): every implementation is warmed up and sanity-checked on the
+same data first; then R short rounds (`--rounds`, 60, of 10-20 ms) each time every implementation of a
+case once, back to back in one process, the order rotated per round, with the garbage
+collector disabled. Timings are the thread's CPU time (`time.thread_time`), so the time
+the process waits for a CPU on a loaded machine is not counted; what remains of the load
+(caches, frequency) hits one round of every peer, not all rounds of one. Per implementation: min, median and the spread (median / min - 1).
+Ratios: peer min / our min (the headline, >1: we are faster) and, as a cross-check, the
+median over rounds of the ratio of the two timings taken back to back in that round, with its
+inter-quartile range. The last stdout line is JSON with the min ratios.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import datetime
 import decimal
 import gc
 import json
+import os
 import statistics
 import struct
 import sys
@@ -216,36 +222,64 @@ def repeat(n: int, fn: Callable[[Any], Any], arg: Any) -> Callable[[], object]:
 
 
 # -- harness ------------------------------------------------------------------------------
-def measure(cases: dict[str, list[Impl]], repeats: int) -> dict[tuple[str, str], list[float]]:
+def measure(cases: dict[str, list[Impl]], rounds: int) -> dict[tuple[str, str], list[float]]:
+    """Per (case, implementation): one timing per round; peers of a case run back to back."""
     times: dict[tuple[str, str], list[float]] = {}
     for impls in cases.values():
         for _name, fn in impls:
             fn()  # warm-up
-    for r in range(repeats):
+    for r in range(rounds):
         for case, impls in cases.items():
             for i in range(len(impls)):
                 name, fn = impls[(i + r) % len(impls)]
                 gc.collect()
                 gc.disable()
                 try:
-                    start = time.perf_counter()
-                    fn()
-                    elapsed = time.perf_counter() - start
+                    start = time.thread_time()  # CPU time of this thread: time spent
+                    fn()  # descheduled on a loaded machine is not counted (wall clock would be)
+                    elapsed = time.thread_time() - start
                 finally:
                     gc.enable()
                 times.setdefault((case, name), []).append(elapsed)
     return times
 
 
+def paired(ours: list[float], peer: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles over rounds of peer / ours, each pair timed back to back."""
+    ratios = sorted(p / o for o, p in zip(ours, peer, strict=True))
+    q1, median, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+    return median, q1, q3
+
+
+def report(times: dict[tuple[str, str], list[float]], ops: dict[str, int]) -> dict[str, float]:
+    best = {key: min(values) for key, values in times.items()}
+    print(f"{'case':<13} {'implementation':<15} {'min ms':>8} {'median ms':>9} {'spread':>7} {'ops/s':>10} "
+          f"{'x ours':>7} {'paired x ours [IQR]':>22}")
+    for (case, name), values in times.items():
+        ratio = best[case, name] / best[case, "ours"]
+        median, q1, q3 = paired(times[case, "ours"], values)
+        spread = statistics.median(values) / best[case, name] - 1
+        print(f"{case:<13} {name:<15} {best[case, name] * 1e3:8.2f} {statistics.median(values) * 1e3:9.2f} "
+              f"{spread:7.1%} {ops[case] / best[case, name]:10,.0f} {ratio:7.2f} "
+              f"{f'{median:.2f} [{q1:.2f}-{q3:.2f}]':>22}")
+    return {
+        f"{case}_x_{peer}": round(best[case, peer] / best[case, "ours"], 3)
+        for case, peer in (("decode", "pamqp"), ("encode", "pamqp"), ("table_decode", "pamqp"),
+                           ("table_encode", "pamqp"), ("decode", "pika"), ("encode", "pika"))
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="smoke test: fewer messages and repeats")
-    parser.add_argument("--repeats", type=int, default=None, help="timed runs per implementation (7)")
-    parser.add_argument("--messages", type=int, default=None, help="deliveries/publishes per run (10000)")
+    parser.add_argument("--quick", action="store_true", help="smoke test: fewer messages and rounds")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per implementation (60)")
+    parser.add_argument("--messages", type=int, default=None, help="deliveries/publishes per round (500)")
+    parser.add_argument("--tables", type=int, default=None, help="table encodes/decodes per round (300)")
     args = parser.parse_args(argv)
-    n = args.messages or (500 if args.quick else 10_000)
-    iterations = 500 if args.quick else 10_000
-    repeats = args.repeats or (3 if args.quick else 7)
+    # short rounds (10-20 ms each): on a loaded machine some of them run without being preempted
+    n = args.messages or (200 if args.quick else 500)
+    iterations = args.tables or (200 if args.quick else 300)
+    rounds = args.rounds or (5 if args.quick else 60)
 
     stream, body = delivery_stream(n), b"." * 100
     table = sample_table()
@@ -272,21 +306,11 @@ def main(argv: list[str] | None = None) -> None:
                          ("pika", repeat(iterations, pika_encode_table, pika_table))],
     }
     ops = {"decode": n, "encode": n, "table_decode": iterations, "table_encode": iterations}
-    times = measure(cases, repeats)
-    best = {key: min(values) for key, values in times.items()}
-
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"python {sys.version.split()[0]}, pamqp {pamqp.__version__}, pika {pika.__version__}; "
-          f"{n} messages, table {len(wire)} octets x {iterations}, {repeats} repeats, min and median")
-    print(f"{'case':<13} {'implementation':<15} {'min ms':>9} {'median ms':>10} {'ops/s':>11} {'x ours':>7}")
-    for (case, name), values in times.items():
-        ratio = best[case, name] / best[case, "ours"]
-        print(f"{case:<13} {name:<15} {best[case, name] * 1e3:9.2f} {statistics.median(values) * 1e3:10.2f} "
-              f"{ops[case] / best[case, name]:11,.0f} {ratio:7.2f}")
-    summary = {
-        f"{case}_x_{peer}": round(best[case, peer] / best[case, "ours"], 3)
-        for case, peer in (("decode", "pamqp"), ("encode", "pamqp"), ("table_decode", "pamqp"),
-                           ("table_encode", "pamqp"), ("decode", "pika"), ("encode", "pika"))
-    }
+          f"{n} messages, table {len(wire)} octets x {iterations}, {rounds} rounds, {os.cpu_count()} CPUs, "
+          f"load average {load:.1f} at the start")
+    summary = report(measure(cases, rounds), ops)
     print(json.dumps(summary))
 
 

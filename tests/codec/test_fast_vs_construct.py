@@ -137,3 +137,22 @@ def test_truncated_last_table_entry_is_rejected_not_dropped() -> None:
         raise AssertionError("construct path accepted a truncated entry")
     except Exception as exc:
         assert "dropped" not in str(exc)
+
+
+def test_remembered_field_names_stay_exact_and_bounded() -> None:
+    """The encoder remembers encoded field names (they repeat across messages): the bytes are the
+    construct path's, the memory is bounded, and a name over 255 octets is refused every time."""
+    import pytest
+
+    from codec.errors import EncodeError
+    from codec.fast_tables import NAMES_KEPT, TableCodec
+
+    fresh = TableCodec(Dialect.RABBITMQ)
+    for i in range(NAMES_KEPT + 10):
+        table = {f"k{i}": i, "x-death": "again"}
+        assert fresh.encode_table(table) == FIELD_TABLE[Dialect.RABBITMQ].build(table)
+    assert len(fresh._names) <= NAMES_KEPT
+    for _ in range(2):
+        with pytest.raises(EncodeError, match="exceeds 255"):
+            fresh.encode_table({"n" * 256: 1})
+    assert fresh.encode_table({b"raw": 1}) == FIELD_TABLE[Dialect.RABBITMQ].build({"raw": 1})
