@@ -1,3 +1,3 @@
 """Drivers: one interface (`interface.ClientDriver`) for the raw codec client and the client libraries."""
 
-CLIENTS = ("raw", "pika", "amqp")  # the drivers a suite run can use (`--client`)
+CLIENTS = ("raw", "pika", "amqp", "aio-pika")  # the drivers a suite run can use (`--client`)

@@ -73,6 +73,11 @@ from conformance.drivers.interface import (  # the outcomes every driver raises 
 __all__ = ["DEFAULT_CAPABILITIES", "BrokerAddress", "ChannelClosed", "Closed", "ConnectionClosed", "ConnectionLost",
            "DriverError", "FrameRecord", "NoReply", "RawClient", "Recorder", "UnexpectedMethod"]
 _CONNECTION_IDS = itertools.count(1)
+
+
+def next_connection_id() -> int:
+    """A connection id no other recorded connection of this process has (raw or relayed)."""
+    return next(_CONNECTION_IDS)
 # Methods that only ever answer a request (queue.declare-ok, basic.get-empty, ...).
 _RESPONSES = frozenset(name for cls in METHOD_CLASSES.values() for name in cls.RESPONSES)
 DEFAULT_CAPABILITIES = {

@@ -135,7 +135,8 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"a capability the broker claims beyond those it advertises (repeat): {', '.join(CAPABILITIES)}")
     parser.add_argument("--extension-profile", default=NEWEST, metavar="P",
                         help=f"the RabbitMQ profile that judges claimed extensions on a non-RabbitMQ broker (default {NEWEST})")
-    parser.add_argument("--client", default="raw", metavar="C", help="driver: raw (default), pika or amqp")
+    parser.add_argument("--client", default="raw", metavar="C", help="raw (default: the project's codec), pika, amqp (py-amqp) or aio-pika: the suite through that "
+                             "client library; tests it cannot express are not-applicable, with the reason")
     parser.add_argument("--broker-admin", default=None, metavar="A",
                         help="management API URL (http://user:pass@host:15672), 'rabbitmqctl' or 'none' "
                              "(default: none; the embedded broker's own API when no URL is given)")

@@ -64,7 +64,7 @@ from conformance.plugin.verdicts import (
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 from conformance.suite import SUITE_DIR
 
-pytest_plugins = ["conformance.plugin.fixtures"]  # the fixtures tests use (target, connect, names, admin)
+pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients"]  # the fixtures tests use (target, connect, names, admin)
 AREA_MARKER = "area_"  # `-m area_qos` selects an area
 
 
@@ -79,7 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"a capability the broker claims beyond what it advertises (repeat): {', '.join(CAPABILITIES)}")
     group.addoption("--extension-profile", default=NEWEST, metavar="P",
                     help="the RabbitMQ profile that judges claimed extensions on a non-RabbitMQ broker")
-    group.addoption("--client", default="raw", help="driver for client-parametrised tests: raw|pika|amqp")
+    group.addoption("--client", default="raw", help=f"run the suite through this client: {'|'.join(CLIENTS)} (raw: the project's codec)")
     group.addoption("--timeout-scale", type=float, default=1.0, help="multiply every wait by this")
     group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
     group.addoption("--run-id", default=None, help="id of this run in the results (default: a new uuid)")

@@ -1,0 +1,132 @@
+"""Rules checked through a client library (issue 14): `--client pika|amqp|aio-pika`.
+
+Each test states a rule the way an application would, through the `ClientDriver` interface
+(conformance.drivers.interface), and runs only under `--client` (under the default raw driver
+the rest of the suite checks the same rules on the wire). The frames are recorded by the
+relay in front of the broker, so a verdict carries the wire evidence too. A rule that holds on
+the wire but fails here is a client bug or a rule the client cannot express.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from conformance.drivers.interface import (
+    BrokerCancelled,
+    ChannelClosed,
+    ChannelClosedEvent,
+    ClientDriver,
+    Confirmed,
+    Delivered,
+    wait_event,
+)
+from conformance.plugin.session import Names, Target
+
+LIBRARIES = ("pika", "amqp", "aio-pika")
+Client = Callable[[], ClientDriver]
+
+
+def _filled(client: Client, names: Names, count: int) -> tuple[ClientDriver, int, str]:
+    driver = client()
+    ch = driver.open_channel()
+    queue = driver.declare_queue(ch, names.queue())
+    for i in range(1, count + 1):
+        driver.publish(ch, "", queue, f"m{i}".encode())
+    return driver, ch, queue
+
+
+def _deliveries(driver: ClientDriver, count: int, timeout: float) -> list[Delivered]:
+    got: list[Delivered] = []
+    for _ in range(count):
+        event = wait_event(driver, (Delivered,), timeout)
+        assert isinstance(event, Delivered), f"delivery {len(got) + 1} of {count} did not come"
+        got.append(event)
+    return got
+
+
+def _ready(driver: ClientDriver, queue: str) -> int:
+    ch = driver.open_channel()
+    count = 0
+    while driver.get(ch, queue, no_ack=True) is not None:
+        count += 1
+    return count
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("ACK-05")
+def test_ack_multiple_settles_every_outstanding_tag_up_to_it(client: Client, names: Names, target: Target) -> None:
+    driver, ch, queue = _filled(client, names, 3)
+    driver.consume(ch, queue)
+    tags = [d.delivery.delivery_tag for d in _deliveries(driver, 3, target.timeout(5))]
+    driver.ack(ch, tags[-1], multiple=True)
+    driver.cancel(ch, driver.consume(ch, queue))  # a round trip after the ack on the same channel
+    driver.close_channel(ch)  # nothing unacked is left to requeue
+    assert _ready(client(), queue) == 0
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("ACK-03")
+def test_an_unknown_tag_closes_the_channel_406(client: Client, names: Names, target: Target) -> None:
+    driver, ch, queue = _filled(client, names, 1)
+    driver.ack(ch, 99)
+    closed = wait_event(driver, (ChannelClosedEvent,), target.timeout(5))
+    if closed is None:  # a library that reports the close at the next operation on the channel
+        with pytest.raises(ChannelClosed) as raised:
+            driver.get(ch, queue)
+        assert raised.value.code == 406
+    else:
+        assert isinstance(closed, ChannelClosedEvent) and closed.code in (406, None)
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("ACK-07", "RQ-04")
+def test_nack_requeue_redelivers_with_the_flag(client: Client, names: Names, target: Target) -> None:
+    driver, ch, queue = _filled(client, names, 1)
+    first = driver.get(ch, queue)
+    assert first is not None and not first.redelivered
+    driver.nack(ch, first.delivery_tag, requeue=True)
+    again = driver.get(ch, queue)
+    assert again is not None and again.body == b"m1" and again.redelivered
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("PC-02", "PC-05")
+def test_every_publish_is_confirmed_once(client: Client, names: Names, target: Target) -> None:
+    driver = client()
+    ch = driver.open_channel()
+    queue = driver.declare_queue(ch, names.queue())
+    driver.confirm_select(ch)
+    for i in range(3):
+        driver.publish(ch, "", queue, f"m{i}".encode())
+    confirmed: set[int] = set()
+    while len(confirmed) < 3:
+        event = wait_event(driver, (Confirmed,), target.timeout(5))
+        assert isinstance(event, Confirmed), f"confirms seen: {sorted(confirmed)}"
+        assert event.ack and event.seq not in confirmed
+        confirmed.add(event.seq)
+    assert confirmed == {1, 2, 3}
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("CCN-02")
+def test_deleting_the_queue_notifies_the_consumer(client: Client, names: Names, target: Target) -> None:
+    driver, ch, queue = _filled(client, names, 0)
+    tag = driver.consume(ch, queue)
+    other = client()
+    other.delete_queue(other.open_channel(), queue)
+    event = wait_event(driver, (BrokerCancelled,), target.timeout(5))
+    assert isinstance(event, BrokerCancelled) and event.consumer_tag == tag
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("S001-05", "S001-06")
+def test_prefetch_caps_unacked_deliveries(client: Client, names: Names, target: Target) -> None:
+    driver, ch, queue = _filled(client, names, 4)
+    driver.qos(ch, 2)
+    driver.consume(ch, queue)
+    first = _deliveries(driver, 2, target.timeout(5))
+    assert wait_event(driver, (Delivered,), target.timeout(0.5)) is None, "a third delivery beyond prefetch 2"
+    driver.ack(ch, first[0].delivery.delivery_tag)
+    assert isinstance(wait_event(driver, (Delivered,), target.timeout(5)), Delivered)

@@ -1,0 +1,85 @@
+"""The suite through client libraries (conformance/plugin/through_clients.py, issue 14).
+
+The recording relay copies bytes unchanged and records both directions through the codec; a run
+with `--client X` drives the client-capable tests through library X and reports every other
+test as not-applicable, with the reason; the broker sees the library's own client-properties.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codec import ConnectionStartOk, MethodFrame
+from conformance.drivers.adapter import load_driver
+from conformance.drivers.interface import Recorder
+from conformance.drivers.relay import RecordingRelay
+from conformance.plugin.results import read_table
+from conformance.plugin.through_clients import relayed
+from reference_broker.server import EmbeddedBroker
+
+# what each library calls itself in connection.start-ok (its own client-properties)
+PRODUCTS = {"pika": "Pika Python Client Library", "amqp": "py-amqp", "aio-pika": "aiormq"}
+
+
+@pytest.fixture(scope="module")
+def broker() -> EmbeddedBroker:
+    with EmbeddedBroker() as running:
+        yield running
+
+
+@pytest.mark.parametrize("library", sorted(PRODUCTS))
+def test_the_broker_sees_the_library_s_client_properties(broker: EmbeddedBroker, library: str) -> None:
+    recorder = Recorder()
+    with RecordingRelay(broker.host, broker.port, recorder) as relay:
+        driver = load_driver(library, 5.0)
+        driver.connect(relayed(broker.url, relay.port))
+        ch = driver.open_channel()
+        queue = driver.declare_queue(ch, "")
+        driver.publish(ch, "", queue, b"through the relay")
+        got = driver.get(ch, queue, no_ack=True)
+        driver.close()
+    assert got is not None and got.body == b"through the relay"
+    start_oks = [r.frame.method for r in recorder.frames
+                 if r.direction == "out" and isinstance(r.frame, MethodFrame) and isinstance(r.frame.method, ConnectionStartOk)]
+    assert len(start_oks) == 1
+    assert PRODUCTS[library] in str(start_oks[0].client_properties.get("product")), start_oks[0].client_properties
+    directions = {r.direction for r in recorder.frames}
+    assert directions == {"in", "out"} and len({r.connection for r in recorder.frames}) == 1
+
+
+def test_relayed_keeps_credentials_and_vhost() -> None:
+    assert relayed("amqp://u:p@broker.example:5672/v%2fh", 1234) == "amqp://u:p@127.0.0.1:1234/v%2fh"
+    assert relayed("amqp://broker:5672/", 9) == "amqp://127.0.0.1:9/"
+
+
+def _run(tmp: Path, *args: str) -> tuple[int, str, dict[str, tuple[str, str]]]:
+    out = tmp / "out"
+    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), *args], cwd=tmp,
+                          capture_output=True, text=True, timeout=600)
+    tests = {t["test_id"].split("::")[-1]: (t["verdict"], t.get("message") or "")
+             for t in read_table(out / "results", "tests").to_pylist()}
+    return done.returncode, done.stdout + done.stderr, tests
+
+
+@pytest.mark.parametrize("library", ["pika", "amqp"])
+def test_client_runs_the_tests_it_can_express_and_says_why_not_for_the_rest(tmp_path: Path, library: str) -> None:
+    status, output, tests = _run(tmp_path, "--client", library, "--select", "ACK-05", "ACK-03", "PC-05")
+    assert status == 0, output
+    through = {name: v for name, v in tests.items() if name.startswith(("test_ack_multiple_settles",
+                                                                          "test_an_unknown_tag_closes",
+                                                                          "test_every_publish_is_confirmed"))}
+    assert len(through) == 3 and {v for v, _ in through.values()} == {"passed"}, through
+    others = {name: v for name, v in tests.items() if name not in through}
+    assert others and all(v == "not-applicable" and library in why for v, why in others.values()), others
+    frames = read_table(tmp_path / "out" / "results", "frames").to_pylist()
+    assert {f["test_id"].split("::")[-1] for f in frames} >= set(through), "a verdict through a client has no frames"
+
+
+def test_the_raw_run_does_not_collect_the_library_tests(tmp_path: Path) -> None:
+    status, output, tests = _run(tmp_path, "--select", "ACK-05")
+    assert status == 0, output
+    assert tests and not any(name.startswith("test_ack_multiple_settles") for name in tests)
