@@ -51,7 +51,6 @@ KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
     "confirm-missing": ("PC-05", "warning"),
     "prefetch-exceeded": ("QOS-02", "error"),
     "redelivered-missing": ("RQ-04", "error"),
-    "requeue-order": ("RQ-01", "error"),
     "cancel-missing": ("CCN-02", "error"),
     "delete-unanswered": ("CCN-02", "error"),
     "cancel-unrequested": ("CCN-01", "error"),
