@@ -8,11 +8,13 @@ from durable storage.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codec import (
@@ -39,6 +41,7 @@ from conformance.drivers.raw import RawClient
 from conformance.suite.test_messages import RABBITMQ_TYPES
 from reference_broker.server import EmbeddedBroker
 from tests.codec.strategies import domain_strategy, typed_tables
+from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture)
 from tests.reference_broker.test_connection_engine import Client
 
 # RabbitMQ's dialect in full, and 'L' (which the suite leaves out: RabbitMQ 4.x answers 'l').
@@ -163,3 +166,26 @@ def test_restored_message_keeps_its_property_octets(tmp_path: Path) -> None:
         got = client.rpc(ch, BasicGet(queue="dq"), BasicGetOk)
         client.send(ch, BasicAck(1))
         assert isinstance(got.properties, WireProperties) and got.properties.raw == image(RICH, b"b")
+
+
+# -- the same property against RabbitMQ 3.10.8 (marked `rabbitmq`) ---------------------------
+def _finite(properties: BasicProperties) -> bool:
+    """RabbitMQ closes the connection (541) on a NaN or infinite float: MSG-01's text."""
+    return "nan" not in repr(properties.headers) and "inf" not in repr(properties.headers)
+
+
+@pytest.mark.rabbitmq
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(properties=any_properties().filter(_finite))
+def test_rabbitmq_delivers_every_field_type_byte_identical(rabbitmq: str, properties: BasicProperties) -> None:  # noqa: F811
+    """3.10.8 resends the received property octets (MSG-01): the reference broker's behaviour.
+    delivery_mode is kept to 1/2 (3.10.8 refuses others with 406, 4.3 accepts them)."""
+    if properties.delivery_mode not in (None, 1, 2):
+        properties = properties._replace(delivery_mode=2)
+    with RawClient(rabbitmq) as client:
+        ch = client.channel()
+        queue = f"fidelity.props.{uuid.uuid4().hex[:8]}"
+        client.rpc(ch, QueueDeclare(queue=queue, exclusive=True), QueueDeclareOk)
+        client.send(ch, BasicPublish(routing_key=queue), properties, b"b")
+        got = client.rpc(ch, BasicGet(queue=queue, no_ack=True), BasicGetOk)
+    assert isinstance(got.properties, WireProperties) and got.properties.raw == image(properties, b"b")
