@@ -59,7 +59,7 @@ class ConsumingMachine(ModelMachine):
     def final_check(self) -> None:
         for ch in (1, 2):
             if self.model.is_open(ch):
-                self.program.add("close_channel", {"ch": ch})
+                self.program.add("close_channel", {"ch": ch}, teardown=True)
                 do.close_channel(self, ch)
         self.sync()
 

@@ -118,13 +118,13 @@ class Smallest:
     differs between runs makes Hypothesis raise `Flaky`): a failure, never `broken`."""
 
     def __init__(self) -> None:
-        self.best: tuple[int, AssertionError, str, str] | None = None
+        self.best: tuple[int, BaseException, Program, str] | None = None
 
     def offer(self, program: Program, frames: FrameLog) -> None:
         """Called from a machine's teardown, while its failure (if any) propagates."""
         exc = sys.exc_info()[1]
-        if isinstance(exc, AssertionError) and (self.best is None or len(program.steps) < self.best[0]):
-            self.best = (len(program.steps), exc, repr(program), repr(frames))
+        if isinstance(exc, AssertionError | DriverError) and (self.best is None or program.rules < self.best[0]):
+            self.best = (program.rules, exc, program, repr(frames))
 
     @contextlib.contextmanager
     def instead_of_flaky(self) -> Iterator[None]:
@@ -135,9 +135,10 @@ class Smallest:
                 raise
             _, exc, program, frames = self.best
             failure = AssertionError(f"{type(exc).__name__}: {exc}")
-            failure.add_note(f"Hypothesis could not replay this failure the same way ({type(flaky).__name__}: "
-                             "the broker's timing differs between runs); the smallest failing example seen:")
-            failure.add_note(program)
+            failure.add_note(program.as_failing_case())
+            failure.add_note(f"(the smallest failing example seen; Hypothesis could not replay it the same way, "
+                             f"{type(flaky).__name__}: the broker's timing differs between runs)")
+            failure.add_note(repr(program))
             failure.add_note(frames)
             raise failure from flaky
 
@@ -169,19 +170,28 @@ def from_machine(choices: Callable[[Any], list[Any] | tuple[Any, ...]]) -> st.Se
 
 class Program:
     """The steps of one example as they ran, values resolved: what a failure is reported as
-    (formatted lazily, like `FrameLog`)."""
+    (formatted lazily, like `FrameLog`). Steps of the final check are marked `# at teardown`."""
 
     def __init__(self, machine: str) -> None:
         self.machine = machine
         self.steps: list[str] = []
+        self.rules = 0  # steps that were rules (not the final check)
 
-    def add(self, rule: str, arguments: dict[str, Any]) -> None:
-        self.steps.append(f"{rule}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})")
+    def add(self, rule: str, arguments: dict[str, Any], *, teardown: bool = False) -> None:
+        text = f"{rule}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
+        self.steps.append(text + ("  # at teardown" if teardown else ""))
+        self.rules += not teardown
 
     def __repr__(self) -> str:
-        lines = [f"the steps as run ({len(self.steps)}), picks resolved:", f"  m = {self.machine}()"]
+        lines = [f"the steps as run ({self.rules}), picks resolved:", f"  m = {self.machine}()"]
         lines += [f"  m.{text}" for text in self.steps]
         return "\n".join(lines)
+
+    def as_failing_case(self) -> str:
+        """The steps in Hypothesis's own report format (`state.` lines, counted by the mutation report)."""
+        lines = ["Failing test case: <state machine>", f"state = {self.machine}()"]
+        lines += [f"state.{text}" for text in self.steps if not text.endswith("# at teardown")]
+        return "\n".join([*lines, "state.teardown()"])
 
 
 def to_outcome(exc: DriverError) -> Outcome:

@@ -142,4 +142,4 @@ CANCEL_RULES = ("CCN-02", "CCN-03", "CCN-04", "CCN-07")
 
 @pytest.mark.rules(*CANCEL_RULES)
 def test_cancel_notification_matches_the_model(target: Target) -> None:
-    run_machine(CancelMachine, machine_target(target), examples=100, steps=12)
+    run_machine(CancelMachine, machine_target(target), examples=120, steps=10)

@@ -135,4 +135,4 @@ CONFIRM_RULES = ("PC-01", "PC-02", "PC-03", "PC-04", "PC-05", "PC-06", "PC-07", 
 
 @pytest.mark.rules(*CONFIRM_RULES)
 def test_publisher_confirms_match_the_model(target: Target) -> None:
-    run_machine(ConfirmMachine, machine_target(target), examples=100, steps=12)
+    run_machine(ConfirmMachine, machine_target(target), examples=120, steps=10)

@@ -54,4 +54,4 @@ PREFETCH_RULES = ("QOS-02", "QOS-03", "QOS-04", "QOS-05", "QOS-07", "QOS-08", "Q
 
 @pytest.mark.rules(*PREFETCH_RULES)
 def test_prefetch_limits_match_the_model(target: Target) -> None:
-    run_machine(PrefetchMachine, machine_target(target), examples=100, steps=12)
+    run_machine(PrefetchMachine, machine_target(target), examples=120, steps=10)

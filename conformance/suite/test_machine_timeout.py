@@ -193,5 +193,5 @@ def test_timeout_precedence_and_reactions_match_the_model(target: Target, admin:
     if original is not None and original <= 10 * TimeoutWire.SETTLE_SECONDS * 1000:
         not_applicable(f"the broker's consumer_timeout ({original} ms) is too short for the machine's LONG level")
     run_machine(TimeoutMachine, MachineTarget(target.url, target.profile.name, target.timeout_scale), examples=15,
-                steps=15, admin=admin, can_policy=admin_can_put_policy(admin), can_global=can_global,
+                steps=10, admin=admin, can_policy=admin_can_put_policy(admin), can_global=can_global,
                 original_global=original)

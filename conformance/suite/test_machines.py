@@ -70,9 +70,9 @@ REQUEUE_RULES = ("RQ-01", "RQ-02", "RQ-03", "RQ-04", "ACK-07", "ACK-09")
 
 @pytest.mark.rules(*ACK_RULES)
 def test_acknowledgements_match_the_model(target: Target) -> None:
-    run_machine(AckMachine, machine_target(target), examples=100, steps=12)
+    run_machine(AckMachine, machine_target(target), examples=120, steps=10)
 
 
 @pytest.mark.rules(*REQUEUE_RULES)
 def test_requeue_order_and_redelivered_match_the_model(target: Target) -> None:
-    run_machine(RequeueMachine, machine_target(target), examples=100, steps=12)
+    run_machine(RequeueMachine, machine_target(target), examples=120, steps=10)

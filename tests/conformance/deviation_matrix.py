@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deviations", nargs="*", help="deviation names (default: all)")
     parser.add_argument("--scope", choices=["area", "all"], default="area", help="suite tests run per deviation")
     parser.add_argument("--time-limit", type=float, default=300.0, help="seconds per run")
-    parser.add_argument("--timeout-scale", type=float, default=0.5, help="the runs' --timeout-scale")
+    parser.add_argument("--timeout-scale", type=float, default=1.0, help="the runs' --timeout-scale")
     parser.add_argument("--suite-budget", type=float, default=20.0,
                         help="machine budget (s) in the suite runs, where a kill matters more than its shrinking; "
                              "the machines alone keep theirs (default 60 s)")

@@ -84,7 +84,7 @@ def test_a_machine_alone_reports_the_deviation_shrunk(broker: EmbeddedBroker, na
     monkeypatch.setenv("AMQPC_MACHINE_BUDGET", "60")
     with DeviantProxy((broker.host, broker.port), BY_NAME[name]) as proxy, \
             pytest.raises(AssertionError) as failure:
-        run_machine(machine, MachineTarget(proxy.url, "rabbitmq-4.3"), examples=100, steps=12)
+        run_machine(machine, MachineTarget(proxy.url, "rabbitmq-4.3"), examples=120, steps=10)
     notes = "\n".join(getattr(failure.value, "__notes__", ()))
     assert 1 <= len(STEP.findall(notes)) <= deviation_matrix.MAX_STEPS, notes
     assert "the steps as run" in notes and "frames of this run" in notes, notes
