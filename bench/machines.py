@@ -57,8 +57,8 @@ def run_one(machine: type[ModelMachine], target: MachineTarget, examples: int, s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--examples", type=int, default=40, help="Hypothesis examples per machine")
-    parser.add_argument("--steps", type=int, default=30, help="steps per example")
+    parser.add_argument("--examples", type=int, default=120, help="Hypothesis examples per machine (the suite's)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per example (the suite's)")
     parser.add_argument("--broker-url", default=None, help="default: an embedded reference broker")
     parser.add_argument("--quick", action="store_true", help="5 examples per machine")
     args = parser.parse_args(argv)
