@@ -20,6 +20,8 @@ Rules:
 - TMO-4.3-3 / TMO-3x-2, reaction: 4.3 sends basic.cancel when the connection has
   consumer_cancel_notify and the delivery belongs to a registered consumer, else channel.close
   406 with "Timeout value used: -1 ms"; ≤4.2 always closes the channel with the value used.
+  The 4.3 reaction is per firing of the queue's timer (live 4.3.6): a consumer still registered
+  gets a basic.cancel every time more of its deliveries expire, not only the first time.
 """
 
 from __future__ import annotations
