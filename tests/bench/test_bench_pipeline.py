@@ -44,10 +44,13 @@ def test_summary_has_linearity_and_the_one_run_report() -> None:
     large = LakeStats(runs=100, tests=5_000_000, channels=500_000, frames=100_000_000, expected=Counter())
     spark = {"local[2]": {"audit_s": 4.0, "matrix_s": 5.0, "audit_large_s": 44.0},
              "local[1]": {"audit_s": 8.0, "matrix_s": 6.0}}
-    result = summary(small, {"single_audit_s": 6.0}, spark, large, [14.0, 12.5, 13.0])
+    single = {"single_audit_s": 6.0, "model_audit_cpu_s": 5.0, "legacy_audit_cpu_s": 4.5}
+    result = summary(small, single, spark, large, [14.0, 12.5, 13.0])
     assert set(result) == KEYS | {"frames_large", "spark_local2_audit_large_s", "linearity_large_x_small",
-                                  "one_run_report_s"}
+                                  "one_run_report_s", "model_audit_cpu_s", "legacy_audit_cpu_s",
+                                  "model_x_legacy_audit_per_core"}
     assert result["linearity_large_x_small"] == 1.1 and result["one_run_report_s"] == 12.5
+    assert result["model_x_legacy_audit_per_core"] == 0.9
     args = parse_args([])
     bigger = large_shape_of(args, shape_of(args))
     assert bigger is not None and bigger.channels_per_run == 10 * shape_of(args).channels_per_run
