@@ -21,6 +21,8 @@ What it measures (same lake, same process, same checker code):
 - the one-run report as a user runs it: `python -m reports.cli LAKE --out DIR` in a fresh process
   (JVM start included) on a one-run lake of a real run's size (285 tests, ~9 000 frames), best
   of `--report-repeat`.
+- the recording relay: `bench/relay.py` (pika publish+consume direct to RabbitMQ and through the
+  relay in its own process), `relay_x_direct` = direct time / relayed time.
 Lakes are written once into `--cache` (default build/bench-lakes/, keyed by shape and by the
 generator's source) and reused by later runs: the 100 M-frame lake takes minutes to write.
 Printed: a table, the goals (met or not), then one JSON line: `audit_spark_x_single` =
@@ -36,6 +38,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +64,7 @@ ONE_RUN = LakeShape(runs=1, channels_per_run=260, frames_per_channel=35, tests_p
 DEFAULT_CACHE = _ROOT / "build" / "bench-lakes"
 # The issue's goals: (JSON key, "min" or "max", bound).
 GOALS = (("model_x_legacy_audit_per_core", "min", 0.8), ("scaling_local2_x_local1", "min", 1.6), ("linearity_large_x_small", "max", 1.1),
-         ("one_run_report_s", "max", 15.0))
+         ("one_run_report_s", "max", 15.0), ("relay_x_direct", "min", 0.7))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -76,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="directory of generated lakes, reused across runs (default build/bench-lakes)")
     p.add_argument("--no-cache", action="store_true", help="write the lakes into a temp dir, removed afterwards")
     p.add_argument("--report-repeat", type=int, default=3, help="one-run report: best of N cold runs")
+    p.add_argument("--relay-broker", default="127.0.0.1:5672", metavar="HOST:PORT",
+                   help="RabbitMQ for the relay case (bench/relay.py; skipped, and said so, when it does not answer)")
+    p.add_argument("--relay-messages", type=int, default=20_000, help="messages per relay round (default 20 000)")
     p.add_argument("--all-plans", action="store_true", help="also time applyInArrow and the SQL tag check")
     p.add_argument("--repeat", type=int, default=1, help="best of N timings per case")
     p.add_argument("--quick", action="store_true", help="tiny lake, one repeat: a smoke run")
@@ -246,6 +252,24 @@ def one_run_report(root: Path, repeat: int) -> list[float]:
     return times
 
 
+def relay_case(broker: str, messages: int, repeat: int) -> dict[str, float] | None:
+    """bench/relay.py in its own process (it starts the relay as `amqp-conformance record` does): its JSON line."""
+    host, port = broker.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError:
+        print(f"relay case skipped: no broker answers at {broker}", flush=True)
+        return None
+    done = subprocess.run([sys.executable, str(_ROOT / "bench" / "relay.py"), "--broker", broker, "--messages",
+                           str(messages), "--repeat", str(repeat)], capture_output=True, text=True, timeout=1800,
+                          check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench/relay.py failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["relay_messages"] = messages
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     shape = shape_of(args)
@@ -259,18 +283,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lake: {stats.runs} runs, {stats.channels} channels, {stats.frames} frames, {stats.tests} tests"
               + (f"; large: {large[1].frames} frames" if large else ""), flush=True)
         report_times = one_run_report(one_run, 1 if args.quick else args.report_repeat)
+        relay = relay_case(args.relay_broker, 500 if args.quick else args.relay_messages, 1 if args.quick else 3)
         single = single_process(root, stats, args.repeat)
         spark = {master: spark_cases(master, root, stats, args, large if master == MASTERS[0] else None)
                  for master in MASTERS}
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
-    report(stats, single, spark, large[1] if large else None, report_times)
+    report(stats, single, spark, large[1] if large else None, report_times, relay)
     return 0
 
 
 def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str, float]],
-           large: LakeStats | None, report_times: list[float]) -> None:
+           large: LakeStats | None, report_times: list[float], relay: dict[str, float] | None = None) -> None:
     rows = [("audit, single process (pyarrow + the model)", single["single_audit_s"], stats.frames)]
     if "legacy_audit_cpu_s" in single:
         rows.append(("  same, CPU s (best of interleaved runs)", single["model_audit_cpu_s"], stats.frames))
@@ -286,10 +311,15 @@ def report(stats: LakeStats, single: dict[str, float], spark: dict[str, dict[str
         if large is not None and "audit_large_s" in cases:
             rows.append((f"audit, Spark {master} mapInArrow, large lake", cases["audit_large_s"], large.frames))
     rows.append(("one-run report, fresh process (best)", min(report_times), ONE_RUN.tests_per_run))
+    if relay:
+        rows.append(("pika publish+consume, direct", relay["direct_s"], int(relay["relay_messages"])))
+        rows.append(("pika publish+consume, through the relay", relay["relay_s"], int(relay["relay_messages"])))
     print(f"\n{'case':<52} {'seconds':>9} {'rows/s':>12}")
     for name, seconds, count in rows:
         print(f"{name:<52} {seconds:>9.2f} {count / seconds:>12,.0f}")
     result = summary(stats, single, spark, large, report_times)
+    if relay:
+        result["relay_x_direct"] = round(relay["relay_x_direct"], 3)
     print(f"one-run report runs: {', '.join(f'{t:.1f} s' for t in report_times)}")
     for key, kind, bound in GOALS:
         if key in result:
