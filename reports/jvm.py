@@ -69,14 +69,20 @@ def java_options(*, record: bool = False) -> list[str]:
         return [f"-XX:SharedArchiveFile={archive}", *_QUIET_CDS]
     if not record or _dump_in_progress(archive):
         return []
-    archive.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no writable cache: no archive, nothing else changes
+        return []
     classes = archive.with_name(f"{archive.stem}.{os.getpid()}.classlist")
     _recording["list"] = classes
     return [f"-XX:DumpLoadedClassList={classes}"]
 
 
 def _dump_in_progress(archive: Path, fresh: float = 1800.0) -> bool:
-    return any(time.time() - p.stat().st_mtime < fresh for p in archive.parent.glob(f"{archive.stem}.*.partial"))
+    try:
+        return any(time.time() - p.stat().st_mtime < fresh for p in archive.parent.glob(f"{archive.stem}.*.partial"))
+    except OSError:
+        return False
 
 
 def launch_quiet_gateway(settings: dict[str, str]) -> None:
