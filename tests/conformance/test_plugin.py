@@ -349,7 +349,7 @@ def test_refused_connection_exits_3(pytester: pytest.Pytester) -> None:
 
 
 @pytest.mark.parametrize(("option", "message"), [
-    (["--profile", "rabbitmq-9.9"], "*unknown profile 'rabbitmq-9.9'*"),
+    (["--profile", "rabbitmq-9.9"], "*--profile 'rabbitmq-9.9': unknown profile*"),
     (["--broker-url", "http://localhost:5672/"], "*not an amqp:// URL*"),
     (["--broker-admin", "ftp://host"], "*--broker-admin must be*"),
     (["--client", "nope"], "*--client must be one of*"),
