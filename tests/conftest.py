@@ -24,7 +24,18 @@ NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40")  # markers of project test
 TESTS_DIR = Path(__file__).resolve().parent
 
 
+# pytest-xdist (`make test` runs `-n 4 --dist loadgroup`): tests sharing one costly or global
+# resource run in one worker, one after another: a Spark session (and the report site built on
+# it), the shared RabbitMQ 3.10.8 (some tests change its global settings, then restore them).
+XDIST_GROUPS = {"spark": "spark", "browser": "spark", "rabbitmq": "rabbitmq"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((g for marker, g in XDIST_GROUPS.items() if item.get_closest_marker(marker)), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if config.option.markexpr:  # an explicit -m selects for itself
         return
     keep, drop = [], []

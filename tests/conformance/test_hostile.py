@@ -146,8 +146,7 @@ def _name(case: Case) -> str:
     return case.test.split("::")[-1]
 
 
-def test_each_suite_test_ends_with_a_clear_verdict(pytester: pytest.Pytester, hostile: Any,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_suite_test_ends_with_a_clear_verdict(pytester: pytest.Pytester, hostile: Any) -> None:
     """Queues are named "amqpc.<test name, 40 chars>...", so each test meets its own plan."""
     plans = [Plan(c.mode, on_request=declares_queue(f"amqpc.{_name(c)[:40]}."), delay=2.0) for c in CASES]
     proxy = hostile(plans)
@@ -162,9 +161,6 @@ def test_each_suite_test_ends_with_a_clear_verdict(pytester: pytest.Pytester, ho
         assert str(record["message"] or "").startswith(case.message), record["message"]
         assert record["duration"] < 0.5 + 0.5  # the call: one scaled wait at most, and a margin
         assert record["duration_total"] < 3.0  # with set-up and the bounded close at teardown
-        with capsys.disabled():
-            print(f"\n  {case.mode.value:>12}: {record['verdict']} after {record['duration']:.2f} s "
-                  f"(call), {record['duration_total']:.2f} s (setup + call + teardown)", end="")
     assert run.duration < 15
 
 
