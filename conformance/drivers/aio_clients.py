@@ -72,10 +72,14 @@ class _AsyncDriver(LibraryDriver):
             future.cancel()
             raise di.NoReply(self.timeout, "the library's coroutine") from None
         except Exception as exc:
-            mapped = _closed(exc)
+            mapped = _closed(exc) or self._closed_meanwhile(exc)
             if mapped is not None:
                 raise mapped from None
             raise
+
+    def _closed_meanwhile(self, exc: BaseException) -> di.DriverError | None:
+        """A call that met a channel closing under it: its close, with the broker's code."""
+        return None
 
     def watch(self, future: Any, channel: int, seq: int | None) -> None:
         """Report a publish's confirmation future as a Confirmed event when it resolves."""
@@ -111,6 +115,7 @@ class AiormqDriver(_AsyncDriver):
         super().__init__(timeout)
         self.conn: Any = None
         self.channels: dict[int, Any] = {}
+        self._using: int | None = None  # the channel of the call under way (_closed_meanwhile)
 
     def connect(self, url: str, options: di.ConnectOptions = di.DEFAULT_CONNECT) -> None:
         self.conn = self.run(aiormq.connect(_url(url, options)))
@@ -139,39 +144,70 @@ class AiormqDriver(_AsyncDriver):
         ch.closing.add_done_callback(lambda fut: self._on_channel_closed(number, fut))
         return number
 
+    def _closed_meanwhile(self, exc: BaseException) -> di.DriverError | None:
+        # aiormq raises ChannelInvalidStateError ("Channel closed by RPC timeout") for a call
+        # made while the broker's channel.close is being handled: wait for the close itself
+        if not isinstance(exc, ax.ChannelInvalidStateError) or self._using is None:
+            return None
+        channel = self.channels[self._using]
+
+        async def reason() -> BaseException | None:
+            closing = channel.closing
+            await asyncio.wait([closing], timeout=self.timeout)
+            if not closing.done():
+                return None
+            if closing.cancelled():  # aiormq cancels with the close's reason as the message
+                return None
+            reason: BaseException | None = closing.exception()
+            return reason
+
+        closed = asyncio.run_coroutine_threadsafe(reason(), self.loop).result(self.timeout + 1)
+        return _closed(closed) if closed is not None else None
+
+    def _ch(self, number: int) -> Any:
+        """Channel `number`; one already closed raises its close with the broker's code (aiormq
+        itself raises ChannelInvalidStateError, without the code, for a call on a closed channel)."""
+        ch = self.channels[number]
+        self._using = number
+        if ch.is_closed:
+            reason = ch.closing.exception() if not ch.closing.cancelled() else None
+            mapped = _closed(reason) if reason is not None else None
+            raise mapped if mapped is not None else di.ChannelClosed("channel", 0, f"{ch!r} is closed", 0, 0)
+        return ch
+
     def _on_channel_closed(self, number: int, fut: Any) -> None:
         exc = None if fut.cancelled() else fut.exception()
         mapped = _closed(exc) if exc is not None else None
         self.emit(di.ChannelClosedEvent(number, mapped.code if isinstance(mapped, di.Closed) else None, str(exc)))
 
     def close_channel(self, channel: int) -> None:
-        self.run(self.channels[channel].close())
+        self.run(self._ch(channel).close())
 
     def declare_queue(self, channel: int, queue: str, *, durable: bool = False, exclusive: bool = False,
                       auto_delete: bool = False, passive: bool = False,
                       arguments: Mapping[str, Any] | None = None) -> str:
-        ok = self.run(self.channels[channel].queue_declare(queue, passive=passive, durable=durable,
+        ok = self.run(self._ch(channel).queue_declare(queue, passive=passive, durable=durable,
                                                            exclusive=exclusive, auto_delete=auto_delete,
                                                            arguments=dict(arguments or {})))
         return str(ok.queue)
 
     def declare_exchange(self, channel: int, exchange: str, kind: str = "direct", *, durable: bool = False,
                          passive: bool = False) -> None:
-        self.run(self.channels[channel].exchange_declare(exchange, exchange_type=kind, passive=passive,
+        self.run(self._ch(channel).exchange_declare(exchange, exchange_type=kind, passive=passive,
                                                          durable=durable))
 
     def bind_queue(self, channel: int, queue: str, exchange: str, routing_key: str) -> None:
-        self.run(self.channels[channel].queue_bind(queue, exchange, routing_key))
+        self.run(self._ch(channel).queue_bind(queue, exchange, routing_key))
 
     def delete_queue(self, channel: int, queue: str) -> None:
-        self.run(self.channels[channel].queue_delete(queue))
+        self.run(self._ch(channel).queue_delete(queue))
 
     def qos(self, channel: int, prefetch_count: int, global_: bool = False) -> None:
-        self.run(self.channels[channel].basic_qos(prefetch_count=prefetch_count, global_=global_))
+        self.run(self._ch(channel).basic_qos(prefetch_count=prefetch_count, global_=global_))
 
     def publish(self, channel: int, exchange: str, routing_key: str, body: bytes, *,
                 properties: BasicProperties = di.NO_PROPERTIES, mandatory: bool = False) -> int | None:
-        ch = self.channels[channel]
+        ch = self._ch(channel)
         props = Basic.Properties(**{k: v for k, v in to_library(properties).items() if k != "type"},
                                  message_type=properties.message_type)
         seq = self.next_seq(channel)
@@ -185,7 +221,7 @@ class AiormqDriver(_AsyncDriver):
         return seq
 
     def confirm_select(self, channel: int) -> None:
-        ch = self.channels[channel]
+        ch = self._ch(channel)
         self.run(ch.rpc(aiormq.spec.Confirm.Select()))
         # what aiormq does when it opens a channel with publisher_confirms: the broker counts from here
         ch.publisher_confirms, ch.delivery_tag = True, 0
@@ -206,40 +242,40 @@ class AiormqDriver(_AsyncDriver):
         async def on_message(msg: Any) -> None:
             self.emit(di.Delivered(self._delivery(channel, msg)))
 
-        ok = self.run(self.channels[channel].basic_consume(queue, on_message, no_ack=no_ack, exclusive=exclusive,
+        ok = self.run(self._ch(channel).basic_consume(queue, on_message, no_ack=no_ack, exclusive=exclusive,
                                                            arguments=dict(arguments or {}),
                                                            consumer_tag=consumer_tag or None))
         return str(ok.consumer_tag)
 
     def cancel(self, channel: int, consumer_tag: str) -> None:
-        self.run(self.channels[channel].basic_cancel(consumer_tag))
+        self.run(self._ch(channel).basic_cancel(consumer_tag))
 
     def get(self, channel: int, queue: str, *, no_ack: bool = False) -> di.Delivery | None:
-        msg = self.run(self.channels[channel].basic_get(queue, no_ack=no_ack))
+        msg = self.run(self._ch(channel).basic_get(queue, no_ack=no_ack))
         if isinstance(msg.delivery, Basic.GetEmpty):
             return None
         return self._delivery(channel, msg, consumer=False)
 
     def ack(self, channel: int, delivery_tag: int, *, multiple: bool = False) -> None:
-        self.run(self.channels[channel].basic_ack(delivery_tag, multiple=multiple))
+        self.run(self._ch(channel).basic_ack(delivery_tag, multiple=multiple))
 
     def nack(self, channel: int, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
-        self.run(self.channels[channel].basic_nack(delivery_tag, multiple=multiple, requeue=requeue))
+        self.run(self._ch(channel).basic_nack(delivery_tag, multiple=multiple, requeue=requeue))
 
     def reject(self, channel: int, delivery_tag: int, *, requeue: bool = True) -> None:
-        self.run(self.channels[channel].basic_reject(delivery_tag, requeue=requeue))
+        self.run(self._ch(channel).basic_reject(delivery_tag, requeue=requeue))
 
     def recover(self, channel: int, *, requeue: bool = True) -> None:
-        self.run(self.channels[channel].basic_recover(requeue=requeue))
+        self.run(self._ch(channel).basic_recover(requeue=requeue))
 
     def tx_select(self, channel: int) -> None:
-        self.run(self.channels[channel].tx_select())
+        self.run(self._ch(channel).tx_select())
 
     def tx_commit(self, channel: int) -> None:
-        self.run(self.channels[channel].tx_commit())
+        self.run(self._ch(channel).tx_commit())
 
     def tx_rollback(self, channel: int) -> None:
-        self.run(self.channels[channel].tx_rollback())
+        self.run(self._ch(channel).tx_rollback())
 
     def state(self) -> dict[str, Any]:
         open_ = self.conn is not None and not self.conn.is_closed

@@ -157,6 +157,8 @@ class AmqpDriver(LibraryDriver):
         self._call(lambda: self.channels[channel].basic_ack(delivery_tag, multiple))
 
     def nack(self, channel: int, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
+        if not hasattr(self.channels[channel], "basic_nack"):  # py-amqp 5.x: basic.nack is not in its API
+            raise di.Unsupported(f"py-amqp {amqp.__version__} has no basic_nack (Channel offers ack and reject only)")
         self._call(lambda: self.channels[channel].basic_nack(delivery_tag, multiple, requeue))
 
     def reject(self, channel: int, delivery_tag: int, *, requeue: bool = True) -> None:

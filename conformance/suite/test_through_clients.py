@@ -23,6 +23,8 @@ from conformance.drivers.interface import (
     wait_event,
 )
 from conformance.plugin.session import Names, Target
+from conformance.suite.machine_clients import ACK_RULES, run_client_ack_machine
+from conformance.suite.machine_consuming import machine_target
 
 LIBRARIES = ("pika", "amqp", "aio-pika")
 Client = Callable[[], ClientDriver]
@@ -141,3 +143,11 @@ def test_prefetch_caps_unacked_deliveries(client: Client, names: Names, target: 
     assert wait_event(driver, (Delivered,), target.timeout(0.5)) is None, "a third delivery beyond prefetch 2"
     driver.ack(ch, first[0].delivery.delivery_tag)
     assert isinstance(wait_event(driver, (Delivered,), target.timeout(5)), Delivered)
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules(*ACK_RULES)
+def test_acknowledgements_through_the_client_match_the_model(client: Client, target: Target) -> None:
+    """The acks machine (machine_clients) with the library's calls as its steps."""
+    profile = machine_target(target).profile  # not-applicable where the model does not speak for the broker
+    run_client_ack_machine(client, profile, examples=40, steps=10)

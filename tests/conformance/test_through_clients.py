@@ -19,6 +19,8 @@ from conformance.drivers.interface import Recorder
 from conformance.drivers.relay import RecordingRelay
 from conformance.plugin.results import read_table
 from conformance.plugin.through_clients import relayed
+from conformance.suite.machine_clients import run_client_ack_machine
+from conformance.suite.machine_support import ENV_SHRINK
 from reference_broker.server import EmbeddedBroker
 
 # what each library calls itself in connection.start-ok (its own client-properties)
@@ -71,8 +73,9 @@ def test_client_runs_the_tests_it_can_express_and_says_why_not_for_the_rest(tmp_
     assert status == 0, output
     through = {name: v for name, v in tests.items() if name.startswith(("test_ack_multiple_settles",
                                                                           "test_an_unknown_tag_closes",
-                                                                          "test_every_publish_is_confirmed"))}
-    assert len(through) == 3 and {v for v, _ in through.values()} == {"passed"}, through
+                                                                          "test_every_publish_is_confirmed",
+                                                                          "test_acknowledgements_through_the_client"))}
+    assert len(through) == 4 and {v for v, _ in through.values()} == {"passed"}, through
     others = {name: v for name, v in tests.items() if name not in through}
     assert others and all(v == "not-applicable" and library in why for v, why in others.values()), others
     frames = read_table(tmp_path / "out" / "results", "frames").to_pylist()
@@ -83,3 +86,35 @@ def test_the_raw_run_does_not_collect_the_library_tests(tmp_path: Path) -> None:
     status, output, tests = _run(tmp_path, "--select", "ACK-05")
     assert status == 0, output
     assert tests and not any(name.startswith("test_ack_multiple_settles") for name in tests)
+
+
+# each fault breaks one rule the client-driven acks machine checks (reference_broker/faults.py);
+# every library meets at least one, and every library passes the conforming broker
+MACHINE_CASES = [(library, ()) for library in sorted(PRODUCTS)] + [
+    ("pika", ("double_ack_accepted",)), ("amqp", ("requeue_to_tail",)), ("aio-pika", ("redelivered_not_set",)),
+    ("amqp", ("no_requeue_on_channel_close",))]
+
+
+@pytest.mark.parametrize(("library", "faults"), MACHINE_CASES, ids=lambda v: "+".join(v) if isinstance(v, tuple) else v)
+def test_the_acks_machine_through_a_client_passes_only_a_conforming_broker(library: str, faults: tuple[str, ...],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_SHRINK, "0")  # a failure matters here, not its minimal form
+    with EmbeddedBroker(faults=list(faults)) as running, \
+            RecordingRelay(running.host, running.port, Recorder()) as relay:
+        drivers = []
+
+        def make() -> object:
+            driver = load_driver(library, 5.0)
+            driver.connect(relayed(running.url, relay.port))
+            drivers.append(driver)
+            return driver
+
+        try:
+            if not faults:
+                run_client_ack_machine(make, "rabbitmq-3.10", examples=40, steps=10)  # type: ignore[arg-type]
+            else:
+                with pytest.raises(AssertionError, match=r"rules (say|allow)"):
+                    run_client_ack_machine(make, "rabbitmq-3.10", examples=40, steps=10)  # type: ignore[arg-type]
+        finally:
+            for driver in drivers:
+                driver.close()
