@@ -5,7 +5,9 @@ start-ok, queue.delete and its answer, basic.consume, recorder gaps) build each 
 `conformance.model.trace.Context`:
 - the broker's profile (`conformance.catalogue.profiles.detect` over the product and version of its
   connection.start) plus the capabilities it advertises (`recorded_traits`, DESIGN.md 11);
-- whether the client advertised consumer_cancel_notify (CCN-01), and the broker too;
+- whether the client advertised consumer_cancel_notify (CCN-01), and the broker too; unknown
+  (and what depends on it counted as not judged) when the start-ok's capabilities were not
+  recorded, as in lakes written before the `capabilities` column;
 - every queue.delete of the recording that the broker did not refuse, on any connection, with
   whether it was answered (CCN-02), and how many consumers each queue had;
 - `judged` False for a connection recorded mid-stream: the recorder wrote a `gap` row on
@@ -96,7 +98,7 @@ def _deletions(rows: list[dict[str, Any]]) -> dict[str, list[Deletion]]:
 def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]],
                  consumers: dict[Any, int]) -> dict[int, Context]:
     server: dict[int, dict[str, Any]] = {}
-    client: dict[int, list[str]] = {}
+    client: dict[int, list[str] | None] = {}
     mid_stream: set[int] = set()
     connections: set[int] = set()
     for row in rows:
@@ -107,7 +109,7 @@ def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]
         elif row["method"] == "connection.start" and row["direction"] == "in":
             server[connection] = row
         elif row["method"] == "connection.start-ok" and row["direction"] == "out":
-            client[connection] = list(row.get("capabilities") or [])
+            client[connection] = row.get("capabilities")  # None: not recorded (an older lake)
     contexts = {}
     for connection in connections:
         start = server.get(connection)
@@ -116,10 +118,12 @@ def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]
         if start is not None:
             profile = detect({"product": start.get("product") or "", "version": start.get("version") or ""})
             traits = recorded_traits(profile, server_caps)
-        notify = None
-        if connection in client:
-            notify = "consumer_cancel_notify" in client[connection] and (
+        notify, unknown = None, "no connection.start-ok recorded"
+        if (capabilities := client.get(connection)) is not None:
+            notify = "consumer_cancel_notify" in capabilities and (
                 start is None or "consumer_cancel_notify" in server_caps)
-        contexts[connection] = Context(traits, notify, deletions, {q: n for q, n in consumers.items() if q},
+        elif connection in client:
+            unknown = "the lake has no capabilities column: written before it existed"
+        contexts[connection] = Context(traits, notify, unknown, deletions, {q: n for q, n in consumers.items() if q},
                                        judged=connection not in mid_stream)
     return contexts

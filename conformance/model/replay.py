@@ -166,8 +166,10 @@ def finish(s: ChannelTrace) -> None:
 
 
 def _owed_cancels(s: ChannelTrace, end: int) -> None:
-    """CCN-02: a consumer whose queue was deleted gets basic.cancel when its connection asked."""
-    if s.context.cancel_notify is not True or not s.context.deletions:
+    """CCN-02: a consumer whose queue was deleted gets basic.cancel when its connection asked
+    (not judged, and counted, when the client's capabilities were not recorded)."""
+    notify = s.context.cancel_notify
+    if notify is False or not s.context.deletions:
         return
     for ctag, (queue, since, seq) in s.consumed.items():
         if ctag in s.broker_cancelled or queue is None:
@@ -175,11 +177,18 @@ def _owed_cancels(s: ChannelTrace, end: int) -> None:
         until = min(end, s.cancelled.get(ctag, end))  # the client's own cancel ends what is owed
         for deletion in s.context.deletions.get(queue, ()):
             if deletion.ts > since and until - deletion.ts >= s.context.grace_us:
-                s.find(seq, "cancel-missing", f"consumer {ctag} of queue {queue!r}: the queue was deleted "
-                                              f"({'answered' if deletion.answered else 'never answered'}) and no "
-                                              "basic.cancel came, though the client advertised "
-                                              "consumer_cancel_notify")
+                what = (f"consumer {ctag} of queue {queue!r}: the queue was deleted "
+                        f"({'answered' if deletion.answered else 'never answered'}) and no basic.cancel came")
+                if notify is None:
+                    _capabilities_unknown(s, seq, what)
+                else:
+                    s.find(seq, "cancel-missing", f"{what}, though the client advertised consumer_cancel_notify")
                 break
+
+
+def _capabilities_unknown(s: ChannelTrace, seq: int, what: str) -> None:
+    s.find(seq, "unjudged-capabilities", f"{what}: not judged, client capabilities not recorded "
+                                         f"({s.context.notify_unknown})")
 
 
 # --- consumers: cancel and deletion (CCN-01..04) --------------------------------------------
@@ -202,6 +211,8 @@ def broker_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
     if s.context.cancel_notify is False:  # CCN-01: only a client that asked gets basic.cancel
         s.find(c.seq[i], "cancel-unrequested", f"basic.cancel for consumer {ctag} on a connection that did not "
                                                "advertise consumer_cancel_notify")
+    elif s.context.cancel_notify is None:
+        _capabilities_unknown(s, c.seq[i], f"basic.cancel for consumer {ctag}")
     if ctag is not None:
         s.channel.consumers.pop(ctag, None)
         s.broker_cancelled.add(ctag)

@@ -59,6 +59,7 @@ KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
     "timeout-without-delivery": ("TMO-02", "error"),
     "unjudged-gap": ("-", UNJUDGED),
     "unjudged-mid-stream": ("-", UNJUDGED),
+    "unjudged-capabilities": ("CCN-01", UNJUDGED),
 }
 
 
@@ -127,11 +128,13 @@ class Context:
 
     `traits` None: the broker's product is unknown (no connection.start recorded), so
     profile-dependent checks (timeouts) are off; `cancel_notify` None: the client's capability
-    is unknown (CCN-01); `judged` False: the connection was recorded mid-stream.
+    is unknown (CCN-01), `notify_unknown` says why, and what depends on it is counted as not
+    judged; `judged` False: the connection was recorded mid-stream.
     """
 
     traits: Traits | None = None
     cancel_notify: bool | None = None
+    notify_unknown: str = "no connection.start-ok recorded"  # why cancel_notify is None
     deletions: Mapping[str, Sequence[Deletion]] = field(default_factory=dict)
     consumers: Mapping[str, int] = field(default_factory=dict)  # queue -> consumers in the recording
     judged: bool = True

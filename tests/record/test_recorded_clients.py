@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from conformance.drivers.raw import DriverError, RawClient
 from reports.audit_arrow import audit_lake
 from tests.conftest import require
 from tests.garagemq_broker import GarageMQ, available
@@ -29,16 +28,6 @@ def _record(out: Path, host: str, port: int, name: str) -> tuple[bool, object]:
     with RelayThread(out, host, port) as relay:
         url = f"amqp://guest:guest@127.0.0.1:{relay.port}/"
         return programs.run_bounded(getattr(programs, name), url, f"amqpc-audit-{uuid.uuid4().hex[:10]}", LIMIT)
-
-
-@pytest.fixture
-def rabbitmq() -> None:
-    try:
-        with RawClient("amqp://guest:guest@127.0.0.1:5672/", timeout=5.0) as client:
-            version = str(client.server_properties.get("version"))
-    except (OSError, DriverError) as exc:
-        require(False, f"RabbitMQ at 127.0.0.1:5672 ({exc})")
-    require(version == "3.10.8", f"RabbitMQ 3.10.8 at 127.0.0.1:5672 (found {version})")
 
 
 @pytest.mark.rabbitmq

@@ -44,7 +44,7 @@ def test_audit_broker_cancel_needs_the_capability() -> None:
     frames = [*OPEN, *CONSUME, F(0, "in", "basic.cancel", consumer_tag="c1")]
     assert kinds(frames, Context(cancel_notify=False)) == [("cancel-unrequested", "CCN-01")]
     assert kinds(frames, Context(cancel_notify=True)) == []
-    assert kinds(frames) == []  # unknown capability: not judged
+    assert kinds(frames) == [("unjudged-capabilities", "CCN-01")]  # unknown capability: counted, not judged
 
 
 def test_audit_a_deleted_queue_owes_its_consumers_a_cancel() -> None:

@@ -1,0 +1,89 @@
+"""Client programs for the audit's edge cases (issue 16), recorded like `tests.record.programs`.
+
+Each takes the broker URL (the recording relay's) and a unique queue name and ends within its
+`deadline` whatever the broker does. Nothing here knows about the audit.
+- `uncapable_consumer`: a py-amqp consumer that does not advertise consumer_cancel_notify
+  (CCN-01), whose queue another connection deletes.
+- `nowait_program`: queue.declare, basic.consume, basic.cancel and queue.delete all with
+  nowait=true (no -ok reply comes), around a few acked deliveries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from urllib.parse import urlsplit
+
+import amqp
+
+MESSAGES = 4
+
+
+def _connect(url: str, deadline: float, capabilities: dict[str, bool] | None = None) -> amqp.Connection:
+    parts = urlsplit(url)
+    connection = amqp.Connection(f"{parts.hostname}:{parts.port}", userid=parts.username or "guest",
+                                 password=parts.password or "guest", connect_timeout=5, read_timeout=deadline,
+                                 write_timeout=deadline)
+    if capabilities is not None:
+        connection.negotiate_capabilities = {**amqp.Connection.negotiate_capabilities, **capabilities}
+    connection.connect()
+    return connection
+
+
+def _drain(connection: amqp.Connection, until: float, done: object = None) -> None:
+    """Handle incoming frames until `until` (monotonic) or until `done()` is true."""
+    while time.monotonic() < until and not (callable(done) and done()):
+        with contextlib.suppress(socket.timeout, TimeoutError):
+            connection.drain_events(timeout=0.2)
+
+
+def uncapable_consumer(url: str, queue: str, deadline: float = 5.0) -> dict[str, bool]:
+    """A consumer without consumer_cancel_notify; its queue is deleted from another connection.
+    Returns whether py-amqp saw a basic.cancel (it raises ConsumerCancelled on one)."""
+    consumer = _connect(url, deadline, {"consumer_cancel_notify": False})
+    cancelled = False
+    try:
+        channel = consumer.channel()
+        channel.queue_declare(queue, auto_delete=False)
+        channel.basic_consume(queue, callback=lambda message: None)
+        deleter = _connect(url, deadline)
+        try:
+            deleter.channel().queue_delete(queue)
+        finally:
+            with contextlib.suppress(Exception):
+                deleter.close()
+        try:  # a second of silence: a broker that honours CCN-01 drops the consumer silently
+            _drain(consumer, time.monotonic() + 1.0)
+        except amqp.exceptions.ConsumerCancelled:
+            cancelled = True
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()
+    return {"cancelled": cancelled}
+
+
+def nowait_program(url: str, queue: str, deadline: float = 5.0) -> list[bytes]:
+    """Declare, consume, cancel and delete with nowait=true; the deliveries in between are acked."""
+    connection = _connect(url, deadline)
+    received: list[bytes] = []
+    try:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=False, nowait=True)
+        for n in range(MESSAGES):
+            channel.basic_publish(amqp.Message(f"nowait {n}"), routing_key=queue)
+
+        def handle(message: amqp.Message) -> None:
+            received.append(message.body)
+            channel.basic_ack(message.delivery_tag)
+
+        channel.basic_consume(queue, consumer_tag="nowait-consumer", callback=handle, nowait=True)
+        _drain(connection, time.monotonic() + deadline, lambda: len(received) >= MESSAGES)
+        channel.basic_cancel("nowait-consumer", nowait=True)
+        channel.queue_delete(queue, nowait=True)
+        channel.queue_declare(queue + "-sync", auto_delete=True)  # a round trip: the nowait methods were handled
+        channel.close()
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
+    return received

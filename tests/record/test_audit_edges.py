@@ -1,0 +1,80 @@
+"""The audit's edge cases (issue 16) on recorded traffic: lakes older than a column, nowait methods,
+global prefetch, requeue order, and what cannot be judged.
+
+Each check is proven twice: RabbitMQ 3.10.8 running the program gives no finding, and the same
+program through a deviation (`tests.conformance.deviations`, in front of the same RabbitMQ, or
+GarageMQ) gives the rule's finding.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from reports.audit_arrow import audit_lake
+from tests.conformance import deviations
+from tests.conformance.deviant import DeviantProxy, Deviation
+from tests.record import edge_programs, programs
+from tests.record.relay_thread import RelayThread
+
+RABBITMQ = ("127.0.0.1", 5672)
+LIMIT = 12.0
+
+
+def record(out: Path, program: Callable[[str, str], object], deviation: type[Deviation] | None = None,
+           upstream: tuple[str, int] = RABBITMQ) -> object:
+    """Run `program` through the recording relay (and the deviation proxy, when given); its result."""
+    queue = f"amqpc-edge-{uuid.uuid4().hex[:10]}"
+    if deviation is None:
+        with RelayThread(out, *upstream) as relay:
+            finished, result = programs.run_bounded(program, f"amqp://guest:guest@127.0.0.1:{relay.port}/", queue, LIMIT)
+    else:
+        with DeviantProxy(upstream, deviation) as proxy, RelayThread(out, "127.0.0.1", proxy.port) as relay:
+            finished, result = programs.run_bounded(program, f"amqp://guest:guest@127.0.0.1:{relay.port}/", queue, LIMIT)
+        assert proxy.actions, f"{deviation.name} never acted"
+    assert finished, result
+    assert not isinstance(result, Exception), result
+    return result
+
+
+def findings(root: Path) -> Counter[tuple[str, str]]:
+    found = audit_lake(root)
+    return Counter(zip(found["kind"].to_pylist(), found["rule_id"].to_pylist(), strict=True))
+
+
+def without_column(root: Path, column: str) -> None:
+    """Rewrite every frames part file of the lake without `column`: a lake written before it existed."""
+    parts = sorted((root / "frames").rglob("*.parquet"))
+    assert parts
+    for part in parts:
+        table = pq.read_table(part, partitioning=None)
+        pq.write_table(table.drop_columns([column]), part)
+
+
+# --- 4. lakes older than the capabilities column (CCN-01) ----------------------------------
+
+
+@pytest.mark.rabbitmq
+def test_cancel_notification_judged_from_capabilities(tmp_path: Path, rabbitmq: None) -> None:
+    honest, forced = tmp_path / "honest", tmp_path / "forced"
+    assert record(honest, edge_programs.uncapable_consumer) == {"cancelled": False}
+    assert record(honest, programs.cancelled_by_deletion) == {"deleted": True, "cancelled": True}
+    assert findings(honest) == Counter()
+    assert record(forced, edge_programs.uncapable_consumer, deviations.CancelCapabilityForced) == {"cancelled": True}
+    assert findings(forced) == Counter({("cancel-unrequested", "CCN-01"): 1})
+
+
+@pytest.mark.rabbitmq
+def test_a_lake_without_capabilities_counts_cancels_as_not_judged(tmp_path: Path, rabbitmq: None) -> None:
+    record(tmp_path, edge_programs.uncapable_consumer, deviations.CancelCapabilityForced)
+    record(tmp_path, programs.cancelled_by_deletion)
+    without_column(tmp_path, "capabilities")
+    found = audit_lake(tmp_path)
+    assert set(found["severity"].to_pylist()) == {"unjudged"}, found.to_pylist()  # never a finding
+    assert found["kind"].to_pylist() == ["unjudged-capabilities"] * 2
+    assert all("no capabilities column" in d for d in found["detail"].to_pylist())
