@@ -62,6 +62,7 @@ class ChannelFrame(NamedTuple):
     queue: str | None = None
     ts: int = 0  # microseconds
     reply_text: str | None = None
+    nowait: bool | None = None
 
 
 def audit_channel(frames: Sequence[ChannelFrame], context: Context = DEFAULT_CONTEXT) -> list[Finding]:

@@ -47,10 +47,10 @@ from reports.schema import VIOLATIONS
 KEY_COLUMNS = ("run_id", "test_id", "connection", "channel")
 AUDIT_COLUMNS = (*KEY_COLUMNS, "seq", "direction", "frame_type", "method", "delivery_tag", "multiple",
                  "requeue", "redelivered", "consumer_tag", "reply_code")
-OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest", "queue", "ts", "reply_text",
-                    *(c for c in CONTEXT_COLUMNS if c not in ("ts", "queue")))
+OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest", "queue", "ts", "reply_text", "nowait",
+                    *(c for c in CONTEXT_COLUMNS if c not in ("ts", "queue", "nowait")))
 _COLUMN_KINDS = {"prefetch_count": "int", "no_ack": "bool", "global_qos": "bool", "body_digest": "str",
-                 "queue": "sparse", "ts": "ts", "reply_text": "sparse"}
+                 "queue": "sparse", "ts": "ts", "reply_text": "sparse", "nowait": "bool"}
 
 
 _CHECKED = frozenset((*AUDIT_COLUMNS, *_COLUMN_KINDS))

@@ -30,7 +30,7 @@ from conformance.catalogue.profiles import detect
 from conformance.model.trace import Context, Deletion, recorded_traits
 
 ConnectionKey = tuple[str, str, int]  # (run_id, test_id, connection)
-CONTEXT_COLUMNS = ("ts", "queue", "product", "version", "capabilities")
+CONTEXT_COLUMNS = ("ts", "queue", "product", "version", "capabilities", "nowait")
 _ALWAYS = ("connection.start", "connection.start-ok", "queue.delete")
 _WITH_DELETIONS = ("queue.delete-ok", "channel.close", "basic.consume")  # only read when a queue.delete is there
 CONTEXT_METHODS = (*_ALWAYS, *_WITH_DELETIONS)
@@ -82,7 +82,8 @@ def _recording_ends(frames: pa.Table) -> dict[tuple[str, str], int]:
 
 
 def _deletions(rows: list[dict[str, Any]]) -> dict[str, list[Deletion]]:
-    """queue.delete requests the broker did not refuse (no channel.close answered them)."""
+    """queue.delete requests the broker did not refuse (no channel.close answered them); a
+    nowait=true delete owes no answer, so it counts as answered unless a close refused it."""
     found: dict[str, list[Deletion]] = defaultdict(list)
     for n, row in enumerate(rows):
         if row["method"] != "queue.delete" or row["direction"] != "out" or not row.get("queue"):
@@ -91,7 +92,8 @@ def _deletions(rows: list[dict[str, Any]]) -> dict[str, list[Deletion]]:
                        and r["channel"] == row["channel"] and r["direction"] == "in"
                        and r["method"] in ("queue.delete-ok", "channel.close")), None)
         if answer is None or answer["method"] == "queue.delete-ok":
-            found[row["queue"]].append(Deletion(row["queue"], row.get("ts") or 0, answer is not None))
+            answered = answer is not None or row.get("nowait") is True
+            found[row["queue"]].append(Deletion(row["queue"], row.get("ts") or 0, answered))
     return dict(found)
 
 

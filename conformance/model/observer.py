@@ -20,6 +20,11 @@ Rules:
   connection recorded mid-stream (`Context.judged` False).
 - ACK-08: acks inside a transaction are judged at once, settled at tx.commit, restored by
   tx.rollback.
+- nowait=true requests owe no reply: a nowait basic.consume creates its consumer at once, a
+  nowait queue.delete owes no delete-ok (its consumers' basic.cancel still is, CCN-02), a
+  nowait basic.cancel ends what a deletion owes the consumer, but deliveries already in flight
+  may still follow it (CCN-04 is judged after a cancel-ok only); a nowait request never counts
+  as one the broker answered.
 Observers never raise on odd input: an unexpected frame is skipped, not fatal.
 """
 

@@ -46,6 +46,7 @@ class ChannelTrace:
     consume_requests: deque[tuple[str | None, str | None, bool, int]] = field(default_factory=deque)  # ctag, queue, no_ack, prefetch
     consumed: dict[str, tuple[str | None, int, int]] = field(default_factory=dict)  # ctag -> (queue, since ts, seq)
     cancelled: dict[str, int] = field(default_factory=dict)  # client cancel-ok seen (CCN-04) -> its ts
+    cancel_unconfirmed: set[str] = field(default_factory=set)  # cancelled with nowait: deliveries may still come
     broker_cancelled: set[str] = field(default_factory=set)
     deleting: tuple[int, str, int] | None = None  # (seq, queue, ts) of an unanswered queue.delete
     get_no_ack: bool = False
@@ -70,8 +71,13 @@ TIMEOUT_SLACK_US = 50_000  # the recorder's clock is not the broker's: 50 ms eit
 
 
 def request(s: ChannelTrace, c: Columns, i: int) -> None:
-    if s.pending_error is not None:
+    if s.pending_error is not None and not nowait(c, i):  # a nowait request is never answered
         s.requests_after_error += 1
+
+
+def nowait(c: Columns, i: int) -> bool:
+    """The request asked for no reply (nowait=true): nothing is owed for it."""
+    return c.nowait is not None and c.nowait[i] is True
 
 
 def reply(s: ChannelTrace, c: Columns, i: int) -> None:
@@ -195,6 +201,10 @@ def _capabilities_unknown(s: ChannelTrace, seq: int, what: str) -> None:
 
 
 def client_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
+    ctag = c.consumer_tag[i]
+    if ctag is not None and nowait(c, i):  # no cancel-ok will come: the request ends what is owed (CCN-02)
+        s.cancelled.setdefault(ctag, int(c.ts[i]) if c.ts is not None else 0)
+        s.cancel_unconfirmed.add(ctag)
     request(s, c, i)
 
 
@@ -203,6 +213,7 @@ def cancel_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     if ctag is not None:  # CCN-04: nothing for it may follow
         s.channel.consumers.pop(ctag, None)
         s.cancelled[ctag] = int(c.ts[i]) if c.ts is not None else 0
+        s.cancel_unconfirmed.discard(ctag)
     reply(s, c, i)
 
 
@@ -220,7 +231,7 @@ def broker_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
 
 def delete(s: ChannelTrace, c: Columns, i: int) -> None:
     queue = c.queue[i] if c.queue is not None else None
-    if queue is not None:
+    if queue is not None and not nowait(c, i):  # nowait: no delete-ok is owed (CCN-02 still is)
         s.deleting = (c.seq[i], queue, c.ts[i] if c.ts is not None else 0)
     request(s, c, i)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from conformance.model import prefetch
 from conformance.model.channel import Consumer, settle_tags
 from conformance.model.queues import redelivered_flag
-from conformance.model.replay import ChannelTrace, reply, request
+from conformance.model.replay import ChannelTrace, nowait, reply, request
 from conformance.model.trace import ACK_OUT, KINDS, NACK_OUT, REJECT_OUT, Columns, Finding
 
 # --- deliveries (ACK-01, QOS-02, RQ-04, CCN-04) ---------------------------------------------
@@ -24,7 +24,7 @@ def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
     if tag != expected:  # ACK-01: after a slip the count resynchronises
         _tag_slip(s, c, i, "delivery tag", tag, expected)
     ctag = c.consumer_tag[i]
-    if s.cancelled and ctag in s.cancelled:  # CCN-04
+    if s.cancelled and ctag in s.cancelled and ctag not in s.cancel_unconfirmed:  # CCN-04
         s.find(c.seq[i], "delivery-after-cancel", f"delivery tag {tag} for consumer {ctag} after its basic.cancel-ok")
     if c.body_digest is not None:  # the identity comes with the first body frame
         s.awaiting_body = tag
@@ -94,7 +94,12 @@ def consume(s: ChannelTrace, c: Columns, i: int) -> None:
     no_ack = bool(c.no_ack[i]) if c.no_ack is not None else False
     queue = c.queue[i] if c.queue is not None else None
     limit = s.channel.consumer_prefetch if c.prefetch_count is not None else 0
-    s.consume_requests.append((c.consumer_tag[i] or None, queue, no_ack, limit))
+    ctag = c.consumer_tag[i] or None
+    if nowait(c, i):  # no consume-ok comes: the consumer exists from the request on
+        if ctag is not None:  # (an empty tag with nowait: the broker's tag is never seen)
+            _consumer_created(s, c, i, ctag, (ctag, queue, no_ack, limit))
+    else:
+        s.consume_requests.append((ctag, queue, no_ack, limit))
     request(s, c, i)
 
 
@@ -104,12 +109,18 @@ def consume_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     request = next((p for p in pending if p[0] == ctag), None) or (pending[0] if pending else None)
     if request is not None:
         pending.remove(request)
-    _, queue, no_ack, limit = request or (None, None, False, 0)
-    if ctag is not None:  # QOS-02: the consumer keeps the prefetch in force when it was created
-        s.channel.consumers[ctag] = Consumer(ctag, queue or "", no_ack, limit)
-        s.consumed[ctag] = (queue, c.ts[i] if c.ts is not None else 0, c.seq[i])
-        s.cancelled.pop(ctag, None)
+    if ctag is not None:
+        _consumer_created(s, c, i, ctag, request or (None, None, False, 0))
     reply(s, c, i)
+
+
+def _consumer_created(s: ChannelTrace, c: Columns, i: int, ctag: str,
+                      request: tuple[str | None, str | None, bool, int]) -> None:
+    _, queue, no_ack, limit = request  # QOS-02: the consumer keeps the prefetch in force when it was created
+    s.channel.consumers[ctag] = Consumer(ctag, queue or "", no_ack, limit)
+    s.consumed[ctag] = (queue, c.ts[i] if c.ts is not None else 0, c.seq[i])
+    s.cancelled.pop(ctag, None)
+    s.cancel_unconfirmed.discard(ctag)
 
 
 # --- consumer acknowledgements (ACK-03..09) -------------------------------------------------

@@ -111,6 +111,7 @@ class Columns(NamedTuple):
     queue: Sequence[str | None] | None = None
     ts: Sequence[int] | None = None  # microseconds since the epoch
     reply_text: Sequence[str | None] | None = None
+    nowait: Sequence[bool | None] | None = None  # the request expects no reply
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("prefetch_count", "int"),  # basic.qos
         Column("global_qos", "boolean"),  # basic.qos global
         Column("no_ack", "boolean"),  # basic.consume, basic.get
+        Column("nowait", "boolean"),  # declare, bind, delete, purge, consume, cancel, confirm.select: no -ok comes
         Column("body_digest", "string"),  # body frame / outgoing body: message identity (RQ-04)
         Column("capabilities", "array<string>"),  # connection.start(-ok): capabilities set to true
         Column("product", "string"),  # connection.start(-ok): the peer's product
@@ -215,7 +216,7 @@ class TestRecord:
 
 
 _METHOD_KEYS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",
-                "queue", "prefetch_count", "no_ack")
+                "queue", "prefetch_count", "no_ack", "nowait")
 _PEER_PROPERTIES = ("server_properties", "client_properties")  # connection.start / start-ok
 
 

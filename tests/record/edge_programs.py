@@ -5,7 +5,8 @@ Each takes the broker URL (the recording relay's) and a unique queue name and en
 - `uncapable_consumer`: a py-amqp consumer that does not advertise consumer_cancel_notify
   (CCN-01), whose queue another connection deletes.
 - `nowait_program`: queue.declare, basic.consume, basic.cancel and queue.delete all with
-  nowait=true (no -ok reply comes), around a few acked deliveries.
+  nowait=true (no -ok reply comes), around a few acked deliveries under prefetch 1; it lingers
+  after the delete, longer than the audit's grace for an answer.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def nowait_program(url: str, queue: str, deadline: float = 5.0) -> list[bytes]:
         channel.queue_declare(queue, auto_delete=False, nowait=True)
         for n in range(MESSAGES):
             channel.basic_publish(amqp.Message(f"nowait {n}"), routing_key=queue)
+        channel.basic_qos(0, 1, False)
 
         def handle(message: amqp.Message) -> None:
             received.append(message.body)
@@ -81,6 +83,7 @@ def nowait_program(url: str, queue: str, deadline: float = 5.0) -> list[bytes]:
         _drain(connection, time.monotonic() + deadline, lambda: len(received) >= MESSAGES)
         channel.basic_cancel("nowait-consumer", nowait=True)
         channel.queue_delete(queue, nowait=True)
+        _drain(connection, time.monotonic() + 1.5)  # longer than the audit's grace for a delete-ok
         channel.queue_declare(queue + "-sync", auto_delete=True)  # a round trip: the nowait methods were handled
         channel.close()
     finally:

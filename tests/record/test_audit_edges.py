@@ -78,3 +78,16 @@ def test_a_lake_without_capabilities_counts_cancels_as_not_judged(tmp_path: Path
     assert set(found["severity"].to_pylist()) == {"unjudged"}, found.to_pylist()  # never a finding
     assert found["kind"].to_pylist() == ["unjudged-capabilities"] * 2
     assert all("no capabilities column" in d for d in found["detail"].to_pylist())
+
+
+# --- 3. nowait methods: no reply is owed ---------------------------------------------------
+
+
+@pytest.mark.rabbitmq
+def test_nowait_methods_owe_no_reply(tmp_path: Path, rabbitmq: None) -> None:
+    received = record(tmp_path / "honest", edge_programs.nowait_program)
+    assert len(received) == edge_programs.MESSAGES  # type: ignore[arg-type]
+    assert findings(tmp_path / "honest") == Counter()  # no delete-unanswered, no cancel-missing
+    record(tmp_path / "plus-one", edge_programs.nowait_program, deviations.PrefetchPlusOne)
+    found = findings(tmp_path / "plus-one")  # the nowait consumer is judged from its request on
+    assert set(found) == {("prefetch-exceeded", "QOS-02")} and found[("prefetch-exceeded", "QOS-02")] >= 1, found

@@ -131,3 +131,21 @@ def test_audit_contexts_come_from_the_whole_recording() -> None:
     found = audit_table(table)
     assert sorted(zip(found["connection"].to_pylist(), found["kind"].to_pylist(), strict=True)) == [
         (1, "cancel-missing"), (3, "unjudged-mid-stream"), (3, "unjudged-mid-stream")]  # channels -1 and 1
+
+
+def test_audit_nowait_requests_owe_no_reply() -> None:
+    consume = [F(0, "out", "basic.qos", prefetch_count=1, global_qos=False), F(0, "in", "basic.qos-ok"),
+               F(0, "out", "basic.consume", consumer_tag="c1", queue="q", nowait=True, ts=1 * S)]
+    over = [F(0, "in", "basic.deliver", delivery_tag=n, consumer_tag="c1") for n in (1, 2)]
+    assert kinds([*OPEN, *consume, *over]) == [("prefetch-exceeded", "QOS-02")]  # a consumer from the request on
+    delete = [F(0, "out", "queue.delete", queue="q", nowait=True, ts=2 * S), F(0, "out", "channel.close", ts=6 * S)]
+    assert kinds([*OPEN, *delete], Context(consumers={"q": 1})) == []  # no delete-ok is owed
+    deleted = Context(cancel_notify=True, deletions={"q": [Deletion("q", 3 * S, True)]})
+    cancel = F(0, "out", "basic.cancel", consumer_tag="c1", nowait=True, ts=2 * S)
+    after = [F(0, "in", "basic.deliver", delivery_tag=1, consumer_tag="c1", ts=2 * S + 10),  # in flight: allowed
+             F(0, "out", "basic.qos", prefetch_count=0, ts=6 * S), F(0, "in", "basic.qos-ok", ts=6 * S)]
+    assert kinds([*OPEN, *consume, cancel, *after], deleted) == []  # the client's cancel ended what was owed
+    pending = [F(0, "out", "queue.declare", queue="a"), F(0, "out", "basic.ack", delivery_tag=9),
+               F(0, "out", "queue.bind", queue="a", nowait=True), F(0, "in", "queue.declare-ok")]
+    found = audit_channel(renumber([*OPEN, *pending]))  # the declare-ok answers the declare sent before the ack
+    assert [(f.kind, f.severity) for f in found] == [("ack-unknown-tag", "warning")]  # the trace ends first
