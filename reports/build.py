@@ -3,7 +3,8 @@
 Responsibility: `build_report(spark, results_dir, out)` reads the lake, runs the jobs of
 `reports.jobs` and the trace audit (`reports.audit_spark`), collects the small results into
 `reports.model.ReportData` (with the clients x scenarios matrix of client-side runs,
-`reports.clients`), pulls the frames of the failing tests, and writes the site with
+`reports.clients`) and the client x rule matrix of each broker run raw and through client
+libraries (`reports.through_clients`), pulls the frames of the failing tests, and writes the site with
 `reports.render.render_site`.
 
 Rules:
@@ -56,6 +57,7 @@ from reports.model import (
 )
 from reports.render import FrameLog, render_site
 from reports.spark import read_results
+from reports.through_clients import client_matrices, collect_reasons, reasons_of, runs_to_explain
 
 AUDIT_PLANS = ("by-run", "grouped", "driver")
 
@@ -98,6 +100,7 @@ def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: s
         raise ValueError(f"audit plan {audit_plan!r}: one of {', '.join(AUDIT_PLANS)}")
     runs = [r.asDict() for r in jobs.runs_with_targets(lake.runs).collect()]
     repeated = max(Counter(r["target"] for r in runs).values(), default=0) > 1
+    explained = runs_to_explain(runs)  # brokers run raw and through client libraries
     # Independent Spark jobs run concurrently: on small lakes the time goes to per-job latency.
     found = _concurrently({
         "scores": lambda: jobs.run_scores(verdicts).collect(),
@@ -109,6 +112,7 @@ def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: s
         "recent": lambda: _recent_verdicts(verdicts).collect(),
         "tests": lambda: lake.tests.count(),
         "audit": lambda: _audit(spark, lake, results_dir, audit_plan),
+        "reasons": lambda: collect_reasons(lake.tests, explained) if explained else [],
     })
     latest = {r["run_id"]: r for r in runs if r["latest"]}
     failing = _failing_tests(lake.tests, latest, max_failure_pages)
@@ -119,16 +123,18 @@ def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: s
     changes = [_change(r) for r in found["history"]]
     latest_pairs = {(r, v["target"]) for r, v in latest.items()}
     recent = found["recent"]
+    targets, rules = _targets(runs, found["scores"], found["areas"]), _rules(recent)
+    matrix = _matrix(found["matrix"], failing)
     return ReportData(
         generated=datetime.now(UTC), results_dir=results_dir, runs=len(runs), tests=found["tests"],
-        areas=_areas(recent), targets=_targets(runs, found["scores"], found["areas"]), rules=_rules(recent),
-        matrix=_matrix(found["matrix"], failing), trend=[_point(r) for r in found["scores"]],
+        areas=_areas(recent), targets=targets, rules=rules, matrix=matrix, trend=[_point(r) for r in found["scores"]],
         changes=sorted((c for c in changes if (c.run_b, c.target) in latest_pairs),
                        key=lambda c: (not c.regression, _CHANGE_ORDER[c.change], c.target, c.rule_id)),
         regressions=sorted((c for c in changes if c.regression), key=lambda c: (c.run_b or "", c.rule_id),
                            reverse=True),
         flakes=[_flake(r) for r in found["flakes"]], violations=violations, failing=failing,
-        rule_history=_rule_history(recent))
+        rule_history=_rule_history(recent),
+        client_matrices=client_matrices(targets, matrix, [r.id for r in rules], reasons_of(found["reasons"])))
 
 
 _CHANGE_ORDER = {"changed": 0, "removed": 1, "added": 2}
@@ -178,7 +184,7 @@ def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) ->
         targets.append(Target(
             label=run["target"], run_id=run["run_id"], started=_utc(run["started"]), product=run["product"],
             version=run["version"], profile=run["profile"], client=run["client"], broker_url=run["broker_url"],
-            profile_detail=run["profile_detail"],
+            profile_detail=run["profile_detail"], client_version=run.get("client_version"),
             runs=counted[run["target"]], score=score.score if score else None,
             counts={v: getattr(score, v) for v in jobs.VERDICT_ORDER} if score else {},
             areas=area_scores.get(run["run_id"], {})))

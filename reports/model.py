@@ -49,6 +49,7 @@ class Target:
     counts: dict[str, int]
     areas: dict[str, float | None]  # area -> score in the latest run
     profile_detail: str | None = None  # why that profile: base, claims, rules each adds (one per line)
+    client_version: str | None = None  # the client library's version, when the run recorded it
 
     @property
     def slug(self) -> str:
@@ -211,6 +212,43 @@ class ClientsData:
 
 
 @dataclass
+class ClientRuleCell:
+    """One rule's verdict in the latest run of one client of a broker (`ClientMatrix`)."""
+
+    verdict: str
+    run_id: str
+    reasons: list[str] = field(default_factory=list)  # distinct messages of its tests with that verdict
+    pages: list[str] = field(default_factory=list)  # failing test pages (tests/<page>.html)
+    flagged: bool = False  # the raw run passes the rule, this client fails it
+
+
+@dataclass
+class ClientMatrix:
+    """Rules x clients of one broker (product, version, profile): the suite raw and through libraries."""
+
+    broker: str  # "RabbitMQ 3.10.8 · rabbitmq-3.10"
+    columns: list[Target]  # one per client, raw first
+    rules: list[str]  # row order: the catalogue's
+    cells: dict[str, dict[str, ClientRuleCell]]  # rule id -> client -> cell
+    raw: str | None = None  # the raw driver's column ("raw"), None when the broker has no raw run
+
+    @property
+    def slug(self) -> str:
+        return slug(self.broker)
+
+    @property
+    def flagged(self) -> list[tuple[str, str]]:
+        """(rule id, client) of every cell that passes raw and fails through the client."""
+        return [(rule_id, client) for rule_id in self.rules for client, cell in self.cells[rule_id].items()
+                if cell.flagged]
+
+    def library_judged(self, rule_id: str) -> bool:
+        """Whether some client library (not the raw driver) ran a check of the rule."""
+        return any(client != self.raw and cell.verdict not in ("not-applicable", "not-claimed")
+                   for client, cell in self.cells.get(rule_id, {}).items())
+
+
+@dataclass
 class ReportData:
     generated: datetime
     results_dir: str
@@ -229,6 +267,7 @@ class ReportData:
     # rule id -> target -> [(run id, verdict)], oldest first (the target's last `HISTORY_RUNS` runs)
     rule_history: dict[str, dict[str, list[tuple[str, str]]]] = field(default_factory=dict)
     clients: ClientsData | None = None  # client-side runs, when the lake holds any
+    client_matrices: list[ClientMatrix] = field(default_factory=list)  # brokers run raw and through libraries
 
     def summary(self) -> dict[str, Any]:
         """The JSON summary (summary.json): one entry per target, and the totals."""
@@ -249,4 +288,9 @@ class ReportData:
                            "warnings": sum(v.severity == "warning" for v in self.violations),
                            "unjudged": sum(v.severity == "unjudged" for v in self.violations)},
             "failing_tests": len(self.failing),
+            "through_clients": [
+                {"broker": m.broker, "page": f"through/{m.slug}.html", "clients": [t.client for t in m.columns],
+                 "flagged": [list(pair) for pair in m.flagged]}
+                for m in self.client_matrices
+            ],
         }

@@ -13,6 +13,8 @@ Responsibility: write the site —
   audit.html          trace-audit findings
   clients.html        client libraries x client-side scenarios (when the lake has client-side runs)
   clients/<c>.html    one page per client: its verdicts, the frame log of each failing scenario
+  through/<b>.html    per broker run raw and through client libraries: rules x clients, the cells
+                      that pass raw and fail through a library flagged (also on their rule pages)
   summary.json        the JSON summary; badges/<target>.svg one badge per target
   static/             CSS and JS
 
@@ -42,7 +44,7 @@ from conformance.plugin.verdicts import SCORED
 from conformance.plugin.verdicts import label as verdict_label
 from conformance.plugin.wording import plural
 from reports import svg
-from reports.model import VERDICTS, ClientsData, ReportData
+from reports.model import VERDICTS, ClientMatrix, ClientsData, ReportData
 
 STATIC = Path(__file__).parent / "static"
 FrameLog = tuple[str, list[dict[str, Any]]]  # (test page, frame rows in seq order)
@@ -109,6 +111,11 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
         _write(out / "frames" / f"{page}.js", frame_log_script(page, rows))
     if data.clients is not None:
         _render_clients(env, context, data.clients, logs, out)
+    if data.client_matrices:
+        (out / "through").mkdir(parents=True, exist_ok=True)
+        through = env.get_template("through.html.j2")
+        for matrix in data.client_matrices:
+            _write(out / "through" / f"{matrix.slug}.html", through.render(**context, m=matrix, root="../"))
     _write(out / "summary.json", json.dumps(data.summary(), indent=2, default=str) + "\n")
     for target in data.targets:
         counts = target.counts
@@ -149,7 +156,18 @@ def _context(data: ReportData) -> dict[str, Any]:
         "rules_by_id": {r.id: r for r in data.rules},
         "violation_counts": violation_counts,
         "failing_by_target": _group(data.failing, "target"),
+        "through_by_target": {t.label: m for m in data.client_matrices for t in m.columns},
+        "flags_by_rule": _flags_by_rule(data),
     }
+
+
+def _flags_by_rule(data: ReportData) -> Mapping[str, list[tuple[ClientMatrix, str]]]:
+    """rule id -> (broker matrix, client) of each cell that passes raw and fails through that client."""
+    flags: dict[str, list[tuple[ClientMatrix, str]]] = defaultdict(list)
+    for matrix in data.client_matrices:
+        for rule_id, client in matrix.flagged:
+            flags[rule_id].append((matrix, client))
+    return flags
 
 
 def _group(items: Iterable[Any], attribute: str) -> Mapping[str, list[Any]]:

@@ -42,6 +42,7 @@ from conformance.drivers.raw import FrameRecord
 
 PARTITION_KEY = "run"
 CLIENT_PROFILE = "client-side"  # the profile of a run that judged a client library (conformance.clientside)
+RAW_CLIENT = "raw"  # the client of a run through the project's own codec driver (`--client raw`, the default)
 TABLES = ("runs", "tests", "frames")
 
 

@@ -1,4 +1,4 @@
-/* amqp-conformance report: matrix filters and lazy frame logs; no libraries, works from file:// */
+/* amqp-conformance report: matrix filters, the client x rule filter and lazy frame logs; no libraries, works from file:// */
 "use strict";
 
 (function matrixFilters() {
@@ -35,6 +35,27 @@
   if (params.has("verdict")) verdict.value = params.get("verdict");
   if (params.has("area")) area.value = params.get("area");
   if (params.has("q")) text.value = params.get("q");
+  apply();
+})();
+
+(function throughClientsFilter() {
+  const table = document.getElementById("through-matrix");
+  if (!table) return;
+  const library = document.getElementById("filter-library");
+  const count = document.getElementById("through-count");
+  const rows = Array.from(table.tBodies[0].rows);
+
+  function apply() {
+    let shown = 0;
+    for (const row of rows) {
+      const ok = !library.checked || row.dataset.library === "yes";
+      row.classList.toggle("hidden", !ok);
+      if (ok) shown += 1;
+    }
+    count.textContent = shown + " of " + rows.length + (rows.length === 1 ? " rule" : " rules");
+  }
+
+  library.addEventListener("change", apply);
   apply();
 })();
 

@@ -152,11 +152,11 @@ return {overflow: overflow,
 
 
 @pytest.mark.parametrize("width", [1400, 1024])
-@pytest.mark.parametrize("page", ["index.html", "matrix.html", "rules/{rule}.html"])
+@pytest.mark.parametrize("page", ["index.html", "matrix.html", "rules/{rule}.html", "through/{through}.html"])
 def test_report_layout_at_common_widths(browser: Any, served: str, site: Site, page: str, width: int) -> None:
     """No page scrolls sideways, matrix target names sit between the filter bar and the rows, no
     badge is cut off; the screenshots are the artifacts to look at."""
-    page = page.format(rule=site.data.rules[0].id)
+    page = page.format(rule=site.data.rules[0].id, through=site.data.client_matrices[0].slug)
     browser.set_window_size(width, 1000)
     try:
         browser.get(f"{served}/{page}")
