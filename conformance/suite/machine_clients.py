@@ -23,26 +23,30 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from conformance.drivers.interface import (
-    ChannelClosed,
     ClientDriver,
-    ConnectionClosed,
+    Delivery,
     DriverError,
     Unsupported,
+    attempt,
 )
 from conformance.model import BrokerModel, GetEmpty, GetOk, GetOutcome, outcomes
-from conformance.suite.machine_support import machine_settings
+from conformance.suite.machine_support import Pick, from_machine, machine_settings
 
 KEYS = st.sampled_from([1, 2])
+HOW = st.sampled_from(["ack", "nack", "reject"])
+OUTSTANDING = from_machine(lambda m: m.outstanding())  # (channel key, delivery tag)
+F = TypeVar("F", bound=Callable[..., None])
 QUEUE = "q"  # the queue's name in the model
 ACK_RULES = ("ACK-01", "ACK-03", "ACK-04", "ACK-05", "ACK-06", "ACK-07", "RQ-01", "RQ-03", "RQ-04")
 
@@ -56,35 +60,65 @@ def _scope(outcome: outcomes.Outcome) -> tuple[str, int | None]:
     return ("ok", None)
 
 
-class ClientAckMachine(RuleBasedStateMachine):
-    """ACK-01, ACK-03..07, RQ-01, RQ-03, RQ-04 through a client library (module doc)."""
+def client_step(fn: F) -> F:
+    """Wrap a rule: resolve its picks and mark the run busy while it executes (a failed step
+    leaves it busy, and the final check is not run over a failure)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: ClientMachine, **kwargs: Any) -> None:
+        self.busy = True
+        fn(self, **{k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()})
+        self.busy = False
+
+    return wrapper  # type: ignore[return-value]
+
+
+class ClientMachine(RuleBasedStateMachine):
+    """What every machine through a client shares: one driver (connection "A" in the model),
+    channels 1 and 2 (the library numbers them), queues by logical name, the round trip that
+    shows an asynchronous close (module rules) and the comparison by scope and code."""
+
+    QUEUES: tuple[str, ...] = (QUEUE,)
 
     def __init__(self, make: Callable[[], ClientDriver], profile: str) -> None:
         super().__init__()
         self.model = BrokerModel(profile)
         self.bodies = itertools.count(1)
-        self.queue = f"amqpc.mc.{uuid.uuid4().hex[:10]}"
+        self.prefix = f"amqpc.mc.{uuid.uuid4().hex[:10]}"
+        self.real: dict[str, str] = {}  # logical queue name -> the broker's
+        self.busy = False
+        self.requeued_by_close: set[bytes] = set()
         self.driver = make()
         self.numbers: dict[int, int] = {}
         self.model.open_connection("A")
         for key in (1, 2):
             self._open(key)
-        self.driver.declare_queue(self.numbers[1], self.queue)
-        self.model.declare_queue(QUEUE)
+        self.setup_queues()
+
+    def setup_queues(self) -> None:
+        """Hook: declare the machine's queues (and what they hold at the start)."""
 
     def _open(self, key: int) -> None:
         self.numbers[key] = self.driver.open_channel()
         self.model.open_channel(key, "A")
 
-    def _sync(self, key: int) -> outcomes.Outcome:
+    def declare(self, logical: str, kind: str = "classic", **arguments: Any) -> None:
+        """Declare a queue on channel 1 (`arguments` are x-arguments, e.g. x-max-length)."""
+        self.real[logical] = f"{self.prefix}.{logical}"
+        args: dict[str, Any] = {f"x-{k.replace('_', '-')}": v for k, v in arguments.items()}
+        if kind != "classic":
+            args["x-queue-type"] = kind
+        self.driver.declare_queue(self.numbers[1], self.real[logical], durable=kind == "quorum", arguments=args)
+        self.model.declare_queue(logical, kind, max_length=arguments.get("max_length"),
+                                 overflow=arguments.get("overflow", "drop-head"))
+
+    def body(self) -> bytes:
+        return f"b{next(self.bodies)}".encode()
+
+    def _sync(self, key: int, logical: str | None = None) -> outcomes.Outcome:
         """A round trip on `key`'s channel: the close it runs into, if any (module rules)."""
-        try:
-            self.driver.declare_queue(self.numbers[key], self.queue, passive=True)
-        except ChannelClosed as exc:
-            return outcomes.ChannelClosed(exc.code, exc.class_id, exc.method_id)
-        except ConnectionClosed as exc:
-            return outcomes.ConnectionClosed(exc.code, exc.class_id, exc.method_id)
-        return outcomes.OK
+        queue = self.real[logical or next(iter(self.real))]
+        return attempt(lambda: self.driver.declare_queue(self.numbers[key], queue, passive=True))
 
     def _compare(self, what: str, key: int, observed: outcomes.Outcome, expected: outcomes.Outcome) -> None:
         note(f"{what} on channel {key}: {observed}")
@@ -95,29 +129,13 @@ class ClientAckMachine(RuleBasedStateMachine):
         elif isinstance(observed, outcomes.ConnectionClosed):
             raise AssertionError(f"{what}: the connection closed ({observed}); the machine cannot go on")
 
-    @rule(key=KEYS)
-    def publish(self, key: int) -> None:
-        body = f"b{next(self.bodies)}".encode()
-        self.driver.publish(self.numbers[key], "", self.queue, body)
-        self.model.publish(key, "", QUEUE, body)
-        self._compare(f"basic.publish {body!r}", key, self._sync(key), outcomes.OK)
-        self.model.quiesce()
+    def outstanding(self) -> list[tuple[int, int]]:
+        """(channel key, delivery tag) of every delivery the model holds unacked."""
+        return [(key, tag) for key in (1, 2) for tag in self.model.unacked_tags(key)]
 
-    @rule(key=KEYS, no_ack=st.booleans())
-    def get(self, key: int, no_ack: bool) -> None:
-        allowed = self.model.get_outcomes(key, QUEUE)
-        observed: GetOutcome
-        got = self.driver.get(self.numbers[key], self.queue, no_ack=no_ack)
-        observed = GetEmpty() if got is None else GetOk(got.delivery_tag, got.redelivered, got.body)
-        note(f"basic.get no_ack={no_ack} on channel {key}: {observed}")
-        assert observed in allowed, f"basic.get through the client: broker gave {observed}, the rules allow " \
-            f"{sorted(allowed, key=repr)} (ACK-01 tag, RQ-01 order, RQ-04 redelivered)"
-        self.model.get(key, QUEUE, observed, no_ack=no_ack)
-
-    @rule(key=KEYS, how=st.sampled_from(["ack", "nack", "reject"]), tag=st.integers(0, 6),
-          multiple=st.booleans(), requeue=st.booleans())
-    def settle(self, key: int, how: str, tag: int, multiple: bool, requeue: bool) -> None:
-        number = self.numbers[key]
+    def settle_tag(self, key: int, how: str, tag: int, multiple: bool, requeue: bool) -> None:
+        """basic.ack / nack / reject through the library, compared with the model."""
+        number, held = self.numbers[key], self._held(key)
         try:
             if how == "ack":
                 self.driver.ack(number, tag, multiple=multiple)
@@ -134,27 +152,129 @@ class ClientAckMachine(RuleBasedStateMachine):
             return
         except DriverError as exc:  # a library that refuses the tag itself: the client's view
             raise AssertionError(f"basic.{how} delivery_tag={tag}: the library raised {exc!r}") from exc
+        if not self.model.is_open(key):  # the broker closes the channel: what it held comes back
+            self.requeued_by_close |= held
         self._compare(f"basic.{how} delivery_tag={tag} multiple={multiple} requeue={requeue}", key,
                       self._sync(key), expected)
         self.model.quiesce()
 
-    @rule(key=KEYS)
-    def close_channel(self, key: int) -> None:
+    def get_from(self, key: int, logical: str, no_ack: bool) -> GetOutcome:
+        """basic.get through the library, checked against what the model allows."""
+        allowed = self.model.get_outcomes(key, logical)
+        got = self.driver.get(self.numbers[key], self.real[logical], no_ack=no_ack)
+        observed: GetOutcome = GetEmpty() if got is None else GetOk(got.delivery_tag, got.redelivered, got.body)
+        note(f"basic.get {logical} no_ack={no_ack} on channel {key}: {observed}")
+        assert observed in allowed, f"basic.get {logical} through the client: broker gave {observed}, the rules " \
+            f"allow {sorted(allowed, key=repr)} ({self._broken(logical, observed, allowed, got)})"
+        self.model.get(key, logical, observed, no_ack=no_ack)
+        return observed
+
+    def _broken(self, logical: str, observed: GetOutcome, allowed: frozenset[GetOutcome],
+                got: Delivery | None) -> str:
+        """The rule a wrong basic.get answer breaks, as far as the difference shows it."""
+        oks = [a for a in allowed if isinstance(a, GetOk)]
+        if isinstance(observed, GetOk) and any(a.body == observed.body for a in oks):
+            same = any(a.body == observed.body and a.delivery_tag == observed.delivery_tag for a in oks)
+            return "RQ-04 redelivered flag" if same else "ACK-01 delivery tag"
+        left = self.model.ready(logical) - 1  # get-ok's message-count: what the queue holds after it
+        lost = got is None or (got.message_count is not None and got.message_count < left)
+        if lost and any(a.body in self.requeued_by_close for a in oks):
+            return "RQ-03 requeue of what a closed channel held"
+        kind = self.model.state.queues[logical].kind
+        return "RQ-02 quorum returns first" if kind == "quorum" else "RQ-01 classic requeue position"
+
+    def _held(self, key: int) -> set[bytes]:
+        """The bodies channel `key` holds unacked (requeued should it close, RQ-03)."""
+        channel = self.model.state.channels.get(key)
+        return {u.message.body for u in channel.unacked.values()} if channel is not None else set()
+
+    def _close(self, key: int) -> None:
+        """Client channel.close through the library and in the model (RQ-03)."""
+        self.requeued_by_close |= self._held(key)
         self.driver.close_channel(self.numbers[key])
         self.model.close_channel(key)
-        self._open(key)
-        self._compare("channel.close and reopen", key, self._sync(key), outcomes.OK)  # RQ-03 shows at the next get
+
+    def final_check(self) -> None:
+        """Close both channels (RQ-03: what was unacked comes back), then take every queue's
+        messages with basic.get: each must be the one the model says, in its order."""
+        for key in (1, 2):
+            self._close(key)
         self.model.quiesce()
+        self._open(1)
+        for logical in self.real:
+            while not isinstance(self.get_from(1, logical, no_ack=True), GetEmpty):
+                pass
 
     def teardown(self) -> None:
+        try:
+            if not self.busy:
+                self.final_check()
+        finally:
+            self.cleanup()
+
+    def cleanup(self) -> None:
         with contextlib.suppress(DriverError, OSError):
-            self.driver.delete_queue(self.driver.open_channel(), self.queue)
+            ch = self.driver.open_channel()
+            for queue in self.real.values():
+                self.driver.delete_queue(ch, queue)
         with contextlib.suppress(DriverError, OSError):
             self.driver.close()
 
 
-def run_client_ack_machine(make: Callable[[], ClientDriver], profile: str, *, examples: int, steps: int) -> None:
+class ClientAckMachine(ClientMachine):
+    """ACK-01, ACK-03..07, RQ-01, RQ-03, RQ-04 through a client library (module doc)."""
+
+    def setup_queues(self) -> None:
+        self.declare(QUEUE)
+        self.queue = self.real[QUEUE]
+        for _ in range(2):  # messages from the start: a get then a requeue shows the order (RQ-01)
+            body = self.body()
+            self.driver.publish(self.numbers[1], "", self.queue, body)
+            self.model.publish(1, "", QUEUE, body)
+        self._sync(1)
+
+    @rule(key=KEYS)
+    @client_step
+    def publish(self, key: int) -> None:
+        body = self.body()
+        self.driver.publish(self.numbers[key], "", self.queue, body)
+        self.model.publish(key, "", QUEUE, body)
+        self._compare(f"basic.publish {body!r}", key, self._sync(key), outcomes.OK)
+        self.model.quiesce()
+
+    @rule(key=KEYS, no_ack=st.booleans())
+    @client_step
+    def get(self, key: int, no_ack: bool) -> None:
+        self.get_from(key, QUEUE, no_ack)
+
+    @rule(key=KEYS, how=HOW, tag=st.integers(0, 6), multiple=st.booleans(), requeue=st.booleans())
+    @client_step
+    def settle(self, key: int, how: str, tag: int, multiple: bool, requeue: bool) -> None:
+        self.settle_tag(key, how, tag, multiple, requeue)  # ACK-03..06: any tag
+
+    @rule(delivery=OUTSTANDING, how=HOW, requeue=st.booleans())
+    @client_step
+    def settle_outstanding(self, delivery: tuple[int, int] | None, how: str, requeue: bool) -> None:
+        if delivery is not None:  # an unacked delivery (ACK-07, RQ-01, RQ-04)
+            key, tag = delivery
+            self.settle_tag(key, how, tag, False, requeue)
+
+    @rule(key=KEYS)
+    @client_step
+    def close_channel(self, key: int) -> None:
+        self._close(key)
+        self._open(key)
+        self._compare("channel.close and reopen", key, self._sync(key), outcomes.OK)  # RQ-03 shows at the next get
+        self.model.quiesce()
+
+
+def run_client_machine(machine: type[ClientMachine], make: Callable[[], ClientDriver], profile: str, *,
+                       examples: int, steps: int) -> None:
     def factory() -> Any:
-        return ClientAckMachine(make, profile)
+        return machine(make, profile)
 
     run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
+
+
+def run_client_ack_machine(make: Callable[[], ClientDriver], profile: str, *, examples: int, steps: int) -> None:
+    run_client_machine(ClientAckMachine, make, profile, examples=examples, steps=steps)

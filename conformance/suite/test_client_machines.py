@@ -1,0 +1,31 @@
+"""The model machines through client libraries (issue 14): `--client pika|amqp|aio-pika`.
+
+Each test runs one machine whose steps are `ClientDriver` calls (machine_clients,
+machine_client_*), the model as oracle, under `--client` only (the raw run has the same
+machines on the wire: test_machines.py, test_machine_*.py). What a library cannot express is
+said in the machine's module docstring: a step left out for one library, or the whole test
+not-applicable for it (`clients(..., why=...)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from conformance.drivers.interface import ClientDriver
+from conformance.plugin.session import Target
+from conformance.suite.machine_client_requeue import REQUEUE_RULES, ClientRequeueMachine
+from conformance.suite.machine_clients import run_client_machine
+from conformance.suite.machine_consuming import machine_target
+
+LIBRARIES = ("pika", "amqp", "aio-pika")
+Client = Callable[[], ClientDriver]
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules(*REQUEUE_RULES)
+def test_requeue_through_the_client_matches_the_model(client: Client, target: Target) -> None:
+    """Requeue order and the redelivered flag (machine_client_requeue), classic and quorum."""
+    profile = machine_target(target).profile  # not-applicable where the model does not speak for the broker
+    run_client_machine(ClientRequeueMachine, client, profile, examples=40, steps=10)
