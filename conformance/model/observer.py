@@ -3,7 +3,7 @@
 Responsibility: replay one recorded channel (`trace.Columns`, seq order) through the model's own
 rules and report what the broker did that no rule allows. The decisions are the model's:
 `settle_tags` (ACK-03..06), `confirm_tags` (PC-02/04/05), the channel's tag counter (ACK-01),
-`prefetch.apply_qos` / `consumer_has_credit` / `release` (QOS-02/05), `redelivered_flag`
+`prefetch.apply_qos` / `take_credit` / `release` (QOS-02/03/05), `redelivered_flag`
 (RQ-04), the cancel rules of `consumers` (CCN-01/02/04) and the timeout oracle (TMO-02,
 TMO-3x-2). This module only keeps what one channel lifetime has seen so far (`ChannelTrace`)
 and the bookkeeping a passive observer needs: it cannot see the queues, so it judges a
@@ -20,6 +20,10 @@ Rules:
   connection recorded mid-stream (`Context.judged` False).
 - ACK-08: acks inside a transaction are judged at once, settled at tx.commit, restored by
   tx.rollback.
+- basic.qos takes effect at its qos-ok. A channel-wide limit (global=true on RabbitMQ ≤4.2)
+  is judged for consumers created under it (classic queues, QOS-06) against the highest limit
+  since it was switched on (QOS-09); deliveries the recording cannot judge against it are
+  counted (`unjudged-global-qos`) with the reason.
 - nowait=true requests owe no reply: a nowait basic.consume creates its consumer at once, a
   nowait queue.delete owes no delete-ok (its consumers' basic.cancel still is, CCN-02), a
   nowait basic.cancel ends what a deletion owes the consumer, but deliveries already in flight
@@ -58,6 +62,7 @@ from conformance.model.trace import (
     NACK_OUT,
     OPEN_OUT,
     PUBLISH_OUT,
+    QOS_OK_IN,
     QOS_OUT,
     RAW_OUT,
     RECOVER_OUT,
@@ -81,7 +86,8 @@ d = replay_delivery
 HANDLERS: list[Handler] = [replay.ignore] * N_CODES
 for _code, _handler in (
         (DELIVER_IN, d.deliver), (GET_OK_IN, d.get_ok), (GET_OUT, d.get), (ACK_OUT, d.client_ack),
-        (NACK_OUT, d.client_ack), (REJECT_OUT, d.client_ack), (QOS_OUT, d.qos), (CONSUME_OUT, d.consume),
+        (NACK_OUT, d.client_ack), (REJECT_OUT, d.client_ack), (QOS_OUT, d.qos), (QOS_OK_IN, d.qos_ok),
+        (CONSUME_OUT, d.consume),
         (CONSUME_OK_IN, d.consume_ok), (RECOVER_OUT, d.recover), (TX_SELECT_OUT, d.tx_select),
         (TX_COMMIT_OUT, d.tx_commit), (TX_ROLLBACK_OUT, d.tx_rollback), (BODY_IN, d.body),
         (ACK_IN, replay.confirm), (NACK_IN, replay.confirm), (PUBLISH_OUT, replay.publish),

@@ -69,8 +69,10 @@ def consumer_unacked(channel: ChannelState) -> int:
     return sum(1 for u in channel.unacked.values() if u.consumer is not None)
 
 
-def apply_qos(channel: ChannelState, count: int, global_: bool, traits: Traits) -> bool:
-    """Apply basic.qos to the channel; True when the connection-wide limit is to be set."""
+def apply_qos(channel: ChannelState, count: int, global_: bool, traits: Traits, unacked: int | None = None) -> bool:
+    """Apply basic.qos to the channel; True when the connection-wide limit is to be set.
+    `unacked`: the channel's unacked deliveries when the broker applies it (default: the
+    model's own `channel.unacked`; a trace observer counts them itself)."""
     if traits.global_qos is GlobalQos.CONNECTION:
         if global_:
             return True
@@ -81,7 +83,7 @@ def apply_qos(channel: ChannelState, count: int, global_: bool, traits: Traits) 
             _unlimit(channel)
         else:
             if channel.global_limit == 0:
-                channel.volume = channel.volume_low = len(channel.unacked)  # QOS-05, gets included
+                channel.volume = channel.volume_low = len(channel.unacked) if unacked is None else unacked  # QOS-05
             channel.global_limit = count
         return False
     channel.consumer_prefetch = count  # QOS-02 (and QOS-03 on 4.3: global=true rewritten)

@@ -30,6 +30,9 @@ from conformance.model.traits import Traits
 UNKNOWN_TAG_CODE = ReplyCode.PRECONDITION_FAILED  # ACK-03: the channel.close an unknown tag gets
 
 
+ConsumeRequest = tuple[str | None, str | None, bool, int, bool]  # ctag, queue, no_ack, prefetch, under a channel limit
+
+
 @dataclass(slots=True)
 class ChannelTrace:
     """Everything the broker promised on one channel lifetime, as seen in the frames."""
@@ -43,7 +46,11 @@ class ChannelTrace:
     awaiting_body: int = 0  # tag of the last delivery whose identity is still unknown
     awaiting_redelivered: bool = False  # that delivery's redelivered flag
     requeued: Counter[str] = field(default_factory=Counter)  # identities requeued on this channel
-    consume_requests: deque[tuple[str | None, str | None, bool, int]] = field(default_factory=deque)  # ctag, queue, no_ack, prefetch
+    consume_requests: deque[ConsumeRequest] = field(default_factory=deque)
+    qos_requests: deque[tuple[int, bool]] = field(default_factory=deque)  # (prefetch_count, global) until qos-ok
+    global_bound: int = 0  # QOS-03/09: the highest channel limit in force since it was switched on (0: off)
+    global_consumers: set[str] = field(default_factory=set)  # consumers created under it: classic (QOS-06)
+    not_judged: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # kind -> (first seq, count, why)
     consumed: dict[str, tuple[str | None, int, int]] = field(default_factory=dict)  # ctag -> (queue, since ts, seq)
     cancelled: dict[str, int] = field(default_factory=dict)  # client cancel-ok seen (CCN-04) -> its ts
     cancel_unconfirmed: set[str] = field(default_factory=set)  # cancelled with nowait: deliveries may still come
@@ -61,6 +68,11 @@ class ChannelTrace:
 
     def find(self, seq: int, kind: str, detail: str) -> None:
         self.findings.append(Finding(seq, kind, detail, KINDS[kind][1]))
+
+    def skip(self, seq: int, kind: str, why: str) -> None:
+        """Count one frame the model cannot judge (reported once per lifetime by `finish`)."""
+        first, count, _ = self.not_judged.get(kind, (seq, 0, why))
+        self.not_judged[kind] = (first, count + 1, why)
 
 
 Handler = Callable[[ChannelTrace, Columns, int], None]
@@ -153,7 +165,11 @@ def close_ok(s: ChannelTrace, c: Columns, i: int) -> None:
 
 
 def finish(s: ChannelTrace) -> None:
-    """The lifetime ended (a new channel.open, or the trace): what was owed and never came."""
+    """The lifetime ended (a new channel.open, or the trace): what was owed and never came,
+    and what could not be judged."""
+    for kind, (seq, count, why) in s.not_judged.items():
+        s.findings.append(Finding(seq, kind, f"{count} frame(s) not judged: {why}", KINDS[kind][1]))
+    s.not_judged = {}
     error = s.pending_error
     if error is not None:
         s.findings.append(Finding(error.seq, error.kind,

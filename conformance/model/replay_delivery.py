@@ -1,8 +1,8 @@
 """Deliveries and acknowledgements as the model judges them in a recording (the observer's half).
 
 Responsibility: the observer's handlers for deliveries, basic.get, qos, consume and the
-client's acks, nacks, rejects, recover and transactions (ACK-01, ACK-03..09, QOS-02/05, RQ-04,
-CCN-04). Each decision is the model's own function: the channel's tag counter, `settle_tags`,
+client's acks, nacks, rejects, recover and transactions (ACK-01, ACK-03..09, QOS-02/03/05/09,
+RQ-04, CCN-04). Each decision is the model's own function: the channel's tag counter, `settle_tags`,
 `prefetch.apply_qos` / `consumer_has_credit` / `on_delivery` / `release`, `redelivered_flag`.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 from conformance.model import prefetch
 from conformance.model.channel import Consumer, settle_tags
 from conformance.model.queues import redelivered_flag
-from conformance.model.replay import ChannelTrace, nowait, reply, request
+from conformance.model.replay import ChannelTrace, ConsumeRequest, nowait, reply, request
 from conformance.model.trace import ACK_OUT, KINDS, NACK_OUT, REJECT_OUT, Columns, Finding
+from conformance.model.traits import GlobalQos
 
 # --- deliveries (ACK-01, QOS-02, RQ-04, CCN-04) ---------------------------------------------
 
@@ -35,9 +36,34 @@ def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
         s.outstanding[tag] = ctag
     elif not consumer.no_ack:
         s.outstanding[tag] = ctag
-        if not prefetch.take_credit(channel, consumer, "classic", s.traits):  # QOS-02
+        classic = consumer.tag in s.global_consumers  # else its queue type is unknown (QOS-06)
+        if not prefetch.take_credit(channel, consumer, "classic" if classic else "unknown", s.traits):  # QOS-02
             s.find(c.seq[i], "prefetch-exceeded", f"consumer {ctag} holds {consumer.outstanding} unacked "
                                                   f"deliveries, prefetch {consumer.prefetch}")
+        if s.global_bound:
+            _judge_channel_limit(s, c, i, classic)
+    elif s.global_bound:
+        s.skip(c.seq[i], "unjudged-global-qos", "no-ack deliveries under a channel-wide limit (QOS-08): deliveries "
+                                                "of several queues may cross on their way to the channel")
+
+
+def _judge_channel_limit(s: ChannelTrace, c: Columns, i: int, classic: bool) -> None:
+    """QOS-03/04: the channel's unacked consumer deliveries never pass its global limit. The
+    limiter counts a delivery when it allows it, and the recorder sees no fewer unacked
+    deliveries than it counts (`volume_low`): over the highest limit since it was switched on
+    (QOS-09: a lowered limit binds only what was not in flight), the broker broke it."""
+    if not classic:
+        s.skip(c.seq[i], "unjudged-global-qos", "deliveries to consumers created before the channel-wide limit "
+                                                "(their queue may be a quorum queue, which ignores it)")
+        return
+    if s.context.traits is None:
+        s.skip(c.seq[i], "unjudged-global-qos", "the broker was not identified (no connection.start): what "
+                                                "global=true means depends on its version")
+        return
+    if s.channel.volume_low > s.global_bound:
+        s.find(c.seq[i], "global-prefetch-exceeded", f"delivery tag {c.delivery_tag[i]}: the channel holds "
+                                                     f"{s.channel.volume_low} unacked consumer deliveries, "
+                                                     f"global prefetch {s.channel.global_limit}")
 
 
 def _tag_slip(s: ChannelTrace, c: Columns, i: int, what: str, tag: int, expected: int) -> None:
@@ -84,10 +110,32 @@ def get(s: ChannelTrace, c: Columns, i: int) -> None:
 
 
 def qos(s: ChannelTrace, c: Columns, i: int) -> None:
-    if c.prefetch_count is not None:  # QOS-02/03: the profile decides what global means
-        glob = bool(c.global_qos[i]) if c.global_qos is not None else False
-        prefetch.apply_qos(s.channel, c.prefetch_count[i] or 0, glob, s.traits)
+    if c.prefetch_count is not None:  # applied when the broker answers (qos_ok)
+        s.qos_requests.append((c.prefetch_count[i] or 0, bool(c.global_qos[i]) if c.global_qos is not None else False))
     request(s, c, i)
+
+
+def qos_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+    """basic.qos takes effect when the broker handles it, before its qos-ok: what the client
+    then holds unacked is what the new channel limit counts (QOS-05)."""
+    if s.qos_requests:
+        count, glob = s.qos_requests.popleft()
+        channel, traits = s.channel, s.traits
+        was_limited = channel.global_limit != 0
+        prefetch.apply_qos(channel, count, glob, traits, len(s.outstanding) + len(s.tx_settled))  # QOS-02/03
+        if traits.global_qos is GlobalQos.CONNECTION and count:
+            s.skip(c.seq[i], "unjudged-global-qos", "a 0-9-1 limit shared by all consumers of the connection "
+                                                    "(global=true) or of the channel (global=false): not judged")
+        if traits.global_qos is GlobalQos.CHANNEL:
+            _track_channel_limit(s, was_limited)
+    reply(s, c, i)
+
+
+def _track_channel_limit(s: ChannelTrace, was_limited: bool) -> None:
+    limit = s.channel.global_limit
+    if not limit or not was_limited:  # off, or switched on: earlier consumers' queue types are unknown (QOS-06)
+        s.global_consumers.clear()
+    s.global_bound = max(s.global_bound, limit) if limit and was_limited else limit  # QOS-09: a lowered limit
 
 
 def consume(s: ChannelTrace, c: Columns, i: int) -> None:
@@ -95,11 +143,12 @@ def consume(s: ChannelTrace, c: Columns, i: int) -> None:
     queue = c.queue[i] if c.queue is not None else None
     limit = s.channel.consumer_prefetch if c.prefetch_count is not None else 0
     ctag = c.consumer_tag[i] or None
+    limited = s.global_bound != 0  # QOS-06: under a channel limit only a classic queue takes it
     if nowait(c, i):  # no consume-ok comes: the consumer exists from the request on
         if ctag is not None:  # (an empty tag with nowait: the broker's tag is never seen)
-            _consumer_created(s, c, i, ctag, (ctag, queue, no_ack, limit))
+            _consumer_created(s, c, i, ctag, (ctag, queue, no_ack, limit, limited))
     else:
-        s.consume_requests.append((ctag, queue, no_ack, limit))
+        s.consume_requests.append((ctag, queue, no_ack, limit, limited))
     request(s, c, i)
 
 
@@ -110,17 +159,18 @@ def consume_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     if request is not None:
         pending.remove(request)
     if ctag is not None:
-        _consumer_created(s, c, i, ctag, request or (None, None, False, 0))
+        _consumer_created(s, c, i, ctag, request or (None, None, False, 0, False))
     reply(s, c, i)
 
 
-def _consumer_created(s: ChannelTrace, c: Columns, i: int, ctag: str,
-                      request: tuple[str | None, str | None, bool, int]) -> None:
-    _, queue, no_ack, limit = request  # QOS-02: the consumer keeps the prefetch in force when it was created
+def _consumer_created(s: ChannelTrace, c: Columns, i: int, ctag: str, request: ConsumeRequest) -> None:
+    _, queue, no_ack, limit, limited = request  # QOS-02: the consumer keeps the prefetch in force when created
     s.channel.consumers[ctag] = Consumer(ctag, queue or "", no_ack, limit)
     s.consumed[ctag] = (queue, c.ts[i] if c.ts is not None else 0, c.seq[i])
     s.cancelled.pop(ctag, None)
     s.cancel_unconfirmed.discard(ctag)
+    if limited and s.global_bound:  # QOS-06: a classic queue (the limit is still on)
+        s.global_consumers.add(ctag)
 
 
 # --- consumer acknowledgements (ACK-03..09) -------------------------------------------------

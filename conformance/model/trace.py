@@ -25,8 +25,8 @@ from conformance.model.traits import GlobalQos, Traits, traits
 (DELIVER_IN, GET_OK_IN, GET_OUT, ACK_OUT, NACK_OUT, REJECT_OUT, ACK_IN, NACK_IN, PUBLISH_OUT,
  CONFIRM_SELECT_OUT, QOS_OUT, CONSUME_OUT, CONSUME_OK_IN, RECOVER_OUT, OPEN_OUT, CLOSE_OUT, CLOSE_IN,
  CLOSE_OK_IN, TX_SELECT_OUT, TX_COMMIT_OUT, TX_ROLLBACK_OUT, REPLY_IN, REQUEST_OUT, BODY_IN, RAW_OUT,
- CANCEL_OUT, CANCEL_OK_IN, CANCEL_IN, DELETE_OUT, DELETE_OK_IN, GAP) = range(31)
-N_CODES = 31
+ CANCEL_OUT, CANCEL_OK_IN, CANCEL_IN, DELETE_OUT, DELETE_OK_IN, GAP, QOS_OK_IN) = range(32)
+N_CODES = 32
 
 _OUT = {"basic.get": GET_OUT, "basic.ack": ACK_OUT, "basic.nack": NACK_OUT, "basic.reject": REJECT_OUT,
         "basic.publish": PUBLISH_OUT, "confirm.select": CONFIRM_SELECT_OUT, "basic.qos": QOS_OUT,
@@ -36,7 +36,8 @@ _OUT = {"basic.get": GET_OUT, "basic.ack": ACK_OUT, "basic.nack": NACK_OUT, "bas
         "queue.delete": DELETE_OUT}
 _IN = {"basic.deliver": DELIVER_IN, "basic.get-ok": GET_OK_IN, "basic.ack": ACK_IN, "basic.nack": NACK_IN,
        "basic.consume-ok": CONSUME_OK_IN, "channel.close": CLOSE_IN, "channel.close-ok": CLOSE_OK_IN,
-       "basic.cancel-ok": CANCEL_OK_IN, "basic.cancel": CANCEL_IN, "queue.delete-ok": DELETE_OK_IN}
+       "basic.cancel-ok": CANCEL_OK_IN, "basic.cancel": CANCEL_IN, "queue.delete-ok": DELETE_OK_IN,
+       "basic.qos-ok": QOS_OK_IN}
 # Client frames that carry no request (no reply expects them): never prove the broker is alive.
 _NOT_REQUESTS = frozenset({"channel.close-ok", "channel.flow-ok", "basic.cancel-ok"})
 
@@ -50,6 +51,7 @@ KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
     "confirm-duplicate": ("PC-05", "error"),
     "confirm-missing": ("PC-05", "warning"),
     "prefetch-exceeded": ("QOS-02", "error"),
+    "global-prefetch-exceeded": ("QOS-03", "error"),
     "redelivered-missing": ("RQ-04", "error"),
     "cancel-missing": ("CCN-02", "error"),
     "delete-unanswered": ("CCN-02", "error"),
@@ -60,6 +62,7 @@ KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
     "unjudged-gap": ("-", UNJUDGED),
     "unjudged-mid-stream": ("-", UNJUDGED),
     "unjudged-capabilities": ("CCN-01", UNJUDGED),
+    "unjudged-global-qos": ("QOS-03", UNJUDGED),
 }
 
 

@@ -7,6 +7,8 @@ Each takes the broker URL (the recording relay's) and a unique queue name and en
 - `nowait_program`: queue.declare, basic.consume, basic.cancel and queue.delete all with
   nowait=true (no -ok reply comes), around a few acked deliveries under prefetch 1; it lingers
   after the delete, longer than the audit's grace for an answer.
+- `global_prefetch`: a pika worker with `basic_qos(prefetch_count=2, global_qos=True)` and two
+  consumers on two queues, acking one delivery at a time after a pause (QOS-03).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from urllib.parse import urlsplit
 
 import amqp
+import pika
 
 MESSAGES = 4
 
@@ -90,3 +93,32 @@ def nowait_program(url: str, queue: str, deadline: float = 5.0) -> list[bytes]:
         with contextlib.suppress(Exception):
             connection.close()
     return received
+
+
+def global_prefetch(url: str, queue: str, deadline: float = 8.0) -> int:
+    """Two consumers on two queues under one channel-wide limit of 2; each held delivery is acked
+    after a pause in which a broker keeping the limit sends nothing more. Returns the acks."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    queues = [f"{queue}-a", f"{queue}-b"]
+    for name in queues:
+        channel.queue_declare(name, auto_delete=False)
+        for n in range(MESSAGES):
+            channel.basic_publish("", name, f"{name} {n}".encode())
+    channel.basic_qos(prefetch_count=2, global_qos=True)
+    held: list[int] = []
+    tags = [channel.basic_consume(name, lambda ch, method, properties, body: held.append(method.delivery_tag))
+            for name in queues]
+    acked = 0
+    end = time.monotonic() + deadline
+    while acked < 2 * MESSAGES and time.monotonic() < end:
+        connection.process_data_events(time_limit=0.3)  # the pause: nothing more may come while 2 are held
+        if held:
+            channel.basic_ack(held.pop(0))
+            acked += 1
+    for tag in tags:
+        channel.basic_cancel(tag)  # no consumer left when the queues go (GarageMQ wedges otherwise)
+    for name in queues:
+        channel.queue_delete(name)
+    connection.close()
+    return acked

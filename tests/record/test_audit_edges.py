@@ -91,3 +91,16 @@ def test_nowait_methods_owe_no_reply(tmp_path: Path, rabbitmq: None) -> None:
     record(tmp_path / "plus-one", edge_programs.nowait_program, deviations.PrefetchPlusOne)
     found = findings(tmp_path / "plus-one")  # the nowait consumer is judged from its request on
     assert set(found) == {("prefetch-exceeded", "QOS-02")} and found[("prefetch-exceeded", "QOS-02")] >= 1, found
+
+
+# --- 2. prefetch with global=true: one limit for the channel (RabbitMQ <= 4.2) ---------------
+
+
+@pytest.mark.rabbitmq
+def test_global_prefetch_over_delivery_is_judged(tmp_path: Path, rabbitmq: None) -> None:
+    assert record(tmp_path / "honest", edge_programs.global_prefetch) == 2 * edge_programs.MESSAGES
+    assert findings(tmp_path / "honest") == Counter()
+    assert record(tmp_path / "plus-one", edge_programs.global_prefetch, deviations.PrefetchPlusOne) == \
+        2 * edge_programs.MESSAGES
+    found = findings(tmp_path / "plus-one")
+    assert set(found) == {("global-prefetch-exceeded", "QOS-03")} and found[("global-prefetch-exceeded", "QOS-03")] >= 1

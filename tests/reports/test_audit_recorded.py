@@ -97,7 +97,7 @@ def test_audit_advertised_per_consumer_qos_overrides_the_base_profile() -> None:
               *CONSUME, F(0, "in", "basic.deliver", delivery_tag=1, consumer_tag="c1"),
               F(0, "in", "basic.deliver", delivery_tag=2, consumer_tag="c1")]
     assert kinds(frames, Context(traits=advertised)) == [("prefetch-exceeded", "QOS-02")]
-    assert kinds(frames, Context(traits=plain)) == []  # the spec's channel-wide limit is not judged
+    assert kinds(frames, Context(traits=plain)) == [("unjudged-global-qos", "QOS-03")]  # the spec's limit: counted
 
 
 def _row(connection: int, channel: int, seq: int, direction: str, method: str | None, **fields: Any) -> dict[str, Any]:
@@ -149,3 +149,33 @@ def test_audit_nowait_requests_owe_no_reply() -> None:
                F(0, "out", "queue.bind", queue="a", nowait=True), F(0, "in", "queue.declare-ok")]
     found = audit_channel(renumber([*OPEN, *pending]))  # the declare-ok answers the declare sent before the ack
     assert [(f.kind, f.severity) for f in found] == [("ack-unknown-tag", "warning")]  # the trace ends first
+
+
+def _consumer(tag: str, queue: str) -> list[ChannelFrame]:
+    return [F(0, "out", "basic.consume", consumer_tag=tag, queue=queue), F(0, "in", "basic.consume-ok", consumer_tag=tag)]
+
+
+def _deliveries(*tags: str, first: int = 1) -> list[ChannelFrame]:
+    return [F(0, "in", "basic.deliver", delivery_tag=n, consumer_tag=t) for n, t in enumerate(tags, first)]
+
+
+def test_audit_global_prefetch_is_one_limit_for_the_channel() -> None:
+    rabbit = Context(traits=recorded_traits("rabbitmq-3.10", ()))
+    qos = [F(0, "out", "basic.qos", prefetch_count=2, global_qos=True), F(0, "in", "basic.qos-ok")]
+    both = [*OPEN, *qos, *_consumer("a", "q1"), *_consumer("b", "q2")]
+    assert kinds([*both, *_deliveries("a", "b")], rabbit) == []
+    assert kinds([*both, *_deliveries("a", "b", "a")], rabbit) == [("global-prefetch-exceeded", "QOS-03")]
+    acked = [*both, *_deliveries("a", "b"), F(0, "out", "basic.ack", delivery_tag=1), *_deliveries("a", first=3)]
+    assert kinds(acked, rabbit) == []
+    held = [*OPEN, *_consumer("g", "q0"), *_deliveries("g"), *qos[:1], *_deliveries("g", first=2), *qos[1:],
+            *_consumer("a", "q1"), *_deliveries("a", first=3)]  # QOS-05: the two held count
+    assert kinds(held, rabbit) == [("global-prefetch-exceeded", "QOS-03")]
+    assert kinds([*held[:-1], *_deliveries("g", first=3)], rabbit) == [("unjudged-global-qos", "QOS-03")]  # quorum?
+    lowered = [*both, *_deliveries("a", "b"), F(0, "out", "basic.qos", prefetch_count=1, global_qos=True),
+               F(0, "in", "basic.qos-ok"), *_deliveries("a", first=3)]  # QOS-09: in flight when lowered
+    assert kinds(lowered, rabbit) == [("global-prefetch-exceeded", "QOS-03")]
+    assert kinds(lowered[:-1], rabbit) == []
+    unknown = [*both, *_deliveries("a", "b", "a")]
+    assert kinds(unknown) == [("unjudged-global-qos", "QOS-03")]  # no connection.start: the version decides
+    spec = Context(traits=recorded_traits("amqp-0-9-1", ()))
+    assert kinds(unknown, spec) == [("unjudged-global-qos", "QOS-03")]  # connection-wide: not one channel's
