@@ -45,7 +45,7 @@ import pytest
 
 from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices
 from conformance.catalogue.rules import AREAS, CAPABILITIES, rule
-from conformance.drivers import CLIENTS
+from conformance.drivers import CLIENTS, library_version
 from conformance.drivers.raw import BrokerAddress, Recorder
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import Unavailable, parse_admin
@@ -126,7 +126,8 @@ def pytest_configure(config: pytest.Config) -> None:
         state.writer = ResultsWriter(Path(results), run_id)
         state.run = RunRecord(run_id, redact_url(url) if url else "embedded", config.getoption("--client"),
                               harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
-                              admin=redact_url(config.getoption("--broker-admin")))
+                              admin=redact_url(config.getoption("--broker-admin")),
+                              client_version=library_version(config.getoption("--client")))
     if not config.option.collectonly:
         state.watchdog = Watchdog(budgets, lambda reason, session: _watchdog_expired(state, reason, session))
     config.stash[HARNESS] = state

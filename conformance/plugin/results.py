@@ -63,7 +63,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("profile", "string"),
         Column("profile_detail", "string"),  # why this profile: base, claims, rules each adds (lines)
         Column("client", "string", False),
-        Column("client_version", "string"),  # the client library's version (client-side runs)
+        Column("client_version", "string"),  # the client library's version (client-side runs, --client LIBRARY)
         Column("harness_version", "string", False),
         Column("admin", "string"),  # none | rabbitmqctl | management URL without the password
         Column("timeout_scale", "double", False),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -80,12 +81,16 @@ def test_client_runs_the_tests_it_can_express_and_says_why_not_for_the_rest(tmp_
     assert others and all(v == "not-applicable" and library in why for v, why in others.values()), others
     frames = read_table(tmp_path / "out" / "results", "frames").to_pylist()
     assert {f["test_id"].split("::")[-1] for f in frames} >= set(through), "a verdict through a client has no frames"
+    (run,) = read_table(tmp_path / "out" / "results", "runs").to_pylist()
+    assert (run["client"], run["client_version"]) == (library, version(library))  # the report's column header
 
 
 def test_the_raw_run_does_not_collect_the_library_tests(tmp_path: Path) -> None:
     status, output, tests = _run(tmp_path, "--select", "ACK-05")
     assert status == 0, output
     assert tests and not any(name.startswith("test_ack_multiple_settles") for name in tests)
+    (run,) = read_table(tmp_path / "out" / "results", "runs").to_pylist()
+    assert (run["client"], run["client_version"]) == ("raw", None)
 
 
 # each fault breaks one rule the client-driven acks machine checks (reference_broker/faults.py);
