@@ -10,7 +10,7 @@ Responsibility: write the site —
   failures.html       the failing tests of each target's latest run
   tests/<page>.html   one page per failing test: observed vs expected reply, shrunk steps,
                       the frame log (lazy-loaded from frames/<page>.js)
-  audit.html          trace-audit findings
+  audit.html          trace-audit findings, and what was not judged: counts per reason and rows
   clients.html        client libraries x client-side scenarios (when the lake has client-side runs)
   clients/<c>.html    one page per client: its verdicts, the frame log of each failing scenario
   through/<b>.html    per broker run raw and through client libraries: rules x clients, the cells
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -147,14 +147,18 @@ def _context(data: ReportData) -> dict[str, Any]:
     for point in sorted(data.trend, key=lambda p: (p.target, p.ordinal)):
         series[point.target].append((point.ordinal, point.score))
     violation_counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    unjudged: Counter[tuple[str, str, str]] = Counter()
     for v in data.violations:
         violation_counts[v.kind][v.target] += 1
+        if v.severity == "unjudged":
+            unjudged[v.kind, v.rule_id, v.target] += 1
     return {
         "data": data,
         "trend_svg": Markup(svg.trend_chart(series)) if series else Markup(""),
         "series_colours": {label: svg.SERIES_COLOURS[i % len(svg.SERIES_COLOURS)] for i, label in enumerate(series)},
         "rules_by_id": {r.id: r for r in data.rules},
         "violation_counts": violation_counts,
+        "unjudged_counts": sorted(unjudged.items()),  # (why, rule, target) -> channel lifetimes not judged
         "failing_by_target": _group(data.failing, "target"),
         "through_by_target": {t.label: m for m in data.client_matrices for t in m.columns},
         "flags_by_rule": _flags_by_rule(data),

@@ -135,7 +135,8 @@ def observe_channel(cols: Columns, start: int = 0, stop: int | None = None,
         if code == GAP:
             trace.last_ts = ts[i] if ts is not None else 0
             replay.finish(trace)
-            trace.findings.append(Finding(cols.seq[i], "unjudged-gap", f"an undecodable frame: it and the "
+            why = (cols.reply_text[i] if cols.reply_text is not None else None) or "no reason recorded"
+            trace.findings.append(Finding(cols.seq[i], "unjudged-gap", f"an undecodable frame ({why}): it and the "
                                           f"{stop - i - 1} frame(s) after it on this channel are not judged", UNJUDGED))
             return trace.findings
         if trace.broker_closed and code != CLOSE_OK_IN:

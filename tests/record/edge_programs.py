@@ -9,17 +9,34 @@ Each takes the broker URL (the recording relay's) and a unique queue name and en
   after the delete, longer than the audit's grace for an answer.
 - `global_prefetch`: a pika worker with `basic_qos(prefetch_count=2, global_qos=True)` and two
   consumers on two queues, acking one delivery at a time after a pause (QOS-03).
+- `unknown_method`: a raw client that publishes and gets a message, then sends a method no
+  codec knows (basic 60/99); the broker ends the connection (RabbitMQ 3.10.8: its socket only).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import time
 from urllib.parse import urlsplit
 
 import amqp
 import pika
+
+from codec import (
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicPublish,
+    ConnectionClose,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    encode_frame,
+)
+from conformance.drivers.raw import Closed, ConnectionLost, RawClient
 
 MESSAGES = 4
 
@@ -122,3 +139,21 @@ def global_prefetch(url: str, queue: str, deadline: float = 8.0) -> int:
         channel.queue_delete(name)
     connection.close()
     return acked
+
+
+def unknown_method(url: str, queue: str, deadline: float = 5.0) -> int | None:
+    """Publish and get one message, then an unknown method; the reply code of the broker's close."""
+    with RawClient(url, timeout=deadline) as client:
+        channel = client.channel()
+        client.rpc(channel, QueueDeclare(queue=queue), QueueDeclareOk)
+        client.send(channel, BasicPublish(routing_key=queue), body=b"judged")
+        client.rpc(channel, BasicGet(queue=queue, no_ack=True), BasicGetOk, BasicGetEmpty)
+        client.rpc(channel, QueueDelete(queue=queue), QueueDeleteOk)
+        client.send_raw(encode_frame(1, channel, struct.pack(">HH", 60, 99)), channel)  # no such method
+        try:
+            close = client.expect(0, ConnectionClose).method
+        except Closed as exc:
+            return exc.code
+        except ConnectionLost:
+            return None  # the broker dropped the connection without a close
+        return close.reply_code if isinstance(close, ConnectionClose) else None

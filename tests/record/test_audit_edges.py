@@ -11,16 +11,25 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
+import dpkt
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from codec._generated import BasicDeliver, BasicQos, ChannelOpen
+from conformance.record.lake import RecordingLake
+from conformance.record.pcap import import_capture
 from reports.audit_arrow import audit_lake
+from reports.model import ReportData, Violation
+from reports.render import render_site
 from tests.conformance import deviations
 from tests.conformance.deviant import DeviantProxy, Deviation
 from tests.record import edge_programs, programs
 from tests.record.relay_thread import RelayThread
+from tests.record.test_relay import method, tcp_packets
 
 RABBITMQ = ("127.0.0.1", 5672)
 LIMIT = 12.0
@@ -104,3 +113,45 @@ def test_global_prefetch_over_delivery_is_judged(tmp_path: Path, rabbitmq: None)
         2 * edge_programs.MESSAGES
     found = findings(tmp_path / "plus-one")
     assert set(found) == {("global-prefetch-exceeded", "QOS-03")} and found[("global-prefetch-exceeded", "QOS-03")] >= 1
+
+
+# --- 5. what the model cannot judge is counted, down to the HTML audit page ------------------
+
+
+def _audit_page(root: Path, out: Path) -> str:
+    """The site's audit.html for the lake's audit findings (no JVM: the findings as the build collects them)."""
+    found = audit_lake(root).to_pylist()
+    violations = [Violation("RabbitMQ 3.10.8 · recorded", r["run_id"], r["test_id"], r["connection"], r["channel"],
+                            r["seq"], r["kind"], r["rule_id"], r["severity"], r["detail"], None) for r in found]
+    data = ReportData(generated=datetime.now(UTC), results_dir=str(root), runs=2, tests=0, areas=[], targets=[],
+                      rules=[], matrix={}, trend=[], changes=[], regressions=[], flakes=[], violations=violations,
+                      failing=[])
+    render_site(data, out)
+    return (out / "audit.html").read_text()
+
+
+@pytest.mark.rabbitmq
+def test_unjudged_traffic_is_counted_on_the_audit_page(tmp_path: Path, rabbitmq: None) -> None:
+    lake = tmp_path / "lake"
+    record(lake, edge_programs.unknown_method)  # RabbitMQ drops the connection: no close recorded
+    capture = tmp_path / "mid.pcap"  # a capture that starts after the handshake (no SYN)
+    client = method(1, ChannelOpen()) + method(1, BasicQos(0, 3, False))
+    with open(capture, "wb") as handle:
+        writer = dpkt.pcap.Writer(handle)
+        for n, packet in enumerate(tcp_packets(client, method(1, BasicDeliver("c", 1, False, "", "q")), 40002, False)):
+            writer.writepkt(packet, ts=1_700_000_000 + n / 1000)
+    recording = RecordingLake(lake, "pcap:mid.pcap")
+    import_capture(capture, recording)
+    recording.close()
+    found = audit_lake(lake)
+    assert set(found["severity"].to_pylist()) == {"unjudged"}, found.to_pylist()  # RabbitMQ: no finding
+    kinds = Counter(found["kind"].to_pylist())
+    assert kinds["unjudged-gap"] == 1 and kinds["unjudged-mid-stream"] >= 1, kinds
+    gap = found.filter(pc.equal(found["kind"], "unjudged-gap"))["detail"][0].as_py()
+    assert "unknown method 60/99" in gap  # the codec's reason
+    page = _audit_page(lake, tmp_path / "site")
+    counts = page[page.index('id="unjudged-counts"'):]
+    counts = counts[:counts.index("</table>")]
+    assert "<td>unjudged-gap</td>" in counts and "<td>unjudged-mid-stream</td>" in counts
+    assert f"<td>{kinds['unjudged-mid-stream']}</td>" in counts
+    assert "unknown method 60/99" in page and "No findings." in page

@@ -108,7 +108,7 @@ def test_relay_survives_a_reset_on_either_side(tmp_path: Path) -> None:
     assert pc.sum(pc.equal(frames["frame_type"], "protocol-header")).as_py() >= 1
 
 
-def _packets(client: bytes, server: bytes, sport: int, syn: bool) -> list[bytes]:
+def tcp_packets(client: bytes, server: bytes, sport: int, syn: bool) -> list[bytes]:
     src, dst = socket.inet_aton("10.0.0.2"), socket.inet_aton("10.0.0.1")
 
     def tcp(a: bytes, b: bytes, sp: int, dp: int, seq: int, flags: int, data: bytes = b"") -> bytes:
@@ -137,7 +137,7 @@ def test_pcap_and_pcapng_imports_rebuild_the_streams(tmp_path: Path) -> None:
         capture = tmp_path / name
         with open(capture, "wb") as handle:
             writer = writer_class(handle)
-            for n, packet in enumerate(_packets(client, server, 40000, True) + _packets(client, server, 40001, False)):
+            for n, packet in enumerate(tcp_packets(client, server, 40000, True) + tcp_packets(client, server, 40001, False)):
                 writer.writepkt(packet, ts=1_700_000_000 + n / 1000)
         lake_dir = tmp_path / f"lake-{name}"
         lake = RecordingLake(lake_dir, f"pcap:{name}")
