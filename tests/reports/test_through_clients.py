@@ -1,10 +1,13 @@
 """The client x rule matrix (issue 14): laid out from hand-made cells, built by the real pipeline from a
 lake written by the harness's own `ResultsWriter` (a raw run and a pika run of one broker, a rule
-failing only through pika), and that page checked in headless Chromium at two widths."""
+failing only through pika), that page checked in headless Chromium at two widths, and proven on
+real runs: a broker that breaks ACK-05 for pika's connections only is flagged for pika."""
 
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,9 +17,13 @@ from typing import Any
 
 import pytest
 
+from codec import ConnectionStartOk
 from conformance.plugin.results import ResultsWriter, RunRecord, TestRecord
+from reference_broker.server import EmbeddedBroker
 from reports.model import Cell, ReportData, Target
 from reports.through_clients import client_matrices, reasons_of, runs_to_explain
+from tests.conformance.deviant import DeviantProxy, Frame, Io
+from tests.conformance.deviations import AckMultipleAsSingle
 from tests.reports.test_browser import _QuietHandler, artifacts, browser  # noqa: F401  (the browser fixture)
 
 T0 = datetime(2026, 11, 23, 4, 0, tzinfo=UTC)
@@ -171,3 +178,48 @@ def test_client_matrix_page_in_chromium(browser: Any, served_through: str,  # no
         browser.save_screenshot(str(artifacts() / f"through-rule-ACK-03-{width}.png"))
     finally:
         browser.set_window_size(1400, 1000)
+
+
+class AckMultipleAsSingleForPika(AckMultipleAsSingle):
+    """The broker reads basic.ack multiple=true as single (ACK-05), on pika's connections only (the
+    product in its connection.start-ok): a rule that passes raw and fails through pika."""
+
+    name = "ack_multiple_as_single_for_pika"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pika = False
+
+    def client(self, frame: Frame, io: Io) -> None:
+        m = frame.method
+        if isinstance(m, ConnectionStartOk):
+            self.pika = "pika" in str(m.client_properties.get("product", "")).lower()
+        if self.pika:
+            super().client(frame, io)
+        else:
+            io.to_broker(frame.raw)
+
+
+def run_suite(out: Path, url: str, client: str, *select: str) -> int:
+    """`amqp-conformance run` as a user runs it, into the lake under `out`."""
+    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", url, "--out", str(out),
+                           "--client", client, "--run-id", f"{client}-run", "--select", *select],
+                          capture_output=True, text=True, timeout=600)
+    return done.returncode
+
+
+@pytest.mark.spark
+def test_a_rule_broken_for_pika_only_is_flagged_from_real_runs(spark: Any, tmp_path: Path) -> None:
+    from reports.build import build_report
+
+    with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), AckMultipleAsSingleForPika) as proxy:
+        assert run_suite(tmp_path, proxy.url, "raw", "ACK-05") == 0
+        assert not proxy.actions  # the raw driver's connections are left alone
+        assert run_suite(tmp_path, proxy.url, "pika", "ACK-05") == 1
+        assert proxy.actions and set(proxy.actions) == {AckMultipleAsSingleForPika.name}
+    data = build_report(spark, tmp_path / "results", tmp_path / "site")
+    (m,) = data.client_matrices
+    assert [t.client for t in m.columns] == ["raw", "pika"]
+    assert ("ACK-05", "pika") in m.flagged and {client for _, client in m.flagged} == {"pika"}
+    assert m.cells["ACK-05"]["raw"].verdict == "passed" and m.cells["ACK-05"]["pika"].pages
+    assert "passes raw, fails through pika" in (tmp_path / "site" / "through" / f"{m.slug}.html").read_text()
