@@ -143,6 +143,11 @@ class BrokerModel:
     def deliveries(self, ch: ChannelKey) -> frozenset[Deliver]:
         return dispatch.allowed_deliveries(self.state, ch)
 
+    def due_consumers(self) -> list[tuple[ChannelKey, str, bool]]:
+        """(channel, consumer tag, no_ack) of every consumer a delivery must still come to."""
+        return [(key, c.tag, c.no_ack) for key, channel in self.state.channels.items()
+                for c in dispatch.eligible(self.state, channel, with_grace=False)]
+
     def deliver(self, ch: ChannelKey, observed: Deliver) -> None:
         dispatch.commit_delivery(self.state, ch, observed)
 

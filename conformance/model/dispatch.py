@@ -44,7 +44,7 @@ def consumer_may_receive(state: BrokerState, channel: ChannelState, consumer: Co
     return prefetch.channel_allows(channel, queue.kind, state.traits, used, limit, optimistic)
 
 
-def _eligible(state: BrokerState, channel: ChannelState, with_grace: bool) -> list[Consumer]:
+def eligible(state: BrokerState, channel: ChannelState, with_grace: bool) -> list[Consumer]:
     """Consumers that may (with_grace) or must (without) receive a ready message now."""
     grace = with_grace and state.grace.get(channel.key, 0) > 0
     out = []
@@ -65,7 +65,7 @@ def allowed_deliveries(state: BrokerState, key: ChannelKey) -> frozenset[Deliver
         return frozenset()
     allowed = set()
     on_return_only = state.traits.quorum_redelivered_on_return
-    for consumer in _eligible(state, channel, with_grace=True):
+    for consumer in eligible(state, channel, with_grace=True):
         queue = state.queues[consumer.queue]
         for message in queue.ready.candidates():
             allowed.add(Deliver(consumer.tag, channel.next_tag, queue.redelivered(message, on_return_only),
@@ -75,12 +75,12 @@ def allowed_deliveries(state: BrokerState, key: ChannelKey) -> frozenset[Deliver
 
 def due(state: BrokerState) -> bool:
     """True while some consumer with room has a ready message: a delivery must still come."""
-    return any(_eligible(state, channel, with_grace=False) for channel in state.channels.values())
+    return any(eligible(state, channel, with_grace=False) for channel in state.channels.values())
 
 
 def due_on(state: BrokerState, key: ChannelKey) -> bool:
     channel = state.channels.get(key)
-    return channel is not None and bool(_eligible(state, channel, with_grace=False))
+    return channel is not None and bool(eligible(state, channel, with_grace=False))
 
 
 def _take(state: BrokerState, queue: QueueState, body: bytes) -> Message:
@@ -141,7 +141,7 @@ def commit_get(state: BrokerState, key: ChannelKey, queue_name: str, no_ack: boo
 
 def grace_for_change(state: BrokerState, channel: ChannelState) -> int:
     """QOS-09: how many deliveries may still be in flight under the limits being replaced."""
-    consumers = _eligible(state, channel, with_grace=False)
+    consumers = eligible(state, channel, with_grace=False)
     if not consumers:
         return 0
     ready = sum(len(state.queues[q].ready) for q in {c.queue for c in consumers})

@@ -62,12 +62,13 @@ def _scope(outcome: outcomes.Outcome) -> tuple[str, int | None]:
 
 def client_step(fn: F) -> F:
     """Wrap a rule: resolve its picks and mark the run busy while it executes (a failed step
-    leaves it busy, and the final check is not run over a failure)."""
+    leaves it busy, and the final check is not run over a failure), then run `after_step`."""
 
     @functools.wraps(fn)
     def wrapper(self: ClientMachine, **kwargs: Any) -> None:
         self.busy = True
         fn(self, **{k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()})
+        self.after_step()
         self.busy = False
 
     return wrapper  # type: ignore[return-value]
@@ -97,6 +98,9 @@ class ClientMachine(RuleBasedStateMachine):
 
     def setup_queues(self) -> None:
         """Hook: declare the machine's queues (and what they hold at the start)."""
+
+    def after_step(self) -> None:
+        """Hook: what every step ends with (the consuming machines check the library's events)."""
 
     def _open(self, key: int) -> None:
         self.numbers[key] = self.driver.open_channel()

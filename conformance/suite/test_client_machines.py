@@ -15,6 +15,12 @@ import pytest
 
 from conformance.drivers.interface import ClientDriver
 from conformance.plugin.session import Target
+from conformance.suite.machine_client_consuming import (
+    CANCEL_RULES,
+    PREFETCH_RULES,
+    ClientCancelMachine,
+    ClientPrefetchMachine,
+)
 from conformance.suite.machine_client_requeue import REQUEUE_RULES, ClientRequeueMachine
 from conformance.suite.machine_clients import run_client_machine
 from conformance.suite.machine_consuming import machine_target
@@ -29,3 +35,19 @@ def test_requeue_through_the_client_matches_the_model(client: Client, target: Ta
     """Requeue order and the redelivered flag (machine_client_requeue), classic and quorum."""
     profile = machine_target(target).profile  # not-applicable where the model does not speak for the broker
     run_client_machine(ClientRequeueMachine, client, profile, examples=40, steps=10)
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules(*PREFETCH_RULES)
+def test_prefetch_through_the_client_matches_the_model(client: Client, target: Target) -> None:
+    """Consumer prefetch, deliveries to the library's consumer callback (machine_client_consuming)."""
+    profile = machine_target(target).profile
+    run_client_machine(ClientPrefetchMachine, client, profile, examples=40, steps=10)
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules(*CANCEL_RULES)
+def test_cancel_notification_through_the_client_matches_the_model(client: Client, target: Target) -> None:
+    """Queue deletion reaches the library's broker-cancel callback (machine_client_consuming)."""
+    profile = machine_target(target).profile
+    run_client_machine(ClientCancelMachine, client, profile, examples=40, steps=10)

@@ -19,6 +19,7 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, Recorder
 from conformance.drivers.relay import RecordingRelay
 from conformance.plugin.through_clients import relayed
+from conformance.suite.machine_client_consuming import ClientCancelMachine, ClientPrefetchMachine
 from conformance.suite.machine_client_requeue import ClientRequeueMachine
 from conformance.suite.machine_clients import ClientMachine, run_client_machine
 from conformance.suite.machine_support import ENV_SHRINK
@@ -27,7 +28,8 @@ from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture
 
 LIBRARIES = ("pika", "amqp", "aio-pika")
 PROFILE = "rabbitmq-3.10"
-MACHINES: dict[str, type[ClientMachine]] = {"requeue": ClientRequeueMachine}
+MACHINES: dict[str, type[ClientMachine]] = {"requeue": ClientRequeueMachine, "prefetch": ClientPrefetchMachine,
+                                             "cancel": ClientCancelMachine}
 
 # (machine, library, fault, the rule its failure must name); every library meets each machine's faults
 FAULT_CASES = [
@@ -35,6 +37,11 @@ FAULT_CASES = [
     *[("requeue", library, "quorum_returns_not_first", "RQ-02") for library in LIBRARIES],
     *[("requeue", library, "redelivered_not_set", "RQ-04") for library in LIBRARIES],
     ("requeue", "amqp", "no_requeue_on_channel_close", "RQ-03"),
+    *[("prefetch", library, "prefetch_off_by_one", "QOS-02") for library in LIBRARIES],
+    *[("prefetch", library, "no_ack_obeys_prefetch", "QOS-08") for library in LIBRARIES],
+    ("prefetch", "pika", "tags_restart_per_consumer", "ACK-01"),
+    *[("cancel", library, "no_cancel_on_queue_delete", "CCN-02") for library in LIBRARIES],
+    ("cancel", "aio-pika", "cancel_requeues", "ACK-10"),
 ]
 
 
