@@ -13,10 +13,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "relay.py"
 
 
 @pytest.mark.rabbitmq
+@pytest.mark.usefixtures("rabbitmq")  # tests/record/conftest.py: skipped (or strict failure) without RabbitMQ 3.10.8
 def test_relay_bench_prints_the_ratio() -> None:
-    from tests.record.test_recorded_clients import rabbitmq
-
-    rabbitmq.__wrapped__()  # type: ignore[attr-defined]  # skipped (or strict failure) without RabbitMQ 3.10.8
     done = subprocess.run([sys.executable, str(SCRIPT), "--messages", "300", "--repeat", "1"], capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
