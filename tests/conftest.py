@@ -25,7 +25,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 # pytest-xdist (`make test` runs `-n 3 --dist loadgroup`): tests sharing one costly resource run in
-# one worker, one after another: the Spark session (and the report site built on it). The tests on
+# one worker, one after another: the Spark session (and the report site built on it); the cluster
+# tests (tests/reports/test_cluster.py) in a group of their own. The tests on
 # the shared RabbitMQ 3.10.8 need no group: each uses its own queues, and the one test that changes
 # a global setting (test_admin.py) changes it by a millisecond and restores it.
 XDIST_GROUPS = {"spark": "spark", "browser": "spark"}
@@ -35,7 +36,7 @@ XDIST_GROUPS = {"spark": "spark", "browser": "spark"}
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         group = next((g for marker, g in XDIST_GROUPS.items() if item.get_closest_marker(marker)), None)
-        if group is not None:
+        if group is not None and not item.get_closest_marker("xdist_group"):  # a module may name its own
             item.add_marker(pytest.mark.xdist_group(group))
     if config.option.markexpr:  # an explicit -m selects for itself
         return

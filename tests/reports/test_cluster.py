@@ -30,7 +30,9 @@ from tests.reports.cluster import Standalone, connect_server, daemon_env, standa
 from tests.reports.conftest import Lake, Site
 
 REPORT_TIMEOUT = 600  # seconds: a cold driver and executors on a loaded 2-core machine
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(3 * REPORT_TIMEOUT)]
+# its own pytest-xdist group: the cluster's daemons start while the other Spark tests run (this
+# worker builds its own local site to compare with)
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-cluster"), pytest.mark.timeout(3 * REPORT_TIMEOUT)]
 
 
 @dataclass
