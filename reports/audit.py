@@ -3,7 +3,7 @@
 Responsibility: hand recorded frame records of `conformance.plugin.results` (one channel = one
 (run, test, connection, channel) in `seq` order) to the model's observer
 (`conformance.model.observer.observe_channel`) and return its findings. No rule is stated
-here: every judgment (ACK-01/03..09, QOS-02, RQ-04, PC-02/04/05/13, CCN-01/02/04, TMO-02) is
+here: every judgment (ACK-01/03..09, QOS-02/03, RQ-01/02/04, PC-02/04/05/13, CCN-01/02/04, TMO-02) is
 the model's, with the kinds and rule ids of `conformance.model.trace.KINDS`.
 What the model cannot judge is reported as findings of severity `unjudged` (a connection
 recorded mid-stream, undecodable frames such as unknown methods), never dropped.
@@ -24,6 +24,7 @@ from conformance.model.trace import (
     DEFAULT_CONTEXT,
     GAP,
     KINDS,
+    PRIORITY_IN,
     RAW_OUT,
     UNJUDGED,
     Columns,
@@ -32,7 +33,7 @@ from conformance.model.trace import (
     frame_code,
 )
 
-__all__ = ["BODY_IN", "DEFAULT_CONTEXT", "GAP", "KINDS", "RAW_OUT", "UNJUDGED", "ChannelFrame", "Columns", "Context", "Finding",
+__all__ = ["BODY_IN", "DEFAULT_CONTEXT", "GAP", "KINDS", "PRIORITY_IN", "RAW_OUT", "UNJUDGED", "ChannelFrame", "Columns", "Context", "Finding",
            "audit_channel", "audit_channel_columns", "frame_code"]
 
 
@@ -63,12 +64,13 @@ class ChannelFrame(NamedTuple):
     ts: int = 0  # microseconds
     reply_text: str | None = None
     nowait: bool | None = None
+    priority: int | None = None
 
 
 def audit_channel(frames: Sequence[ChannelFrame], context: Context = DEFAULT_CONTEXT) -> list[Finding]:
     """Audit one channel's frames (any order: they are sorted by seq)."""
     rows = [(code, f) for f in sorted(frames, key=lambda f: f.seq)
-            if (code := frame_code(f.direction, f.frame_type, f.method)) is not None]
+            if (code := frame_code(f.direction, f.frame_type, f.method, f.priority)) is not None]
     fs = [f for _, f in rows]
 
     def column(name: str) -> list[Any]:

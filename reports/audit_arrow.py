@@ -35,6 +35,7 @@ from reports.audit import (
     BODY_IN,
     DEFAULT_CONTEXT,
     GAP,
+    PRIORITY_IN,
     RAW_OUT,
     Columns,
     Context,
@@ -48,9 +49,11 @@ KEY_COLUMNS = ("run_id", "test_id", "connection", "channel")
 AUDIT_COLUMNS = (*KEY_COLUMNS, "seq", "direction", "frame_type", "method", "delivery_tag", "multiple",
                  "requeue", "redelivered", "consumer_tag", "reply_code")
 OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest", "queue", "ts", "reply_text", "nowait",
+                    "priority",
                     *(c for c in CONTEXT_COLUMNS if c not in ("ts", "queue", "nowait")))
 _COLUMN_KINDS = {"prefetch_count": "int", "no_ack": "bool", "global_qos": "bool", "body_digest": "str",
-                 "queue": "sparse", "ts": "ts", "reply_text": "sparse", "nowait": "bool"}
+                 "queue": "sparse", "ts": "ts", "reply_text": "sparse", "nowait": "bool",
+                 "priority": "sparse"}
 
 
 _CHECKED = frozenset((*AUDIT_COLUMNS, *_COLUMN_KINDS))
@@ -77,6 +80,9 @@ def frame_codes(table: pa.Table) -> np.ndarray:
     if "body_digest" in table.column_names:  # message identity comes from the first body frame
         body = pc.equal(table["frame_type"], "body").fill_null(False).to_numpy(zero_copy_only=False)
         codes[body & incoming] = BODY_IN
+    if "priority" in table.column_names:  # only headers with a priority matter (RQ-01 order)
+        header = pc.and_(pc.equal(table["frame_type"], "header"), pc.greater(table["priority"], 0))
+        codes[header.fill_null(False).to_numpy(zero_copy_only=False) & incoming] = PRIORITY_IN
     return codes
 
 
@@ -175,7 +181,7 @@ def _findings_table(cols: Columns, starts: list[int], keys: tuple[np.ndarray, ..
 
 # --- one channel (a Spark group) ----------------------------------------------------------
 
-_CODES: dict[tuple[str | None, str | None, str | None], int | None] = {}
+_CODES: dict[tuple[str | None, str | None, str | None, bool], int | None] = {}
 _EMPTY = VIOLATIONS.empty_table()
 
 
@@ -192,7 +198,9 @@ def audit_group(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | No
     if "ts" in data:
         data["ts"] = frames.column("ts").cast(pa.int64()).fill_null(0).to_pylist()
     order = sorted(range(frames.num_rows), key=data["seq"].__getitem__)
-    codes = [_cached_code(data["direction"][i], data["frame_type"][i], data["method"][i]) for i in order]
+    priority = data.get("priority")
+    codes = [_cached_code(data["direction"][i], data["frame_type"][i], data["method"][i],
+                          priority[i] if priority is not None else None) for i in order]
     kept = [i for i, code in zip(order, codes, strict=True) if code is not None]
     if not kept:
         return _EMPTY
@@ -215,10 +223,10 @@ def audit_group(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | No
     return pa.Table.from_pylist([dict(zip(VIOLATIONS.names, row, strict=True)) for row in rows], schema=VIOLATIONS)
 
 
-def _cached_code(direction: str | None, frame_type: str | None, method: str | None) -> int | None:
-    key = (direction, frame_type, method)
+def _cached_code(direction: str | None, frame_type: str | None, method: str | None, priority: int | None) -> int | None:
+    key = (direction, frame_type, method, bool(priority))
     if key not in _CODES:
-        _CODES[key] = frame_code(direction, frame_type, method)
+        _CODES[key] = frame_code(direction, frame_type, method, 1 if priority else None)
     return _CODES[key]
 
 

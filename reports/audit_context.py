@@ -3,13 +3,16 @@
 Responsibility: from the few frame records that describe a recording (connection.start and
 start-ok, queue.delete and its answer, basic.consume, recorder gaps) build each connection's
 `conformance.model.trace.Context`:
-- the broker's profile (`conformance.catalogue.profiles.detect` over the product and version of its
-  connection.start) plus the capabilities it advertises (`recorded_traits`, DESIGN.md 11);
+- the broker's profile (`conformance.catalogue.profiles.detect` over the product, version and
+  `emulates` claim of its connection.start) plus the capabilities it advertises
+  (`recorded_traits`, DESIGN.md 11);
 - whether the client advertised consumer_cancel_notify (CCN-01), and the broker too; unknown
   (and what depends on it counted as not judged) when the start-ok's capabilities were not
   recorded, as in lakes written before the `capabilities` column;
 - every queue.delete of the recording that the broker did not refuse, on any connection, with
   whether it was answered (CCN-02), and how many consumers each queue had;
+- how many channels read (consume from or get from) each queue in the recording (RQ-01/02:
+  the order of a queue with one reader is the queue's alone), and each queue's declared type;
 - `judged` False for a connection recorded mid-stream: the recorder wrote a `gap` row on
   channel -1 (the connection itself) for bytes it could not frame.
 
@@ -30,10 +33,11 @@ from conformance.catalogue.profiles import detect
 from conformance.model.trace import Context, Deletion, recorded_traits
 
 ConnectionKey = tuple[str, str, int]  # (run_id, test_id, connection)
-CONTEXT_COLUMNS = ("ts", "queue", "product", "version", "capabilities", "nowait")
-_ALWAYS = ("connection.start", "connection.start-ok", "queue.delete")
+CONTEXT_COLUMNS = ("ts", "queue", "product", "version", "emulates", "capabilities", "nowait", "queue_type")
+_ALWAYS = ("connection.start", "connection.start-ok", "queue.delete", "queue.declare")
 _WITH_DELETIONS = ("queue.delete-ok", "channel.close", "basic.consume")  # only read when a queue.delete is there
-CONTEXT_METHODS = (*_ALWAYS, *_WITH_DELETIONS)
+_READERS = ("basic.consume", "basic.get")  # who reads each queue (RQ-01/02 order), counted vectorised
+CONTEXT_METHODS = (*_ALWAYS, *_WITH_DELETIONS, "basic.get")
 
 
 def context_rows(frames: pa.Table) -> pa.Table:
@@ -56,7 +60,7 @@ def recording_contexts(frames: pa.Table) -> dict[ConnectionKey, Context]:
     rows = context_rows(frames)
     if rows.num_rows == 0:
         return {}
-    ends = _recording_ends(frames)
+    ends, readers = _recording_ends(frames), _readers(frames)
     if "ts" in rows.column_names:
         rows = rows.set_column(rows.column_names.index("ts"), "ts", rows["ts"].cast(pa.int64()))
     ordered = rows.to_pylist()
@@ -68,8 +72,42 @@ def recording_contexts(frames: pa.Table) -> dict[ConnectionKey, Context]:
         deletions, consumers = _deletions(recording), Counter(
             r.get("queue") for r in recording if r["method"] == "basic.consume" and r["direction"] == "out")
         for connection, context in _connections(recording, deletions, dict(consumers)).items():
-            contexts[run, test, connection] = replace(context, recording_end=ends.get((run, test), 0))
+            contexts[run, test, connection] = replace(context, recording_end=ends.get((run, test), 0),
+                                                      readers=readers.get((run, test), {}),
+                                                      queue_types=_queue_types(recording, context))
     return contexts
+
+
+def _queue_types(rows: list[dict[str, Any]], context: Context) -> dict[str, str]:
+    """Each queue's type as declared in the recording (x-queue-type; without it a classic queue
+    on RabbitMQ 3.10, which has no default queue type setting). Declarations that disagree, or
+    a type the recording cannot tell, leave the queue out."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        if row["method"] == "queue.declare" and row["direction"] == "out" and row.get("queue"):
+            kind = row.get("queue_type")
+            if kind is None:
+                continue  # passive, or a lake without the column
+            if not kind and context.traits is not None and context.traits.profile == "rabbitmq-3.10":
+                kind = "classic"
+            found[row["queue"]].add(kind or "?")
+    return {queue: kinds.pop() for queue, kinds in found.items() if len(kinds) == 1 and "?" not in kinds}
+
+
+def _readers(frames: pa.Table) -> dict[tuple[str, str], dict[str, int]]:
+    """Per recording: how many channels consume from or get from each queue."""
+    if "queue" not in frames.column_names:
+        return {}
+    wanted = pc.and_(pc.equal(frames["direction"], "out"), pc.is_in(frames["method"], pa.array(_READERS)))
+    rows = frames.filter(pc.fill_null(wanted, False))
+    channel = pc.add(pc.multiply(rows["connection"].cast(pa.int64()), 1 << 20), rows["channel"].cast(pa.int64()))
+    table = pa.table({"run_id": rows["run_id"], "test_id": rows["test_id"], "queue": rows["queue"], "ch": channel})
+    counts = table.group_by(["run_id", "test_id", "queue"]).aggregate([("ch", "count_distinct")])
+    found: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for r in counts.to_pylist():
+        if r["queue"]:
+            found[r["run_id"], r["test_id"]][r["queue"]] = r["ch_count_distinct"]
+    return dict(found)
 
 
 def _recording_ends(frames: pa.Table) -> dict[tuple[str, str], int]:
@@ -118,7 +156,8 @@ def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]
         server_caps = list(start.get("capabilities") or []) if start else []
         traits = None
         if start is not None:
-            profile = detect({"product": start.get("product") or "", "version": start.get("version") or ""})
+            profile = detect({"product": start.get("product") or "", "version": start.get("version") or "",
+                              "emulates": start.get("emulates") or ""})
             traits = recorded_traits(profile, server_caps)
         notify, unknown = None, "no connection.start-ok recorded"
         if (capabilities := client.get(connection)) is not None:

@@ -34,7 +34,7 @@ Observers never raise on odd input: an unexpected frame is skipped, not fatal.
 
 from __future__ import annotations
 
-from conformance.model import replay, replay_delivery
+from conformance.model import replay, replay_delivery, replay_requeue
 from conformance.model.channel import ChannelState
 from conformance.model.replay import ChannelTrace, Handler
 from conformance.model.trace import (
@@ -61,6 +61,7 @@ from conformance.model.trace import (
     NACK_IN,
     NACK_OUT,
     OPEN_OUT,
+    PRIORITY_IN,
     PUBLISH_OUT,
     QOS_OK_IN,
     QOS_OUT,
@@ -94,7 +95,8 @@ for _code, _handler in (
         (CONFIRM_SELECT_OUT, replay.confirm_select), (CLOSE_OUT, replay.client_close),
         (CLOSE_IN, replay.broker_close), (CLOSE_OK_IN, replay.close_ok), (REPLY_IN, replay.reply),
         (REQUEST_OUT, replay.request), (CANCEL_OUT, replay.client_cancel), (CANCEL_OK_IN, replay.cancel_ok),
-        (CANCEL_IN, replay.broker_cancel), (DELETE_OUT, replay.delete), (DELETE_OK_IN, replay.delete_ok)):
+        (CANCEL_IN, replay.broker_cancel), (DELETE_OUT, replay.delete), (DELETE_OK_IN, replay.delete_ok),
+        (PRIORITY_IN, replay_requeue.on_priority)):
     HANDLERS[_code] = _handler
 
 # After opaque raw bytes from the client: only what the broker alone decides is judged.

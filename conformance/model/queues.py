@@ -103,6 +103,19 @@ class ClassicReady:
         self.first_landed = True
         self.messages.remove(message)
 
+    def fresh_may_come(self) -> bool:
+        """Whether a message never delivered (behind every requeued one) may come next."""
+        return not self.messages and self.first_landed
+
+    def discard(self, message: Message) -> None:
+        """The message leaves out of turn (dropped: TTL, a length limit; or taken against the rules)."""
+        if message in self.messages:
+            self.messages.remove(message)
+        for group in self.landing:
+            if message in group:
+                group.remove(message)
+        self.landing = [g for g in self.landing if g]
+
     def drop_head(self) -> None:
         self.land()
         del self.messages[0]
@@ -179,6 +192,20 @@ class QuorumReady:
             return
         self.first_landed = True
         self.main.remove(message)
+
+    def fresh_may_come(self) -> bool:
+        """Whether a message never delivered (in the main FIFO, behind the returns) may come next."""
+        return not self.returns and self.first_landed
+
+    def discard(self, message: Message) -> None:
+        """The message leaves out of turn (dropped, or taken against the rules)."""
+        for batch in [*self.returns, *self.landing]:
+            if message in batch:
+                batch.remove(message)
+        self.returns = deque(b for b in self.returns if b)
+        self.landing = [g for g in self.landing if g]
+        if message in self.main:
+            self.main.remove(message)
 
     def drop_head(self) -> None:
         self.land()

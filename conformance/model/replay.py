@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from codec.constants import ReplyCode
 from conformance.model import timeouts
 from conformance.model.channel import ChannelState, confirm_tags
+from conformance.model.order import RequeueOrder
 from conformance.model.trace import (
     ACK_IN,
     DELIVER_IN,
@@ -46,6 +47,7 @@ class ChannelTrace:
     awaiting_body: int = 0  # tag of the last delivery whose identity is still unknown
     awaiting_redelivered: bool = False  # that delivery's redelivered flag
     requeued: Counter[str] = field(default_factory=Counter)  # identities requeued on this channel
+    order: RequeueOrder = field(default_factory=RequeueOrder)  # RQ-01/02 (replay_requeue)
     consume_requests: deque[ConsumeRequest] = field(default_factory=deque)
     qos_requests: deque[tuple[int, bool]] = field(default_factory=deque)  # (prefetch_count, global) until qos-ok
     global_bound: int = 0  # QOS-03/09: the highest channel limit in force since it was switched on (0: off)
@@ -57,6 +59,7 @@ class ChannelTrace:
     broker_cancelled: set[str] = field(default_factory=set)
     deleting: tuple[int, str, int] | None = None  # (seq, queue, ts) of an unanswered queue.delete
     get_no_ack: bool = False
+    get_queue: str | None = None  # the queue of the last basic.get
     unconfirmed: dict[int, None] = field(default_factory=dict)  # ascending seqnos (PC-05)
     tx: bool = False
     tx_settled: list[tuple[int, str | None, bool]] = field(default_factory=list)  # (tag, ctag, requeue)

@@ -8,7 +8,7 @@ RQ-04, CCN-04). Each decision is the model's own function: the channel's tag cou
 
 from __future__ import annotations
 
-from conformance.model import prefetch
+from conformance.model import prefetch, replay_requeue
 from conformance.model.channel import Consumer, settle_tags
 from conformance.model.queues import redelivered_flag
 from conformance.model.replay import ChannelTrace, ConsumeRequest, nowait, reply, request
@@ -32,6 +32,10 @@ def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
         s.identity.pop(tag, None)
     s.awaiting_redelivered = c.redelivered[i] is True
     consumer = channel.consumers.get(ctag) if ctag is not None else None
+    if consumer is None:
+        replay_requeue.on_deliver(s, c, i, tag, ctag, None, 0, False)
+    else:
+        replay_requeue.on_deliver(s, c, i, tag, ctag, consumer.queue, consumer.prefetch, consumer.no_ack)
     if consumer is None:
         s.outstanding[tag] = ctag
     elif not consumer.no_ack:
@@ -77,6 +81,7 @@ def get_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     if tag != expected:  # ACK-01: basic.get-ok shares the channel's counter
         _tag_slip(s, c, i, "basic.get-ok tag", tag, expected)
     _expect_identity(s, c, i, tag)
+    replay_requeue.on_get_ok(s, c, i, tag, s.get_queue)
     if not s.get_no_ack:
         s.outstanding[tag] = None
     reply(s, c, i)
@@ -96,6 +101,7 @@ def body(s: ChannelTrace, c: Columns, i: int) -> None:
         return
     if tag in s.outstanding:
         s.identity[tag] = digest
+    replay_requeue.on_identity(s, c, i, digest)  # RQ-01/02
     if s.requeued[digest] > 0:
         s.requeued[digest] -= 1
         # delivered and returned once at least (here): the flag every queue type must set
@@ -106,6 +112,8 @@ def body(s: ChannelTrace, c: Columns, i: int) -> None:
 
 def get(s: ChannelTrace, c: Columns, i: int) -> None:
     s.get_no_ack = bool(c.no_ack[i]) if c.no_ack is not None else False
+    s.get_queue = c.queue[i] if c.queue is not None else None
+    replay_requeue.on_get(s)
     request(s, c, i)
 
 
@@ -194,6 +202,7 @@ def client_ack(s: ChannelTrace, c: Columns, i: int) -> None:
     if s.tx:
         s.tx_settled.extend((t, outstanding.pop(t), requeue) for t in tags)
         return
+    replay_requeue.on_settled(s, c, i, [(t, outstanding[t]) for t in tags], requeue, code == ACK_OUT)  # RQ-01/02
     channel, traits = s.channel, s.traits
     for t in tags:
         ctag = outstanding.pop(t)
@@ -223,6 +232,7 @@ def _requeue_identity(s: ChannelTrace, tag: int, requeue: bool) -> None:
 
 def recover(s: ChannelTrace, c: Columns, i: int) -> None:
     if s.pending_error is None and not s.client_closed:
+        replay_requeue.on_settled(s, c, i, list(s.outstanding.items()), True)  # RQ-01/02
         for tag, ctag in s.outstanding.items():  # ACK-09: requeue everything unacked
             _settle(s, tag, ctag, True)
         s.outstanding.clear()
@@ -235,6 +245,9 @@ def tx_select(s: ChannelTrace, c: Columns, i: int) -> None:
 
 
 def tx_commit(s: ChannelTrace, c: Columns, i: int) -> None:
+    for requeued in (False, True):  # RQ-01/02: the commit's requeues as one operation (the rest: acks)
+        replay_requeue.on_settled(s, c, i, [(t, ctag) for t, ctag, r in s.tx_settled if r is requeued], requeued,
+                                  not requeued)
     for tag, ctag, requeue in s.tx_settled:  # ACK-08: settlements take effect at commit
         _settle(s, tag, ctag, requeue)
     s.tx_settled.clear()

@@ -25,8 +25,8 @@ from conformance.model.traits import GlobalQos, Traits, traits
 (DELIVER_IN, GET_OK_IN, GET_OUT, ACK_OUT, NACK_OUT, REJECT_OUT, ACK_IN, NACK_IN, PUBLISH_OUT,
  CONFIRM_SELECT_OUT, QOS_OUT, CONSUME_OUT, CONSUME_OK_IN, RECOVER_OUT, OPEN_OUT, CLOSE_OUT, CLOSE_IN,
  CLOSE_OK_IN, TX_SELECT_OUT, TX_COMMIT_OUT, TX_ROLLBACK_OUT, REPLY_IN, REQUEST_OUT, BODY_IN, RAW_OUT,
- CANCEL_OUT, CANCEL_OK_IN, CANCEL_IN, DELETE_OUT, DELETE_OK_IN, GAP, QOS_OK_IN) = range(32)
-N_CODES = 32
+ CANCEL_OUT, CANCEL_OK_IN, CANCEL_IN, DELETE_OUT, DELETE_OK_IN, GAP, QOS_OK_IN, PRIORITY_IN) = range(33)
+N_CODES = 33  # PRIORITY_IN: a content header carrying priority > 0 (other headers are dropped)
 
 _OUT = {"basic.get": GET_OUT, "basic.ack": ACK_OUT, "basic.nack": NACK_OUT, "basic.reject": REJECT_OUT,
         "basic.publish": PUBLISH_OUT, "confirm.select": CONFIRM_SELECT_OUT, "basic.qos": QOS_OUT,
@@ -53,6 +53,8 @@ KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
     "prefetch-exceeded": ("QOS-02", "error"),
     "global-prefetch-exceeded": ("QOS-03", "error"),
     "redelivered-missing": ("RQ-04", "error"),
+    "requeue-order": ("RQ-01", "error"),  # on a queue of unknown type: RQ-02 does not allow it either
+    "returns-order": ("RQ-02", "error"),
     "cancel-missing": ("CCN-02", "error"),
     "delete-unanswered": ("CCN-02", "error"),
     "cancel-unrequested": ("CCN-01", "error"),
@@ -63,12 +65,16 @@ KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
     "unjudged-mid-stream": ("-", UNJUDGED),
     "unjudged-capabilities": ("CCN-01", UNJUDGED),
     "unjudged-global-qos": ("QOS-03", UNJUDGED),
+    "unjudged-requeue-order": ("RQ-01", UNJUDGED),
 }
 
 
-def frame_code(direction: str | None, frame_type: str | None, method: str | None) -> int | None:
+def frame_code(direction: str | None, frame_type: str | None, method: str | None,
+               priority: int | None = None) -> int | None:
     """The observer's code of one frame record, or None when the observer ignores it."""
     if method is None:
+        if frame_type == "header":
+            return PRIORITY_IN if direction == "in" and priority else None
         if frame_type == "gap":
             return GAP
         if frame_type == "raw" and direction == "out":
@@ -115,6 +121,7 @@ class Columns(NamedTuple):
     ts: Sequence[int] | None = None  # microseconds since the epoch
     reply_text: Sequence[str | None] | None = None
     nowait: Sequence[bool | None] | None = None  # the request expects no reply
+    priority: Sequence[int | None] | None = None  # content: the message's priority property
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +148,8 @@ class Context:
     notify_unknown: str = "no connection.start-ok recorded"  # why cancel_notify is None
     deletions: Mapping[str, Sequence[Deletion]] = field(default_factory=dict)
     consumers: Mapping[str, int] = field(default_factory=dict)  # queue -> consumers in the recording
+    readers: Mapping[str, int] = field(default_factory=dict)  # queue -> channels consuming or getting from it
+    queue_types: Mapping[str, str] = field(default_factory=dict)  # queue -> "classic" | "quorum" | ... when declared
     judged: bool = True
     recording_end: int = 0  # microseconds: the recording's last frame (a channel never closed lasts until then)
     grace_us: int = 1_000_000  # how long a broker may take to send what a deletion owes

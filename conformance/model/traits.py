@@ -10,6 +10,7 @@ Rules (RULES.md §9 and the catalogue's per-profile expectations):
 - RQ-04: quorum `redelivered` is "returned at least once" up to 3.13 and "acquired before"
   from 4.0; both coincide for messages that are back in a queue.
 - PC-*, CCN-*, basic.nack: RabbitMQ extensions, absent from amqp-0-9-1.
+- RQ-01: amqp-0-9-1 does not specify where a requeued message goes (only redelivered=true).
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ class Traits:
     quorum_queues: bool  # RQ-02
     quorum_redelivered_on_return: bool  # RQ-04: ≤3.13 flag = returned at least once
     rabbitmq_extensions: bool  # basic.nack, confirms, cancel notification
+    requeue_position: bool = True  # RQ-01/02: where a requeued message goes (0-9-1 does not say)
 
 
 def traits(profile: str) -> Traits:
     """The behaviour flags of `profile` (a profile name of the catalogue: amqp-0-9-1 or rabbitmq-X.Y)."""
     if profile == "amqp-0-9-1":
-        return Traits(profile, GlobalQos.CONNECTION, False, False, False, False)
+        return Traits(profile, GlobalQos.CONNECTION, False, False, False, False, requeue_position=False)
     match = _RABBITMQ.fullmatch(profile)
     if match is None:
         raise ValueError(f"unknown profile {profile!r} (amqp-0-9-1 or rabbitmq-MAJOR.MINOR)")

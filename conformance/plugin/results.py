@@ -118,11 +118,14 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("prefetch_count", "int"),  # basic.qos
         Column("global_qos", "boolean"),  # basic.qos global
         Column("no_ack", "boolean"),  # basic.consume, basic.get
+        Column("queue_type", "string"),  # queue.declare (not passive): x-queue-type, "" when absent
+        Column("priority", "int"),  # content header: the message's priority property (RQ-01 order)
         Column("nowait", "boolean"),  # declare, bind, delete, purge, consume, cancel, confirm.select: no -ok comes
         Column("body_digest", "string"),  # body frame / outgoing body: message identity (RQ-04)
         Column("capabilities", "array<string>"),  # connection.start(-ok): capabilities set to true
         Column("product", "string"),  # connection.start(-ok): the peer's product
         Column("version", "string"),  # connection.start(-ok): the peer's version
+        Column("emulates", "string"),  # connection.start: the RabbitMQ version a broker claims to follow
     ),
 }
 
@@ -233,11 +236,15 @@ def frame_fields(frame: Any) -> dict[str, Any]:
         if frame.method.HAS_CONTENT:
             row["body_size"] = len(frame.body)
             row["body_digest"] = body_digest(frame.body)
+            row["priority"] = frame.properties.priority if frame.properties is not None else None
         return row
     if isinstance(frame, MethodFrame):
         return _method_fields(frame.method)
     if isinstance(frame, HeaderFrame):
-        return {"frame_type": "header", "class_id": frame.class_id, "body_size": frame.body_size}
+        row = {"frame_type": "header", "class_id": frame.class_id, "body_size": frame.body_size}
+        if frame.properties is not None and frame.properties.priority is not None:
+            row["priority"] = frame.properties.priority
+        return row
     if isinstance(frame, BodyFrame):
         return {"frame_type": "body", "body_size": len(frame.payload), "body_digest": body_digest(frame.payload)}
     if isinstance(frame, HeartbeatFrame):
@@ -257,6 +264,9 @@ def _method_fields(method: Any) -> dict[str, Any]:
             row[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     if method.NAME == "basic.qos":
         row["global_qos"] = method.global_
+    elif method.NAME == "queue.declare" and not method.passive:
+        kind = (method.arguments or {}).get("x-queue-type")
+        row["queue_type"] = kind.decode("utf-8", "replace") if isinstance(kind, bytes) else str(kind or "")
     for name in _PEER_PROPERTIES:
         if isinstance(properties := getattr(method, name, None), dict):
             row.update(_peer_fields(properties))
@@ -271,7 +281,7 @@ def _peer_fields(properties: dict[str, Any]) -> dict[str, Any]:
     capabilities = properties.get("capabilities")
     names = sorted(k for k, v in capabilities.items() if v is True) if isinstance(capabilities, dict) else []
     return {"product": text(properties.get("product")), "version": text(properties.get("version")),
-            "capabilities": names}
+            "emulates": text(properties.get("emulates")), "capabilities": names}
 
 
 def frame_rows(run_id: str, test_id: str, frames: Iterable[FrameRecord], wall_offset: float) -> Iterator[dict[str, Any]]:

@@ -14,6 +14,7 @@ from codec import (
     BasicConsume,
     BasicDeliver,
     BasicNack,
+    BasicProperties,
     BasicPublish,
     BasicQos,
     BodyFrame,
@@ -95,6 +96,7 @@ def test_frame_fields_per_frame_kind() -> None:
     publish = frame_fields(Command(1, BasicPublish(exchange="", routing_key="q"), None, b"12345"))
     assert (publish["method"], publish["body_size"]) == ("basic.publish", 5)
     assert frame_fields(HeaderFrame(1, 60, 0, 99, None)) == {"frame_type": "header", "class_id": 60, "body_size": 99}
+    assert frame_fields(HeaderFrame(1, 60, 0, 9, BasicProperties(priority=3)))["priority"] == 3  # RQ-01 order
     assert frame_fields(BodyFrame(1, b"abc")) == {"frame_type": "body", "body_size": 3,
                                                   "body_digest": body_digest(b"abc")}
     assert publish["body_digest"] == body_digest(b"12345") != body_digest(b"12346")

@@ -9,6 +9,10 @@ Each takes the broker URL (the recording relay's) and a unique queue name and en
   after the delete, longer than the audit's grace for an answer.
 - `global_prefetch`: a pika worker with `basic_qos(prefetch_count=2, global_qos=True)` and two
   consumers on two queues, acking one delivery at a time after a pause (QOS-03).
+- `requeue_order`: a pika worker with prefetch 3 that holds three deliveries, rejects the
+  second then the first with requeue=true, and from then on acks a full window (or what came
+  before a pause) at once (RQ-01/RQ-02);
+  `quorum_requeue_order` and `classic_requeue_order` the same on a queue declared with its type.
 - `unknown_method`: a raw client that publishes and gets a message, then sends a method no
   codec knows (basic 60/99); the broker ends the connection (RabbitMQ 3.10.8: its socket only).
 """
@@ -157,3 +161,48 @@ def unknown_method(url: str, queue: str, deadline: float = 5.0) -> int | None:
         except ConnectionLost:
             return None  # the broker dropped the connection without a close
         return close.reply_code if isinstance(close, ConnectionClose) else None
+
+
+def requeue_order(url: str, queue: str, deadline: float = 8.0, arguments: dict[str, object] | None = None) -> list[bytes]:
+    """Hold three deliveries, reject the second and then the first (requeue=true), ack the rest.
+    Returns the bodies in the order they came."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=arguments is not None, arguments=arguments)
+    for n in range(MESSAGES + 2):
+        channel.basic_publish("", queue, f"order {n}".encode())
+    channel.basic_qos(prefetch_count=3)
+    came: list[bytes] = []
+    held: list[int] = []
+
+    def work(ch: pika.adapters.blocking_connection.BlockingChannel, method: pika.spec.Basic.Deliver,
+             properties: pika.BasicProperties, body: bytes) -> None:
+        came.append(body)
+        held.append(method.delivery_tag)
+        if len(came) == 3:  # the window is full: nothing more can come until a settlement
+            ch.basic_reject(held[1], requeue=True)
+            ch.basic_reject(held[0], requeue=True)
+            ch.basic_ack(held.pop())
+            held.clear()
+
+    tag = channel.basic_consume(queue, work)
+    end = time.monotonic() + deadline
+    while len(came) < MESSAGES + 4 and time.monotonic() < end:
+        before = len(came)
+        connection.process_data_events(time_limit=0.2)
+        if held and (len(held) == 3 or len(came) == before):  # a full window, or nothing more: ack them all
+            channel.basic_ack(held[-1], multiple=True)
+            held.clear()
+    channel.basic_cancel(tag)
+    channel.queue_delete(queue)
+    connection.close()
+    return came
+
+
+def quorum_requeue_order(url: str, queue: str, deadline: float = 8.0) -> list[bytes]:
+    return requeue_order(url, queue, deadline, {"x-queue-type": "quorum"})
+
+
+def classic_requeue_order(url: str, queue: str, deadline: float = 8.0) -> list[bytes]:
+    """`requeue_order` on a queue declared classic explicitly (the broker's default may not be)."""
+    return requeue_order(url, queue, deadline, {"x-queue-type": "classic"})

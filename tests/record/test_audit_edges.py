@@ -22,6 +22,7 @@ import pytest
 from codec._generated import BasicDeliver, BasicQos, ChannelOpen
 from conformance.record.lake import RecordingLake
 from conformance.record.pcap import import_capture
+from reference_broker.server import EmbeddedBroker
 from reports.audit_arrow import audit_lake
 from reports.model import ReportData, Violation
 from reports.render import render_site
@@ -155,3 +156,29 @@ def test_unjudged_traffic_is_counted_on_the_audit_page(tmp_path: Path, rabbitmq:
     assert "<td>unjudged-gap</td>" in counts and "<td>unjudged-mid-stream</td>" in counts
     assert f"<td>{kinds['unjudged-mid-stream']}</td>" in counts
     assert "unknown method 60/99" in page and "No findings." in page
+
+
+# --- 1. requeue order (RQ-01/RQ-02), judged by the model's own ready lists -------------------
+
+
+@pytest.mark.rabbitmq
+def test_requeue_order_is_judged_from_the_frames(tmp_path: Path, rabbitmq: None) -> None:
+    honest = tmp_path / "honest"
+    for program in (edge_programs.requeue_order, edge_programs.quorum_requeue_order, programs.pika_work_queue,
+                    programs.kombu_work_queue):
+        record(honest, program)
+    assert findings(honest) == Counter()  # judged (a queue not judged would be counted here)
+    record(tmp_path / "tail", edge_programs.requeue_order, deviations.RequeueToTail)
+    found = findings(tmp_path / "tail")  # requeue done as ack + republish: behind the never-delivered ones
+    assert found[("requeue-order", "RQ-01")] >= 1, found
+    assert set(found) == {("requeue-order", "RQ-01"), ("redelivered-missing", "RQ-04")}, found
+
+
+def test_requeue_order_finds_the_reference_brokers_named_fault(tmp_path: Path) -> None:
+    for faults in ([], ["requeue_to_tail"]):
+        with EmbeddedBroker(faults=faults) as broker:
+            record(tmp_path / "-".join(["ok", *faults]), edge_programs.classic_requeue_order,
+                   upstream=(broker.host, broker.port))
+    assert findings(tmp_path / "ok") == Counter()
+    found = findings(tmp_path / "ok-requeue_to_tail")
+    assert set(found) == {("requeue-order", "RQ-01")} and found[("requeue-order", "RQ-01")] >= 1, found

@@ -179,3 +179,39 @@ def test_audit_global_prefetch_is_one_limit_for_the_channel() -> None:
     assert kinds(unknown) == [("unjudged-global-qos", "QOS-03")]  # no connection.start: the version decides
     spec = Context(traits=recorded_traits("amqp-0-9-1", ()))
     assert kinds(unknown, spec) == [("unjudged-global-qos", "QOS-03")]  # connection-wide: not one channel's
+
+
+def _message(tag: int, body: str, redelivered: bool = False, priority: int | None = None) -> list[ChannelFrame]:
+    return [F(0, "in", "basic.deliver", delivery_tag=tag, consumer_tag="c1", redelivered=redelivered),
+            F(0, "in", None, frame_type="header", priority=priority), F(0, "in", None, frame_type="body", body_digest=body)]
+
+
+def test_audit_requeue_order_follows_the_queue_type() -> None:
+    """RQ-01/RQ-02: two rejects in a row; the window (prefetch 2) was full, so both landed."""
+    window = [F(0, "out", "basic.qos", prefetch_count=2), F(0, "in", "basic.qos-ok"), *CONSUME,
+              *_message(1, "m0"), *_message(2, "m1"),
+              F(0, "out", "basic.reject", delivery_tag=1, requeue=True),
+              F(0, "out", "basic.reject", delivery_tag=2, requeue=True)]
+    in_order = [*OPEN, *window, *_message(3, "m0", True), *_message(4, "m1", True)]
+    reversed_ = [*OPEN, *window, *_message(3, "m1", True), *_message(4, "m0", True)]
+
+    def context(**fields: Any) -> Context:
+        return Context(traits=recorded_traits("rabbitmq-3.10", ()), **{"readers": {"q": 1}, **fields})
+
+    for kind in ("classic", "quorum", None):
+        typed = context(queue_types={"q": kind} if kind else {})
+        assert kinds(in_order, typed) == []
+        expected = ("returns-order", "RQ-02") if kind == "quorum" else ("requeue-order", "RQ-01")
+        assert kinds(reversed_, typed) == [expected]
+    shared = context(readers={"q": 2})
+    assert kinds(reversed_, shared) == [("unjudged-requeue-order", "RQ-01")]
+    spec = kinds(reversed_, Context(traits=recorded_traits("amqp-0-9-1", ()), readers={"q": 1}))
+    assert [k for k in spec if "order" in k[0]] == []  # 0-9-1 leaves the position open: not a rule
+    dropped = [*OPEN, *window, *_message(3, "m1", True)]  # m0 never comes back (TTL, a length limit): no proof
+    assert kinds(dropped, context()) == []
+    fresh = [*OPEN, *window, *_message(3, "m2"), *_message(4, "m0", True)]  # classic: m0 is back first
+    assert kinds(fresh, context(queue_types={"q": "classic"})) == [("requeue-order", "RQ-01")]
+    assert kinds(fresh, context(queue_types={"q": "quorum"})) == []  # 3.10: re-enqueued at the back
+    prioritised = [*OPEN, *window[:4], *_message(1, "m0", priority=5), *window[7:], *_message(3, "m1", True),
+                   *_message(4, "m0", True)]  # a priority queue orders by priority
+    assert kinds(prioritised, context()) == [("unjudged-requeue-order", "RQ-01")]
