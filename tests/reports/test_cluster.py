@@ -25,7 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance import deviations
 from tests.conftest import require
+from tests.record import edge_programs
+from tests.record.conftest import rabbitmq  # noqa: F401 (a fixture)
+from tests.record.test_audit_edges import findings, record
 from tests.reports.cluster import Standalone, connect_server, daemon_env, standalone_cluster
 from tests.reports.conftest import Lake, Site
 
@@ -56,10 +60,10 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
         yield Clusters(standalone, url, workdir)
 
 
-def run_report(lake: Lake, out: Path, workdir: Path, *, master: str | None = None,
+def run_report(results: Path, out: Path, workdir: Path, *, master: str | None = None,
                remote: str | None = None) -> str:
     env = daemon_env(workdir)
-    command = [sys.executable, "-m", "reports.cli", str(lake.root), "--out", str(out)]
+    command = [sys.executable, "-m", "reports.cli", str(results), "--out", str(out)]
     if master:
         command += ["--spark-master", master]
     if remote:
@@ -95,7 +99,7 @@ def assert_same_site(expected: Path, actual: Path) -> None:
 
 def test_standalone_cluster_report_equals_local(site: Site, lake: Lake, clusters: Clusters, tmp_path: Path) -> None:
     cluster = clusters.standalone
-    output = run_report(lake, tmp_path / "site", clusters.workdir, master=cluster.url)
+    output = run_report(lake.root, tmp_path / "site", clusters.workdir, master=cluster.url)
     assert f"on {cluster.url})" in output
     assert "amqp-conformance report" in cluster.completed_apps()  # it ran on this cluster's executors
     assert_same_site(site.root, tmp_path / "site")
@@ -103,6 +107,28 @@ def test_standalone_cluster_report_equals_local(site: Site, lake: Lake, clusters
 
 
 def test_spark_connect_report_equals_local(site: Site, lake: Lake, clusters: Clusters, tmp_path: Path) -> None:
-    output = run_report(lake, tmp_path / "site", clusters.workdir, remote=clusters.connect)
+    output = run_report(lake.root, tmp_path / "site", clusters.workdir, remote=clusters.connect)
     assert f"on Spark Connect {clusters.connect})" in output
     assert_same_site(site.root, tmp_path / "site")
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.usefixtures("rabbitmq")
+def test_recorded_traffic_audited_on_the_cluster(clusters: Clusters, tmp_path: Path) -> None:
+    """Issue 16 end to end: recorded RabbitMQ 3.10.8 traffic, some through deviations, audited by
+    the standalone cluster's executors: the audit page holds what the in-process audit finds."""
+    lake = tmp_path / "lake"
+    record(lake, edge_programs.requeue_order, deviations.RequeueToTail)
+    record(lake, edge_programs.global_prefetch, deviations.PrefetchPlusOne)
+    record(lake, edge_programs.nowait_program)
+    record(lake, edge_programs.unknown_method)
+    expected = findings(lake)
+    assert {("requeue-order", "RQ-01"), ("global-prefetch-exceeded", "QOS-03"), ("unjudged-gap", "-")} <= set(expected)
+    output = run_report(lake, tmp_path / "site", clusters.workdir, master=clusters.standalone.url)
+    assert f"on {clusters.standalone.url})" in output
+    summary = json.loads((tmp_path / "site" / "summary.json").read_text())["violations"]
+    unjudged = sum(n for (kind, _), n in expected.items() if kind.startswith("unjudged"))
+    assert summary["unjudged"] == unjudged and summary["errors"] + summary["warnings"] == expected.total() - unjudged
+    page = (tmp_path / "site" / "audit.html").read_text()
+    for kind, _ in expected:
+        assert f"<td>{kind}</td>" in page
