@@ -52,7 +52,7 @@ OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest", "qu
                     "priority",
                     *(c for c in CONTEXT_COLUMNS if c not in ("ts", "queue", "nowait")))
 _COLUMN_KINDS = {"prefetch_count": "int", "no_ack": "bool", "global_qos": "bool", "body_digest": "str",
-                 "queue": "sparse", "ts": "ts", "reply_text": "sparse", "nowait": "bool",
+                 "queue": "sparse", "ts": "ts", "reply_text": "sparse", "nowait": "sparse",
                  "priority": "sparse"}
 
 

@@ -108,6 +108,8 @@ for _code, _handler in ((DELIVER_IN, replay.tag_only), (GET_OK_IN, replay.tag_on
 
 def new_trace(context: Context, findings: list[Finding] | None = None) -> ChannelTrace:
     trace = ChannelTrace(context, context.traits or _DEFAULT_TRAITS, ChannelState(0, 0))
+    # RQ-01/02 are rules of the recorded broker: a RabbitMQ profile (0-9-1 leaves the position open)
+    trace.order_judged = context.traits is not None and context.traits.requeue_position
     if findings is not None:
         trace.findings = findings
     return trace

@@ -41,7 +41,8 @@ class Overtaking:
 @dataclass(slots=True)
 class QueueOrder:
     models: tuple[Ready, Ready] = field(default_factory=lambda: (ClassicReady(), QuorumReady()))
-    messages: dict[str, Message] = field(default_factory=dict)  # digest -> message, in first-seen order
+    messages: dict[str, Message] = field(default_factory=dict)  # digest -> unsettled or requeued message
+    next_seq: int = 0  # first-seen order: the original position (RQ-01)
     pending: deque[Requeue] = field(default_factory=deque)  # requeues not known to have landed
     requeued_in: dict[str, int] = field(default_factory=dict)  # digest -> index of its pending requeue
     ready: set[str] = field(default_factory=set)  # digests in the models (landed or landing)
@@ -55,7 +56,7 @@ class RequeueOrder:
     """One channel lifetime's view of the order of its queues."""
 
     queues: dict[str, QueueOrder] = field(default_factory=dict)
-    queue_of: dict[int, str] = field(default_factory=dict)  # delivery tag -> its queue
+    queue_of: dict[int, str] = field(default_factory=dict)  # unsettled delivery tag -> its queue
     delivered: Counter[str] = field(default_factory=Counter)  # per consumer: deliveries received
     settled: Counter[str] = field(default_factory=Counter)  # per consumer: settlements sent
     acked: Counter[str] = field(default_factory=Counter)  # per consumer: the acks among them

@@ -48,6 +48,7 @@ class ChannelTrace:
     awaiting_redelivered: bool = False  # that delivery's redelivered flag
     requeued: Counter[str] = field(default_factory=Counter)  # identities requeued on this channel
     order: RequeueOrder = field(default_factory=RequeueOrder)  # RQ-01/02 (replay_requeue)
+    order_judged: bool = False  # RQ-01/02 are the recorded broker's rules (a RabbitMQ profile)
     consume_requests: deque[ConsumeRequest] = field(default_factory=deque)
     qos_requests: deque[tuple[int, bool]] = field(default_factory=deque)  # (prefetch_count, global) until qos-ok
     global_bound: int = 0  # QOS-03/09: the highest channel limit in force since it was switched on (0: off)

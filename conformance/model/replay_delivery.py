@@ -32,10 +32,11 @@ def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
         s.identity.pop(tag, None)
     s.awaiting_redelivered = c.redelivered[i] is True
     consumer = channel.consumers.get(ctag) if ctag is not None else None
-    if consumer is None:
-        replay_requeue.on_deliver(s, c, i, tag, ctag, None, 0, False)
-    else:
-        replay_requeue.on_deliver(s, c, i, tag, ctag, consumer.queue, consumer.prefetch, consumer.no_ack)
+    if s.order_judged:  # RQ-01/02
+        if consumer is None:
+            replay_requeue.on_deliver(s, c, i, tag, ctag, None, 0, False)
+        else:
+            replay_requeue.on_deliver(s, c, i, tag, ctag, consumer.queue, consumer.prefetch, consumer.no_ack)
     if consumer is None:
         s.outstanding[tag] = ctag
     elif not consumer.no_ack:
@@ -101,7 +102,8 @@ def body(s: ChannelTrace, c: Columns, i: int) -> None:
         return
     if tag in s.outstanding:
         s.identity[tag] = digest
-    replay_requeue.on_identity(s, c, i, digest)  # RQ-01/02
+    if s.order_judged:
+        replay_requeue.on_identity(s, c, i, digest)  # RQ-01/02
     if s.requeued[digest] > 0:
         s.requeued[digest] -= 1
         # delivered and returned once at least (here): the flag every queue type must set
@@ -202,7 +204,8 @@ def client_ack(s: ChannelTrace, c: Columns, i: int) -> None:
     if s.tx:
         s.tx_settled.extend((t, outstanding.pop(t), requeue) for t in tags)
         return
-    replay_requeue.on_settled(s, c, i, [(t, outstanding[t]) for t in tags], requeue, code == ACK_OUT)  # RQ-01/02
+    if s.order_judged:  # RQ-01/02
+        replay_requeue.on_settled(s, c, i, [(t, outstanding[t]) for t in tags], requeue, code == ACK_OUT)
     channel, traits = s.channel, s.traits
     for t in tags:
         ctag = outstanding.pop(t)

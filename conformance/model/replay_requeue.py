@@ -68,14 +68,19 @@ def _queue(s: ChannelTrace, name: str | None, c: Columns) -> QueueOrder | None:
     return order
 
 
+def _judged(s: ChannelTrace) -> bool:
+    return s.order_judged
+
+
 def on_deliver(s: ChannelTrace, c: Columns, i: int, tag: int, ctag: str | None, queue: str | None,
                prefetch: int, no_ack: bool) -> None:
     """A basic.deliver: which requeues are known to have landed before it left its queue."""
     order = s.order
-    if ctag is None or queue is None:
+    if ctag is None or queue is None or not _judged(s):
         order.arriving = None
         return
-    order.queue_of[tag] = queue
+    if not no_ack:  # a no-ack delivery is never settled, nor requeued
+        order.queue_of[tag] = queue
     known = 0
     q = order.queues.get(queue)
     if q is not None and prefetch and not no_ack:
@@ -89,10 +94,11 @@ def on_deliver(s: ChannelTrace, c: Columns, i: int, tag: int, ctag: str | None, 
 
 
 def on_get_ok(s: ChannelTrace, c: Columns, i: int, tag: int, queue: str | None) -> None:
-    if queue is None:
+    if queue is None or not _judged(s):
         s.order.arriving = None
         return
-    s.order.queue_of[tag] = queue
+    if not s.get_no_ack:
+        s.order.queue_of[tag] = queue
     _arriving(s, c, i, queue, s.order.get_known)
 
 
@@ -130,7 +136,9 @@ def on_identity(s: ChannelTrace, c: Columns, i: int, digest: str) -> None:
     else:
         if fresh and q.kinds == ("classic",) and not q.models[0].fresh_may_come():
             _overtook(q, arriving, "a message never delivered before")
-        q.messages[digest] = Message(digest.encode(), len(q.messages))
+        if arriving[3] in order.queue_of:  # it may come back (not no-ack)
+            q.messages[digest] = Message(digest.encode(), q.next_seq)
+            q.next_seq += 1
 
 
 def _land(q: QueueOrder, known: int) -> None:
@@ -187,19 +195,23 @@ def on_settled(s: ChannelTrace, c: Columns, i: int, settled: list[tuple[int, str
                ack: bool = False) -> None:
     """Consumer deliveries settled by the client (ack/nack/reject/recover, tx.commit); with
     `requeue` they go back to their queues as one operation; `ack`: settled by basic.ack."""
+    if not settled or not _judged(s):
+        return
     order = s.order
-    before, acked = dict(order.settled), dict(order.acked)
-    for _, ctag in settled:
+    before, acked = (dict(order.settled), dict(order.acked)) if requeue else ({}, {})
+    for tag, ctag in settled:
         if ctag is not None:
             order.settled[ctag] += 1
             if ack:
                 order.acked[ctag] += 1
-    if not requeue or not settled:
+        if not requeue:  # gone for good: forget it
+            _forget(order.queues.get(order.queue_of.pop(tag, "")), s.identity.get(tag))
+    if not requeue:
         return
     order.requeues += 1
     groups: dict[tuple[str, str | int], list[Message]] = {}
     for tag, ctag in settled:
-        queue = order.queue_of.get(tag)
+        queue = order.queue_of.pop(tag, None)
         digest = s.identity.get(tag)
         q = _queue(s, queue, c) if queue is not None else None
         if q is None or q.unjudged is not None:
@@ -214,3 +226,8 @@ def on_settled(s: ChannelTrace, c: Columns, i: int, settled: list[tuple[int, str
     for queue in {key[0] for key in groups}:
         mine = [g for key, g in groups.items() if key[0] == queue]
         order.queues[queue].pending.append(Requeue(order.requeues, mine, racing, before, acked))
+
+
+def _forget(q: QueueOrder | None, digest: str | None) -> None:
+    if q is not None and digest is not None and digest not in q.ready and digest not in q.requeued_in:
+        q.messages.pop(digest, None)
