@@ -15,11 +15,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from conformance.plugin.results import PARTITION_KEY
 from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from conformance.plugin.wording import plural
+
+if TYPE_CHECKING:
+    from reports.model import ReportData
 
 PROG = "amqp-conformance report"
 EXIT_ENVIRONMENT = EXIT_HARNESS  # Spark or Java missing, unreadable results (DESIGN.md decision 8)
@@ -103,10 +106,17 @@ def report_main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_ENVIRONMENT
     index = Path(args.out) / "index.html"
-    print(f"report: {index} ({plural(data.runs, 'run')}, {plural(len(data.targets), 'target')}, "
-          f"{plural(len(data.failing), 'failing test')}, {plural(len(data.violations), 'audit finding')}; "
-          f"{elapsed:.1f} s on {where_spark_ran(args.spark_master)})")
+    print(summary_line(index, data, elapsed, where_spark_ran(args.spark_master)))
     return EXIT_OK
+
+
+def summary_line(index: Path, data: ReportData, elapsed: float, where: str) -> str:
+    """The console's last line: what the report holds. Traffic the audit could not judge is
+    counted apart: it is never a finding."""
+    unjudged = sum(v.severity == "unjudged" for v in data.violations)
+    return (f"report: {index} ({plural(data.runs, 'run')}, {plural(len(data.targets), 'target')}, "
+            f"{plural(len(data.failing), 'failing test')}, {plural(len(data.violations) - unjudged, 'audit finding')}"
+            f"{f', {unjudged} not judged' if unjudged else ''}; {elapsed:.1f} s on {where})")
 
 
 def where_spark_ran(master: str | None) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from reports.cli import EXIT_USAGE, report_main
+from reports.cli import EXIT_USAGE, report_main, summary_line
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -34,3 +35,18 @@ def test_report_usage_errors_exit_4_with_one_line(argv: list[str], fragment: str
 def test_report_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert report_main(["--help"]) == 0
     assert "--spark-master" in capsys.readouterr().out
+
+
+def test_summary_line_counts_unjudged_traffic_apart_from_findings() -> None:
+    from reports.model import ReportData, Violation
+
+    def violation(severity: str) -> Violation:
+        return Violation("t", "r", "x.py::t", 1, 1, 5, "kind", "QOS-03", severity, "detail")
+
+    data = ReportData(datetime.now(UTC), "results", 1, 3, [], [], [], {}, [], [], [], [], [], [])
+    data.violations = [violation("unjudged"), violation("unjudged"), violation("error")]
+    line = summary_line(Path("out/index.html"), data, 1.25, "local[*]")
+    assert line == ("report: out/index.html (1 run, 0 targets, 0 failing tests, 1 audit finding, 2 not judged; "
+                    "1.2 s on local[*])")
+    data.violations = [violation("unjudged")]
+    assert "0 audit findings, 1 not judged;" in summary_line(Path("i"), data, 0.0, "local[*]")
