@@ -155,7 +155,10 @@ def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]
         start = server.get(connection)
         server_caps = list(start.get("capabilities") or []) if start else []
         traits = None
-        if start is not None:
+        # a lake written before the emulates column cannot tell a broker that emulates RabbitMQ
+        # from a plain 0-9-1 one: only RabbitMQ itself is identified there
+        identified = start is not None and ("emulates" in start or str(start.get("product")).lower() == "rabbitmq")
+        if start is not None and identified:
             profile = detect({"product": start.get("product") or "", "version": start.get("version") or "",
                               "emulates": start.get("emulates") or ""})
             traits = recorded_traits(profile, server_caps)

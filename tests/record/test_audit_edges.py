@@ -116,6 +116,22 @@ def test_global_prefetch_over_delivery_is_judged(tmp_path: Path, rabbitmq: None)
     assert set(found) == {("global-prefetch-exceeded", "QOS-03")} and found[("global-prefetch-exceeded", "QOS-03")] >= 1
 
 
+def test_a_lake_without_emulates_leaves_an_emulating_brokers_global_prefetch_unjudged(tmp_path: Path) -> None:
+    """The reference broker emulates RabbitMQ 4.3, where global=true is a per-consumer limit: with
+    the emulates column recorded the program is judged by 4.3 and gives nothing; in a lake written
+    before that column, the broker is not identified and its global prefetch is counted as not
+    judged, never a QOS-03 finding by another version's rule."""
+    with EmbeddedBroker() as broker:
+        assert record(tmp_path, edge_programs.global_prefetch, upstream=(broker.host, broker.port)) == \
+            2 * edge_programs.MESSAGES
+    assert findings(tmp_path) == Counter()
+    without_column(tmp_path, "emulates")
+    found = audit_lake(tmp_path)
+    assert set(found["severity"].to_pylist()) == {"unjudged"}, found.to_pylist()
+    assert set(found["kind"].to_pylist()) == {"unjudged-global-qos"}
+    assert all("not identified" in d for d in found["detail"].to_pylist())
+
+
 # --- 5. what the model cannot judge is counted, down to the HTML audit page ------------------
 
 
