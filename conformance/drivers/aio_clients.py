@@ -110,6 +110,9 @@ class AiormqDriver(_AsyncDriver):
     client = "aiormq"
     distribution = "aiormq"
     api = "aiormq.connect"
+    # aiormq 7.2 hands a basic.return to the application only for a publish it tracks for a
+    # confirm: on a channel without confirms it logs "Unhandled message ... returning" and drops it
+    features = frozenset({"returns-need-confirms"})
 
     def __init__(self, timeout: float = 5.0) -> None:
         super().__init__(timeout)

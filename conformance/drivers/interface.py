@@ -21,7 +21,8 @@ Rules:
 - Confirms are reported as the client's application sees them: one `Confirmed` per publish
   (`seq` = the client's publish counter on that channel, from 1), with `multiple` only when
   the library shows the broker's multiple flag. A driver whose publish blocks until its
-  confirm says so in `features` ("confirms-block-publish").
+  confirm says so in `features` ("confirms-block-publish"); one that reports a basic.return only
+  for a publish in confirm mode says "returns-need-confirms".
 - Channels are named by number. `channel_max` and friends are the driver's wish for
   connection.tune-ok; None leaves the library's default.
 - `attempt(fn)` turns an operation's outcome into the model's `Ok | ChannelClosed |

@@ -4,7 +4,10 @@ Rules: the broker's closes arrive as pika's ChannelClosedByBroker / ConnectionCl
 become `ChannelClosed` / `ConnectionClosed` (pika keeps no class/method id: 0/0); callbacks
 (consumers, broker cancels, returns, blocked) become events; in confirm mode basic_publish
 blocks until the broker confirms (feature "confirms-block-publish"): a NackError becomes
-`Confirmed(ack=False)`, an UnroutableError a `Returned` then `Confirmed(ack=True)`. An
+`Confirmed(ack=False)`, an UnroutableError a `Returned` then `Confirmed(ack=True)` (pika also
+hands that return to the channel's return callback, later: in confirm mode the callback's copy
+is not reported again; a return that comes after its ack, pika keeps and raises with the next
+publish's UnroutableError, which is then the driver's report of it). An
 exception from `process_data_events` that is not a close is a `ClientFailure`.
 """
 
@@ -22,6 +25,10 @@ from conformance.drivers import interface as di
 from conformance.drivers.library import LibraryDriver, from_library, plain, to_library
 
 T = TypeVar("T")
+
+
+class _Expired(Exception):
+    """Raised by the timer that bounds a blocking pika call (`PikaDriver._bounded`)."""
 
 
 class PikaDriver(LibraryDriver):
@@ -71,8 +78,8 @@ class PikaDriver(LibraryDriver):
         number: int = ch.channel_number
         self.channels[number] = ch
         ch.add_on_cancel_callback(lambda frame: self.emit(di.BrokerCancelled(number, frame.method.consumer_tag)))
-        ch.add_on_return_callback(lambda _ch, method, _props, body: self.emit(di.Returned(
-            number, method.reply_code, method.reply_text, method.exchange, method.routing_key, body)))
+        ch.add_on_return_callback(lambda _ch, method, _props, body: None if number in self.published else self.emit(
+            di.Returned(number, method.reply_code, method.reply_text, method.exchange, method.routing_key, body)))
         ch._impl.add_on_close_callback(lambda _impl, reason: self.emit(di.ChannelClosedEvent(
             number, getattr(reason, "reply_code", None), getattr(reason, "reply_text", str(reason)))))
         return number
@@ -107,8 +114,8 @@ class PikaDriver(LibraryDriver):
         seq = self.next_seq(channel)
         props = pika.BasicProperties(**to_library(properties))
         try:
-            self._call(lambda: self.channels[channel].basic_publish(exchange, routing_key, body, props,
-                                                                    mandatory=mandatory))
+            self._bounded(lambda: self._call(lambda: self.channels[channel].basic_publish(
+                exchange, routing_key, body, props, mandatory=mandatory)))
         except pe.NackError:
             self.confirmed_seqs(channel, [seq or 0], ack=False)
             return seq
@@ -121,6 +128,21 @@ class PikaDriver(LibraryDriver):
         if seq is not None:
             self.confirmed_seqs(channel, [seq], ack=True)
         return seq
+
+    def _bounded(self, fn: Callable[[], T]) -> T:
+        """Run a call pika does not bound: in confirm mode basic_publish waits for the confirm
+        without a time limit. A timer on pika's own I/O loop (which runs while it waits)
+        ends the wait after the driver's timeout: `NoReply` (interface rules)."""
+        def expire() -> None:
+            raise _Expired
+
+        timer = self.conn._impl.ioloop.call_later(self.timeout, expire)
+        try:
+            return fn()
+        except _Expired:
+            raise di.NoReply(self.timeout, "the publish's confirm (pika's basic_publish waits for it)") from None
+        finally:
+            self.conn._impl.ioloop.remove_timeout(timer)
 
     def confirm_select(self, channel: int) -> None:
         self._call(self.channels[channel].confirm_delivery)

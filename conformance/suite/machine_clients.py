@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from hypothesis import note
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from conformance.drivers.interface import (
@@ -67,8 +68,12 @@ def client_step(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(self: ClientMachine, **kwargs: Any) -> None:
         self.busy = True
-        fn(self, **{k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()})
-        self.after_step()
+        try:
+            fn(self, **{k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()})
+            self.after_step()
+        except AssertionError as exc:
+            self.failures.append(exc)
+            raise
         self.busy = False
 
     return wrapper  # type: ignore[return-value]
@@ -79,7 +84,7 @@ class ClientMachine(RuleBasedStateMachine):
     channels 1 and 2 (the library numbers them), queues by logical name, the round trip that
     shows an asynchronous close (module rules) and the comparison by scope and code."""
 
-    QUEUES: tuple[str, ...] = (QUEUE,)
+    failures: list[AssertionError]  # of every example of one run (run_client_machine)
 
     def __init__(self, make: Callable[[], ClientDriver], profile: str) -> None:
         super().__init__()
@@ -88,7 +93,9 @@ class ClientMachine(RuleBasedStateMachine):
         self.prefix = f"amqpc.mc.{uuid.uuid4().hex[:10]}"
         self.real: dict[str, str] = {}  # logical queue name -> the broker's
         self.busy = False
+        self.failures = []  # run_client_machine shares one list across the examples of a run
         self.requeued_by_close: set[bytes] = set()
+        self.closes_seen: list[int] = []  # reply codes of broker channel closes a step has met
         self.driver = make()
         self.numbers: dict[int, int] = {}
         self.model.open_connection("A")
@@ -124,11 +131,14 @@ class ClientMachine(RuleBasedStateMachine):
         queue = self.real[logical or next(iter(self.real))]
         return attempt(lambda: self.driver.declare_queue(self.numbers[key], queue, passive=True))
 
-    def _compare(self, what: str, key: int, observed: outcomes.Outcome, expected: outcomes.Outcome) -> None:
+    def _compare(self, what: str, key: int, observed: outcomes.Outcome, expected: outcomes.Outcome,
+                 rule: str = "") -> None:
         note(f"{what} on channel {key}: {observed}")
         assert _scope(observed) == _scope(expected), \
-            f"{what}: through the client the broker gave {observed}, the rules say {expected}"
+            f"{what}: through the client the broker gave {observed}, the rules say {expected}" + \
+            (f" ({rule})" if rule else "")
         if isinstance(observed, outcomes.ChannelClosed):
+            self.closes_seen.append(observed.code)  # the library may report it as an event too
             self._open(key)
         elif isinstance(observed, outcomes.ConnectionClosed):
             raise AssertionError(f"{what}: the connection closed ({observed}); the machine cannot go on")
@@ -177,6 +187,9 @@ class ClientMachine(RuleBasedStateMachine):
                 got: Delivery | None) -> str:
         """The rule a wrong basic.get answer breaks, as far as the difference shows it."""
         oks = [a for a in allowed if isinstance(a, GetOk)]
+        if isinstance(observed, GetOk) and any(observed.body in self._held(k) for k in (1, 2)):
+            return ("ACK-10: the message is still unacked by the rules (a nack, reject, recover or channel close "
+                    "puts it back; cancelling its consumer does not)")
         if isinstance(observed, GetOk) and any(a.body == observed.body for a in oks):
             same = any(a.body == observed.body and a.delivery_tag == observed.delivery_tag for a in oks)
             return "RQ-04 redelivered flag" if same else "ACK-01 delivery tag"
@@ -213,15 +226,19 @@ class ClientMachine(RuleBasedStateMachine):
         try:
             if not self.busy:
                 self.final_check()
+        except AssertionError as exc:
+            self.failures.append(exc)
+            raise
         finally:
             self.cleanup()
 
     def cleanup(self) -> None:
-        with contextlib.suppress(DriverError, OSError):
+        """Delete the machine's queues, then close: best effort, whatever state the library is in."""
+        with contextlib.suppress(Exception):
             ch = self.driver.open_channel()
             for queue in self.real.values():
                 self.driver.delete_queue(ch, queue)
-        with contextlib.suppress(DriverError, OSError):
+        with contextlib.suppress(Exception):
             self.driver.close()
 
 
@@ -274,10 +291,22 @@ class ClientAckMachine(ClientMachine):
 
 def run_client_machine(machine: type[ClientMachine], make: Callable[[], ClientDriver], profile: str, *,
                        examples: int, steps: int) -> None:
-    def factory() -> Any:
-        return machine(make, profile)
+    failures: list[AssertionError] = []
 
-    run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
+    def factory() -> Any:
+        made = machine(make, profile)
+        made.failures = failures
+        return made
+
+    try:
+        run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
+    except Flaky as flaky:  # the failure did not replay the same way: report the first failure seen
+        if not failures:
+            raise
+        failure = AssertionError(str(failures[0]))
+        failure.add_note("(Hypothesis could not replay this failure the same way: the broker's or the library's "
+                         f"timing differs between runs, {type(flaky).__name__})")
+        raise failure from flaky
 
 
 def run_client_ack_machine(make: Callable[[], ClientDriver], profile: str, *, examples: int, steps: int) -> None:

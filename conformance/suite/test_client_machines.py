@@ -15,6 +15,7 @@ import pytest
 
 from conformance.drivers.interface import ClientDriver
 from conformance.plugin.session import Target
+from conformance.suite.machine_client_confirms import CONFIRM_RULES, ClientConfirmMachine
 from conformance.suite.machine_client_consuming import (
     CANCEL_RULES,
     PREFETCH_RULES,
@@ -51,3 +52,11 @@ def test_cancel_notification_through_the_client_matches_the_model(client: Client
     """Queue deletion reaches the library's broker-cancel callback (machine_client_consuming)."""
     profile = machine_target(target).profile
     run_client_machine(ClientCancelMachine, client, profile, examples=40, steps=10)
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules(*CONFIRM_RULES)
+def test_confirms_through_the_client_match_the_model(client: Client, target: Target) -> None:
+    """Publisher confirms and returns as the library reports them (machine_client_confirms)."""
+    profile = machine_target(target).profile
+    run_client_machine(ClientConfirmMachine, client, profile, examples=40, steps=10)

@@ -19,7 +19,7 @@ from typing import Any
 from reference_broker.config import BrokerConfig
 from reference_broker.core.journal import StoreOp
 from reference_broker.core.rules import Rules
-from reference_broker.core.state import Channel, Connection, Exchange, Queue, VHost
+from reference_broker.core.state import Channel, Connection, Exchange, Queue, Unacked, VHost
 
 DEFAULT_EXCHANGES = (("", "direct"), ("amq.direct", "direct"), ("amq.fanout", "fanout"),
                      ("amq.topic", "topic"), ("amq.headers", "headers"), ("amq.match", "headers"))
@@ -73,3 +73,8 @@ class BrokerState:
     def find_queue(self, vhost: str, name: str) -> Queue | None:
         v = self.vhosts.get(vhost)
         return v.queues.get(name) if v else None
+
+    def queue_of(self, vhost: str, unacked: Unacked) -> Queue | None:
+        """The queue an unacked delivery came from; None once it was deleted (a queue declared
+        again under its name is another queue: RabbitMQ's queue process is gone)."""
+        return None if unacked.orphaned else self.find_queue(vhost, unacked.queue)

@@ -105,7 +105,7 @@ def release_channel(core: BrokerState, meta: Meta, ch: Channel) -> list[Effect]:
     vhost = core.connections[ch.conn].vhost
     held = [*ch.unacked.values(), *ch.tx_held.values()]
     for unacked in held:
-        queue = core.find_queue(vhost, unacked.queue)
+        queue = core.queue_of(vhost, unacked)
         if queue is not None and unacked.deadline is not None:
             queue.deadlines.pop((ch.conn, ch.number, unacked.tag), None)
         if queue is not None and not unacked.timed_out:
@@ -113,7 +113,7 @@ def release_channel(core: BrokerState, meta: Meta, ch: Channel) -> list[Effect]:
             touched[(queue.vhost, queue.name)] = queue
     returned: list[Effect] = []
     for unacked in core.rules.requeued_on_release(held):
-        queue = core.find_queue(vhost, unacked.queue)
+        queue = core.queue_of(vhost, unacked)
         if queue is not None and not unacked.timed_out:
             returned += return_to_queue(core, meta, queue, unacked.message, failed=True)
     ch.unacked.clear()

@@ -227,6 +227,11 @@ def delete_queue(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
     vhost = core.vhosts[queue.vhost]
     vhost.queues.pop(queue.name, None)
     durability.drop_queue(core, queue)
+    for owner in core.connections.values():  # a requeue has nowhere to go, as with RabbitMQ's queue process
+        if owner.vhost == queue.vhost:
+            for channel in owner.channels.values():
+                for u in channel.unacked.values():
+                    u.orphaned = u.orphaned or u.queue == queue.name
     effects: list[Effect] = []
     for exchange in list(vhost.exchanges.values()):
         before = len(exchange.bindings)

@@ -301,7 +301,7 @@ def declared_consumer_count(core: BrokerState, queue: Queue) -> int:
             continue
         for ch in conn.channels.values():
             for u in ch.unacked.values():
-                if u.queue != queue.name or u.timed_out:
+                if u.queue != queue.name or u.timed_out or u.orphaned:
                     continue
                 if u.consumer_tag is None:
                     gets += 1

@@ -53,9 +53,9 @@ def settle(core: BrokerState, meta: Meta, ch: Channel, items: list[Unacked], req
             consumer.timed_out.discard(u.tag)  # TMO-4.3-5: settling clears the timeout state
             if not u.timed_out:
                 consumer.unacked -= 1
-        queue = core.find_queue(vhost, u.queue)
+        queue = core.queue_of(vhost, u)
         if queue is None:
-            continue  # the queue was deleted: settling just forgets the delivery
+            continue  # the queue was deleted (a new one of its name is another queue): settling forgets it
         if u.deadline is not None:
             timeouts.forget(queue, ch.conn, ch.number, u.tag)
         touched[queue.name] = queue

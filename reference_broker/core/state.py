@@ -80,6 +80,7 @@ class Unacked:
     delivered_at: int
     timed_out: bool = False  # returned by a 4.3 timeout; a late ack is accepted (TMO-4.3-5)
     deadline: int | None = None  # 4.3 quorum consumer timeout (TMO-4.3-2)
+    orphaned: bool = False  # its queue was deleted: settling forgets it, even if the name is declared again
 
 
 @dataclass(slots=True, eq=False)

@@ -19,6 +19,7 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, Recorder
 from conformance.drivers.relay import RecordingRelay
 from conformance.plugin.through_clients import relayed
+from conformance.suite.machine_client_confirms import ClientConfirmMachine
 from conformance.suite.machine_client_consuming import ClientCancelMachine, ClientPrefetchMachine
 from conformance.suite.machine_client_requeue import ClientRequeueMachine
 from conformance.suite.machine_clients import ClientMachine, run_client_machine
@@ -29,7 +30,8 @@ from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture
 LIBRARIES = ("pika", "amqp", "aio-pika")
 PROFILE = "rabbitmq-3.10"
 MACHINES: dict[str, type[ClientMachine]] = {"requeue": ClientRequeueMachine, "prefetch": ClientPrefetchMachine,
-                                             "cancel": ClientCancelMachine}
+                                             "cancel": ClientCancelMachine, "confirms": ClientConfirmMachine}
+DRIVER_TIMEOUT = 2.0  # s: what a library waits for a reply (pika's publish for its confirm) before NoReply
 
 # (machine, library, fault, the rule its failure must name); every library meets each machine's faults
 FAULT_CASES = [
@@ -41,7 +43,12 @@ FAULT_CASES = [
     *[("prefetch", library, "no_ack_obeys_prefetch", "QOS-08") for library in LIBRARIES],
     ("prefetch", "pika", "tags_restart_per_consumer", "ACK-01"),
     *[("cancel", library, "no_cancel_on_queue_delete", "CCN-02") for library in LIBRARIES],
-    ("cancel", "aio-pika", "cancel_requeues", "ACK-10"),
+    *[("cancel", library, "cancel_requeues", "ACK-10") for library in ("amqp", "aio-pika")],  # pika: RQ-03 first
+    *[("confirms", library, "tx_select_on_confirm_accepted", "PC-03") for library in LIBRARIES],
+    *[("confirms", library, "confirm_lost", "PC-05") for library in LIBRARIES],
+    *[("confirms", library, "confirm_duplicated", "PC-05") for library in ("pika", "amqp")],
+    *[("confirms", library, "return_after_ack", "PC-06") for library in ("amqp", "aio-pika")],
+    *[("confirms", library, "unroutable_never_confirmed", "PC-06") for library in LIBRARIES],
 ]
 
 
@@ -52,7 +59,7 @@ def drivers_for(library: str, url: str) -> Iterator[Callable[[], ClientDriver]]:
     made: list[ClientDriver] = []
     with RecordingRelay(host, int(port), Recorder()) as relay:
         def make() -> ClientDriver:
-            driver: ClientDriver = load_driver(library, 5.0)
+            driver: ClientDriver = load_driver(library, DRIVER_TIMEOUT)
             driver.connect(relayed(url, relay.port))
             made.append(driver)
             return driver

@@ -75,8 +75,9 @@ def test_client_runs_the_tests_it_can_express_and_says_why_not_for_the_rest(tmp_
     through = {name: v for name, v in tests.items() if name.startswith(("test_ack_multiple_settles",
                                                                           "test_an_unknown_tag_closes",
                                                                           "test_every_publish_is_confirmed",
-                                                                          "test_acknowledgements_through_the_client"))}
-    assert len(through) == 4 and {v for v, _ in through.values()} == {"passed"}, through
+                                                                          "test_acknowledgements_through_the_client",
+                                                                          "test_confirms_through_the_client"))}
+    assert len(through) == 5 and {v for v, _ in through.values()} == {"passed"}, through
     others = {name: v for name, v in tests.items() if name not in through}
     assert others and all(v == "not-applicable" and library in why for v, why in others.values()), others
     frames = read_table(tmp_path / "out" / "results", "frames").to_pylist()
