@@ -20,6 +20,7 @@ from conformance.drivers.interface import (
     ClientDriver,
     Confirmed,
     Delivered,
+    Returned,
     wait_event,
 )
 from conformance.plugin.session import Names, Target
@@ -151,3 +152,99 @@ def test_acknowledgements_through_the_client_match_the_model(client: Client, tar
     """The acks machine (machine_clients) with the library's calls as its steps."""
     profile = machine_target(target).profile  # not-applicable where the model does not speak for the broker
     run_client_ack_machine(client, profile, examples=40, steps=10)
+
+
+# -- transactions (ACK-08, PC-11, PC-03) ---------------------------------------------------------
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("ACK-08")
+@pytest.mark.parametrize(("end", "left"), [("commit", 0), ("rollback", 1)])
+def test_tx_ack_is_settled_at_commit_and_restored_by_rollback(client: Client, names: Names, target: Target,
+                                                               end: str, left: int) -> None:
+    driver, ch, queue = _filled(client, names, 1)
+    driver.tx_select(ch)
+    got = driver.get(ch, queue)
+    assert got is not None
+    driver.ack(ch, got.delivery_tag)
+    driver.tx_commit(ch) if end == "commit" else driver.tx_rollback(ch)
+    driver.close_channel(ch)  # a rolled-back ack leaves the delivery unacked: the close requeues it (RQ-03)
+    assert _ready(client(), queue) == left, f"ack then tx.{end}: the queue must hold {left}"
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("PC-11")
+def test_tx_commit_on_a_channel_without_tx_select_is_406(client: Client, names: Names, target: Target) -> None:
+    driver = client()
+    ch = driver.open_channel()
+    with pytest.raises(ChannelClosed) as closed:
+        driver.tx_commit(ch)
+    assert closed.value.code == 406
+
+
+@pytest.mark.clients("pika", "amqp", why="aio-pika chooses confirms when it opens a channel: confirm.select on a "
+                     "tx channel cannot be asked (the driver opens a new channel)")
+@pytest.mark.rules("PC-03")
+def test_confirm_select_on_a_tx_channel_is_406(client: Client, names: Names, target: Target) -> None:
+    driver = client()
+    ch = driver.open_channel()
+    driver.tx_select(ch)
+    with pytest.raises(ChannelClosed) as closed:
+        driver.confirm_select(ch)
+    assert closed.value.code == 406
+
+
+# -- mandatory publish returned (PC-06) ------------------------------------------------------------
+def _returned(driver: ClientDriver, ch: int, routing_key: str, target: Target) -> Returned:
+    event = wait_event(driver, (Returned,), target.timeout(5))
+    assert isinstance(event, Returned), "no basic.return reached the library's return callback"
+    assert (event.channel, event.exchange, event.routing_key, event.body) == (ch, "", routing_key, b"back")
+    assert event.reply_code in (312, None), f"reply code {event.reply_code}, not 312 NO_ROUTE"  # None: not shown
+    return event
+
+
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("PC-06")
+def test_an_unroutable_mandatory_publish_is_returned_then_confirmed(client: Client, names: Names,
+                                                                    target: Target) -> None:
+    driver = client()
+    ch = driver.open_channel()
+    driver.confirm_select(ch)
+    nowhere = names.queue("nowhere")
+    driver.publish(ch, "", nowhere, b"back", mandatory=True)
+    _returned(driver, ch, nowhere, target)  # first: the return precedes the confirm
+    confirmed = wait_event(driver, (Confirmed,), target.timeout(5))
+    assert isinstance(confirmed, Confirmed) and confirmed.ack, f"the confirm after the return: {confirmed}"
+
+
+@pytest.mark.clients("pika", "amqp", why="aiormq (under aio-pika) drops a basic.return on a channel without "
+                     "publisher confirms (docs/findings-clients.md)")
+@pytest.mark.rules("PC-06")
+def test_an_unroutable_mandatory_publish_is_returned_without_confirms(client: Client, names: Names,
+                                                                      target: Target) -> None:
+    driver = client()
+    ch = driver.open_channel()
+    nowhere = names.queue("nowhere")
+    driver.publish(ch, "", nowhere, b"back", mandatory=True)
+    _returned(driver, ch, nowhere, target)
+
+
+# -- global qos (QOS-03) ---------------------------------------------------------------------------
+@pytest.mark.clients(*LIBRARIES)
+@pytest.mark.rules("QOS-03")
+def test_global_qos_scope_through_the_client(client: Client, names: Names, target: Target) -> None:
+    driver = client()
+    ch = driver.open_channel()
+    queues = [driver.declare_queue(ch, names.queue(x)) for x in ("a", "b")]
+    for queue in queues:
+        for i in range(3):
+            driver.publish(ch, "", queue, f"m{i}".encode())
+    driver.qos(ch, 2, global_=True)
+    tags = [driver.consume(ch, queue) for queue in queues]
+    profile = target.profile
+    per_consumer = profile.rabbitmq and profile.at_least("4.3")  # 4.3 treats global=true as global=false
+    # channel-wide on RabbitMQ < 4.3 (QOS-03), connection-wide in AMQP 0-9-1: one channel here, both 2
+    expected = 4 if per_consumer else 2
+    got = _deliveries(driver, expected, target.timeout(5))
+    assert wait_event(driver, (Delivered,), target.timeout(0.5)) is None, \
+        f"a delivery beyond {'2 per consumer' if per_consumer else 'the shared limit of 2'}"
+    if per_consumer:
+        assert sorted(d.delivery.consumer_tag or "" for d in got) == sorted([*tags, *tags])
