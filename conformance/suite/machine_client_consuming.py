@@ -3,7 +3,7 @@
 Responsibility: `ClientConsumingMachine`, consumers on channels 1 and 2 with the rules the
 consuming machines share (consume, publish, ack / reject), whose deliveries and broker cancels
 the library reports on its own and machine_client_events checks after every step. On it:
-- `ClientPrefetchMachine` (QOS-02, QOS-07, QOS-08, ACK-01): basic.qos global=false with 0..3,
+- `ClientPrefetchMachine` (QOS-02, QOS-08, ACK-01): basic.qos global=false with 0..3,
   consumers (manual ack or no-ack) on two classic queues, publishes, basic.get, ack / reject of
   an outstanding delivery. A delivery beyond a consumer's prefetch, or one missing that the
   limit allows, fails the run.
@@ -35,7 +35,9 @@ from conformance.suite.machine_client_events import ClientEventsMachine
 from conformance.suite.machine_clients import KEYS, OUTSTANDING, client_step
 from conformance.suite.machine_support import from_machine
 
-PREFETCH_RULES = ("QOS-02", "QOS-07", "QOS-08", "ACK-01")
+# QOS-07 (basic.get ignores the prefetch) is checked by the get steps but not claimed: the
+# get_obeys_prefetch fault was not met within the budget
+PREFETCH_RULES = ("QOS-02", "QOS-08", "ACK-01")
 CANCEL_RULES = ("CCN-02", "CCN-04", "ACK-10")
 QUEUES = from_machine(lambda m: list(m.real))
 CONSUMERS = from_machine(lambda m: m.consumers())  # (channel key, consumer tag)
@@ -89,7 +91,7 @@ class ClientConsumingMachine(ClientEventsMachine):
 
 
 class ClientPrefetchMachine(ClientConsumingMachine):
-    """QOS-02, QOS-07, QOS-08, ACK-01 through a client library (module doc)."""
+    """QOS-02, QOS-08, ACK-01 through a client library (module doc)."""
 
     def setup_queues(self) -> None:
         super().setup_queues()
