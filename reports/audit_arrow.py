@@ -101,20 +101,21 @@ def audit_table(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | No
     codes = frame_codes(frames)
     frames = frames.select([n for n in frames.column_names if n in _CHECKED])
     keep = np.flatnonzero(codes >= 0)
-    table = frames.take(keep) if len(keep) < frames.num_rows else frames
-    codes = codes[keep]
-    if table.num_rows == 0:
+    if len(keep) == 0:
         return VIOLATIONS.empty_table()
-    run, test = _Dictionary(table["run_id"]), _Dictionary(table["test_id"])
-    conn, chan, seq = (_ints(table[name]) for name in ("connection", "channel", "seq"))
-    order = np.lexsort((seq, chan, conn, test.indices, run.indices))
-    keys = (run.indices[order], test.indices[order], conn[order], chan[order])
+    # the sort keys of the kept rows as numpy; the table is taken once: the kept rows, in order
+    run, test = _Dictionary(frames["run_id"]), _Dictionary(frames["test_id"])
+    conn, chan, seq = (_ints(frames[name])[keep] for name in ("connection", "channel", "seq"))
+    runs, tests = run.indices[keep], test.indices[keep]
+    order = np.lexsort((seq, chan, conn, tests, runs))
+    keys = (runs[order], tests[order], conn[order], chan[order])
     change = np.zeros(len(order), dtype=bool)
     change[0] = True
     for key in keys:
         change[1:] |= key[1:] != key[:-1]
     starts = np.flatnonzero(change).tolist()
-    cols = _columns(table.take(order), codes[order], seq[order])
+    rows = keep[order]
+    cols = _columns(frames.take(rows), codes[rows], seq[order])
     return _findings_table(cols, starts, keys, run.names, test.names, contexts)
 
 
