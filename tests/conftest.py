@@ -24,7 +24,7 @@ NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40")  # markers of project test
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-# pytest-xdist (`make test` runs `-n 3 --dist loadgroup`): tests sharing one costly resource run in
+# pytest-xdist (`make test` runs `-n 4 --dist loadgroup`): tests sharing one costly resource run in
 # one worker, one after another: the Spark session (and the report site built on it); the cluster
 # tests (tests/reports/test_cluster.py) in a group of their own. The tests on
 # the shared RabbitMQ 3.10.8 need no group: each uses its own queues, and the one test that changes
@@ -47,6 +47,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+# CLI runs whose subject is the command (exit statuses, reports, profiles, client selection), not
+# the depth of the model machines, run each machine for this many examples: the machines' depth
+# is judged in-process (conformance/suite, tests/conformance/test_deviations.py, test_mutation.py).
+CLI_MACHINE_EXAMPLES = "10"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of an `amqp-conformance run` subprocess of the project's tests."""
+    return {**os.environ, "AMQPC_MACHINE_EXAMPLES": CLI_MACHINE_EXAMPLES, **extra}
 
 
 def strict() -> bool:

@@ -24,6 +24,7 @@ from conformance.gate.cli import main
 from conformance.plugin.results import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_plugin import WEDGE_SUITE, WedgeProxy
+from tests.conftest import cli_env
 
 FAILING = ["--profile", "rabbitmq-3.10", "--select", "FRM-02", "ACK-02"]  # FRM-02 fails, ACK-02 passes
 
@@ -48,7 +49,7 @@ class Run:
 def cli(tmp: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 180) -> Run:
     out = tmp / "out"
     done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), *args], cwd=tmp,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=cli_env() if env is None else env)
     return Run(done.returncode, done.stdout, done.stderr, out)
 
 

@@ -17,7 +17,6 @@ dead broker or an overrun session ends the run with status 3.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from conformance.plugin.results import read_table
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.hostile import PASS, HostileProxy, Mode, Plan, declares_queue
+from tests.conftest import cli_env
 
 pytest_plugins = ["pytester"]
 
@@ -88,7 +88,7 @@ def _cli(tmp: Path, *args: str, timeout: float = 60) -> Cli:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), "--timeout-scale", SCALE,
                            *args], cwd=tmp, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "200"})
+                          env=cli_env(COLUMNS="200"))
     seconds = time.monotonic() - started
     tests = _records(out / "results") if (out / "results" / "tests").exists() else {}
     return Cli(done.returncode, done.stdout, done.stderr, seconds, tests)

@@ -33,6 +33,7 @@ from conformance.gate.baseline import load_baseline
 from conformance.plugin.results import read_table
 from conformance.suite import test_confirms
 from reference_broker.server import EmbeddedBroker
+from tests.conftest import cli_env
 
 RABBIT_CAPS = {"publisher_confirms": True, "exchange_exchange_bindings": True, "basic.nack": True,
                "consumer_cancel_notify": True, "connection.blocked": True, "consumer_priorities": True,
@@ -142,7 +143,8 @@ def test_explain_names_the_base_the_claims_and_the_rules_each_adds() -> None:
 # -- live: the reference broker as another product ------------------------------------------------
 def _run(tmp: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", url,
-                           "--out", str(tmp / "out"), *args], cwd=tmp, capture_output=True, text=True, timeout=300)
+                           "--out", str(tmp / "out"), *args], cwd=tmp, capture_output=True, text=True, timeout=300,
+                          env=cli_env())
 
 
 def _verdicts(tmp: Path) -> dict[str, set[str]]:

@@ -23,6 +23,7 @@ from conformance.plugin.through_clients import relayed
 from conformance.suite.machine_clients import run_client_ack_machine
 from conformance.suite.machine_support import ENV_SHRINK
 from reference_broker.server import EmbeddedBroker
+from tests.conftest import cli_env
 
 # what each library calls itself in connection.start-ok (its own client-properties)
 PRODUCTS = {"pika": "Pika Python Client Library", "amqp": "py-amqp", "aio-pika": "aiormq"}
@@ -62,7 +63,7 @@ def test_relayed_keeps_credentials_and_vhost() -> None:
 def _run(tmp: Path, *args: str) -> tuple[int, str, dict[str, tuple[str, str]]]:
     out = tmp / "out"
     done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), *args], cwd=tmp,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=cli_env())
     tests = {t["test_id"].split("::")[-1]: (t["verdict"], t.get("message") or "")
              for t in read_table(out / "results", "tests").to_pylist()}
     return done.returncode, done.stdout + done.stderr, tests

@@ -24,6 +24,7 @@ from reports.model import Cell, ReportData, Target
 from reports.through_clients import client_matrices, reasons_of, runs_to_explain
 from tests.conformance.deviant import DeviantProxy, Frame, Io
 from tests.conformance.deviations import AckMultipleAsSingle
+from tests.conftest import cli_env
 from tests.reports.test_browser import _QuietHandler, artifacts, browser  # noqa: F401  (the browser fixture)
 
 T0 = datetime(2026, 11, 23, 4, 0, tzinfo=UTC)
@@ -204,7 +205,7 @@ def run_suite(out: Path, url: str, client: str, *select: str) -> int:
     """`amqp-conformance run` as a user runs it, into the lake under `out`."""
     done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", url, "--out", str(out),
                            "--client", client, "--run-id", f"{client}-run", "--select", *select],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=cli_env())
     return done.returncode
 
 
