@@ -28,7 +28,7 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m codec.generate --check
 	$(BIN)/python -m conformance.catalogue.document --check
-	$(BIN)/pytest -rs -n 4 --dist loadgroup
+	$(BIN)/pytest -rs -n 3 --dist loadgroup
 
 # The main job: the suite against the embedded reference broker, then the HTML report; prints
 # where the results, JUnit XML and report are.
