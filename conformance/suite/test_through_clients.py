@@ -86,21 +86,21 @@ def test_an_unknown_tag_closes_the_channel_406(client: Client, names: Names, tar
 @pytest.mark.clients("pika", "aio-pika", why="py-amqp's Channel has no basic_nack (its API stops at basic.reject)")
 @pytest.mark.rules("ACK-07", "RQ-04")
 def test_nack_requeue_redelivers_with_the_flag(client: Client, names: Names, target: Target) -> None:
-    driver, ch, queue = _filled(client, names, 1)
-    first = driver.get(ch, queue)
-    assert first is not None and not first.redelivered
-    driver.nack(ch, first.delivery_tag, requeue=True)
-    again = driver.get(ch, queue)
-    assert again is not None and again.body == b"m1" and again.redelivered
+    _requeue_redelivers_with_the_flag(client, names, "nack")
 
 
 @pytest.mark.clients(*LIBRARIES)
 @pytest.mark.rules("ACK-07", "RQ-04")
 def test_reject_requeue_redelivers_with_the_flag(client: Client, names: Names, target: Target) -> None:
+    _requeue_redelivers_with_the_flag(client, names, "reject")
+
+
+def _requeue_redelivers_with_the_flag(client: Client, names: Names, settle: str) -> None:
+    """ACK-07/RQ-04: a message settled with `settle` ("nack" or "reject") and requeue comes back redelivered."""
     driver, ch, queue = _filled(client, names, 1)
     first = driver.get(ch, queue)
     assert first is not None and not first.redelivered
-    driver.reject(ch, first.delivery_tag, requeue=True)
+    getattr(driver, settle)(ch, first.delivery_tag, requeue=True)
     again = driver.get(ch, queue)
     assert again is not None and again.body == b"m1" and again.redelivered
 
