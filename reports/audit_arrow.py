@@ -51,12 +51,14 @@ AUDIT_COLUMNS = (*KEY_COLUMNS, "seq", "direction", "frame_type", "method", "deli
 OPTIONAL_COLUMNS = ("prefetch_count", "no_ack", "global_qos", "body_digest", "queue", "ts", "reply_text", "nowait",
                     "priority",
                     *(c for c in CONTEXT_COLUMNS if c not in ("ts", "queue", "nowait")))
-_COLUMN_KINDS = {"prefetch_count": "int", "no_ack": "bool", "global_qos": "bool", "body_digest": "str",
+_COLUMN_KINDS = {"prefetch_count": "sparse", "no_ack": "sparse", "global_qos": "sparse", "body_digest": "str",
                  "queue": "sparse", "ts": "ts", "reply_text": "sparse", "nowait": "sparse",
-                 "priority": "sparse"}
+                 "priority": "sparse"}  # sparse: read on a few frame kinds only (qos, consume, get, close...)
 
-
-_CHECKED = frozenset((*AUDIT_COLUMNS, *_COLUMN_KINDS))
+DICTIONARY_COLUMNS = ("run_id", "test_id", "direction", "frame_type", "method", "queue", "reply_text", "product",
+                      "version", "emulates", "queue_type")  # few distinct values (or mostly null): read as indices
+_PARQUET = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=DICTIONARY_COLUMNS))
+_TAKEN = frozenset(Columns._fields[2:])  # what the observer reads per row (codes and seq come as numpy)
 
 
 def input_columns(schema: pa.Schema) -> list[str]:
@@ -66,23 +68,19 @@ def input_columns(schema: pa.Schema) -> list[str]:
 
 def frame_codes(table: pa.Table) -> np.ndarray:
     """Each row's frame code (`reports.audit.frame_code`), -1 where the audit ignores it."""
-    methods = pc.dictionary_encode(table["method"]).combine_chunks()
-    names = methods.dictionary.to_pylist()
-    code_in = np.array([_code("in", m) for m in names] + [-1], dtype=np.int16)
-    code_out = np.array([_code("out", m) for m in names] + [-1], dtype=np.int16)
-    index = methods.indices.fill_null(len(names)).to_numpy()
-    incoming = pc.equal(table["direction"], "in").fill_null(False).to_numpy(zero_copy_only=False)
-    codes: np.ndarray = np.where(incoming, code_in[index], code_out[index])
-    raw = pc.equal(table["frame_type"], "raw").fill_null(False).to_numpy(zero_copy_only=False)
-    codes[raw & ~incoming] = RAW_OUT  # opaque client bytes (reports.audit)
-    gap = pc.equal(table["frame_type"], "gap").fill_null(False).to_numpy(zero_copy_only=False)
-    codes[gap] = GAP  # undecodable: the rest of the channel is not judged
+    method = _Dictionary(table["method"])
+    code_in = np.array([_code("in", m) for m in method.names] + [-1], dtype=np.int16)
+    code_out = np.array([_code("out", m) for m in method.names] + [-1], dtype=np.int16)
+    incoming = _Dictionary(table["direction"]).equal("in")
+    codes: np.ndarray = np.where(incoming, code_in[method.indices], code_out[method.indices])
+    frame_type = _Dictionary(table["frame_type"])
+    codes[frame_type.equal("raw") & ~incoming] = RAW_OUT  # opaque client bytes (reports.audit)
+    codes[frame_type.equal("gap")] = GAP  # undecodable: the rest of the channel is not judged
     if "body_digest" in table.column_names:  # message identity comes from the first body frame
-        body = pc.equal(table["frame_type"], "body").fill_null(False).to_numpy(zero_copy_only=False)
-        codes[body & incoming] = BODY_IN
+        codes[frame_type.equal("body") & incoming] = BODY_IN
     if "priority" in table.column_names:  # only headers with a priority matter (RQ-01 order)
-        header = pc.and_(pc.equal(table["frame_type"], "header"), pc.greater(table["priority"], 0))
-        codes[header.fill_null(False).to_numpy(zero_copy_only=False) & incoming] = PRIORITY_IN
+        priority = pc.greater(table["priority"], 0).fill_null(False).to_numpy(zero_copy_only=False)
+        codes[frame_type.equal("header") & priority & incoming] = PRIORITY_IN
     return codes
 
 
@@ -99,7 +97,6 @@ def audit_table(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | No
     if contexts is None:
         contexts = recording_contexts(frames)
     codes = frame_codes(frames)
-    frames = frames.select([n for n in frames.column_names if n in _CHECKED])
     keep = np.flatnonzero(codes >= 0)
     if len(keep) == 0:
         return VIOLATIONS.empty_table()
@@ -115,15 +112,24 @@ def audit_table(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | No
         change[1:] |= key[1:] != key[:-1]
     starts = np.flatnonzero(change).tolist()
     rows = keep[order]
-    cols = _columns(frames.take(rows), codes[rows], seq[order])
+    taken = frames.select([n for n in frames.column_names if n in _TAKEN]).take(rows)  # the observer's columns
+    cols = _columns(taken, codes[rows], seq[order])
     return _findings_table(cols, starts, keys, run.names, test.names, contexts)
 
 
 class _Dictionary:
+    """A string column as numpy indices into its distinct values (`names`); a null is
+    `len(names)`. Free for a dictionary column (`read_run_frames`)."""
+
     def __init__(self, column: pa.ChunkedArray) -> None:
         encoded = pc.dictionary_encode(column).combine_chunks()
-        self.indices: np.ndarray = encoded.indices.to_numpy()
         self.names: list[str] = encoded.dictionary.to_pylist()
+        self.indices: np.ndarray = encoded.indices.fill_null(len(self.names)).to_numpy()
+
+    def equal(self, value: str) -> np.ndarray:
+        """Where the column holds `value` (null: False), as numpy booleans."""
+        found: np.ndarray = np.array([n == value for n in self.names] + [False])[self.indices]
+        return found
 
 
 def _ints(column: pa.ChunkedArray) -> np.ndarray:
@@ -137,17 +143,18 @@ def _columns(table: pa.Table, codes: np.ndarray, seq: np.ndarray) -> Columns:
     def flags(name: str) -> list[bool]:
         return pc.fill_null(table[name], False).to_numpy(zero_copy_only=False).tolist()  # type: ignore[no-any-return]
 
+    def sparse(name: str) -> Any:  # a {row: value} dict read like a list: most rows are null
+        return _Sparse(table[name])
+
     def optional(name: str) -> Any:
         if name not in table.column_names:
             return None
         kind = _COLUMN_KINDS[name]
         if kind == "ts":  # read a few times per channel: numpy, not a list of a million ints
             return pc.fill_null(table[name].cast(pa.int64()), 0).to_numpy()
-        if kind == "sparse":
-            return _Sparse(table[name])
-        return table[name].to_pylist() if kind == "str" else ints(name) if kind == "int" else flags(name)
+        return sparse(name) if kind == "sparse" else table[name].to_pylist()
 
-    return Columns(codes.tolist(), seq.tolist(), ints("delivery_tag"), flags("multiple"), flags("requeue"),
+    return Columns(codes.tolist(), seq.tolist(), ints("delivery_tag"), flags("multiple"), sparse("requeue"),
                    flags("redelivered"), table["consumer_tag"].to_pylist(), ints("reply_code"),
                    *(optional(name) for name in Columns._fields[8:]))
 
@@ -268,10 +275,14 @@ def _join_uri(root: str | Path, relative: str) -> str:
 
 
 def read_run_frames(directory: str, *, use_threads: bool = True) -> pa.Table:
-    """The audit's columns of one run partition directory (its part files, any number)."""
+    """The audit's columns of one run partition directory (its part files, any number).
+
+    The few-valued strings (`DICTIONARY_COLUMNS`) come as dictionary arrays, one dictionary
+    per column: the audit reads their indices, never the strings of every row."""
     fs, path = pafs.FileSystem.from_uri(directory)
-    dataset = ds.dataset(path, filesystem=fs, format="parquet")  # one writer per run: one schema
-    return dataset.to_table(columns=input_columns(dataset.schema), use_threads=use_threads)
+    dataset = ds.dataset(path, filesystem=fs, format=_PARQUET)  # one writer per run: one schema
+    table = dataset.to_table(columns=input_columns(dataset.schema), use_threads=use_threads)
+    return table.unify_dictionaries()
 
 
 def audit_runs(directories: list[str], *, use_threads: bool = True) -> Iterator[pa.Table]:

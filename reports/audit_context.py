@@ -52,6 +52,8 @@ def context_rows(frames: pa.Table) -> pa.Table:
     names = ["run_id", "test_id", "connection", "channel", "seq", "direction", "frame_type", "method",
              *(c for c in CONTEXT_COLUMNS if c in frames.column_names)]
     rows = frames.filter(pc.fill_null(wanted, False)).select(names)
+    rows = rows.cast(pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                                for f in rows.schema]))  # a few rows: plain strings sort
     return rows.sort_by([(k, "ascending") for k in ("run_id", "test_id", "connection", "channel", "seq")])
 
 

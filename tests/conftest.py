@@ -4,8 +4,8 @@
 RabbitMQ broker, ...) skips when it is absent, except under `AMQPC_STRICT=1` (set by
 `.ci/run`), where a missing resource is a failure: CI must never pass by skipping.
 
-Default selection: the project's own tests (under tests/) marked `slow`, `rabbitmq43` or
-`rabbitmq40` are deselected unless `-m` chooses (`pytest -m slow tests/reliability`). The
+Default selection: the project's own tests (under tests/) marked `slow`, `rabbitmq43`,
+`rabbitmq40` or `cluster` are deselected unless `-m` chooses (`pytest -m slow tests/reliability`). The
 filter is here, not in pyproject's addopts, so that it never touches the shipped suite
 (conformance/suite): `pytest --pyargs conformance.suite` from the repository root runs the
 same tests as `amqp-conformance run`.
@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 STRICT_ENV = "AMQPC_STRICT"
-NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40")  # markers of project tests that need `-m` to run
+NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster")  # markers of project tests that need `-m` to run
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-# pytest-xdist (`make test` runs `-n 3 --dist loadgroup`: measured 538 s of pytest on a quiet 2-core machine, 612 s with -n 4): tests sharing one costly resource run in
-# one worker, one after another: the Spark session (and the report site built on it); the cluster
-# tests (tests/reports/test_cluster.py) in a group of their own. The tests on
+# pytest-xdist (`make test` runs `-n 5 --dist loadgroup`, Makefile PYTEST_WORKERS): tests sharing one costly
+# resource run in one worker, one after another: the Spark session (and the report site built on it). (The cluster
+# tests, tests/reports/test_cluster.py, are `make test-cluster`, a group of their own.) The tests on
 # the shared RabbitMQ 3.10.8 need no group: each uses its own queues, and the one test that changes
 # a global setting (test_admin.py) changes it by a millisecond and restores it.
 XDIST_GROUPS = {"spark": "spark", "browser": "spark"}
@@ -49,15 +49,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+class XdistGroupIds:
+    """pytest-xdist's `loadgroup` sends the tests of one `xdist_group` to one worker by renaming
+    their node ids `ID@group`, which the controller reads. xdist 3.8 renames by assigning
+    `item._nodeid`, which pytest 9.2 no longer reads (`Item.nodeid` comes from `item._id`): the
+    groups were silently ignored and every worker started its own Spark session. This plugin
+    makes the rename after xdist's own hook, where it did not take (a no-op where it did)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):
+            return
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            if names and "@" not in item.nodeid and hasattr(item, "_id"):
+                from _pytest.nodeid import NodeId  # pytest >= 9.2, where the rename needs it
+
+                item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(XdistGroupIds(), "amqpc-xdist-group-ids")
+
+
 # CLI runs whose subject is the command (exit statuses, reports, profiles, client selection), not
-# the depth of the model machines, run each machine for this many examples: the machines' depth
-# is judged in-process (conformance/suite, tests/conformance/test_deviations.py, test_mutation.py).
+# the depth of the model machines, run each machine for this many examples, and a failing machine
+# reports the failure it found without shrinking it: the machines' depth and their minimal
+# examples are judged in-process (conformance/suite, tests/conformance/test_deviations.py,
+# test_mutation.py).
 CLI_MACHINE_EXAMPLES = "10"
 
 
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment of an `amqp-conformance run` subprocess of the project's tests."""
-    return {**os.environ, "AMQPC_MACHINE_EXAMPLES": CLI_MACHINE_EXAMPLES, **extra}
+    return {**os.environ, "AMQPC_MACHINE_EXAMPLES": CLI_MACHINE_EXAMPLES, "AMQPC_MACHINE_SHRINK": "0", **extra}
 
 
 def strict() -> bool:

@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import pytest
+
+# one pytest-xdist worker for them all: they share one parse of every module (`imports`, cached)
+pytestmark = pytest.mark.xdist_group("layering")
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("codec", "reference_broker", "conformance", "reports", "bench")
 PROJECT = (*PACKAGES, "tests")

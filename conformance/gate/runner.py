@@ -23,6 +23,8 @@ Rules:
 - Output directory (`--out`): `results/` (the Parquet results lake, runs accumulate),
   `junit.xml` and `pytest-output.txt` (this run), `report/` (with `--report`).
 - pytest's own terminal output goes to `pytest-output.txt`; the console shows `progress`.
+- Every test the run announced is counted: one that ends without a verdict (a crashed worker)
+  or never reports (the run ended first) is `broken`, saying so (`RunCollector.finished_tests`).
 - The pytest configuration of the current directory does not change the run (`addopts` is
   cleared); slow tests are included.
 """
@@ -63,6 +65,8 @@ class RunCollector:
         self.progress, self.baseline, self.profile = progress, baseline, profile
         self.tests: list[TestEvidence] = []
         self.unjudged: dict[str, str] = {}  # failed reports that never got a verdict (a crashed worker)
+        self.collected: list[str] = []  # the tests the run announced
+        self.reported: set[str] = set()  # the tests that reached their teardown report
         self.collection_errors: list[str] = []
         self.internal_error = self.interrupted = False
         self.harness: Any = None
@@ -70,11 +74,14 @@ class RunCollector:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:
             self.progress.set_total(len(session.items))
+            self.collected = [item.nodeid for item in session.items]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if self.progress.done == 0:
             self.progress.set_total(len(ids))
+        if not self.collected:
+            self.collected = list(ids)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -83,6 +90,8 @@ class RunCollector:
             self.collection_errors.append(f"{report.nodeid or '<session>'}: {text}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.reported.add(report.nodeid)
         found = from_report(report) if report.when == "teardown" else None
         if found is None:
             if report.failed:
@@ -108,10 +117,16 @@ class RunCollector:
         self.harness = session.config.stash.get(HARNESS, None)
 
     def finished_tests(self) -> list[TestEvidence]:
-        """The tests with a verdict, plus a `broken` one for every test that never got one."""
+        """The tests with a verdict, plus a `broken` one for every test that never got one:
+        a failed report without a verdict (a crashed worker) or no report at all (the run
+        ended first, e.g. pytest-xdist's internal error), so every announced test is counted."""
         lost = [TestEvidence(nodeid, "broken", "unknown", (), f"no verdict: {text}") for nodeid, text in
                 self.unjudged.items()]
-        return [*self.tests, *lost]
+        down = getattr(self.harness, "down", None)
+        ended = "no verdict: the run ended before this test reported one" + (f" (broker down: {down})" if down else "")
+        seen = self.reported | set(self.unjudged)
+        never = [TestEvidence(nodeid, "broken", "unknown", (), ended) for nodeid in self.collected if nodeid not in seen]
+        return [*self.tests, *lost, *never]
 
 
 def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list[str]:

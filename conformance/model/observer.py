@@ -131,10 +131,11 @@ def observe_channel(cols: Columns, start: int = 0, stop: int | None = None,
     for i in range(start, stop):
         code = codes[i]
         if code == OPEN_OUT:
-            trace.last_ts = ts[i - 1] if ts is not None and i > start else 0
-            replay.finish(trace)
-            trace = new_trace(context, trace.findings)
-            table = HANDLERS
+            if i > start:  # the first row's trace is new: nothing to finish, nothing to renew
+                trace.last_ts = ts[i - 1] if ts is not None else 0
+                replay.finish(trace)
+                trace = new_trace(context, trace.findings)
+                table = HANDLERS
             continue
         if code == GAP:
             trace.last_ts = ts[i] if ts is not None else 0

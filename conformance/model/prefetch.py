@@ -102,7 +102,7 @@ def take_credit(channel: ChannelState, consumer: Consumer, queue_kind: str, trai
         return True
     allowed = consumer.prefetch == 0 or consumer.outstanding < consumer.prefetch
     consumer.outstanding += 1
-    if traits.global_qos is GlobalQos.CHANNEL and channel.global_limit and queue_kind == "classic":
+    if channel.global_limit and traits.global_qos is GlobalQos.CHANNEL and queue_kind == "classic":
         channel.volume += 1
         if channel.uncounted:
             channel.uncounted -= 1  # QOS-09: maybe decided before the limit existed

@@ -270,18 +270,20 @@ def confirm_select(s: ChannelTrace, c: Columns, i: int) -> None:
 
 
 def publish(s: ChannelTrace, c: Columns, i: int) -> None:
-    if s.channel.confirm and not s.client_closed:  # PC-02: seqnos count publishes after select
-        s.unconfirmed[s.channel.publish_seqno] = None
-        s.channel.publish_seqno += 1
+    channel = s.channel
+    if channel.confirm and not s.client_closed:  # PC-02: seqnos count publishes after select
+        s.unconfirmed[channel.publish_seqno] = None
+        channel.publish_seqno += 1
 
 
 def confirm(s: ChannelTrace, c: Columns, i: int) -> None:
     tag = c.delivery_tag[i] or 0
-    multiple = bool(c.multiple[i])
-    seqnos = confirm_tags(s.unconfirmed, tag, multiple)  # PC-04/05
+    multiple = c.multiple[i] is True
+    unconfirmed = s.unconfirmed
+    seqnos = confirm_tags(unconfirmed, tag, multiple)  # PC-04/05
     if seqnos is not None:
         for seqno in seqnos:
-            del s.unconfirmed[seqno]
+            del unconfirmed[seqno]
         return
     published = s.channel.publish_seqno - 1
     what = f"{'basic.ack' if c.code[i] == ACK_IN else 'basic.nack'} delivery-tag={tag}{' multiple' if multiple else ''}"

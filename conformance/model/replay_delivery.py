@@ -104,7 +104,7 @@ def body(s: ChannelTrace, c: Columns, i: int) -> None:
         s.identity[tag] = digest
     if s.order_judged:
         replay_requeue.on_identity(s, c, i, digest)  # RQ-01/02
-    if s.requeued[digest] > 0:
+    if s.requeued.get(digest, 0) > 0:  # (a Counter's missing key costs a call)
         s.requeued[digest] -= 1
         # delivered and returned once at least (here): the flag every queue type must set
         if redelivered_flag(None, 1, 1, s.traits.quorum_redelivered_on_return) and not s.awaiting_redelivered:

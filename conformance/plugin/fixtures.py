@@ -1,7 +1,9 @@
 """The fixtures of the plugin (loaded with hooks.py through its `pytest_plugins`).
 
 - `target` (session): the broker under test (url, profile, timeout scale, admin); without
-  `--broker-url` an embedded reference broker starts on a free port for the session.
+  `--broker-url` an embedded reference broker starts on a free port for the session. If the
+  broker does not answer, the broker is down (exit 3): a single process ends the run there
+  (nothing ran yet); a pytest-xdist worker makes each of its broker tests `broken` instead.
 - `connect`: a factory of connected `RawClient`s sharing the test's frame `recorder`, closed
   at teardown; `names`: unique "amqpc." names, whose queues and exchanges are deleted at
   teardown; `admin`: the `--broker-admin` adapter, every change undone at teardown.
@@ -22,6 +24,7 @@ from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import ChannelClosed, DriverError, RawClient, Recorder
 from conformance.embedded import start as start_embedded
 from conformance.plugin.admin import RestoringAdmin, parse_admin
+from conformance.plugin.classify import BROKEN_PREFIX
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
 from conformance.plugin.results import redact_url
 from conformance.plugin.session import Names, Target, harness
@@ -50,7 +53,11 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         if embedded is not None:
             embedded.stop()
         state.down = connect_failure(redact_url(url), exc)
-        pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
+        if not state.worker:  # the run's first connection: nothing ran yet, the run ends here
+            pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
+        # a pytest-xdist worker joins a run under way (another worker may have wedged the broker):
+        # an exit here would lose its tests (xdist cannot reschedule them); each gets `broken`
+        pytest.skip(BROKEN_PREFIX + state.down)
     profile = resolve(config.getoption("--profile"), props, config.getoption("--capability"),
                       config.getoption("--extension-profile"))
     made = Target(url, profile, scale, config.getoption("--broker-admin"), config.getoption("--client"), embedded)

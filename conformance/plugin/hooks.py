@@ -227,7 +227,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if RULE_ERROR in item.stash:
         raise HarnessError(item.stash[RULE_ERROR])
     state = harness(item.config)
-    if not _uses_broker(item) or state.target is None:
+    if not _uses_broker(item):
         return
     if state.down is None and state.probe is not None:
         state.down = state.probe.check()

@@ -34,7 +34,6 @@ from typing import Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from codec import BodyFrame, Command, HeaderFrame, HeartbeatFrame, MethodFrame, ProtocolHeader
@@ -359,6 +358,8 @@ def read_table(root: Path | str, table: str, run_id: str | None = None) -> pa.Ta
     """One table of a results directory (all runs, or one), with the `run` partition column."""
     if table not in TABLES:
         raise ValueError(f"unknown results table {table!r} (one of: {', '.join(TABLES)})")
+    import pyarrow.dataset as ds  # here, not at the top: it imports pandas, ~0.25 s of every run's start-up
+
     partitioning = ds.partitioning(pa.schema([(PARTITION_KEY, pa.string())]), flavor="hive")
     schema = SCHEMAS[table].append(pa.field(PARTITION_KEY, pa.string()))
     dataset = ds.dataset(Path(root) / table, format="parquet", partitioning=partitioning, schema=schema)

@@ -21,6 +21,8 @@ import pytest
 
 from conformance.gate.baseline import load_baseline
 from conformance.gate.cli import main
+from conformance.gate.runner import RunCollector
+from conformance.plugin.evidence import TestEvidence, attach
 from conformance.plugin.results import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_plugin import WEDGE_SUITE, WedgeProxy
@@ -247,3 +249,38 @@ def test_usage_error_from_the_console_script(tmp_path: Path) -> None:
     assert run.err == ("amqp-conformance: error: --profile 'nope': unknown profile (one of: auto, rabbitmq-4.3, "
                        "rabbitmq-4.0, rabbitmq-3.12, rabbitmq-3.10, amqp-0-9-1, rabbitmq-compatible, "
                        "rabbitmq-compatible:VERSION)\n")
+
+
+class _Progress:
+    done = 0
+
+    def set_total(self, total: int) -> None:
+        self.total = total
+
+    def update(self, test: TestEvidence, outcome: str) -> None:
+        self.done += 1
+
+
+def _teardown(nodeid: str, verdict: str | None) -> pytest.TestReport:
+    report = pytest.TestReport(nodeid, ("t.py", 0, nodeid), {}, "passed", None, "teardown")
+    if verdict is not None:
+        attach(report, TestEvidence(nodeid, verdict, "ack", ("ACK-02",)))
+    return report
+
+
+def test_every_announced_test_is_counted_even_without_a_report() -> None:
+    """Issue 18: a test the run announced but that never reported (the run ended first, as when
+    pytest-xdist lost a worker's tests) is `broken`, saying why; a test without rules (no
+    verdict, but a teardown report) is not one of them."""
+    collector = RunCollector(_Progress(), None, None)
+    collector.pytest_xdist_node_collection_finished(None, ["t.py::a", "t.py::plain", "t.py::crashed", "t.py::lost"])
+    collector.pytest_runtest_logreport(_teardown("t.py::a", "passed"))
+    collector.pytest_runtest_logreport(_teardown("t.py::plain", None))
+    crash = pytest.TestReport("t.py::crashed", ("t.py", 0, "crashed"), {}, "failed", "worker 'gw1' crashed", "???")
+    collector.pytest_runtest_logreport(crash)
+    collector.harness = type("Down", (), {"down": "broker wedged: no reply within 0.5 s"})()
+    tests = {t.nodeid: t for t in collector.finished_tests()}
+    assert {n: t.verdict for n, t in tests.items()} == {"t.py::a": "passed", "t.py::crashed": "broken", "t.py::lost": "broken"}
+    assert tests["t.py::crashed"].message == "no verdict: worker 'gw1' crashed"
+    assert tests["t.py::lost"].message == ("no verdict: the run ended before this test reported one "
+                                           "(broker down: broker wedged: no reply within 0.5 s)")

@@ -299,4 +299,8 @@ def test_a_wedged_broker_ends_a_parallel_run_with_exit_3(tmp_path: Path, hostile
     run = _cli(tmp_path, "--broker-url", proxy.url, "--jobs", "2", *CLI_SELECTION, timeout=120)
     assert run.status == 3, run.out + run.err
     assert {t["verdict"] for t in run.tests.values()} == {"broken"} and len(run.tests) == 4
-    assert run.seconds < 60
+    # no wall-clock bound (a loaded machine stretches the workers' start-up): what keeps the run
+    # short is that at most one test per worker met the wedge, the rest were judged without the
+    # network, and no budget of the watchdog had to end it
+    assert sum("(the test saw:" in str(t["message"]) for t in run.tests.values()) <= 2, run.out
+    assert "watchdog" not in run.err, run.err

@@ -339,6 +339,55 @@ def test_broker_not_answering_at_start_exits_3(pytester: pytest.Pytester, proxy:
     run.stdout.fnmatch_lines(["*broker unreachable at amqp://guest@127.0.0.1:*no reply within 0.5 s*"])
 
 
+WORKER_AFTER_THE_WEDGE = '''
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+
+def test_waits_for_the_wedge():
+    """Not a broker test: this worker reaches the broker only once the other one wedged it."""
+    deadline = time.monotonic() + 30
+    while not Path(os.environ["WEDGE_FILE"]).exists():
+        if time.monotonic() > deadline:
+            pytest.fail("the other worker never wedged the broker")
+        time.sleep(0.01)
+
+
+@pytest.mark.rules("ACK-03")
+def test_first_connection_after_the_wedge(connect):
+    connect().channel()
+
+
+@pytest.mark.rules("ACK-04")
+def test_then(connect):
+    connect().channel()
+'''
+
+
+def test_a_worker_first_reaching_a_wedged_broker_records_broken_verdicts(pytester: pytest.Pytester, proxy: WedgeProxy) -> None:
+    """Issue 18: under pytest-xdist a worker's first connection (the `target` fixture) may come
+    after another worker wedged the broker. That is not the start of the run: the worker's tests
+    end `broken` and reach the records, where pytest.exit lost them (xdist's INTERNALERROR)."""
+    pytester.makepyfile(test_wedge=WEDGE_SUITE, test_later=WORKER_AFTER_THE_WEDGE)
+    results = pytester.path / "results"
+    run = pytester.runpytest_subprocess("test_wedge.py", "test_later.py", "-p", "xdist", "-n", "2",
+                                        "--dist", "loadfile",  # one file per worker
+                                        "--broker-url", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
+                                        "--timeout-scale", "0.1", "--results-dir", str(results), timeout=120)
+    assert run.ret == 3, run.stdout.str()
+    assert "INTERNALERROR" not in run.stdout.str() + run.stderr.str()
+    tests = _tests_by_name(results)
+    assert {name: r["verdict"] for name, r in tests.items()} == {
+        "test_before": "passed", "test_wedges_the_broker": "broken", "test_after": "broken",
+        "test_first_connection_after_the_wedge": "broken", "test_then": "broken"}
+    for name in ("test_first_connection_after_the_wedge", "test_then"):
+        assert str(tests[name]["message"]).startswith("broker unreachable at amqp://guest@127.0.0.1:"), tests[name]
+        assert "no reply within 0.5 s" in str(tests[name]["message"])
+    assert read_table(results, "runs").to_pylist()[0]["tests"] == 5
+
 def test_refused_connection_exits_3(pytester: pytest.Pytester) -> None:
     with socket.create_server(("127.0.0.1", 0)) as placeholder:
         port = placeholder.getsockname()[1]

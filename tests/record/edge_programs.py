@@ -88,10 +88,19 @@ def uncapable_consumer(url: str, queue: str, deadline: float = 5.0) -> dict[str,
     return {"cancelled": cancelled}
 
 
+HOLD_FIRST = 1.0  # s: how long the nowait consumer holds its first delivery waiting for a second
+
+
 def nowait_program(url: str, queue: str, deadline: float = 5.0) -> list[bytes]:
-    """Declare, consume, cancel and delete with nowait=true; the deliveries in between are acked."""
+    """Declare, consume, cancel and delete with nowait=true; the deliveries in between are acked.
+
+    The first delivery is held unacked until a second one arrives or HOLD_FIRST passes: a broker
+    over its prefetch of 1 shows it in the recording whatever the timing (an ack sent at once
+    could reach the broker before it sends the delivery over the limit)."""
     connection = _connect(url, deadline)
     received: list[bytes] = []
+    held: list[int] = []
+    holding = [True]  # until the window ends
     try:
         channel = connection.channel()
         channel.queue_declare(queue, auto_delete=False, nowait=True)
@@ -101,9 +110,20 @@ def nowait_program(url: str, queue: str, deadline: float = 5.0) -> list[bytes]:
 
         def handle(message: amqp.Message) -> None:
             received.append(message.body)
+            if holding[0] and len(received) == 1:
+                held.append(message.delivery_tag)
+                return
+            for tag in held:
+                channel.basic_ack(tag)
+            held.clear()
             channel.basic_ack(message.delivery_tag)
 
         channel.basic_consume(queue, consumer_tag="nowait-consumer", callback=handle, nowait=True)
+        _drain(connection, time.monotonic() + HOLD_FIRST, lambda: len(received) >= 2)
+        holding[0] = False
+        for tag in held:  # a broker keeping the limit sent nothing more meanwhile
+            channel.basic_ack(tag)
+        held.clear()
         _drain(connection, time.monotonic() + deadline, lambda: len(received) >= MESSAGES)
         channel.basic_cancel("nowait-consumer", nowait=True)
         channel.queue_delete(queue, nowait=True)

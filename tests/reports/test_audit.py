@@ -7,14 +7,16 @@ a trace gives the finding it stands for; the Arrow adapter agrees with the plain
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.plugin.results import SCHEMAS
+from conformance.plugin.results import PARTITION_KEY, SCHEMAS
 from reports.audit import ChannelFrame, Finding, audit_channel
-from reports.audit_arrow import audit_group, audit_table
+from reports.audit_arrow import audit_group, audit_lake, audit_table
 from tests.reports.channel_sim import CONFIRMS, REQUEUE, ChannelSim, steps, valid_traces
 
 F = ChannelFrame
@@ -218,6 +220,25 @@ def test_audit_arrow_adapter_agrees_with_the_checker(plans: list[list[tuple[str,
     per_group = pa.concat_tables([audit_group(t) for t in tables])  # the applyInArrow body, one channel each
     assert per_group.sort_by([("test_id", "ascending"), ("seq", "ascending")]).equals(
         found.sort_by([("test_id", "ascending"), ("seq", "ascending")]))
+
+
+def test_audit_lake_reads_a_run_of_several_part_files_like_one_table(tmp_path: Path) -> None:
+    # each part file has its own string dictionaries (methods, tests): read_run_frames unifies them
+    parts = [renumber([*OPEN, *CONSUME, deliver(1), deliver(3)]),
+             renumber([*OPEN, F(0, "out", "queue.delete", queue="q"), F(0, "in", "queue.delete-ok"),
+                       F(0, "out", "confirm.select"), F(0, "in", "confirm.select-ok"),
+                       F(0, "in", "basic.ack", delivery_tag=1)]),
+             renumber([*OPEN, *CONSUME, deliver(1), F(0, "out", "basic.ack", delivery_tag=1),
+                       F(0, "out", "basic.ack", delivery_tag=1), F(0, "out", "basic.qos")])]
+    tables = [_table(frames, test_id=f"t::{n}", connection=n + 1) for n, frames in enumerate(parts)]
+    run = tmp_path / "frames" / f"{PARTITION_KEY}=r1"
+    run.mkdir(parents=True)
+    for n, table in enumerate(tables):
+        pq.write_table(table, run / f"part-{n:05d}.parquet")
+    found = audit_lake(tmp_path)
+    assert found.num_rows == 3
+    assert found.sort_by([("test_id", "ascending"), ("seq", "ascending")]).equals(
+        audit_table(pa.concat_tables(tables)).sort_by([("test_id", "ascending"), ("seq", "ascending")]))
 
 
 @given(st.lists(st.integers(1, 10_000), min_size=1, max_size=40), st.integers(1, 8))

@@ -36,7 +36,7 @@ from tests.reports.conftest import Lake, Site
 REPORT_TIMEOUT = 600  # seconds: a cold driver and executors on a loaded 2-core machine
 # its own pytest-xdist group: the cluster's daemons start while the other Spark tests run (this
 # worker builds its own local site to compare with)
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-cluster"), pytest.mark.timeout(3 * REPORT_TIMEOUT)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.xdist_group("spark-cluster"), pytest.mark.timeout(3 * REPORT_TIMEOUT)]
 
 
 @dataclass
