@@ -59,6 +59,7 @@ def test_classic_requeue_restores_the_original_position(connect: Connect, names:
     else:
         client.close_channel(ch)
         reader = client.channel()
+        await_ready(client, reader, queue, 3, target.timeout(2.0))  # m1, m2 back with the channel (RQ-03)
     Publisher(client).publish(queue, [b"m4"])
     again = get_all(client, reader, queue)
     flags = {d.body: d.redelivered for d in again}

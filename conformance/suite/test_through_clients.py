@@ -9,6 +9,7 @@ the wire but fails here is a client bug or a rule the client cannot express.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -49,12 +50,19 @@ def _deliveries(driver: ClientDriver, count: int, timeout: float) -> list[Delive
     return got
 
 
-def _ready(driver: ClientDriver, queue: str) -> int:
+def _ready(driver: ClientDriver, queue: str, want: int, within: float) -> int:
+    """Messages taken from `queue` (basic.get, no-ack) until it is empty with `want` taken, or
+    `within` seconds passed: a gone channel's deliveries come back asynchronously (RQ-03,
+    queue_steps.assert_ready_elsewhere)."""
     ch = driver.open_channel()
+    deadline = time.monotonic() + within
     count = 0
-    while driver.get(ch, queue, no_ack=True) is not None:
-        count += 1
-    return count
+    while True:
+        while driver.get(ch, queue, no_ack=True) is not None:
+            count += 1
+        if count >= want or time.monotonic() >= deadline:
+            return count
+        time.sleep(0.01)
 
 
 @pytest.mark.clients(*LIBRARIES)
@@ -66,7 +74,7 @@ def test_ack_multiple_settles_every_outstanding_tag_up_to_it(client: Client, nam
     driver.ack(ch, tags[-1], multiple=True)
     driver.cancel(ch, driver.consume(ch, queue))  # a round trip after the ack on the same channel
     driver.close_channel(ch)  # nothing unacked is left to requeue
-    assert _ready(client(), queue) == 0
+    assert _ready(client(), queue, 0, target.timeout(2.0)) == 0
 
 
 @pytest.mark.clients(*LIBRARIES)
@@ -167,7 +175,7 @@ def test_tx_ack_is_settled_at_commit_and_restored_by_rollback(client: Client, na
     driver.ack(ch, got.delivery_tag)
     driver.tx_commit(ch) if end == "commit" else driver.tx_rollback(ch)
     driver.close_channel(ch)  # a rolled-back ack leaves the delivery unacked: the close requeues it (RQ-03)
-    assert _ready(client(), queue) == left, f"ack then tx.{end}: the queue must hold {left}"
+    assert _ready(client(), queue, left, target.timeout(2.0)) == left, f"ack then tx.{end}: the queue must hold {left}"
 
 
 @pytest.mark.clients(*LIBRARIES)
