@@ -60,6 +60,17 @@ def archive_path() -> Path | None:
     return cache_dir() / f"spark-{digest.hexdigest()[:16]}.jsa"
 
 
+def log_config_option(path: Path) -> str:
+    """The JVM option that points log4j at `path`, safe for Spark's launcher.
+
+    Spark's launcher refuses driver and daemon java options that contain "Xmx" anywhere
+    (SparkSubmitCommandBuilder, SparkClassCommandBuilder: "not allowed to specify max
+    heap(Xmx) memory settings"), a path included: a clone in mktemp's /tmp/tmp.BiBXmxZ61l
+    failed to start a master so. The file URI therefore spells every "X" as %58, which log4j
+    decodes (RFC 3986 percent-encoding of an unreserved character: the same URI)."""
+    return "-Dlog4j2.configurationFile=" + path.resolve().as_uri().replace("X", "%58")
+
+
 def java_options(*, record: bool = False) -> list[str]:
     """Driver JVM options: use the archive if it is there; else, with `record`, list the classes loaded."""
     archive = archive_path()

@@ -68,7 +68,7 @@ def spark_session(master: str | None = None, *, app_name: str = "amqp-conformanc
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    java = [f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"]
+    java = [jvm.log_config_option(LOG_CONFIG)]
     if small:
         java.append("-XX:TieredStopAtLevel=1")
     java += jvm.java_options(record=record_classes)

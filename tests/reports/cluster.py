@@ -30,6 +30,7 @@ from typing import Any
 
 import pyspark
 
+from reports.jvm import log_config_option
 from reports.spark import LOG_CONFIG
 from tests.conftest import free_port
 
@@ -47,7 +48,7 @@ def daemon_env(workdir: Path) -> dict[str, str]:
     env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
                SPARK_LOG_DIR=str(workdir / "logs"), SPARK_PID_DIR=str(workdir / "pids"),
                SPARK_DAEMON_MEMORY="512m", SPARK_EXECUTOR_MEMORY="512m", SPARK_WORKER_DIR=str(workdir / "work"))
-    env["SPARK_DAEMON_JAVA_OPTS"] = f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
+    env["SPARK_DAEMON_JAVA_OPTS"] = log_config_option(LOG_CONFIG)
     env.pop("SPARK_REMOTE", None)
     return env
 
@@ -171,7 +172,7 @@ def connect_server(workdir: Path, *, master: str = "local[2]", timeout: float = 
                "--conf", f"spark.connect.grpc.binding.port={port}",
                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
-               "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+               "--conf", f"spark.driver.extraJavaOptions={log_config_option(LOG_CONFIG)}",
                "--conf", f"spark.pyspark.python={os.environ.get('PYSPARK_PYTHON') or sys.executable}"]
     with _daemon("connect", command, env, workdir) as alive:
         wait_until(f"Spark Connect server on port {port}", lambda: _listening(port), [alive], timeout)
