@@ -32,12 +32,11 @@ from codec import (
     BasicCancelOk,
     BasicConsume,
     BasicConsumeOk,
-    BasicDeliver,
     QueueDeclare,
     QueueDeclareOk,
 )
 from codec.constants import METHOD_IDS, ReplyCode
-from conformance.drivers.raw import ChannelClosed, RawClient
+from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
 from conformance.plugin.admin import AdminError, RestoringAdmin
 from conformance.plugin.session import Names, Target
@@ -46,7 +45,6 @@ from conformance.suite.queue_steps import (
     CLASSIC,
     QUORUM,
     STREAM,
-    Delivery,
     Publisher,
     assert_quiet,
     bodies,
@@ -91,7 +89,6 @@ INVALID_ARG = "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for "
 UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
 CAPABLE = model.Reaction(model.CANCEL)
 MARGIN_S = 5.0  # s (scaled): asynchronous queue effects (returns, consumer counts) and hand-overs
-HANDOVER_S = 2.0  # s (scaled): a waiting SAC consumer taking over after the active one timed out
 
 
 def expected_reaction(target: Target, effective: int, *, cancel_notify: bool = True,
@@ -753,65 +750,3 @@ def test_consumer_disconnected_timeout_policy_key_is_accepted(connect: Connect, 
                          "queues", 100)
     except AdminError as exc:
         raise AssertionError(f"policy key consumer-disconnected-timeout refused: {exc}") from None
-
-
-# -- TMO-4.3-7: single active consumer ----------------------------------------------------------------
-def sac_queue(client: RawClient, names: Names) -> tuple[int, str]:
-    setup = client.channel()
-    return setup, queue_with(client, setup, names, QUORUM, count=1, extra={"x-single-active-consumer": True})
-
-
-@pytest.mark.rules("TMO-4.3-7")
-def test_sac_timed_out_active_consumer_hands_over(connect: Connect, names: Names, target: Target) -> None:
-    """The active consumer times out with nothing else checked out: it goes back to the
-    waiting list and the waiting consumer becomes active and gets the returned message."""
-    client = connect()
-    _, queue = sac_queue(client, names)
-    first, second = client.channel(), client.channel()
-    start = time.monotonic()
-    consume(client, first, queue, "a", SHORT)
-    consume(client, second, queue, "b")
-    assert take_one(client, first).body == b"m1"
-    await_cancel(client, first, detection_deadline(target, SHORT), start)
-    handed = client.poll(second, BasicDeliver, duration=target.timeout(HANDOVER_S))
-    assert handed is not None, "the waiting consumer never became active after the active one timed out"
-    delivery = Delivery.of(handed)
-    assert (delivery.consumer_tag, delivery.body, delivery.redelivered) == ("b", b"m1", True)
-    assert_quiet(client, first, quiet_window(target))
-
-
-@pytest.mark.rules("TMO-4.3-7")
-def test_sac_stalls_once_every_consumer_timed_out(connect: Connect, names: Names, target: Target) -> None:
-    """With every consumer timed out a SAC quorum queue stops dispatching (expected, per the
-    maintainers) until a timed-out message is settled; then it delivers again."""
-    client = connect()
-    setup, queue = sac_queue(client, names)
-    first, second = client.channel(), client.channel()
-    start = time.monotonic()
-    consume(client, first, queue, "a", SHORT)
-    consume(client, second, queue, "b", SHORT)
-    timed_out = [take_one(client, first)]
-    await_cancel(client, first, detection_deadline(target, SHORT), start)
-    handed = client.poll(second, BasicDeliver, duration=target.timeout(HANDOVER_S))
-    if handed is not None:
-        timed_out.append(Delivery.of(handed))
-        await_cancel(client, second, detection_deadline(target, SHORT))
-    await_counts(client, setup, queue, target.timeout(MARGIN_S), ready=1)
-    for ch in (first, second):
-        assert_quiet(client, ch, quiet_window(target))  # stalled
-    client.send(first, BasicAck(delivery_tag=timed_out[0].tag))  # settles a timed-out message
-    sync(client, first)
-    resumed = first_delivery(client, (first, second), target.timeout(MARGIN_S))
-    assert resumed is not None, "no delivery after a timed-out message was settled"
-    assert resumed.body == b"m1"
-
-
-def first_delivery(client: RawClient, chans: tuple[int, ...], within: float) -> Delivery | None:
-    """The first basic.deliver on any of `chans` within the bounded `within` seconds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        for ch in chans:
-            command = client.poll(ch, BasicDeliver, duration=0.05)
-            if command is not None:
-                return Delivery.of(command)
-    return None
