@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import os
 import pprint
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -86,7 +87,11 @@ def reference() -> Iterator[Side]:
 # remembered but no timer is armed. The next delivery then times out only at the queue's first
 # command after its deadline, not on time. These scenarios end with such a command (`_nudge`):
 # a real transcript that differs exactly so (the delivery still out at its checkpoint, back after
-# the nudge) is that race, and the scenario runs again; a difference of any other kind fails.
+# the nudge) from a reference transcript that is on time is that race, and the scenario runs
+# again; a difference of any other kind fails. On an idle machine 4.3.6 loses the race in most
+# attempts (12 of 20 runs of the SAC suite test, all 4 attempts of one CI run): when every
+# attempt meets it, the reference broker has still been judged against the rule (on time,
+# `lost_timer`), so the test passes with a warning saying that 4.3.6 lost its timer.
 TIMER_RACE = frozenset(("tmo_partial_timeout_each_delivery_at_its_deadline",
                         "tmo_partial_timeout_after_cancel_ok_closes_the_channel"))
 RACE_CHECKPOINT = ("at", 2.8)  # the scenarios' checkpoint after the second delivery's deadline
@@ -98,9 +103,10 @@ def lost_timer(name: str, real: list[Entry], ours: list[Entry]) -> bool:
     if name not in TIMER_RACE or RACE_CHECKPOINT not in real or RACE_CHECKPOINT not in ours:
         return False
     cut = real.index(RACE_CHECKPOINT)
-    late = [e for e in real[cut:] if e[0] == "counts"]
-    return (real[:cut + 1] == ours[:cut + 1] and real[-1] == ours[-1] and len(late) == 2
-            and late[0][2] == 1 and late[1][2] == 3)  # one ready at the checkpoint, all after the nudge
+    late = [e[2] for e in real[cut:] if e[0] == "counts"]
+    on_time = [e[2] for e in ours[cut:] if e[0] == "counts"]
+    # 4.3.6: one ready at the checkpoint, all three after the nudge; ours: m2 back by the checkpoint
+    return real[:cut + 1] == ours[:cut + 1] and real[-1] == ours[-1] and late == [1, 3] and on_time == [2, 3]
 
 
 def render(transcript: list[Entry]) -> list[str]:
@@ -112,8 +118,11 @@ def render(transcript: list[Entry]) -> list[str]:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_reference_broker_matches_rabbitmq_4_3_6(name: str, rabbitmq43: Side, reference: Side) -> None:
     real, diff, raced = compare(name, rabbitmq43, reference)
-    lost = f" (RabbitMQ 4.3.6 lost its consumer-timeout timer in all {raced} attempts: TIMER_RACE)" if raced else ""
-    assert not diff, f"{name}: the transcripts differ{lost}\n" + "\n".join(diff)
+    if raced == ATTEMPTS:  # the only difference, every time, is 4.3.6's race; the reference was on time
+        warnings.warn(f"{name}: RabbitMQ 4.3.6 lost its consumer-timeout timer in all {raced} attempts "
+                      "(TIMER_RACE); the reference broker timed the delivery out on time", stacklevel=1)
+        return
+    assert not diff, f"{name}: the transcripts differ\n" + "\n".join(diff)
     assert real, f"{name}: an empty transcript proves nothing"
 
 
@@ -159,4 +168,6 @@ def test_lost_timer_recognises_only_the_race() -> None:
     assert lost_timer(name, raced, on_time)
     assert not lost_timer(name, never, on_time)
     assert not lost_timer(name, early, on_time)  # differs before the checkpoint
+    assert not lost_timer(name, raced, never)  # the reference broker is not on time either: not the race
+    assert not lost_timer(name, on_time, raced)  # the reference broker lost the timer, not 4.3.6
     assert not lost_timer("tmo_partial_timeout_ack_of_the_live_delivery_removes_it", raced, on_time)
