@@ -140,21 +140,37 @@ def compare(name: str, real_side: Side, our_side: Side) -> tuple[list[Entry], li
     return real, diff, raced
 
 
+def compare_with_fault(fault: str, rabbitmq43: Side) -> tuple[list[str], int]:
+    """`compare` of the partial-timeout scenario: 4.3.6 against a reference broker with `fault`."""
+    with EmbeddedBroker(faults=[fault], management_port=0) as broker:
+        assert broker.management_url is not None
+        api = ManagementApi(broker.management_url)
+        try:
+            faulty = side(f"reference+{fault}", broker.url, api, lambda _: None)
+            _, diff, raced = compare("tmo_partial_timeout_each_delivery_at_its_deadline", rabbitmq43, faulty)
+        finally:
+            api.close()
+    return diff, raced
+
+
 @pytest.mark.rabbitmq43
 @pytest.mark.timeout(120)
 def test_a_partial_timeout_deviation_fails_at_once_not_as_the_race(rabbitmq43: Side) -> None:
     # the reference broker returning every delivery at the first deadline (TMO-4.3-2's fault)
     # differs before the checkpoint: one attempt, no retry, the diff shows m2 back too early
-    with EmbeddedBroker(faults=["partial_timeout_returns_all"], management_port=0) as broker:
-        assert broker.management_url is not None
-        api = ManagementApi(broker.management_url)
-        try:
-            faulty = side("reference+partial_timeout_returns_all", broker.url, api, lambda _: None)
-            _, diff, raced = compare("tmo_partial_timeout_each_delivery_at_its_deadline", rabbitmq43, faulty)
-        finally:
-            api.close()
+    diff, raced = compare_with_fault("partial_timeout_returns_all", rabbitmq43)
     assert diff and raced == 0, diff
     assert "+('counts', 'q', 2, 1)" in diff, "\n".join(diff)  # at 1.9: both back, not m1 alone
+
+
+@pytest.mark.rabbitmq43
+@pytest.mark.timeout(120)
+def test_a_reference_broker_losing_the_timer_fails_at_once(rabbitmq43: Side) -> None:
+    # the reference broker with 4.3.6's race made permanent (m2 never times out, even after the
+    # nudge): whether or not 4.3.6 raced in that attempt, the difference is not the race
+    diff, raced = compare_with_fault("later_deadline_timer_lost", rabbitmq43)
+    assert diff and raced == 0, diff
+    assert "+('counts', 'q', 2, 1)" in diff, "\n".join(diff)  # after the nudge: m2 still out
 
 
 def test_lost_timer_recognises_only_the_race() -> None:
