@@ -100,7 +100,8 @@ def test_rabbitmq_4_passes_the_gate_with_its_baseline(version: str, tmp_path: Pa
     status, output, junit = gate(version, tmp_path, "--baseline", str(baseline), "--jobs", "2")
     assert status == 0, output
     assert f"profile {NODES[version][2]}" in output
-    assert verdicts(junit).get("S002-01 [raw]") == "expected", output
+    # the baseline applies: S002-01 is an intermittent 4.3.6 race (expected when lost, passed when won)
+    assert verdicts(junit).get("S002-01 [raw]") in ("expected", "passed"), output
 
 
 @pytest.mark.rabbitmq43
