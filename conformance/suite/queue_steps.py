@@ -54,6 +54,7 @@ CLASSIC = "classic"
 QUORUM = "quorum"
 STREAM = "stream"
 Connect = Callable[..., RawClient]
+RETURN_S = 2.0  # s (scaled): a gone channel's deliveries back in the queue (RQ-03, assert_ready_elsewhere)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.queue_steps import (
+    RETURN_S,
     Connect,
     Publisher,
     assert_quiet,
@@ -114,7 +115,7 @@ def test_tags_are_64_bit_without_wrap_or_truncation(connect: Connect, names: Nam
     assert tag_of(get(client, ch, queue)) == 1
     client.send(ch, BasicAck(delivery_tag=tag))  # a 32-bit truncation of 2^32+1 would ack tag 1
     assert_unknown_tag(closed_on(client, ch, queue), tag, "ack", target, "ACK-02")
-    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(2.0))  # tag 1 was not acked: requeued
+    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(RETURN_S))  # tag 1 was not acked: requeued
 
 
 # -- ACK-03, ACK-04: unknown and double acks -------------------------------------------------
@@ -146,7 +147,7 @@ def test_unknown_tag_requeues_the_channels_deliveries(connect: Connect, names: N
     assert [d.tag for d in get_all(client, ch, queue)] == [1, 2]
     client.send(ch, BasicAck(delivery_tag=9))
     assert_unknown_tag(closed_on(client, ch, queue), 9, "ack", target, "ACK-03")
-    assert_ready_elsewhere(connect, {queue: 2}, target.timeout(2.0))  # back once the channel is gone
+    assert_ready_elsewhere(connect, {queue: 2}, target.timeout(RETURN_S))  # back once the channel is gone
     again = get_all(client, client.channel(), queue)
     assert bodies(again) == [b"m1", b"m2"]
     assert all(d.redelivered for d in again)
@@ -182,7 +183,7 @@ def test_multiple_settles_every_tag_up_to_n_from_get_and_all_consumers(connect: 
     client.send(ch, BasicAck(delivery_tag=4, multiple=True))
     assert ready(client, ch, q2) == 0  # round trip: the ack was handled without error
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {q1: 0, q2: 1}, target.timeout(2.0))
+    assert_ready_elsewhere(connect, {q1: 0, q2: 1}, target.timeout(RETURN_S))
 
 
 @pytest.mark.rules("ACK-05")
@@ -198,7 +199,7 @@ def test_multiple_needs_n_outstanding_and_settles_nothing_otherwise(connect: Con
         bad, left = 7, 3
     client.send(ch, BasicAck(delivery_tag=bad, multiple=True))
     assert_unknown_tag(closed_on(client, ch, queue), bad, "ack", target, "ACK-05")
-    assert_ready_elsewhere(connect, {queue: left}, target.timeout(2.0))  # tags below N were not settled
+    assert_ready_elsewhere(connect, {queue: left}, target.timeout(RETURN_S))  # tags below N were not settled
 
 
 @pytest.mark.rules("ACK-05", "ACK-07")
@@ -209,7 +210,7 @@ def test_nack_multiple_settles_up_to_n(connect: Connect, names: Names, target: T
     client.send(ch, BasicNack(delivery_tag=2, multiple=True, requeue=False))
     assert ready(client, ch, queue) == 0  # discarded, not requeued
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(2.0))  # m3 back with the channel (RQ-03)
+    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(RETURN_S))  # m3 back with the channel (RQ-03)
     assert bodies(get_all(client, client.channel(), queue)) == [b"m3"]
 
 
@@ -226,7 +227,7 @@ def test_tag_0_multiple_acks_everything_outstanding_and_never_fails(connect: Con
     client.send(ch, BasicAck(delivery_tag=0, multiple=True))
     assert ready(client, ch, queue) == 0
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 0, q2: 0}, target.timeout(2.0))
+    assert_ready_elsewhere(connect, {queue: 0, q2: 0}, target.timeout(RETURN_S))
 
 
 @pytest.mark.rules("ACK-06")
@@ -258,7 +259,7 @@ def test_reject_and_nack_requeue_or_discard_without_reply(connect: Connect, name
     else:
         assert again is None
         client.close_channel(ch)
-        assert_ready_elsewhere(connect, {queue: 0}, target.timeout(2.0))  # discarded, not left outstanding
+        assert_ready_elsewhere(connect, {queue: 0}, target.timeout(RETURN_S))  # discarded, not left outstanding
 
 
 @pytest.mark.rules("ACK-07", "ACK-06")
@@ -329,7 +330,7 @@ def test_tx_ack_is_settled_at_commit_and_restored_by_rollback(connect: Connect, 
             client.rpc(ch, TxRollback(), TxRollbackOk)
     assert ready(client, ch, queue) == 0
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: left}, target.timeout(2.0))
+    assert_ready_elsewhere(connect, {queue: left}, target.timeout(RETURN_S))
 
 
 @pytest.mark.rules("ACK-08")
@@ -402,7 +403,7 @@ def test_cancel_leaves_deliveries_unacked_on_the_channel(connect: Connect, names
     again = get(client, ch, queue)  # still settleable on the channel: the reject requeued m2
     assert again is not None and again.body == b"m2" and again.redelivered
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 2}, target.timeout(2.0))  # m2 again, and m3 back only with the channel
+    assert_ready_elsewhere(connect, {queue: 2}, target.timeout(RETURN_S))  # m2 again, and m3 back only with the channel
 
 
 # -- S001-01..03: ack modes and positive acks ------------------------------------------------
@@ -421,7 +422,7 @@ def test_ack_mode_is_chosen_per_consume_and_per_get(connect: Connect, names: Nam
     take(client, ch, 2)
     client.close_channel(ch)
     # the manual-mode deliveries were outstanding and come back; the automatic ones are done
-    assert_ready_elsewhere(connect, {auto: 0, manual: 2}, target.timeout(2.0))
+    assert_ready_elsewhere(connect, {auto: 0, manual: 2}, target.timeout(RETURN_S))
 
 
 @pytest.mark.rules("S001-02", "RQ-03")
@@ -431,7 +432,7 @@ def test_automatic_ack_delivery_is_settled_once_sent(connect: Connect, names: Na
     assert take_one(client, ch).body == b"m1"
     assert ready(client, ch, queue) == 0
     client.close_channel(ch)  # nothing is outstanding: nothing comes back
-    assert_ready_elsewhere(connect, {queue: 0}, target.timeout(2.0))
+    assert_ready_elsewhere(connect, {queue: 0}, target.timeout(RETURN_S))
 
 
 @pytest.mark.rules("S001-03")

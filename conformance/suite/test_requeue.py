@@ -23,6 +23,7 @@ from conformance.plugin.session import Names, Target
 from conformance.suite.queue_steps import (
     CLASSIC,
     QUORUM,
+    RETURN_S,
     Connect,
     Delivery,
     Publisher,
@@ -59,7 +60,7 @@ def test_classic_requeue_restores_the_original_position(connect: Connect, names:
     else:
         client.close_channel(ch)
         reader = client.channel()
-        await_ready(client, reader, queue, 3, target.timeout(2.0))  # m1, m2 back with the channel (RQ-03)
+        await_ready(client, reader, queue, 3, target.timeout(RETURN_S))  # m1, m2 back with the channel (RQ-03)
     Publisher(client).publish(queue, [b"m4"])
     again = get_all(client, reader, queue)
     flags = {d.body: d.redelivered for d in again}
@@ -124,9 +125,9 @@ def test_quorum_channel_close_returns_come_first(connect: Connect, names: Names,
     assert get(client, second, queue) is not None  # m2
     assert get(client, first, queue) is not None  # m3
     client.close_channel(second)
-    await_ready(client, watcher, queue, 2, target.timeout(2.0))  # m2 returned, next to m4
+    await_ready(client, watcher, queue, 2, target.timeout(RETURN_S))  # m2 returned, next to m4
     client.close_channel(first)
-    await_ready(client, watcher, queue, 4, target.timeout(2.0))  # m1 and m3 returned
+    await_ready(client, watcher, queue, 4, target.timeout(RETURN_S))  # m1 and m3 returned
     again = get_all(client, client.channel(), queue)
     assert bodies(again) == [b"m2", b"m1", b"m3", b"m4"]  # in return order, ahead of m4
     assert [d.redelivered for d in again] == [True, True, True, False]

@@ -27,6 +27,7 @@ from conformance.drivers.interface import (
 from conformance.plugin.session import Names, Target
 from conformance.suite.machine_clients import ACK_RULES, run_client_ack_machine
 from conformance.suite.machine_consuming import machine_target
+from conformance.suite.queue_steps import RETURN_S
 
 LIBRARIES = ("pika", "amqp", "aio-pika")
 Client = Callable[[], ClientDriver]
@@ -74,7 +75,7 @@ def test_ack_multiple_settles_every_outstanding_tag_up_to_it(client: Client, nam
     driver.ack(ch, tags[-1], multiple=True)
     driver.cancel(ch, driver.consume(ch, queue))  # a round trip after the ack on the same channel
     driver.close_channel(ch)  # nothing unacked is left to requeue
-    assert _ready(client(), queue, 0, target.timeout(2.0)) == 0
+    assert _ready(client(), queue, 0, target.timeout(RETURN_S)) == 0
 
 
 @pytest.mark.clients(*LIBRARIES)
@@ -175,7 +176,7 @@ def test_tx_ack_is_settled_at_commit_and_restored_by_rollback(client: Client, na
     driver.ack(ch, got.delivery_tag)
     driver.tx_commit(ch) if end == "commit" else driver.tx_rollback(ch)
     driver.close_channel(ch)  # a rolled-back ack leaves the delivery unacked: the close requeues it (RQ-03)
-    assert _ready(client(), queue, left, target.timeout(2.0)) == left, f"ack then tx.{end}: the queue must hold {left}"
+    assert _ready(client(), queue, left, target.timeout(RETURN_S)) == left, f"ack then tx.{end}: the queue must hold {left}"
 
 
 @pytest.mark.clients(*LIBRARIES)

@@ -60,6 +60,7 @@ from conformance.suite.timeout_steps import (
     LEGACY_QUIET,
     LEGACY_TIMEOUT,
     LONG,
+    MARGIN_S,
     NO_CAPABILITY,
     SHORT,
     Connect,
@@ -88,7 +89,6 @@ from conformance.suite.wire_steps import sync
 INVALID_ARG = "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for "
 UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
 CAPABLE = model.Reaction(model.CANCEL)
-MARGIN_S = 5.0  # s (scaled): asynchronous queue effects (returns, consumer counts) and hand-overs
 
 
 def expected_reaction(target: Target, effective: int, *, cancel_notify: bool = True,

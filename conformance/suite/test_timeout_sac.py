@@ -24,6 +24,7 @@ from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
 from conformance.suite.queue_steps import QUORUM, Delivery, Publisher, assert_quiet, take_one
 from conformance.suite.timeout_steps import (
+    MARGIN_S,
     SHORT,
     Connect,
     await_cancel,
@@ -35,7 +36,6 @@ from conformance.suite.timeout_steps import (
 )
 from conformance.suite.wire_steps import sync
 
-MARGIN_S = 5.0  # s (scaled): asynchronous queue effects (returns, consumer counts) and hand-overs
 HANDOVER_S = 2.0  # s (scaled): a waiting SAC consumer taking over after the active one timed out
 NUDGE_S = 1.0  # s (scaled): a timeout the queue owed already comes with its next command
 

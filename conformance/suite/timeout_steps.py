@@ -47,6 +47,7 @@ Connect = Callable[..., RawClient]
 SHORT = 200  # ms: fires within the test
 LONG = 600_000  # ms: never fires within the test
 MARGIN = 3.0  # s added to every expected detection time (scaled)
+MARGIN_S = 5.0  # s (scaled): asynchronous queue effects (returns, consumer counts) and hand-overs
 QUIET = 0.8  # s of "nothing happens" on 4.3 (4x SHORT, scaled)
 TICK = 500  # ms: channel_tick_interval on ≤4.2 during a test
 LEGACY_TIMEOUT = 1000  # ms: the global consumer_timeout of the ≤4.2 tests
