@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from codec import AmqpError, BasicProperties, ReplyCode
-from reference_broker.core import texts
+from reference_broker.core import texts, timeouts
 from reference_broker.core.effects import Effect
 from reference_broker.core.rules import Expired, Rules
 from reference_broker.core.state import QUORUM, Connection, Consumer, Message, Queue, Unacked
@@ -107,6 +107,20 @@ def _whole_consumers(connections: dict[int, Connection], queue: Queue, expired: 
         (k[0], k[1]) == (c, n) and (u := connections[c].channels[n].unacked.get(k[2])) is not None
         and u.consumer_tag == t for c, n, t in owners)]
     return sorted([*expired, *more])
+
+
+def _evaluated_after_command(queue: Queue, now_ms: int) -> list[Effect]:
+    """RabbitMQ 4.3.6's evaluation after each batch of a quorum queue's commands (rabbit_fifo
+    handle_aux(leader, cast, eval, ...), v4.3.5): the deadline it remembered is spent once `now_ms`
+    is past it, and then a timer is armed for the earliest deadline, at once if that has passed;
+    otherwise only for a deadline earlier than the remembered one. It remembers the earliest
+    deadline, armed or not (with none left, the one it had)."""
+    if queue.timer_at is not None and queue.timer_at < now_ms:
+        queue.timer_at = None
+    effects = timeouts.rearm(queue)
+    if queue.deadlines:
+        queue.timer_at = min(queue.deadlines.values())
+    return effects
 
 
 def _reencoded(properties: BasicProperties) -> BasicProperties:
@@ -198,7 +212,12 @@ FAULTS: tuple[Fault, ...] = (
           {"expired": _whole_consumers}),
     Fault("later_deadline_timer_lost", "timeout", "TMO-4.3-2",
           "a deadline set when the queue's timer fires gets no timer (RabbitMQ 4.3.6's race, never caught up)",
-          {"timer_after_firing": lambda fired_at: fired_at}),
+          {"timer_after_firing": lambda fired_at, _now: fired_at}),
+    Fault("later_deadline_fires_at_next_command", "timeout", "TMO-4.3-2",
+          "a deadline set when the queue's timer fires times out only at the queue's next command after it "
+          "(RabbitMQ 4.3.6's lost-timer race, lost every time; TMO-4.3-7's second SAC consumer)",
+          {"timer_after_firing": lambda _fired_at, now: now,  # evaluated within the firing's millisecond
+           "timer_after_command": _evaluated_after_command}),
     Fault("timed_out_consumer_not_paused", "timeout", "TMO-4.3-2", "a timed-out consumer keeps getting messages",
           {"pause_timed_out": _const(None)}),
     Fault("late_ack_removes_message", "timeout", "TMO-4.3-5", "a late ack removes the already returned message",

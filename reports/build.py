@@ -21,6 +21,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,7 @@ from reports.audit_spark import audit_by_run, audit_grouped
 from reports.clients import collect_clients
 from reports.model import (
     HISTORY_RUNS,
+    BaselineEntry,
     Cell,
     Change,
     EvidenceFrame,
@@ -187,8 +189,28 @@ def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) ->
             profile_detail=run["profile_detail"], client_version=run.get("client_version"),
             runs=counted[run["target"]], score=score.score if score else None,
             counts={v: getattr(score, v) for v in jobs.VERDICT_ORDER} if score else {},
-            areas=area_scores.get(run["run_id"], {})))
+            areas=area_scores.get(run["run_id"], {}), baseline=_baseline_entries(run, runs)))
     return targets
+
+
+def _baseline_entries(latest: dict[str, Any], runs: list[dict[str, Any]]) -> list[BaselineEntry]:
+    """The latest run's baseline entries, each seen k of n over the target's runs judged with it."""
+    def entries(run: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            return list(json.loads(run.get("baseline") or "{}").get("entries", []))
+        except (ValueError, AttributeError):
+            return []
+
+    def key(entry: dict[str, Any]) -> tuple[Any, ...]:
+        return entry["rule"], tuple(entry["tests"]), entry.get("message")
+
+    history: dict[tuple[Any, ...], list[bool]] = defaultdict(list)
+    for run in runs:
+        if run["target"] == latest["target"]:
+            for entry in entries(run):
+                history[key(entry)].append(bool(entry["matched"]))
+    return [BaselineEntry(e["rule"], list(e["tests"]), e.get("message"), bool(e["intermittent"]), e["reason"],
+                          bool(e["matched"]), sum(history[key(e)]), len(history[key(e)])) for e in entries(latest)]
 
 
 def _rules(recent: list[Row]) -> list[Rule]:
@@ -242,15 +264,26 @@ def _failing_tests(tests: DataFrame, latest: dict[str, dict[str, Any]], limit: i
     for r in rows:
         run = latest[r.run_id]
         profile = run["profile"]
-        expected = [(rule_id, _expectation(rule_id, profile)) for rule_id in r.rule_ids]
+        expected = _expected(r, profile)
         failing.append(FailingTest(
             page=page_for_test(r.run_id, r.test_id), run_id=r.run_id, target=run["target"], profile=profile,
             test_id=r.test_id, rule_ids=list(r.rule_ids), area=r.area, verdict=r.verdict, outcome=r.outcome,
             phase=r.phase, started=_utc(r.started), duration=r.duration,
             reply=Reply(r.reply_scope, r.reply_code, r.reply_text, r.reply_class_id, r.reply_method_id),
             message=r.message, hypothesis_seed=r.hypothesis_seed, minimal_example=r.minimal_example,
-            frames=r.frames, expected=expected))
+            frames=r.frames, expected=expected, failed_rules=list(getattr(r, "failed_rules", None) or [])))
     return failing
+
+
+def _expected(r: Row, profile: str | None) -> list[tuple[str, str, str]]:
+    """(rule, the profile that judged it, its expectation there): the broken rules first, as the run
+    recorded them (base or extension profile); older lakes: every rule on the run's base profile."""
+    judged = getattr(r, "judged_by", None)
+    if judged:
+        return [(parts[0], parts[1], parts[2]) for parts in (j.split(" ", 2) for j in judged) if len(parts) == 3]
+    failed = list(getattr(r, "failed_rules", None) or [])
+    return [(rule_id, profile or "?", _expectation(rule_id, profile))
+            for rule_id in dict.fromkeys([*failed, *r.rule_ids])]
 
 
 def _expectation(rule_id: str, profile: str | None) -> str:

@@ -50,10 +50,25 @@ class Target:
     areas: dict[str, float | None]  # area -> score in the latest run
     profile_detail: str | None = None  # why that profile: base, claims, rules each adds (one per line)
     client_version: str | None = None  # the client library's version, when the run recorded it
+    baseline: list[BaselineEntry] = field(default_factory=list)  # the latest run's baseline entries
 
     @property
     def slug(self) -> str:
         return slug(self.label)
+
+
+@dataclass
+class BaselineEntry:
+    """One baseline entry of a target's latest run, and how often the target's runs with a baseline saw it."""
+
+    rule: str
+    tests: list[str]
+    message: str | None
+    intermittent: bool
+    reason: str
+    seen_now: bool  # matched a failure in the latest run
+    seen_runs: int  # runs of this target (with this entry) in which it matched a failure
+    runs: int  # runs of this target judged with this entry
 
 
 @dataclass
@@ -145,8 +160,9 @@ class FailingTest:
     hypothesis_seed: str | None
     minimal_example: str | None
     frames: int
-    expected: list[tuple[str, str]] = field(default_factory=list)  # (rule id, expectation on the profile)
+    expected: list[tuple[str, str, str]] = field(default_factory=list)  # (rule, judging profile, expectation)
     violations: list[Violation] = field(default_factory=list)
+    failed_rules: list[str] = field(default_factory=list)  # the rules the failure saw broken
 
 
 @dataclass

@@ -165,6 +165,9 @@ def _tests_table(rng: np.random.Generator, shape: LakeShape, run_id: str, index:
         "minimal_example": _text_where(failed, "state = Machine()\nstate.publish(n=2)\nstate.ack(tag=3)"),
         "message": _text_where(failed, "expected channel.close 406 (ACK-03), got basic.qos-ok"),
         "frames": pa.array(frames),
+        "failed_rules": pa.array([[rule_ids[r]] if f else None for r, f in zip(rule.tolist(), failed.tolist(),
+                                                                               strict=True)], pa.list_(pa.string())),
+        "judged_by": pa.nulls(n, pa.list_(pa.string())),
     }
     return pa.table(columns, schema=SCHEMAS["tests"])
 

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("codec", "reference_broker", "conformance", "reports", "bench")
 PROJECT = (*PACKAGES, "tests")
 LAZY_ALLOWED = {("conformance.gate.cli", "reports.cli"), ("conformance.gate.runner", "reports.cli"),
-                ("conformance.clientside.cli", "reports.cli")}  # the Spark report: heavy, optional
+                ("conformance.clientside.cli", "reports.cli"),
+                ("conformance.gate.cli", "reports.preflight_cli")}  # the Spark report: heavy, optional
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,10 @@ def test_exactly_one_harness_module_imports_the_reference_broker() -> None:
 def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogue() -> None:
     # the results schema: its records (results), the values of their verdict column (verdicts)
     # and the words for them (wording); the catalogue: rules, areas, profiles; and the model,
-    # the oracle the trace audit judges recorded traffic with (issue 17: one copy of each rule)
+    # the oracle the trace audit judges recorded traffic with (issue 17: one copy of each rule),
+    # and the upgrade pre-flight's pure core (issue 29: shapes, judging, replay)
     allowed = ("conformance.plugin.results", "conformance.plugin.verdicts", "conformance.plugin.wording",
-               "conformance.catalogue", "conformance.model")
+               "conformance.catalogue", "conformance.model", "conformance.preflight")
     bad = [i for i in edges_from("reports")
            if _in(i.target, "conformance") and not any(_in(i.target, a) for a in allowed)]
     assert bad == []

@@ -8,6 +8,13 @@ Rules:
   ≥3.12 → rabbitmq-3.12, else rabbitmq-3.10; the reference broker says which RabbitMQ it
   emulates); any other product gets the spec base `amqp-0-9-1`. `rabbitmq-compatible[:VERSION]`
   is a RabbitMQ base for a broker that promises RabbitMQ compatibility wholesale.
+- A version with no profile of its own (older than the oldest, between two, newer than the
+  newest) is judged by the newest profile not newer than it (the oldest for an older one), and
+  `range_note` says so for the console, the run record and the report (`version_fit`, pure). What
+  that version lacks is known only for the queue types (`QUEUE_TYPE_SINCE`, from RabbitMQ's
+  release notes): `lacks()` gives the reason their checks are not-applicable. Anything else that
+  changed between the version and its profile is not known to the profile; the note says whose
+  rules judge it.
 - The claims: what server-properties.capabilities advertises as true, plus what the user
   declares (`--capability`). A RabbitMQ base claims every capability.
 - A rule of a RabbitMQ extension (its catalogue `capability`) that the broker claims is judged
@@ -23,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from conformance.catalogue.rules import (
@@ -49,25 +57,55 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-def rabbitmq_profile(version: str) -> str:
-    """The rabbitmq-* profile that judges a RabbitMQ `version` ("4.3.6", "3.10", ...)."""
+# Queue types younger than RabbitMQ versions still in use, with the release that brought each
+# (RabbitMQ 3.8.0 and 3.9.0 release notes): a broker of an older version has none, so a check of
+# one is not-applicable there, not failed.
+QUEUE_TYPE_SINCE: Mapping[str, str] = MappingProxyType({"quorum": "3.8", "stream": "3.9"})
+
+
+def version_fit(version: str) -> tuple[str, str | None]:
+    """The rabbitmq-* profile that judges a RabbitMQ `version` ("4.3.6", "3.10", ...), and the note
+    a person needs when it is not that version's own profile: the newest profile not newer than the
+    version judges it (a profile's rules hold until a newer profile changes them), the oldest
+    profile a version older than every profile."""
     number = _version(version)
     if not number:
         raise ProfileError(f"{version!r} is not a RabbitMQ version")
-    for profile in PROFILES[:-1]:
-        if number >= _version(profile.removeprefix("rabbitmq-")):
-            return profile
-    return PROFILES[-2]  # the oldest RabbitMQ profile
+    ours = PROFILES[:-1]  # newest first
+    for profile in ours:
+        own = _version(profile.removeprefix("rabbitmq-"))
+        if number >= own:
+            if number[: len(own)] == own:
+                return profile, None
+            if profile == ours[0]:
+                return profile, f"judged by {profile}, the newest profile; RabbitMQ {version} is newer"
+            return profile, f"judged by {profile}, the nearest older profile; RabbitMQ {version} has no profile of its own"
+    return ours[-1], f"judged by {ours[-1]}, the oldest profile; RabbitMQ {version} predates it"
+
+
+def rabbitmq_profile(version: str) -> str:
+    """The rabbitmq-* profile that judges a RabbitMQ `version` (see `version_fit`)."""
+    return version_fit(version)[0]
+
+
+def rabbitmq_version(server_properties: Mapping[str, Any]) -> str | None:
+    """The RabbitMQ version a broker stands for: the one it emulates, else its own when it is
+    RabbitMQ (None for any other product, or a RabbitMQ that does not say)."""
+    emulates = str(server_properties.get("emulates", ""))
+    if emulates.startswith("RabbitMQ "):
+        return emulates.removeprefix("RabbitMQ ").strip()
+    if str(server_properties.get("product", "")).lower() == "rabbitmq":
+        return str(server_properties.get("version", "")).strip() or None
+    return None
 
 
 def detect(server_properties: Mapping[str, Any]) -> str:
     """The base profile for a broker's `connection.start` server-properties."""
-    product = str(server_properties.get("product", ""))
-    emulates = str(server_properties.get("emulates", ""))
-    if emulates.startswith("RabbitMQ "):
-        return rabbitmq_profile(emulates)
-    if product.lower() == "rabbitmq":
-        return rabbitmq_profile(str(server_properties.get("version", "")) or "3.10")
+    version = rabbitmq_version(server_properties)
+    if version is not None:
+        return rabbitmq_profile(version)
+    if str(server_properties.get("product", "")).lower() == "rabbitmq":
+        return PROFILES[-2]  # a RabbitMQ that does not say its version: the oldest profile
     return SPEC
 
 
@@ -166,6 +204,40 @@ class Profile:
         plain = entry.expect[SPEC]
         return NOT_CLAIMED if plain == NOT_APPLICABLE else plain
 
+    def judging_profile(self, rule_id: str) -> str:
+        """The profile whose expectation judges `rule_id`: the extension profile for a RabbitMQ
+        extension the broker claims on a non-RabbitMQ base, else the base."""
+        capability = rule(rule_id).capability
+        if not self.rabbitmq and capability is not None and capability in self.claims:
+            return self.extension_profile
+        return self.base
+
+    @property
+    def version(self) -> str | None:
+        """The RabbitMQ version this broker stands for: rabbitmq-compatible:VERSION's, else the one its
+        server-properties report (`rabbitmq_version`); None when neither says."""
+        if self.label.startswith(f"{COMPATIBLE}:"):
+            return self.label.partition(":")[2]
+        return rabbitmq_version(self.server_properties)
+
+    @property
+    def range_note(self) -> str | None:
+        """When the base was picked from a version that has no profile of its own (auto, or
+        rabbitmq-compatible:VERSION): which profile judges it, and why (`version_fit`)."""
+        version = self.version
+        picked = self.label == AUTO or self.label.startswith(f"{COMPATIBLE}:")
+        if not (picked and self.rabbitmq and version and _version(version)):
+            return None
+        return version_fit(version)[1]
+
+    def lacks(self, queue_type: str) -> str | None:
+        """Why this broker has no `queue_type` queues ("RabbitMQ 3.8.9 has no stream queues: they
+        came in 3.9"): its version predates them. None when it has them or its version is unknown."""
+        since, version = QUEUE_TYPE_SINCE.get(queue_type), self.version
+        if since is None or not version or not _version(version) or _version(version) >= _version(since):
+            return None
+        return f"RabbitMQ {version} has no {queue_type} queues: they came in {since}"
+
     def for_rules(self, rule_ids: Iterable[str]) -> Profile:
         """The view a test of `rule_ids` runs under: the extension profile when it judges a claimed
         extension rule on a spec base, else the base."""
@@ -202,7 +274,7 @@ class Profile:
         product = " ".join(str(self.server_properties.get(k, "")) for k in ("product", "version")).strip()
         reason = {AUTO: f"detected from server-properties ({product or 'no product'})",
                   "": "given"}.get(self.label, f"chosen with --profile {self.label}")
-        lines = [f"base {self.base}: {reason}"]
+        lines = [f"base {self.base}: {reason}", *self._version_lines()]
         if self.rabbitmq:
             lines.append("capabilities: every RabbitMQ extension of that version is judged")
             return lines
@@ -223,4 +295,13 @@ class Profile:
             known = set(ADVERTISED_CAPABILITIES)
             lines.append("advertised, no rule in the catalogue yet: "
                          + ", ".join(c if c in known else f"{c} (unknown)" for c in unruled))
+        return lines
+
+    def _version_lines(self) -> list[str]:
+        """explain()'s lines on the version: the range note, and the queue types it predates."""
+        lines = [self.range_note] if self.range_note else []
+        lacking = [f"{kind} queues (they came in {since})" for kind, since in QUEUE_TYPE_SINCE.items()
+                   if self.lacks(kind)]
+        if lacking:
+            lines.append(f"RabbitMQ {self.version} predates {', '.join(lacking)}: their tests are not-applicable")
         return lines

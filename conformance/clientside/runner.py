@@ -12,7 +12,9 @@ Rules:
   says so (`NotApplicable`); `broken` for anything else (the harness's fault).
 - Every wait is bounded: the adapter's operations (`RemoteDriver` timeout), the scenario's
   waits, the adapter's shutdown. A client that hung or exited gets a fresh adapter before the
-  next scenario.
+  next scenario. The application's close of the connection after the scenario is part of it: a
+  client that hangs there was wedged by what the scenario played (a passed scenario becomes
+  `failed`), and the next scenario never inherits the wedge.
 - The frame log of every scenario is kept with its result; the adapter's stderr tail too.
 """
 
@@ -27,7 +29,6 @@ from datetime import UTC, datetime
 
 from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
 from conformance.clientside.broker import ScriptedBroker
-from conformance.clientside.clients import ClientSpec
 from conformance.clientside.scenario import (
     SCENARIOS,
     NotApplicable,
@@ -37,6 +38,8 @@ from conformance.clientside.scenario import (
     check_no_failure,
 )
 from conformance.drivers import interface as di
+from conformance.drivers.build import BuildFailed
+from conformance.drivers.registry import ClientSpec, ClientUnavailable
 from conformance.drivers.remote import AdapterError, ClientHung, RemoteDriver
 from conformance.plugin.verdicts import Verdict
 
@@ -55,6 +58,7 @@ class ScenarioResult:
     frames: list[di.FrameRecord] = field(default_factory=list)
     events: list[di.Event] = field(default_factory=list)
     stderr: str = ""
+    hung: bool = False  # the adapter stopped answering (it is restarted before the next scenario)
 
 
 def select(ids: Iterable[str] = (), smoke: bool = False) -> list[Scenario]:
@@ -93,15 +97,29 @@ def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale
     except Exception as exc:
         verdict, message = Verdict.BROKEN, f"harness error: {exc!r}\n{traceback.format_exc(limit=6)}"
     finally:
-        if not hung and not driver.exited.is_set():
-            driver.close()
+        closing = None if hung or driver.exited.is_set() else _close(driver)
         play.events.extend(_drain(driver))
         broker.stop()
+    if closing is not None:
+        hung = True
+        if verdict == Verdict.PASSED:
+            verdict, message = Verdict.FAILED, f"the client hung when the application closed the connection: {closing}"
     failures = play.seen(di.ClientFailure)
     if verdict == Verdict.FAILED and failures and failures[0].text not in message:
         message += f" [library: {failures[0].type}: {failures[0].text}]"
     return ScenarioResult(info.client, info.version, sc, verdict, message, started, time.monotonic() - t0,
-                          broker.frames, play.events, driver.stderr_since(stderr_mark))
+                          broker.frames, play.events, driver.stderr_since(stderr_mark), hung)
+
+
+def _close(driver: RemoteDriver) -> str | None:
+    """Close the client's connection as its application would; what it hung on, if it did."""
+    try:
+        driver.request("close")
+    except ClientHung as exc:
+        return str(exc)
+    except di.DriverError:
+        pass  # a close that fails is the library's business; one that hangs is not
+    return None
 
 
 def _drain(driver: RemoteDriver) -> list[di.Event]:
@@ -123,13 +141,13 @@ class ClientSession:
         if self.start_error is None and (self.driver is None or self.driver.exited.is_set()):
             try:
                 self.driver = self.spec.start(OPERATION_TIMEOUT * self.scale)
-            except AdapterError as exc:  # it will not start for the next scenarios either
+            except (AdapterError, BuildFailed, ClientUnavailable) as exc:  # nor will it for the next scenarios
                 self.start_error = f"the adapter did not start: {exc}"
         if self.start_error is not None or self.driver is None:
             return ScenarioResult(self.spec.name, self.spec.installed_version() or "?", sc, Verdict.BROKEN,
                                   self.start_error or "no adapter", datetime.now(UTC), 0.0)
         result = play_scenario(self.driver, self.driver.info(), sc, self.scale)
-        if result.message.startswith("the client hung") or self.driver.exited.is_set():
+        if result.hung or self.driver.exited.is_set():
             self.stop(graceful=False)
         return result
 

@@ -1,6 +1,7 @@
 """The Python adapter program: serves one client-library driver over the adapter protocol.
 
-Usage: ``python -m conformance.drivers.adapter CLIENT`` (CLIENT: a key of `PYTHON_DRIVERS`).
+Usage: ``python -m conformance.drivers.adapter CLIENT`` (CLIENT: a key of `PYTHON_DRIVERS`, the
+Python libraries of `conformance.drivers.registry`).
 It prints the hello line, then answers requests from stdin one by one (`wire_json`), and
 between requests keeps running the library's I/O so that its callbacks fire; every event is
 written as soon as the library reports it.
@@ -22,14 +23,9 @@ from typing import Any, TextIO
 
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
+from conformance.drivers.registry import python_drivers
 
-PYTHON_DRIVERS = {
-    "pika": "conformance.drivers.pika_client:PikaDriver",
-    "amqp": "conformance.drivers.amqp_client:AmqpDriver",
-    "kombu": "conformance.drivers.kombu_client:KombuDriver",
-    "aio-pika": "conformance.drivers.aio_clients:AioPikaDriver",
-    "aiormq": "conformance.drivers.aio_clients:AiormqDriver",
-}
+PYTHON_DRIVERS = python_drivers()  # library name -> "module:Class"
 IDLE_PUMP = 0.01  # seconds of library I/O between looks at stdin
 
 

@@ -13,18 +13,25 @@ The file is TOML:
     reason = "why this is accepted" # required, non-empty
     link = "https://..."            # optional
     tests = ["test_cancel.py::test_cancel_pipelined_behind_consume_is_answered"]  # optional
+    message = "consume-ok .* dropped"  # optional: a regex the failure text must contain
     profiles = ["rabbitmq-3.10"]    # optional: only runs judged by these profiles
     intermittent = true             # optional: it fails on some runs only (never an XPASS)
 
-Rules:
-- A deviation without `tests` covers every test that checks its rule; with `tests`, only
-  those. A test pattern is "file.py::name[params]", "file.py::name" (every parametrisation),
-  or the same without "file.py::".
-- A `failed` test covered by an applicable deviation is `expected`: it does not fail the gate.
+Rules (DESIGN.md decision 13: a baseline accepts a failure, not a test):
+- A deviation matches a failed test only when the failure names the deviation's rule (the
+  rules the failure saw broken, `TestEvidence.failed_rules`, not every rule the test checks),
+  the test is one of its `tests` (none given: any test), and, when it has a `message`, that
+  regex is found (`re.search`) in what the failure said about that rule. A test pattern is
+  "file.py::name[params]", "file.py::name" (every parametrisation), or the same without
+  "file.py::"; the file is only a hint: a pattern also matches the same test name in another
+  file (a suite file split or moved), unless another test of the run matches it exactly.
+- A `failed` test is `expected` when every rule it saw broken is matched by an applicable
+  deviation; any other failure stays unexpected and fails the gate (exit 1).
 - A deviation (or one of its test patterns) whose covered tests ran, none failed and at least
   one passed is an XPASS: the broker no longer deviates, so the entry should be removed. Its
   passing tests get the gate outcome `xpass`; `--strict-baseline` fails the gate on it. An
-  `intermittent` deviation (a race the broker loses only sometimes) is never an XPASS.
+  `intermittent` deviation (a race the broker loses only sometimes) is never an XPASS; the
+  judgement says whether it was seen in this run (`Judgement.seen`).
 - Other verdicts (`broken`, `non-strict`, `unimplemented`, `not-applicable`) are never
   changed by a baseline.
 - Every defect of the file is a `BaselineError` naming the file and the entry: unknown keys,
@@ -49,7 +56,8 @@ from conformance.plugin.evidence import TestEvidence, test_key
 from conformance.plugin.results import read_table
 
 EXPECTED, XPASS = "expected", "xpass"
-_DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "profiles", "intermittent"})
+UNJUDGED = "unjudged"  # a rule of a test that failed on another rule first: neither passed nor failed
+_DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "message", "profiles", "intermittent"})
 _TOP_KEYS = frozenset({"baseline", "deviation"})
 _TODO = re.compile(r"\bTODO\b")
 
@@ -66,12 +74,22 @@ class Deviation:
     tests: tuple[str, ...] = ()
     profiles: tuple[str, ...] = ()
     intermittent: bool = False
+    message: str | None = None  # a regex the failure text about `rule` must contain
 
     def applies_to(self, profile: str | None) -> bool:
         return not self.profiles or profile in self.profiles
 
     def describe(self, pattern: str | None = None) -> str:
-        return f"{self.rule} ({pattern})" if pattern else self.rule
+        said = f", message /{self.message}/" if self.message else ""
+        return f"{self.rule} ({pattern}{said})" if pattern else f"{self.rule}{f' ({said[2:]})' if said else ''}"
+
+    def matches_failure(self, test: TestEvidence, pattern: str | None = None) -> bool:
+        """Whether this deviation describes `test`'s failure of its rule (see the module rules)."""
+        if test.verdict != "failed" or self.rule not in test.failed_rules:
+            return False
+        if self.message is not None and re.search(self.message, test.failure_text(self.rule)) is None:
+            return False
+        return pattern is None or matches(pattern, test.nodeid)
 
 
 @dataclass(frozen=True)
@@ -111,9 +129,9 @@ def parse_baseline(text: str, source: str = "<baseline>") -> Baseline:
     if not isinstance(entries, list):
         raise BaselineError(f"baseline {source}: 'deviation' must be an array of tables ([[deviation]])")
     deviations = tuple(_deviation(source, index, entry) for index, entry in enumerate(entries, start=1))
-    seen: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
+    seen: set[tuple[str, tuple[str, ...], tuple[str, ...], str | None]] = set()
     for index, d in enumerate(deviations, start=1):
-        key = (d.rule, d.tests, d.profiles)
+        key = (d.rule, d.tests, d.profiles, d.message)
         if key in seen:
             raise BaselineError(f"baseline {source}: deviation #{index} ({d.rule}): duplicate entry")
         seen.add(key)
@@ -144,7 +162,15 @@ def _deviation(source: str, index: int, entry: object) -> Deviation:
     intermittent = entry.get("intermittent", False)
     if not isinstance(intermittent, bool):
         raise BaselineError(f"{where}: 'intermittent' must be true or false")
-    return Deviation(rule_id, reason.strip(), link, tests, profiles, intermittent)
+    message = entry.get("message")
+    if message is not None:
+        if not isinstance(message, str) or not message.strip():
+            raise BaselineError(f"{where}: 'message' must be a non-empty regular expression")
+        try:
+            re.compile(message)
+        except re.error as exc:
+            raise BaselineError(f"{where}: 'message' is not a valid regular expression: {exc}") from None
+    return Deviation(rule_id, reason.strip(), link, tests, profiles, intermittent, message)
 
 
 def _strings(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -154,12 +180,23 @@ def _strings(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value)
 
 
-def matches(pattern: str, nodeid: str) -> bool:
-    """Whether a baseline test pattern names this test (see the module rules)."""
+def matches(pattern: str, nodeid: str, exact: bool = False) -> bool:
+    """Whether a baseline test pattern names this test (see the module rules); `exact` also
+    requires the pattern's file, when it names one."""
     key = test_key(nodeid)
     name = key.partition("::")[2] or key
-    candidates = {key, key.split("[", 1)[0], name, name.split("[", 1)[0]}
-    return pattern in candidates
+    if exact or "::" not in pattern:
+        return pattern in {key, key.split("[", 1)[0], name, name.split("[", 1)[0]}
+    wanted = pattern.partition("::")[2]
+    return wanted in {name, name.split("[", 1)[0]}
+
+
+def covered_by(pattern: str, nodeids: Iterable[str]) -> set[str]:
+    """The tests of a run a pattern names: by file and name when that file has the test, else by
+    name alone (the file is a hint: the test was moved or its file split)."""
+    nodeids = list(nodeids)
+    exact = {n for n in nodeids if matches(pattern, n, exact=True)}
+    return exact or {n for n in nodeids if matches(pattern, n)}
 
 
 @dataclass
@@ -170,31 +207,65 @@ class Judgement:
     reasons: dict[str, Deviation] = field(default_factory=dict)  # nodeid of an expected failure -> its entry
     xpasses: list[tuple[Deviation, str | None, tuple[str, ...]]] = field(default_factory=list)
     unexercised: list[Deviation] = field(default_factory=list)  # applicable entries no test of the run checked
+    matched: dict[tuple[str, str], Deviation] = field(default_factory=dict)  # (nodeid, rule) -> the entry
+    seen: dict[Deviation, tuple[str, ...]] = field(default_factory=dict)  # applicable entry -> the failures it matched
 
     def outcome(self, test: TestEvidence) -> str:
         return self.outcomes.get(test.nodeid, test.verdict)
+
+    def rule_outcome(self, test: TestEvidence, rule_id: str) -> str:
+        """The gate outcome of one rule in one test: a failure of another rule leaves it unjudged."""
+        if test.verdict != "failed":
+            return self.outcome(test)
+        if rule_id not in test.failed_rules:
+            return UNJUDGED
+        return EXPECTED if (test.nodeid, rule_id) in self.matched else "failed"
+
+    def intermittent_lines(self) -> list[str]:
+        """Per intermittent entry: whether this run saw it."""
+        return [f"intermittent {d.describe(', '.join(d.tests) or None)}: "
+                f"{'seen in this run (' + ', '.join(test_key(n) for n in nodeids) + ')' if nodeids else 'not seen in this run'}"
+                for d, nodeids in self.seen.items() if d.intermittent]
+
+
+def judgement_json(baseline: Baseline, judgement: Judgement) -> str:
+    """What a run's record keeps of its baseline: each applicable entry and the failures it matched, so
+    a report over many runs says how often an intermittent entry was seen (k of n)."""
+    entries = [{"rule": d.rule, "tests": list(d.tests), "message": d.message, "intermittent": d.intermittent,
+                "reason": d.reason, "matched": list(nodeids),
+                "xpass": any(x is d for x, *_ in judgement.xpasses)} for d, nodeids in judgement.seen.items()]
+    return json.dumps({"source": baseline.source, "entries": entries}, sort_keys=True)
 
 
 def judge(tests: Sequence[TestEvidence], baseline: Baseline | None, profile: str | None) -> Judgement:
     """Apply `baseline` to a run's tests (see the module rules)."""
     result = Judgement({t.nodeid: t.verdict for t in tests})
+    nodeids = [t.nodeid for t in tests]
     for deviation in baseline.deviations if baseline is not None else ():
         if not deviation.applies_to(profile):
             continue
-        covered = [t for t in tests if deviation.rule in t.rule_ids]
+        covered = [t for t in tests if deviation.rule in t.rule_ids or deviation.rule in t.failed_rules]
         if not covered:
             result.unexercised.append(deviation)
+        seen: list[str] = []
         for pattern in deviation.tests or (None,):
-            unit = [t for t in covered if pattern is None or matches(pattern, t.nodeid)]
+            names = covered_by(pattern, nodeids) if pattern is not None else None
+            unit = [t for t in covered if names is None or t.nodeid in names]
+            for test in unit:
+                if deviation.matches_failure(test):
+                    result.matched.setdefault((test.nodeid, deviation.rule), deviation)
+                    seen.append(test.nodeid)
             failed = [t for t in unit if t.verdict == "failed"]
-            for test in failed:
-                result.outcomes[test.nodeid] = EXPECTED
-                result.reasons.setdefault(test.nodeid, deviation)
             passed = [t for t in unit if t.verdict == "passed"]
             if passed and not failed and not deviation.intermittent:
                 result.xpasses.append((deviation, pattern, tuple(t.nodeid for t in passed)))
-    for *_, nodeids in result.xpasses:
-        for nodeid in nodeids:
+        result.seen[deviation] = tuple(dict.fromkeys(seen))
+    for test in tests:
+        if test.verdict == "failed" and all((test.nodeid, r) in result.matched for r in test.failed_rules):
+            result.outcomes[test.nodeid] = EXPECTED
+            result.reasons[test.nodeid] = result.matched[test.nodeid, test.failed_rules[0]]
+    for *_, passed_ids in result.xpasses:
+        for nodeid in passed_ids:
             result.outcomes[nodeid] = XPASS
     return result
 
@@ -222,13 +293,14 @@ def from_results(results_dir: Path | str, run_id: str | None = None) -> tuple[st
 
 
 def _deviations_of(tests: list[dict[str, Any]], profile: str | None, run_id: str) -> list[Deviation]:
-    failed = [t for t in tests if t["verdict"] == "failed" and t["rule_ids"]]
+    failed = [t for t in tests if t["verdict"] == "failed" and (t.get("failed_rules") or t["rule_ids"])]
     by_rule: dict[str, list[dict[str, Any]]] = {}
     for test in failed:
-        by_rule.setdefault(test["rule_ids"][0], []).append(test)
+        for rule_id in test.get("failed_rules") or test["rule_ids"][:1]:
+            by_rule.setdefault(rule_id, []).append(test)
     deviations = []
     for rule_id, rows in by_rule.items():
-        checking = [t for t in tests if rule_id in t["rule_ids"]]
+        checking = [t for t in tests if rule_id in t["rule_ids"] or rule_id in (t.get("failed_rules") or ())]
         patterns = () if len(checking) == len(rows) else tuple(sorted(test_key(t["test_id"]) for t in rows))
         message = next((str(t["message"]).splitlines()[0] for t in rows if t["message"]), "no message")
         reason = f"TODO: why this is accepted. Seen in run {run_id}: {message[:300]}"
@@ -254,6 +326,8 @@ def render(deviations: Iterable[Deviation], header: str = "", description: str |
             lines.append(f"link = {_string(d.link)}")
         if d.tests:
             lines.append(f"tests = [{', '.join(_string(t) for t in d.tests)}]")
+        if d.message:
+            lines.append(f"message = {_string(d.message)}")
         if d.profiles:
             lines.append(f"profiles = [{', '.join(_string(p) for p in d.profiles)}]")
         if d.intermittent:

@@ -227,6 +227,12 @@ def _report_run(args: argparse.Namespace) -> int:
     return report_main(args.argv)
 
 
+def _preflight_run(args: argparse.Namespace) -> int:
+    from reports.preflight_cli import preflight_main  # Spark: heavy, optional
+
+    return preflight_main(args.argv)
+
+
 def _broker_run(args: argparse.Namespace) -> int:
     parser = embedded.broker_parser()
     parser.prog = f"{PROG} broker"
@@ -252,6 +258,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("record", "record real traffic through a relay, or import a capture, for the audit",
             record_cli.add_arguments, _record_run),
     Command("report", "build the HTML report from a results directory", _forwarded, _report_run, own_parser=True),
+    Command("preflight", "will a recorded workload behave the same on another RabbitMQ version?", _forwarded,
+            _preflight_run, own_parser=True),
     Command("broker", "start the reference broker (same options as python -m reference_broker)", _forwarded,
             _broker_run, own_parser=True),
 )

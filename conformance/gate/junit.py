@@ -7,11 +7,14 @@ Rules:
 - One `<testsuite>` per run (a run has one client); one `<testcase>` per rule the run
   checked, named "<RULE> [<client>]" with classname "amqp-conformance.<area>". A test that
   checks several rules appears under each of them.
-- A rule's result is the worst gate outcome of its tests, in the order of `PRECEDENCE`:
-  unexpected `failed` → `<failure>`; `broken` → `<error>`; `expected` (a baseline deviation)
-  and `non-strict`, `unimplemented`, `needs-admin`, `not-applicable` → `<skipped>` with the verdict as its
-  type; `xpass` → a pass, or a `<failure type="xpass">` with a strict baseline; `passed` →
-  no child.
+- A rule's result is the worst gate outcome of its tests for that rule, in the order of
+  `PRECEDENCE`: a failed test counts as failed (or `expected`, when a baseline entry matches
+  that failure) only under the rules its failure saw broken (`TestEvidence.failed_rules`),
+  which get a testcase even when the test was written for other rules; under its other rules
+  it is `unjudged`. Unexpected `failed` → `<failure>` with what the failure said about that
+  rule; `broken` → `<error>`; `expected` and `unjudged`, `non-strict`, `unimplemented`,
+  `needs-admin`, `not-applicable` → `<skipped>` with the outcome as its type; `xpass` → a pass,
+  or a `<failure type="xpass">` with a strict baseline; `passed` → no child.
 - The verdict is also the property `verdict` of the testcase; `<system-out>` holds, per
   test, its node id, verdict, message, the broker's close (reply), a model machine's minimal
   example (its shrunk steps and the frames of that run) and the test's frame log.
@@ -27,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.catalogue.rules import rule
-from conformance.gate.baseline import EXPECTED, XPASS, Judgement
+from conformance.gate.baseline import EXPECTED, UNJUDGED, XPASS, Judgement
 from conformance.plugin.evidence import TestEvidence
 
 # worst first: the first outcome present among a rule's tests is the rule's result
-PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "needs-admin", "passed",
+PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "needs-admin", UNJUDGED, "passed",
               "not-applicable", "not-claimed")
-_SKIPPED = {EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable", "not-claimed"}
+_SKIPPED = {EXPECTED, UNJUDGED, "non-strict", "unimplemented", "needs-admin", "not-applicable", "not-claimed"}
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
@@ -79,22 +82,25 @@ def _system_out(tests: Sequence[TestEvidence], judgement: Judgement) -> str:
 
 def _testcase(suite: ET.Element, rule_id: str, tests: Sequence[TestEvidence], judgement: Judgement,
               info: RunInfo) -> str:
-    outcome = rule_outcome([judgement.outcome(t) for t in tests])
+    outcome = rule_outcome([judgement.rule_outcome(t, rule_id) for t in tests])
     area = _area_of(rule_id, tests[0].area)
     case = ET.SubElement(suite, "testcase", classname=f"amqp-conformance.{area}", name=f"{rule_id} [{info.client}]",
                          time=f"{sum(t.duration for t in tests):.3f}")
     properties = ET.SubElement(case, "properties")
     for name, value in (("rule", rule_id), ("client", info.client), ("verdict", outcome), ("tests", str(len(tests)))):
         ET.SubElement(properties, "property", name=name, value=value)
-    worst = next((t for t in tests if judgement.outcome(t) == outcome), tests[0])
-    message = _clean((worst.message or outcome).splitlines()[0])
+    worst = next((t for t in tests if judgement.rule_outcome(t, rule_id) == outcome), tests[0])
+    said = worst.failure_text(rule_id) if outcome in ("failed", EXPECTED) else (worst.message or "")
+    message = _clean((said or outcome).splitlines()[0])
+    if outcome == UNJUDGED:
+        message = f"not judged: {worst.test_key} failed on {', '.join(worst.failed_rules)} first"
     if outcome == "failed" or (outcome == XPASS and info.strict_baseline):
         text = "listed in the baseline but passed" if outcome == XPASS else message
-        ET.SubElement(case, "failure", type=outcome, message=text[:500]).text = _clean(worst.message or text)
+        ET.SubElement(case, "failure", type=outcome, message=text[:500]).text = _clean(said or text)
     elif outcome == "broken":
         ET.SubElement(case, "error", type="broken", message=message[:500]).text = _clean(worst.message or "")
     elif outcome in _SKIPPED:
-        deviation = judgement.reasons.get(worst.nodeid)
+        deviation = judgement.matched.get((worst.nodeid, rule_id))
         text = f"known deviation (baseline): {deviation.reason}" if outcome == EXPECTED and deviation else message
         ET.SubElement(case, "skipped", type=outcome, message=_clean(text)[:500])
     ET.SubElement(case, "system-out").text = _clean(_system_out(tests, judgement))
@@ -112,7 +118,7 @@ def junit_xml(tests: Sequence[TestEvidence], judgement: Judgement, info: RunInfo
     """The JUnit document for a run (see the module rules)."""
     by_rule: dict[str, list[TestEvidence]] = {}
     for test in tests:
-        for rule_id in test.rule_ids or ("unknown",):
+        for rule_id in dict.fromkeys((*test.rule_ids, *test.failed_rules)) or ("unknown",):
             by_rule.setdefault(rule_id, []).append(test)
     root = ET.Element("testsuites", name="amqp-conformance")
     suite = ET.SubElement(root, "testsuite", name=f"amqp-conformance [{info.client}]", hostname="",

@@ -106,10 +106,9 @@ class LiveProgress:
         self._refresh()
 
     def _print_problem(self, test: TestEvidence, outcome: str) -> None:
-        message = (test.message or "").strip().splitlines()
-        first = message[0][:200] if message else ""
+        rules, first = test.headline()
         label = "FAILED" if outcome == "failed" else "BROKEN"
-        line = Text.assemble((label, STYLES[outcome]), f" {', '.join(test.rule_ids)} {test.test_key}: {first}")
+        line = Text.assemble((label, STYLES[outcome]), f" {rules} {test.test_key}: {first}")
         self.console.print(line, highlight=False, soft_wrap=True)
 
     def _counts_line(self) -> str:
@@ -134,8 +133,8 @@ def problem_lines(tests: Iterable[tuple[TestEvidence, str]], limit: int = 25) ->
     lines = []
     items = list(tests)
     for test, outcome in items[:limit]:
-        message = (test.message or "").strip().splitlines()
-        lines.append(f"{outcome}: {', '.join(test.rule_ids)} {test.test_key}: {message[0][:200] if message else ''}")
+        rules, first = test.headline()
+        lines.append(f"{outcome}: {rules} {test.test_key}: {first}")
     if len(items) > limit:
         lines.append(f"... and {len(items) - limit} more (see the JUnit XML and the pytest output)")
     return lines
@@ -161,6 +160,8 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
         console.print(f"baseline {source}: {plural(expected, 'expected failure')}, {len(judged.xpasses)} XPASS, "
                       f"{plural(len(judged.unexercised), 'entry', 'entries')} not exercised by this run",
                       highlight=False, markup=False)
+    for line in judged.intermittent_lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     needing_admin = sum(judged.outcome(t) == "needs-admin" for t in outcome.tests)
     if needing_admin:
         console.print(admin_hint(needing_admin), style="bold", highlight=False, markup=False, soft_wrap=True)

@@ -46,13 +46,13 @@ from rich.console import Console
 from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.embedded import start as start_embedded
-from conformance.gate.baseline import EXPECTED, Baseline, judge
+from conformance.gate.baseline import EXPECTED, Baseline, judge, judgement_json
 from conformance.gate.junit import RunInfo, write_junit
 from conformance.gate.options import EnvironmentFailure, Outcome, Prepared, RunOptions, UsageError, prepare
 from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
 from conformance.plugin.health import connect_failure
-from conformance.plugin.results import redact_url
+from conformance.plugin.results import amend_run, redact_url
 from conformance.plugin.session import HARNESS
 from conformance.plugin.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from conformance.suite import SUITE_DIR
@@ -195,6 +195,9 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
     tests = collector.finished_tests()
     outcome = Outcome(EXIT_OK, tests, judge(tests, prepared.baseline, profile), profile, harness=collector.harness)
     outcome.exit_status, outcome.problem = _status(code, collector, outcome, options.strict_baseline, log)
+    if prepared.baseline is not None and tests:
+        with contextlib.suppress(OSError, ValueError):  # a lake that is not writable keeps its record as it was
+            amend_run(results, prepared.run_id, baseline=judgement_json(prepared.baseline, outcome.judgement))
     return outcome
 
 

@@ -23,6 +23,7 @@ from conformance.model.channel import ChannelKey, ChannelState, Consumer, Unacke
 from conformance.model.outcomes import ChannelClosed, Deliver, GetEmpty, GetOk, GetOutcome
 from conformance.model.queues import Message, QueueState
 from conformance.model.state import BrokerState, Violation
+from conformance.model.traits import GlobalQos
 
 BASIC_GET = METHOD_IDS["basic.get"]
 
@@ -73,6 +74,30 @@ def allowed_deliveries(state: BrokerState, key: ChannelKey) -> frozenset[Deliver
     return frozenset(allowed)
 
 
+def _broken_rule(state: BrokerState, key: ChannelKey, delivery: Deliver, allowed: frozenset[Deliver]) -> str:
+    """The rule an unexpected delivery breaks, the most specific the model can tell."""
+    channel = state.channels.get(key)
+    consumer = channel.consumers.get(delivery.consumer_tag) if channel is not None else None
+    if channel is None or consumer is None:
+        return "CCN-04: no consumer with that tag on this channel (cancelled or never created)"
+    mine = {d for d in allowed if d.consumer_tag == delivery.consumer_tag}
+    if not mine:
+        queue = state.queues.get(consumer.queue)
+        if queue is None or not len(queue.ready):
+            return "RQ-03/RQ-05: no ready message in its queue to deliver"
+        if not prefetch.consumer_has_credit(consumer):
+            return f"QOS-02: beyond the consumer's prefetch {consumer.prefetch}"
+        if channel.global_limit and state.traits.global_qos is not GlobalQos.PER_CONSUMER:
+            return f"QOS-05: beyond the channel-wide prefetch {channel.global_limit} (what is outstanding counts)"
+        return "QOS-04: beyond the limits in force"
+    if all(d.delivery_tag != delivery.delivery_tag for d in mine):
+        return f"ACK-01: delivery-tag {delivery.delivery_tag}, the channel's next is {channel.next_tag}"
+    if all(d.body != delivery.body for d in mine):
+        queue = state.queues[consumer.queue]
+        return f"{'RQ-02' if queue.kind == 'quorum' else 'RQ-01'}: not a message at the head of {queue.name}"
+    return "RQ-04: the redelivered flag"
+
+
 def due(state: BrokerState) -> bool:
     """True while some consumer with room has a ready message: a delivery must still come."""
     return any(eligible(state, channel, with_grace=False) for channel in state.channels.values())
@@ -97,8 +122,8 @@ def commit_delivery(state: BrokerState, key: ChannelKey, delivery: Deliver) -> N
     """Apply an observed basic.deliver; Violation when no rule allows it now."""
     allowed = allowed_deliveries(state, key)
     if delivery not in allowed:
-        raise Violation(f"unexpected {delivery} on channel {key!r}; allowed now: {sorted(allowed, key=repr)} "
-                        "(ACK-01 tag, RQ-01/02 order, RQ-04 flag, QOS-02..08 limits, CCN-04)")
+        raise Violation(f"unexpected {delivery} on channel {key!r} ({_broken_rule(state, key, delivery, allowed)}); "
+                        f"allowed now: {sorted(allowed, key=repr)}")
     channel = state.channels[key]
     consumer = channel.consumers[delivery.consumer_tag]
     queue = state.queues[consumer.queue]
@@ -128,7 +153,8 @@ def commit_get(state: BrokerState, key: ChannelKey, queue_name: str, no_ack: boo
     """Apply an observed basic.get answer (the caller closes the channel on ChannelClosed)."""
     allowed = get_outcomes(state, key, queue_name)
     if observed not in allowed:
-        raise Violation(f"basic.get {queue_name} answered {observed}; allowed: {sorted(allowed, key=repr)}")
+        raise Violation(f"basic.get {queue_name} answered {observed}; allowed: {sorted(allowed, key=repr)} "
+                        "(ACK-01 tag, RQ-01/02 order, RQ-04 flag, QOS-07)")
     if not isinstance(observed, GetOk):
         return
     channel = state.channels[key]

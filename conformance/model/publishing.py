@@ -107,7 +107,7 @@ def on_confirm(state: BrokerState, key: ChannelKey, observed: Confirm) -> list[i
         if pending.needs_return and not pending.returned:
             raise Violation(f"{kind} for seqno {seqno} came before its basic.return (PC-06)")
         if pending.nack != observed.nack:
-            want = "basic.nack (a queue refused it, PC-08)" if pending.nack else "basic.ack (PC-05/PC-07/PC-09)"
+            want = "basic.nack (a queue refused it, PC-08)" if pending.nack else "basic.ack (PC-08: nack only when a queue refused it)"
             raise Violation(f"seqno {seqno} settled by {kind} (multiple={observed.multiple}); expected {want}")
     for seqno in seqnos:
         del channel.pending[seqno]

@@ -7,7 +7,10 @@ frame log and the per-area summary for humans.
 
 Rules:
 - passed → `passed`. A failure raised by an assertion, `pytest.fail` or a driver outcome
-  (`Closed`, `NoReply`, `ConnectionLost`) is the broker's behaviour → `failed`.
+  (`Closed`, `NoReply`, `ConnectionLost`) is the broker's behaviour → `failed`. A close 540
+  NOT_IMPLEMENTED is `unimplemented` only when no rule of the test is required on the profile
+  (required, or a variant it judges); a required method answered with 540 is `failed`
+  (DESIGN.md decision 13).
 - `HarnessError`, the watchdog's `WatchdogExpired`, an `OSError` before the broker sent anything in this test (after that it
   is `failed`), and any other exception (a bug in the test or the harness) → `broken`. An
   exception group is `broken` if any member is, else `failed`. The plugin re-judges
@@ -17,6 +20,11 @@ Rules:
   plugin's own); a skip without a verdict prefix is `broken`: a suite test must say why it
   does not run. xfail → `failed` (the deviation was observed); XPASS → `passed`.
 - The first phase that does not pass decides; a teardown error only replaces `passed`.
+- A failure names the rules it saw broken (`rule_failures`, DESIGN.md decision 13): each
+  exception of the failure that carries `rules` (`RuleViolation`) names those, else the rules
+  its text names (`named_rules`), else the test's own rules; an exception group names the
+  rules of its members. The verdict's message starts with one line per broken rule and its
+  title (`failure_message`), then what the broker did.
 - Texts stored in records are bounded (`MAX_TEXT` characters; a Hypothesis minimal example,
   which carries the frames of its run, `MAX_EXAMPLE`).
 """
@@ -33,8 +41,10 @@ from typing import Any, ClassVar, NamedTuple
 import pytest
 
 from codec import ChannelClose, Command, ConnectionClose, MethodFrame
+from codec.constants import ReplyCode
 from codec.frames import describe
-from conformance.catalogue.rules import AREAS
+from conformance.catalogue.mentions import named_rules
+from conformance.catalogue.rules import AREAS, rule
 from conformance.drivers.raw import Closed, ConnectionLost, DriverError, FrameRecord, NoReply
 from conformance.plugin.health import LeakReport
 from conformance.plugin.results import TestRecord
@@ -72,6 +82,13 @@ class TestState:
     duration: float = 0.0
     duration_total: float = 0.0
     failure: BaseException | None = None
+    failures: dict[str, str] = field(default_factory=dict)  # broken rule -> its failure text (`failed` only)
+
+    def judge_rules(self, test_rules: Sequence[str]) -> None:
+        """Name the rules a `failed` verdict saw broken, and lead its message with them."""
+        if self.verdict is Verdict.FAILED:
+            self.failures = rule_failures(self.failure, self.message, test_rules)
+            self.message = failure_message(self.failures)
 
     def update(self, report: pytest.TestReport, verdict: Verdict, message: str | None,
                exc: BaseException | None) -> None:
@@ -89,7 +106,7 @@ class TestState:
 
 
 def phase_verdict(report: pytest.TestReport, exc: BaseException | None,
-                  broker_replied: bool) -> tuple[Verdict, str | None]:
+                  broker_replied: bool, required: bool = True) -> tuple[Verdict, str | None]:
     """The verdict one phase report stands for (see the module rules)."""
     xfail = getattr(report, "wasxfail", None)
     if report.passed:
@@ -106,22 +123,55 @@ def phase_verdict(report: pytest.TestReport, exc: BaseException | None,
         return verdict, _bounded(reason.removeprefix(SKIP_PREFIX[verdict]))
     if exc is None:
         return Verdict.FAILED, _bounded(str(report.longrepr))
-    return exception_verdict(exc, broker_replied), _bounded(_exception_text(exc))
+    return exception_verdict(exc, broker_replied, required), _bounded(_exception_text(exc))
 
 
-def exception_verdict(exc: BaseException, broker_replied: bool) -> Verdict:
+def exception_verdict(exc: BaseException, broker_replied: bool, required: bool = True) -> Verdict:
     if isinstance(exc, BaseExceptionGroup):
-        members = {exception_verdict(e, broker_replied) for e in exc.exceptions}
+        members = {exception_verdict(e, broker_replied, required) for e in exc.exceptions}
         return Verdict.BROKEN if Verdict.BROKEN in members else Verdict.FAILED
     if isinstance(exc, HarnessError | WatchdogExpired):
         return Verdict.BROKEN
-    if isinstance(exc, Closed) and exc.code == 540:  # NOT_IMPLEMENTED: issue 4 item 6
-        return Verdict.UNIMPLEMENTED
+    if isinstance(exc, Closed) and exc.code == ReplyCode.NOT_IMPLEMENTED and not required:
+        return Verdict.UNIMPLEMENTED  # 540 for a method no rule of the test requires on this profile
     if isinstance(exc, AssertionError | DriverError | pytest.fail.Exception):
         return Verdict.FAILED
     if isinstance(exc, OSError):
         return Verdict.FAILED if broker_replied else Verdict.BROKEN
     return Verdict.BROKEN
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for member in exc.exceptions:
+            yield from _leaves(member)
+    else:
+        yield exc
+
+
+def rule_failures(exc: BaseException | None, message: str | None, test_rules: Sequence[str]) -> dict[str, str]:
+    """Broken rule -> the failure text that shows it, for a `failed` verdict (module rules)."""
+    found: dict[str, str] = {}
+    for leaf in _leaves(exc) if exc is not None else ():
+        text = _exception_text(leaf)
+        for rule_id in getattr(leaf, "rules", None) or named_rules(text):
+            found.setdefault(rule_id, text)
+    if not found:
+        for rule_id in named_rules(message) or test_rules:
+            found.setdefault(rule_id, message or "failed")
+    return found
+
+
+def failure_message(failures: dict[str, str]) -> str:
+    """The message of a failed verdict: each broken rule with its title, then the failure texts."""
+    heads = []
+    for rule_id in failures:
+        try:
+            heads.append(f"{rule_id} broken: {rule(rule_id).title}")
+        except KeyError:
+            heads.append(f"{rule_id} broken")
+    texts = list(dict.fromkeys(failures.values()))
+    return _bounded("\n".join(heads + texts))
 
 
 def may_mean_broker_down(exc: BaseException | None) -> bool:
@@ -143,7 +193,20 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _bounded(text: str, limit: int = MAX_TEXT) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """`text` within `limit` characters, cut at a line end with a note, never inside a value."""
+    if len(text) <= limit:
+        return text
+    kept, size = [], 0
+    lines = text.splitlines()
+    for line in lines:
+        if size + len(line) + 1 > limit - 80:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    if not kept:  # one very long line: cut it at a word boundary
+        head = text[: limit - 80].rsplit(" ", 1)[0]
+        return f"{head}\n[{len(text) - len(head)} more characters: see the test's record and pytest-output.txt]"
+    return "\n".join(kept) + f"\n[{len(lines) - len(kept)} more lines: see the test's record and pytest-output.txt]"
 
 
 def _walk(exc: BaseException | None) -> Iterator[BaseException]:
@@ -228,7 +291,7 @@ def test_record(run_id: str, test_id: str, rule_ids: list[str], area: str, test:
     seed, example = hypothesis_evidence(test.failure, seed_option)
     record = TestRecord(run_id, test_id, rule_ids, area, test.verdict.value, test.outcome, test.phase,
                         test.started, test.duration, test.duration_total, hypothesis_seed=seed,
-                        minimal_example=example, message=test.message)
+                        minimal_example=example, message=test.message, failed_rules=list(test.failures) or None)
     reply = reply_of(test.failure, frames)
     if reply is not None:
         record.reply_scope, record.reply_code, record.reply_text = reply.scope, reply.code, reply.text

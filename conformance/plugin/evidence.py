@@ -45,6 +45,24 @@ class TestEvidence:
     frames: str = ""  # outcomes.frame_log
     duration: float = 0.0  # seconds in setup + call + teardown
     extra: dict[str, Any] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # a failed verdict: broken rule -> its failure text
+
+    @property
+    def failed_rules(self) -> tuple[str, ...]:
+        """The rules a failure saw broken (its own rules when it did not say: older evidence)."""
+        return tuple(self.failures) or (self.rule_ids if self.verdict == "failed" else ())
+
+    def headline(self) -> tuple[str, str]:
+        """(the rules to name first, the first line of what happened) for one console line: a failure
+        names the rules it saw broken and its first text line, any other verdict its rules and message."""
+        if self.verdict == "failed" and self.failures:
+            text = next(iter(self.failures.values()), "")
+            return ", ".join(self.failed_rules), (text.strip().splitlines() or [""])[0]
+        return ", ".join(self.rule_ids), ((self.message or "").strip().splitlines() or [""])[0]
+
+    def failure_text(self, rule_id: str) -> str:
+        """What the failure said about `rule_id` (the whole message when it did not say)."""
+        return self.failures.get(rule_id) or self.message or ""
 
     @property
     def test_key(self) -> str:
@@ -70,11 +88,13 @@ def from_report(report: pytest.TestReport) -> TestEvidence | None:
     data = dict(value)
     data["rule_ids"] = tuple(data.get("rule_ids") or ())
     data["extra"] = dict(data.get("extra") or {})
+    data["failures"] = dict(data.get("failures") or {})
     return TestEvidence(**data)
 
 
 def build(nodeid: str, verdict: str, area: str, rule_ids: Sequence[str], message: str | None,
-          failure: BaseException | None, frames: Sequence[FrameRecord], duration: float) -> TestEvidence:
+          failure: BaseException | None, frames: Sequence[FrameRecord], duration: float,
+          failures: dict[str, str] | None = None) -> TestEvidence:
     """The evidence of a finished test: its verdict, the broker's close and its frame log."""
     reply = reply_of(failure, frames)
     _, example = hypothesis_evidence(failure, None)  # a machine's shrunk steps and the frames of that run
@@ -82,4 +102,4 @@ def build(nodeid: str, verdict: str, area: str, rule_ids: Sequence[str], message
                   if reply is not None else None)
     limit = FRAME_LINES if verdict == "passed" else FRAME_LINES_NOT_PASSED
     return TestEvidence(nodeid, verdict, area, tuple(rule_ids), message, reply_text, frame_log(frames, limit),
-                        duration, {"minimal_example": example} if example else {})
+                        duration, {"minimal_example": example} if example else {}, dict(failures or {}))

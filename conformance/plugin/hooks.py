@@ -44,11 +44,12 @@ from typing import Any
 import pytest
 
 from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices
-from conformance.catalogue.rules import AREAS, CAPABILITIES, rule
+from conformance.catalogue.rules import AREAS, CAPABILITIES, REQUIRED, VARIANT, rule
 from conformance.drivers import CLIENTS, library_version
 from conformance.drivers.raw import BrokerAddress, Recorder
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import Unavailable, parse_admin
+from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
 from conformance.plugin.results import ResultsWriter, RunRecord, harness_version, redact_url
 from conformance.plugin.session import HARNESS, Harness, harness
@@ -91,6 +92,7 @@ RULE_ERROR = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    force_full_assertions(config)  # a failure's message is read by people: never cut inside a value
     config.addinivalue_line("markers", "rules(*ids): the catalogue rule IDs a test checks")
     config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
     for area in AREAS:  # "area_" because a bare `timeout` would be pytest-timeout's marker
@@ -155,6 +157,12 @@ def _judge_stuck(state: Harness, message: str | None) -> str | None:
         return message
     return (f"{message}; the broker still answered a fresh connection (connect, channel.open, "
             "queue.declare and queue.delete), so only this test is broken")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, right: object) -> list[str] | None:
+    """Suite assertions on AMQP methods and model outcomes read as "got X, expected Y" (`explain`)."""
+    return explain_comparison(op, left, right)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -263,7 +271,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     recorder = (getattr(item, "funcargs", None) or {}).get("recorder")
     frames = recorder.frames if isinstance(recorder, Recorder) else []
     exc = call.excinfo.value if call.excinfo is not None else None
-    verdict, message = classify.phase_verdict(report, exc, any(f.direction == "in" for f in frames))
+    verdict, message = classify.phase_verdict(report, exc, any(f.direction == "in" for f in frames),
+                                              _required(state, item))
     if isinstance(exc, WatchdogExpired):
         message = _judge_stuck(state, message)
     if verdict is not Verdict.PASSED and classify.may_mean_broker_down(exc) and _uses_broker(item):
@@ -286,15 +295,40 @@ def _finish(item: pytest.Item, report: pytest.TestReport, test: classify.TestSta
     report.user_properties.append(("verdict", test.verdict.value))
     marker = item.get_closest_marker("rules")
     rule_ids = [str(r) for r in marker.args] if marker else []
+    test.judge_rules(rule_ids)
     evidence.attach(report, evidence.build(item.nodeid, test.verdict.value, area, rule_ids, test.message,
-                                           test.failure, frames, test.duration_total))
+                                           test.failure, frames, test.duration_total, test.failures))
     if state.allure:
         classify.allure_evidence(test, frames)
     if state.writer is None:
         return
     seed_option = item.config.getoption("hypothesis_seed", None)
-    state.writer.add_test(classify.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option),
-                          frames)
+    record = classify.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option)
+    if state.target is not None:
+        record.judged_by = _judged_by(state.target.profile, [*test.failures, *rule_ids])
+    state.writer.add_test(record, frames)
+
+
+def _required(state: Harness, item: pytest.Item) -> bool:
+    """Whether a rule of the test is required (or a variant it judges) on the profile: then a 540
+    NOT_IMPLEMENTED is a failure, not `unimplemented`."""
+    marker = item.get_closest_marker("rules")
+    if state.target is None or marker is None:
+        return True
+    expectations = []
+    for rule_id in marker.args:
+        with contextlib.suppress(KeyError):
+            expectations.append(state.target.base_profile.expect(str(rule_id)))
+    return not expectations or any(e == REQUIRED or e.startswith(VARIANT) for e in expectations)
+
+
+def _judged_by(profile: Any, rule_ids: list[str]) -> list[str]:
+    """"RULE PROFILE EXPECTATION" per rule (broken ones first): what the report's test page shows."""
+    found = []
+    for rule_id in dict.fromkeys(rule_ids):
+        with contextlib.suppress(KeyError):
+            found.append(f"{rule_id} {profile.judging_profile(rule_id)} {profile.expect(rule_id)}")
+    return found
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -336,6 +370,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     totals: Counter[str] = Counter()
     for (_, verdict), n in state.counts.items():
         totals[verdict] += n
+    if state.target is not None and (note := state.target.base_profile.range_note):  # profiles.py range_note
+        terminalreporter.write_line(f"profile: {note}", yellow=True)
     profile = state.target.profile.name if state.target is not None else None
     # the reporter passes pytest's own status; the session ends with ours
     terminalreporter.write_line(closing_line(dict(totals), profile, _exit_status(state, exitstatus)), bold=True)

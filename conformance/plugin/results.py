@@ -23,10 +23,11 @@ Rules:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +71,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("finished", "timestamp"),
         Column("exit_status", "int"),
         Column("tests", "int"),
+        Column("baseline", "string"),  # `run --baseline`: the entries and what this run matched (JSON), else null
     ),
     "tests": (
         Column("run_id", "string", False),
@@ -91,6 +93,9 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("minimal_example", "string"),  # Hypothesis's shrunk example / steps
         Column("message", "string"),  # failure summary, skip reason or broken reason
         Column("frames", "int", False),
+        Column("failed_rules", "array<string>"),  # a failed verdict: the rules it saw broken (older lakes: null)
+        # per rule of the test: "RULE PROFILE EXPECTATION", the profile that judged it (base or extension)
+        Column("judged_by", "array<string>"),
     ),
     "frames": (
         Column("run_id", "string", False),
@@ -125,6 +130,10 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("product", "string"),  # connection.start(-ok): the peer's product
         Column("version", "string"),  # connection.start(-ok): the peer's version
         Column("emulates", "string"),  # connection.start: the RabbitMQ version a broker claims to follow
+        # Added for the upgrade pre-flight (conformance.preflight): what a declaration asked for.
+        Column("arguments", "string"),  # declare, bind, consume: the arguments table as canonical JSON
+        Column("exchange_type", "string"),  # exchange.declare
+        Column("flags", "array<string>"),  # queue/exchange.declare: the bits set (durable, exclusive, ...)
     ),
 }
 
@@ -191,6 +200,7 @@ class RunRecord:
     exit_status: int | None = None
     tests: int | None = None
     client_version: str | None = None
+    baseline: str | None = None
 
 
 @dataclass
@@ -216,11 +226,16 @@ class TestRecord:
     minimal_example: str | None = None
     message: str | None = None
     frames: int = 0
+    failed_rules: list[str] | None = None
+    judged_by: list[str] | None = None
 
 
 _METHOD_KEYS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",
                 "queue", "prefetch_count", "no_ack", "nowait")
 _PEER_PROPERTIES = ("server_properties", "client_properties")  # connection.start / start-ok
+_DECLARES = frozenset({"queue.declare", "exchange.declare"})
+_FLAGS = ("passive", "durable", "exclusive", "auto_delete", "internal")
+ARGUMENTS_MAX = 2000  # characters of the `arguments` column; longer tables are cut (and marked)
 
 
 def body_digest(body: bytes) -> str:
@@ -266,10 +281,33 @@ def _method_fields(method: Any) -> dict[str, Any]:
     elif method.NAME == "queue.declare" and not method.passive:
         kind = (method.arguments or {}).get("x-queue-type")
         row["queue_type"] = kind.decode("utf-8", "replace") if isinstance(kind, bytes) else str(kind or "")
+    if isinstance(arguments := getattr(method, "arguments", None), Mapping):
+        row["arguments"] = arguments_text(arguments)
+    if method.NAME in _DECLARES:
+        row["flags"] = [bit for bit in _FLAGS if getattr(method, bit, False)]
+        if method.NAME == "exchange.declare":
+            row["exchange_type"] = method.exchange_type
     for name in _PEER_PROPERTIES:
         if isinstance(properties := getattr(method, name, None), dict):
             row.update(_peer_fields(properties))
     return row
+
+
+def arguments_text(arguments: Mapping[str, Any]) -> str:
+    """An arguments table as canonical JSON (sorted names; bytes as text, nested tables kept)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, bytes | bytearray):
+            return bytes(value).decode("utf-8", "replace")
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, int | float | str | bool) or value is None:
+            return value
+        return str(value)
+
+    text = json.dumps(plain(arguments), sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= ARGUMENTS_MAX else text[: ARGUMENTS_MAX - 1] + "…"
 
 
 def _peer_fields(properties: dict[str, Any]) -> dict[str, Any]:
@@ -352,6 +390,14 @@ class ResultsWriter:
     def close(self) -> None:
         self._tests.flush()
         self._frames.flush()
+
+
+def amend_run(root: Path | str, run_id: str, **values: Any) -> None:
+    """Rewrite one run's record with `values` set (the gate adds its baseline judgement after the run)."""
+    path = Path(root) / "runs" / f"{PARTITION_KEY}={run_id}" / "run.parquet"
+    rows = pq.read_table(path).to_pylist() if path.is_file() else []
+    if rows:
+        write_atomically(pa.Table.from_pylist([{**rows[0], **values}], schema=SCHEMAS["runs"]), path)
 
 
 def read_table(root: Path | str, table: str, run_id: str | None = None) -> pa.Table:

@@ -6,8 +6,12 @@ Rules: `passed` and `failed` come from the test outcome; a test reaches `unimple
 `not-applicable` (the profile has no such behaviour) by `not_applicable()`, `not-claimed`
 (a RabbitMQ extension the broker does not claim) by `not_claimed()`, and
 `needs-admin` (not run: the check needs `--broker-admin` and the run has none) by
-`needs_admin()`. Harness or environment failures (our exceptions, a wedged broker) are
-`broken`, never `failed`.
+`needs_admin()`. A test with nothing to assert under its profile's expectation calls
+`judged_elsewhere()`: a variant that leaves the behaviour open (the spec does not say) is
+`not-applicable` with the variant's text, so no profile leaves a test without a verdict. Harness
+or environment failures (our exceptions, a wedged broker) are `broken`, never `failed`.
+- A suite test never calls `pytest.skip` itself (tests/test_skips.py checks it): a skip without
+  a verdict prefix is `broken` (plugin/classify.py).
 - The score counts `SCORED` only: a check that did not run (`needs-admin`), does not apply
   (`not-applicable`) or could not be judged (`broken`) is left out of it.
 - A rule's verdict is the worst of its tests' verdicts, in `WORST_FIRST` order: a rule is
@@ -25,7 +29,7 @@ from typing import NoReturn
 import pytest
 
 from conformance.catalogue.profiles import NOT_CLAIMED, Profile
-from conformance.catalogue.rules import NOT_APPLICABLE, rule
+from conformance.catalogue.rules import NOT_APPLICABLE, REQUIRED, VARIANT, rule
 from conformance.plugin.wording import plural
 
 # Exit statuses of a run (DESIGN.md decision 8), for the plugin, the watchdog and the gate: 1 an
@@ -103,6 +107,22 @@ def needs_admin(reason: str) -> NoReturn:
 
 class HarnessError(Exception):
     """The harness or its environment failed: the verdict is `broken`, not `failed`."""
+
+
+def judged_elsewhere(profile: Profile, rule_id: str) -> NoReturn:
+    """Skip a test of `rule_id` that has nothing to assert on this profile, with the verdict its
+    expectation gives: `not-applicable` (no such rule, or a variant that leaves the behaviour open,
+    e.g. NET-02 on amqp-0-9-1: "the spec does not say which peer closes the socket"), `not-claimed`
+    (an extension the broker does not claim). A `required` rule has something to assert: calling
+    this for one is a bug in the test (`broken`)."""
+    expected = profile.expect(rule_id)
+    if expected == NOT_CLAIMED:
+        not_claimed(f"{rule_id} is a RabbitMQ extension ({rule(rule_id).capability}) that "
+                    f"{profile.server_properties.get('product') or 'the broker'} does not claim")
+    if expected == REQUIRED:
+        raise HarnessError(f"{rule_id} is required on {profile.name}: the test must judge it")
+    reason = expected.removeprefix(VARIANT) if expected.startswith(VARIANT) else "the profile has no such rule"
+    not_applicable(f"{rule_id} on {profile.name}: {reason}")
 
 
 def verdict_of_skip(reason: str) -> Verdict | None:

@@ -126,6 +126,8 @@ class ModelMachine(RuleBasedStateMachine):
     """Base of the machines: connections, channels, queues, settle, teardown."""
 
     steps_run: ClassVar[int] = 0
+    # the rules a queue-count mismatch means in this machine (a failure names its rule: DESIGN.md decision 13)
+    COUNT_RULES: ClassVar[str] = "ACK-05/ACK-06/ACK-07 settlement, RQ-03 requeue on close"
     budget: Budget | None = None
     smallest: Smallest | None = None
     SETTLE_SECONDS: ClassVar[float] = 2.0
@@ -325,7 +327,7 @@ class ModelMachine(RuleBasedStateMachine):
             if reply.method.message_count != self.model.ready(logical):
                 return (f"queue {logical} holds {reply.method.message_count} ready messages, the model "
                         f"{self.model.ready(logical)}: {self.model.ready_bodies(logical)} (what was settled or "
-                        "requeued differs: ACK-05/ACK-06/ACK-07 settlement, RQ-03 requeue on close)")
+                        f"requeued differs: {self.COUNT_RULES})")
         return None
 
     def read(self, deadline: float) -> None:

@@ -96,8 +96,9 @@ def cancel(m: ModelMachine, key: Any, tag: str) -> None:
         observed = m.closed_outcome(key, exc)
         m.expect_outcome(f"basic.cancel {tag}", observed, m.model.cancel(key, tag), "CCN-03")
         return
-    assert isinstance(reply.method, BasicCancelOk)
-    assert reply.method.consumer_tag == tag, f"basic.cancel-ok names {reply.method.consumer_tag!r}, not {tag!r}"
+    assert isinstance(reply.method, BasicCancelOk), f"basic.cancel {tag!r}: {reply.method} (CCN-03)"
+    assert reply.method.consumer_tag == tag, \
+        f"basic.cancel-ok names {reply.method.consumer_tag!r}, not {tag!r} (CCN-03)"
     # what arrived before cancel-ok came while the consumer existed (CCN-04: nothing after it)
     m.drain_channel(key, [])
     m.expect_outcome(f"basic.cancel {tag}", OK, m.model.cancel(key, tag))

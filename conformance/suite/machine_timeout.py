@@ -64,6 +64,7 @@ class Consumer:
     short: bool  # its effective timeout fires within a step
     timed_out: set[int] = field(default_factory=set)  # TMO-4.3-5: paused while non-empty
     cancelled_by_broker: bool = False
+    resumed: bool = False  # TMO-4.3-5: it was paused and its timed-out tags were all settled
 
 
 @dataclass
@@ -126,7 +127,7 @@ class TimeoutWire(ModelMachine):
         acked = 0
         while acked < self.seqno:
             m = client.expect(CONTROL, BasicAck, timeout=self.target.timeout(self.SETTLE_SECONDS)).method
-            assert isinstance(m, BasicAck)
+            assert isinstance(m, BasicAck), f"publish to {queue}: {m} instead of basic.ack (PC-05)"
             acked = m.delivery_tag
         self.queues[queue].ready += count
 
@@ -144,8 +145,15 @@ class TimeoutWire(ModelMachine):
         return [t for t, c in self.consumers.items() if c.queue == queue and not c.timed_out and self.live(t) == 0]
 
     def starved(self) -> list[str]:
-        return [f"{name}: {q.ready} ready, consumers {self.eligible(name)} idle"
-                for name, q in self.queues.items() if q.ready and self.eligible(name)]
+        """Queues whose ready messages wait for an idle eligible consumer, each naming the rule: a
+        consumer resumed by settling its timed-out tags (TMO-4.3-5), else one never paused (TMO-4.3-2)."""
+        found = []
+        for name, q in self.queues.items():
+            idle = self.eligible(name)
+            if q.ready and idle:
+                rule = "TMO-4.3-5" if any(self.consumers[t].resumed for t in idle) else "TMO-4.3-2"
+                found.append(f"{name}: {q.ready} ready, consumers {idle} idle ({rule})")
+        return found
 
     def channel_gone(self, conn: str, ch: int) -> None:
         """RQ-03: live deliveries go back; the channel's consumers go."""
@@ -228,25 +236,28 @@ class TimeoutWire(ModelMachine):
     def on_deliver(self, conn: str, ch: int, m: BasicDeliver) -> None:
         consumer = self.consumers.get(m.consumer_tag)
         assert consumer is not None and (consumer.conn, consumer.ch) == (conn, ch), (
-            f"delivery to {m.consumer_tag} on {conn}/{ch}, not a registered consumer there")
+            f"delivery to {m.consumer_tag} on {conn}/{ch}, not a registered consumer there (TMO-4.3-4)")
         assert not consumer.timed_out, (
             f"delivery to {m.consumer_tag} in timeout state (timed-out tags {sorted(consumer.timed_out)} "
             "unsettled): TMO-4.3-2 says no new messages")
-        assert self.live(m.consumer_tag) == 0, f"delivery to {m.consumer_tag} beyond prefetch 1"
+        assert self.live(m.consumer_tag) == 0, \
+            f"delivery to {m.consumer_tag} beyond prefetch 1: a timed-out delivery stays counted (TMO-4.3-2)"
         queue = self.queues[consumer.queue]
-        assert queue.ready > 0, f"a delivery although the model has no ready message in {consumer.queue}"
+        assert queue.ready > 0, \
+            f"a delivery although the model has no ready message in {consumer.queue} (TMO-4.3-2: no redelivery)"
         queue.ready -= 1
         self.held[(conn, ch)][m.delivery_tag] = Held(consumer.queue, m.consumer_tag, consumer.short)
 
     def on_cancel(self, conn: str, ch: int, m: BasicCancel) -> None:
         consumer = self.consumers.get(m.consumer_tag)
-        assert conn == "cap", f"basic.cancel {m.consumer_tag} to a connection without consumer_cancel_notify"
+        assert conn == "cap", \
+            f"basic.cancel {m.consumer_tag} to a connection without consumer_cancel_notify (TMO-4.3-3)"
         assert consumer is not None and consumer.short, (
             f"basic.cancel for {m.consumer_tag}, whose timeout is not due (TMO-03 says LONG, or unknown tag)")
         assert m.nowait, "the timeout basic.cancel must have nowait=true (TMO-4.3-3)"
         expired = [(tag, h) for tag, h in self.held[(conn, ch)].items()
                    if h.consumer == m.consumer_tag and not h.timed_out]
-        assert expired, f"basic.cancel for {m.consumer_tag} with no live delivery to time out"
+        assert expired, f"basic.cancel for {m.consumer_tag} with no live delivery to time out (TMO-03)"
         for tag, item in expired:
             item.timed_out = True
             consumer.timed_out.add(tag)
@@ -257,8 +268,10 @@ class TimeoutWire(ModelMachine):
         due = [h for h in self.held.get((conn, ch), {}).values() if h.short and not h.timed_out]
         reasons = [h for h in due if conn == "nocap" or h.consumer is None or h.consumer not in self.consumers]
         assert reasons, f"channel.close on {conn}/{ch} with no timeout that closes it (TMO-03/TMO-4.3-3): {closed}"
-        assert (closed.code, closed.class_id, closed.method_id) == (406, 0, 0), closed
-        assert closed.text == model.close_text(ch, model.SENTINEL_4_3), closed.text
+        assert (closed.code, closed.class_id, closed.method_id) == (406, 0, 0), \
+            f"timeout channel.close: {closed}, expected 406 (0/0) (TMO-4.3-3)"
+        assert closed.text == model.close_text(ch, model.SENTINEL_4_3), \
+            f"timeout channel.close text {closed.text!r} (TMO-4.3-3)"
         self.channel_gone(conn, ch)
 
     def settle(self) -> None:
@@ -279,10 +292,10 @@ class TimeoutWire(ModelMachine):
     def waiting_for(self) -> str | None:
         held = self.held_deliveries()
         if held:
-            return f"deliveries of messages the model has not seen returned: {held}"
+            return f"deliveries of messages the model has not seen returned: {held} (TMO-4.3-2)"
         due = self.must_fire()
         if due:
-            return f"deliveries past a SHORT ({SHORT} ms) timeout never timed out: {due}"
+            return f"deliveries past a SHORT ({SHORT} ms) timeout never timed out: {due} (TMO-03)"
         if self.starved():
             return f"ready messages not delivered: {self.starved()}"
         client = self.clients["cap"]
@@ -296,7 +309,7 @@ class TimeoutWire(ModelMachine):
             return "deliveries still arriving"
         want = {name: (q.ready, self.consumer_count(name)) for name, q in self.queues.items()}
         if counts != want:
-            return f"queues (ready, consumers) = {counts}, model {want}"
+            return f"queues (ready, consumers) = {counts}, model {want} (TMO-4.3-2 returns, TMO-4.3-4 consumers)"
         return None
 
     def consumer_count(self, queue: str) -> int:

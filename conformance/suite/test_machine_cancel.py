@@ -71,9 +71,10 @@ class CancelMachine(ModelMachine):
             return
         control = self.clients[self.control_conn]
         reply = control.rpc(CONTROL, QueueDelete(queue=self.real[queue]), QueueDeleteOk)
-        assert isinstance(reply.method, QueueDeleteOk)
+        assert isinstance(reply.method, QueueDeleteOk), f"queue.delete: {reply.method} (CCN-02)"
         count = self.model.delete_queue(queue)  # CCN-02: A's consumers get basic.cancel
-        assert reply.method.message_count == count, f"queue.delete-ok says {reply.method.message_count}, model {count}"
+        assert reply.method.message_count == count, \
+            f"queue.delete-ok says {reply.method.message_count}, model {count} (CCN-02: deleting the queue cancels)"
 
     @rule(ch=CONNECTIONS, queue=DECLARED)
     @step

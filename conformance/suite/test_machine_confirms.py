@@ -38,6 +38,8 @@ CONFIRM_CHANNEL = from_machine(lambda m: [ch for ch in (1, 2) if m.model.confirm
 
 
 class ConfirmMachine(ModelMachine):
+    # what reaches a queue: routed publishes stored (PC-05 acks mean stored), the full queue refuses (PC-08)
+    COUNT_RULES = "PC-05: an acked publish was stored, PC-08: the full queue refuses with a nack"
     """PC-01..10, PC-13 over two channels."""
 
     def __init__(self, target: MachineTarget) -> None:
@@ -82,9 +84,9 @@ class ConfirmMachine(ModelMachine):
     def purge(self, queue: str) -> None:
         control = self.clients[self.control_conn]
         reply = control.rpc(CONTROL, QueuePurge(queue=self.real[queue]), QueuePurgeOk)
-        assert isinstance(reply.method, QueuePurgeOk)
+        assert isinstance(reply.method, QueuePurgeOk), f"queue.purge {queue}: {reply.method} (PC-01)"
         expected = self.model.purge_queue(queue)  # the last sync left both sides equal
-        assert reply.method.message_count == expected, f"queue.purge {queue}: purge-ok says " \
+        assert reply.method.message_count == expected, f"(PC-05) queue.purge {queue}: purge-ok says " \
             f"{reply.method.message_count} messages, the model {expected}"
 
     @rule(queue=QUEUE)

@@ -124,11 +124,11 @@ class TimeoutMachine(TimeoutWire):
         self.clients[conn].send(ch, BasicGet(queue=q.name))
         reply = self.expect_reply(conn, ch, BasicGetOk, BasicGetEmpty)
         if reply is not None and isinstance(reply.method, BasicGetOk):
-            assert q.ready > 0, f"basic.get-ok although the model has no ready message in {queue}"
+            assert q.ready > 0, f"basic.get-ok although the model has no ready message in {queue} (TMO-4.3-2)"
             q.ready -= 1
             self.held[(conn, ch)][reply.method.delivery_tag] = Held(queue, None, self.is_short(queue, None))
         elif reply is not None:
-            assert q.ready == 0, f"basic.get-empty although {q.ready} messages are ready in {queue}"
+            assert q.ready == 0, f"basic.get-empty although {q.ready} messages are ready in {queue} (TMO-4.3-2)"
 
     @rule(delivery=DELIVERY, reject=st.booleans())
     @step
@@ -146,6 +146,7 @@ class TimeoutMachine(TimeoutWire):
             consumer = self.consumers.get(item.consumer or "")
             if consumer is not None:
                 consumer.timed_out.discard(tag)
+                consumer.resumed = consumer.resumed or not consumer.timed_out
         elif reject:
             self.queues[item.queue].ready += 1
         self.ping(conn, ch)

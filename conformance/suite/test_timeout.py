@@ -51,6 +51,7 @@ from conformance.suite.queue_steps import (
     get,
     get_all,
     ready,
+    require_kind,
     settle,
     tag_of,
     take,
@@ -490,6 +491,7 @@ def test_classic_queues_and_streams_never_time_out(connect: Connect, names: Name
     """A consumer-timeout policy (and a short global value, where the adapter can set it)
     that times out a quorum consumer leaves a classic or stream consumer's deliveries (and a
     classic basic.get's) alone."""
+    require_kind(target.profile, kind)
     client = connect()
     setup = client.channel()
     try:

@@ -148,7 +148,7 @@ def dispatch(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
             effects += dead_letter(core, meta, queue, message, "expired")
             continue
         effects += deliver(core, meta, consumer, queue, message)
-    return effects
+    return effects + core.rules.timer_after_command(queue, meta.now_ms)  # TMO-4.3-2 (a fault's hook)
 
 
 def _next_consumer(core: BrokerState, queue: Queue) -> Consumer | None:

@@ -29,7 +29,7 @@ def on_queue_timer(core: BrokerState, meta: Meta, key: tuple[object, ...]) -> li
     queue = core.find_queue(str(key[1]), str(key[2]))
     if queue is None:
         return []
-    queue.timer_at = core.rules.timer_after_firing(queue.timer_at)
+    queue.timer_at = core.rules.timer_after_firing(queue.timer_at, meta.now_ms)
     expired = sorted(k for k, deadline in queue.deadlines.items() if deadline <= meta.now_ms)
     effects: list[Effect] = []
     closing: dict[tuple[int, int], Channel] = {}

@@ -167,6 +167,7 @@ def exchange_unbind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeUnbin
 
 
 MAX_PRIORITY = "x-max-priority"
+QUEUE_VERSION = "x-queue-version"
 
 
 # -- queues --------------------------------------------------------------------------------
@@ -223,6 +224,10 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
         else:
             kind = _queue_kind(v, m._replace(queue=name))
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
+            version = m.arguments.get(QUEUE_VERSION)  # DCL-03 (live 4.3.6); legacy mode: 3.x accepts 1
+            if kind == CLASSIC and version not in (None, 2) and core.config.timeout_mode != "legacy":
+                raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{QUEUE_VERSION}' for "
+                           f"{texts.q(name, v.name)}: \"unsupported queue version '{version}'\"")
             if (top := m.arguments.get(MAX_PRIORITY)) is not None:  # PRI-01, PRI-02 (live 3.10.8, 4.3.6)
                 if kind == QUORUM:
                     raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{MAX_PRIORITY}' for "

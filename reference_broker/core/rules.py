@@ -60,8 +60,12 @@ def _put_back(queue: Queue, message: Message) -> None:
     queue.return_message(message)  # RQ-01 original position, RQ-02 quorum returns first
 
 
-def _spent(fired_at: int | None) -> int | None:
+def _spent(fired_at: int | None, now_ms: int) -> int | None:
     return None  # TMO-4.3-2: the fired timer is spent; the next deadline gets a timer of its own
+
+
+def _armed_already(queue: Queue, now_ms: int) -> list[Effect]:
+    return []  # TMO-4.3-2: every deadline got its timer when it was set (timeouts.arm, rearm)
 
 
 def _prefetch_size_refused(size: int) -> bool:
@@ -164,7 +168,8 @@ class Rules:
     timeout_cancels: Callable[[bool], bool] = _same  # the client's consumer_cancel_notify
     expired: Callable[[dict[int, Connection], Queue, Expired], Expired] = _only_expired
     pause_timed_out: Callable[[Consumer, int], None] = _pause
-    timer_after_firing: Callable[[int | None], int | None] = _spent  # the timer the queue still has armed
+    timer_after_firing: Callable[[int | None, int], int | None] = _spent  # (fired at, now): the timer still armed
+    timer_after_command: Callable[[Queue, int], list[Effect]] = _armed_already  # at the end of a queue's dispatch
     # -- declarations (DCL-01, DCL-02) ----------------------------------------------------
     exclusive_locked: Callable[[int | None, int, bool], bool] = _owner_must_match  # (owner, conn, exclusive)
     unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type

@@ -26,6 +26,13 @@ EXPECTED = {
     ("kombu", "blocked-unblocked"): Verdict.FAILED,  # same, py-amqp underneath
     ("aiormq", "blocked-unblocked"): Verdict.FAILED,  # blocked is only logged
     ("aio-pika", "blocked-unblocked"): Verdict.FAILED,  # same, aiormq underneath
+    ("rabbitmq-java", "consumer-timeout-cycle"): Verdict.FAILED,  # "Unsolicited delivery" kills the connection
+    ("rabbitmq-c", "capabilities-advertised"): Verdict.FAILED,  # no consumer_cancel_notify in start-ok
+    ("rabbitmq-c", "server-cancel"): Verdict.FAILED,  # so no cancel reaches the application
+    ("rabbitmq-c", "consumer-timeout-cycle"): Verdict.FAILED,  # same
+    ("rabbitmq-c", "blocked-unblocked"): Verdict.NOT_APPLICABLE,  # connection.blocked not advertised
+    ("bunny", "properties-intact"): Verdict.FAILED,  # a signed 8-bit header decoded unsigned
+    ("bunny", "connection-close-320"): Verdict.FAILED,  # no connection.close-ok
 }
 
 

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pika  # a core dependency (pyproject): never missing, so never a skip
 import pytest
 
 from codec import (
@@ -81,7 +82,6 @@ def _fire(broker: ScriptedBroker) -> None:
 
 
 def test_pika_dies_on_rabbitmq_4_3_6s_second_cancel() -> None:
-    pika = pytest.importorskip("pika")
     require(_reachable(URL), f"RabbitMQ 4.3.6 at {URL} (make rabbitmq4-up)")
     queue = f"clientside-pika-{uuid.uuid4().hex[:8]}"
     conn = pika.BlockingConnection(pika.URLParameters(URL))

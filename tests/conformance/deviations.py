@@ -331,36 +331,72 @@ class CancelCapabilityForced(Deviation):
         io.to_broker(frame.raw)
 
 
-class TimeoutAsChannelClose(Deviation):
-    name, area, rules = "timeout_as_channel_close", "timeout", ("TMO-4.3-3",)
-    description = "a consumer timeout with the capability is answered with channel.close 406, not basic.cancel"
+class _ChannelClosedInstead(Deviation):
+    """Closes a channel as if the broker had: the client gets `close`, the broker a client-side
+    close; until the broker's close-ok, what the client sends on that channel is held (its
+    close-ok, answering a close the broker never sent, is dropped), then passed on."""
 
     def __init__(self) -> None:
         super().__init__()
         self.closing: dict[int, list[bytes]] = {}  # channel -> what the client sent meanwhile
 
+    def close_instead(self, channel: int, close: ChannelClose, io: Io) -> None:
+        io.record(self.name)
+        self.closing[channel] = []
+        io.to_client(encode(channel, close))
+        io.to_broker(encode(channel, ChannelClose(200, "closed by the client", 0, 0)))
+
+    def held(self, frame: Frame) -> bool:
+        """Whether the proxy keeps a client frame back (the channel is closing)."""
+        held = self.closing.get(frame.channel) if frame.type else None
+        if held is not None and not isinstance(frame.method, ChannelCloseOk):
+            held.append(frame.raw)
+        return held is not None
+
+    def closing_answer(self, frame: Frame, io: Io) -> bool:
+        """Whether a broker frame belongs to a closing channel (its close-ok releases what was held)."""
+        if frame.channel not in self.closing:
+            return False
+        if isinstance(frame.method, ChannelCloseOk):  # the broker's side is closed: the client's reopen may pass
+            for data in self.closing.pop(frame.channel):
+                io.to_broker(data)
+        return True
+
+    def client(self, frame: Frame, io: Io) -> None:
+        if not self.held(frame):
+            io.to_broker(frame.raw)
+
     def broker(self, frame: Frame, io: Io) -> None:
-        m = frame.method
-        if frame.channel in self.closing:
-            if isinstance(m, ChannelCloseOk):  # the broker's side is closed: the client's reopen may pass
-                for data in self.closing.pop(frame.channel):
-                    io.to_broker(data)
+        if not self.closing_answer(frame, io):
+            io.to_client(frame.raw)
+
+
+class TimeoutAsChannelClose(_ChannelClosedInstead):
+    name, area, rules = "timeout_as_channel_close", "timeout", ("TMO-4.3-3",)
+    description = "a consumer timeout with the capability is answered with channel.close 406, not basic.cancel"
+
+    def broker(self, frame: Frame, io: Io) -> None:
+        if self.closing_answer(frame, io):
             return
-        if isinstance(m, BasicCancel):
-            io.record(self.name)
-            self.closing[frame.channel] = []
+        if isinstance(frame.method, BasicCancel):
             text = f"PRECONDITION_FAILED - delivery acknowledgement on channel {frame.channel} timed out"
-            io.to_client(encode(frame.channel, ChannelClose(406, text, 0, 0)))
-            io.to_broker(encode(frame.channel, ChannelClose(200, "closed by the client", 0, 0)))
+            self.close_instead(frame.channel, ChannelClose(406, text, 0, 0), io)
             return
         io.to_client(frame.raw)
 
+
+class QosNotImplemented(_ChannelClosedInstead):
+    name, area, rules = "qos_not_implemented", "qos", ("QOS-02",)
+    description = "basic.qos (prefetch_size 0) is answered with channel.close 540 NOT_IMPLEMENTED"
+
     def client(self, frame: Frame, io: Io) -> None:
-        held = self.closing.get(frame.channel) if frame.type else None
-        if held is None:
-            io.to_broker(frame.raw)
-        elif not isinstance(frame.method, ChannelCloseOk):  # its close-ok answers the close the broker never sent
-            held.append(frame.raw)
+        if self.held(frame):
+            return
+        m = frame.method
+        if isinstance(m, BasicQos) and m.prefetch_size == 0:
+            self.close_instead(frame.channel, ChannelClose(540, "NOT_IMPLEMENTED - basic.qos", 60, 10), io)
+            return
+        io.to_broker(frame.raw)
 
 
 class Codes404And406Swapped(Deviation):
@@ -381,5 +417,6 @@ DEVIATIONS: tuple[type[Deviation], ...] = (
     ChannelCloseHidden, RequeueToTail, RedeliveredDropped, RedeliveredAlways, CloseDropsUnacked, PrefetchPlusOne,
     PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmNackAsAck, ReturnDropped,
     CancelNotificationDropped, CancelCapabilityForced, TimeoutAsChannelClose, Codes404And406Swapped,
+    QosNotImplemented,
 )
 BY_NAME = {d.name: d for d in DEVIATIONS}

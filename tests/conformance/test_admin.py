@@ -1,15 +1,18 @@
 """Tests of the admin adapters (conformance/plugin/admin.py).
 
 ManagementApi runs against an in-memory fake of the management API (httpx.MockTransport) and,
-marked `rabbitmq`, against RabbitMQ's real one when its management plugin is enabled (answers
-on :15672; skipped otherwise, also under AMQPC_STRICT=1).
-Rabbitmqctl runs against the local RabbitMQ (marked `rabbitmq`; skipped when absent, a failure
-under AMQPC_STRICT=1). Every change made here is undone before the test ends.
+marked `rabbitmq43`, against RabbitMQ 4.3.6's real one: scripts/rabbitmq4.sh starts that node with
+its management plugin (AMQPC_RMQ43_URL / AMQPC_RMQ43_ADMIN; the local 3.10.8's Debian package
+leaves the plugin disabled). Rabbitmqctl runs against the local RabbitMQ (marked `rabbitmq`). Each
+skips when its broker does not answer and fails under AMQPC_STRICT=1. Every change made here is
+undone before the test ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,10 +33,12 @@ from conformance.plugin.admin import (
     Unavailable,
     parse_admin,
 )
+from conformance.plugin.results import redact_url
 from tests.conftest import require
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
-MANAGEMENT_URL = "http://127.0.0.1:15672"
+RMQ43_URL = os.environ.get("AMQPC_RMQ43_URL", "amqp://guest:guest@127.0.0.1:5743/")
+RMQ43_MANAGEMENT = os.environ.get("AMQPC_RMQ43_ADMIN", "http://guest:guest@127.0.0.1:15743")
 
 
 # -- parsing and NoAdmin ------------------------------------------------------------------------
@@ -260,21 +265,21 @@ def test_rabbitmqctl_failures_are_admin_errors() -> None:
 
 
 # -- the real RabbitMQ --------------------------------------------------------------------------
-def _management_up() -> bool:
+def _management_up(url: str) -> bool:
     try:
-        return httpx.get(f"{MANAGEMENT_URL}/api/overview", auth=("guest", "guest"), timeout=2).status_code == 200
+        return httpx.get(f"{url}/api/overview", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
 
-@pytest.fixture
-def rabbitmq_queue() -> Iterator[str]:
-    """A queue with arguments on the live RabbitMQ (deleted afterwards)."""
+@contextlib.contextmanager
+def queue_with_arguments(url: str) -> Iterator[str]:
+    """A queue with arguments on a live RabbitMQ (deleted afterwards)."""
     queue = f"amqpc.admin.{uuid.uuid4().hex[:8]}"
     try:
-        client = RawClient(RABBITMQ_URL, timeout=5.0).connect()
+        client = RawClient(url, timeout=5.0).connect()
     except OSError as exc:
-        require(False, f"RabbitMQ at {RABBITMQ_URL} ({exc})")
+        require(False, f"RabbitMQ at {url} ({exc})")
     try:
         ch = client.channel()
         client.rpc(ch, QueueDeclare(queue=queue, arguments={"x-max-length": 5}), QueueDeclareOk)
@@ -284,19 +289,35 @@ def rabbitmq_queue() -> Iterator[str]:
         client.close()
 
 
-@pytest.mark.rabbitmq
-def test_management_api_against_rabbitmq(rabbitmq_queue: str) -> None:
-    if not _management_up():  # optional even under AMQPC_STRICT: the plugin may not be enabled
-        pytest.skip(f"RabbitMQ's management plugin does not answer at {MANAGEMENT_URL}")
-    admin = ManagementApi(MANAGEMENT_URL)
+@pytest.fixture
+def rabbitmq_queue() -> Iterator[str]:
+    """A queue with arguments on the local RabbitMQ 3.10.8."""
+    with queue_with_arguments(RABBITMQ_URL) as queue:
+        yield queue
+
+
+@pytest.fixture
+def rabbitmq43_queue() -> Iterator[str]:
+    """A queue with arguments on RabbitMQ 4.3.6 (scripts/rabbitmq4.sh up 4.3)."""
+    with queue_with_arguments(RMQ43_URL) as queue:
+        yield queue
+
+
+@pytest.mark.rabbitmq43
+def test_management_api_against_rabbitmq_4_3_6(rabbitmq43_queue: str) -> None:
+    queue = rabbitmq43_queue
+    require(_management_up(RMQ43_MANAGEMENT), f"RabbitMQ 4.3.6's management API at {redact_url(RMQ43_MANAGEMENT)}")
+    admin = ManagementApi(RMQ43_MANAGEMENT)
     policy = f"amqpc.admin.{uuid.uuid4().hex[:8]}"
     try:
         listed = {q.name: q for q in admin.list_queues("/")}
-        assert (listed[rabbitmq_queue].arguments, listed[rabbitmq_queue].type) == ({"x-max-length": 5}, "classic")
+        arguments = dict(listed[queue].arguments)
+        assert arguments.pop("x-queue-type", "classic") == "classic"  # 4.x records the default type there
+        assert (arguments, listed[queue].type) == ({"x-max-length": 5}, "classic")
         assert "amq.direct" in admin.list_exchanges("/")
         view = RestoringAdmin(admin)
-        view.put_policy("/", policy, f"^{rabbitmq_queue}$", {"max-length": 3}, "queues", 3)
-        assert admin.get_policy("/", policy) == Policy("/", policy, f"^{rabbitmq_queue}$", {"max-length": 3},
+        view.put_policy("/", policy, f"^{queue}$", {"max-length": 3}, "queues", 3)
+        assert admin.get_policy("/", policy) == Policy("/", policy, f"^{queue}$", {"max-length": 3},
                                                        "queues", 3)
         view.restore()
         assert admin.get_policy("/", policy) is None

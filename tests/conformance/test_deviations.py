@@ -94,3 +94,34 @@ def test_a_machine_alone_reports_the_deviation_shrunk(broker: EmbeddedBroker, na
 @pytest.mark.timeout(7200)
 def test_the_proxy_deviation_matrix_is_fully_killed(tmp_path: Path) -> None:
     assert deviation_matrix.main(["--out", str(tmp_path)]) == 0
+
+
+def test_a_deviation_met_while_a_test_prepares_is_a_failure_of_its_rule(tmp_path: Path) -> None:
+    """A broker that nacks the first publish of each confirm channel (PC-08) fails the tests whose
+    setup publishes with confirms, naming PC-08; nothing is `broken`, and the exit status is 1."""
+    from conformance.plugin.results import read_table
+    from conformance.suite import SUITE_DIR
+
+    outcome = deviation_matrix.run(BY_NAME["first_confirm_nacked"], tmp_path, [f"{SUITE_DIR}/test_ack.py"],
+                                   "first-nack", scale=1.0, time_limit=240.0)
+    tests = read_table(tmp_path, "tests", "first-nack").to_pylist()
+    verdicts = {t["verdict"] for t in tests}
+    failed = [t for t in tests if t["verdict"] == "failed"]
+    assert outcome.exit_code == 1 and "broken" not in verdicts and failed, (outcome, verdicts)
+    assert all(t["failed_rules"] == ["PC-08"] for t in failed), [(t["test_id"], t["failed_rules"]) for t in failed]
+    assert all(t["message"].startswith("PC-08 broken:") and "nacked publish 1" in t["message"] for t in failed)
+
+
+def test_a_required_method_answered_with_540_fails_the_gate(tmp_path: Path) -> None:
+    """540 NOT_IMPLEMENTED for basic.qos, which the profile requires (QOS-02..05): the qos tests
+    fail (never `unimplemented`, which the gate would let pass) and the run exits 1."""
+    from conformance.plugin.results import read_table
+    from conformance.suite import SUITE_DIR
+
+    outcome = deviation_matrix.run(BY_NAME["qos_not_implemented"], tmp_path, [f"{SUITE_DIR}/test_qos.py"],
+                                   "qos-540", scale=1.0, time_limit=240.0)
+    tests = read_table(tmp_path, "tests", "qos-540").to_pylist()
+    verdicts = {t["verdict"] for t in tests}
+    assert outcome.exit_code == 1 and "failed" in verdicts, (outcome, verdicts)
+    assert "unimplemented" not in verdicts and "broken" not in verdicts, verdicts
+    assert any("540" in (t["message"] or "") for t in tests if t["verdict"] == "failed")

@@ -185,10 +185,12 @@ def _two_in_flight(s: Script) -> int:
 
 
 def _nudge(s: Script) -> None:
-    """After every deadline, a command to the queue (a publish), its counts recorded: RabbitMQ
-    4.3.6 arms a lost consumer-timeout timer again there (test_rabbitmq43.TIMER_RACE)."""
+    """After every deadline, a command to the queue (a publish), its counts recorded, then what
+    has arrived: RabbitMQ 4.3.6 arms a lost consumer-timeout timer again there, and the timeout's
+    reaction comes then (test_rabbitmq43.TIMER_RACE)."""
     s.publish("q", "nudge")
     s.await_counts("q", 3)
+    s.drain()
 
 
 def tmo_partial_timeout_each_delivery_at_its_deadline(s: Script) -> None:

@@ -17,6 +17,7 @@ import pprint
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -80,33 +81,42 @@ def reference() -> Iterator[Side]:
 
 
 # RabbitMQ 4.3.6 can lose a quorum queue's consumer-timeout timer. After a timeout, the queue's
-# aux `eval` (rabbit_fifo:handle_aux, v4.3.5 L1316-1358) arms the timer for the next deadline only
+# aux `eval` (rabbit_fifo:handle_aux, v4.3.5 L1319-1366) arms the timer for the next deadline only
 # if the previous one has passed, `LastConTimeout0 < Ts` in whole milliseconds; Ra fires the timer
 # at its deadline's millisecond (ra 3.1.10 ra_server_proc:handle_effect {timer, ..., {abs, true}}),
 # and when the evaluation follows within that millisecond (an idle machine) the next deadline is
 # remembered but no timer is armed. The next delivery then times out only at the queue's first
-# command after its deadline, not on time. These scenarios end with such a command (`_nudge`):
-# a real transcript that differs exactly so (the delivery still out at its checkpoint, back after
-# the nudge) from a reference transcript that is on time is that race, and the scenario runs
-# again; a difference of any other kind fails. On an idle machine 4.3.6 loses the race in most
-# attempts (12 of 20 runs of the SAC suite test, all 4 attempts of one CI run): when every
-# attempt meets it, the reference broker has still been judged against the rule (on time,
-# `lost_timer`), so the test passes with a warning saying that 4.3.6 lost its timer.
+# command after its deadline, not on time. These scenarios end with such a command (`_nudge`).
+# A real transcript that differs from the reference one exactly so is that race, and the scenario
+# runs again; a difference of any other kind fails: the reference transcript after the checkpoint
+# must be, entry for entry, 4.3.6's with the timeout on time (`on_time`). On an idle machine 4.3.6
+# loses the race in most attempts (12 of 20 runs of the SAC suite test, all 4 attempts of one CI
+# run): when every attempt meets it, the reference broker has still been judged, whole, against
+# what 4.3.6 did (`lost_timer`), so the test passes with a warning saying that 4.3.6 lost its timer.
 TIMER_RACE = frozenset(("tmo_partial_timeout_each_delivery_at_its_deadline",
                         "tmo_partial_timeout_after_cancel_ok_closes_the_channel"))
 RACE_CHECKPOINT = ("at", 2.8)  # the scenarios' checkpoint after the second delivery's deadline
 ATTEMPTS = 4
 
 
+def on_time(late: list[Entry]) -> list[Entry] | None:
+    """The tail after RACE_CHECKPOINT of a transcript that lost the timer (one message ready at the
+    checkpoint, all three after the nudge, then the timeout's reaction) as it is with the timer on
+    time: the reaction at the checkpoint, then two ready and three, with the consumers left after
+    the timeout (a cancelled consumer's channel is closed by it). None: not that shape."""
+    if len(late) < 2 or late[0][:3] != ("counts", "q", 1) or late[1][:3] != ("counts", "q", 3):
+        return None
+    consumers = late[1][3]
+    return [*late[2:], ("counts", "q", 2, consumers), ("counts", "q", 3, consumers)]
+
+
 def lost_timer(name: str, real: list[Entry], ours: list[Entry]) -> bool:
-    """Whether `real` differs from `ours` as TIMER_RACE's lost timer does, and only so."""
+    """Whether `real` is `ours` with TIMER_RACE's lost timer, and nothing else: the same up to the
+    checkpoint, and after it ours is exactly real's tail with the timeout on time (`on_time`)."""
     if name not in TIMER_RACE or RACE_CHECKPOINT not in real or RACE_CHECKPOINT not in ours:
         return False
-    cut = real.index(RACE_CHECKPOINT)
-    late = [e[2] for e in real[cut:] if e[0] == "counts"]
-    on_time = [e[2] for e in ours[cut:] if e[0] == "counts"]
-    # 4.3.6: one ready at the checkpoint, all three after the nudge; ours: m2 back by the checkpoint
-    return real[:cut + 1] == ours[:cut + 1] and real[-1] == ours[-1] and late == [1, 3] and on_time == [2, 3]
+    cut = real.index(RACE_CHECKPOINT) + 1
+    return real[:cut] == ours[:cut] and on_time(real[cut:]) == ours[cut:]
 
 
 def render(transcript: list[Entry]) -> list[str]:
@@ -117,17 +127,28 @@ def render(transcript: list[Entry]) -> list[str]:
 @pytest.mark.timeout(120 * ATTEMPTS)
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_reference_broker_matches_rabbitmq_4_3_6(name: str, rabbitmq43: Side, reference: Side) -> None:
-    real, diff, raced = compare(name, rabbitmq43, reference)
-    if raced == ATTEMPTS:  # the only difference, every time, is 4.3.6's race; the reference was on time
-        warnings.warn(f"{name}: RabbitMQ 4.3.6 lost its consumer-timeout timer in all {raced} attempts "
-                      "(TIMER_RACE); the reference broker timed the delivery out on time", stacklevel=1)
+    outcome = compare(name, rabbitmq43, reference)
+    if outcome.raced == ATTEMPTS:  # the only difference, every time, is 4.3.6's race; the reference was on time
+        warnings.warn(f"{name}: RabbitMQ 4.3.6 lost its consumer-timeout timer in all {outcome.raced} attempts "
+                      "(TIMER_RACE); the reference broker's transcript was 4.3.6's with the timeout on time",
+                      stacklevel=1)
         return
-    assert not diff, f"{name}: the transcripts differ\n" + "\n".join(diff)
-    assert real, f"{name}: an empty transcript proves nothing"
+    assert not outcome.diff, f"{name}: the transcripts differ\n" + "\n".join(outcome.diff)
+    assert outcome.real, f"{name}: an empty transcript proves nothing"
 
 
-def compare(name: str, real_side: Side, our_side: Side) -> tuple[list[Entry], list[str], int]:
-    """The real transcript, the diff of the last attempt, and how many attempts met TIMER_RACE."""
+@dataclass(frozen=True)
+class Outcome:
+    """The last attempt's transcripts and diff, and how many attempts met TIMER_RACE."""
+
+    real: list[Entry]
+    ours: list[Entry]
+    diff: list[str]
+    raced: int
+
+
+def compare(name: str, real_side: Side, our_side: Side) -> Outcome:
+    """Run `name` on both sides, again while the only difference is TIMER_RACE (ATTEMPTS at most)."""
     scenario: Callable[[Script], None] = SCENARIOS[name]
     raced = 0
     for _ in range(ATTEMPTS):
@@ -137,20 +158,19 @@ def compare(name: str, real_side: Side, our_side: Side) -> tuple[list[Entry], li
         if not diff or not lost_timer(name, real, ours):
             break
         raced += 1
-    return real, diff, raced
+    return Outcome(real, ours, diff, raced)
 
 
-def compare_with_fault(fault: str, rabbitmq43: Side) -> tuple[list[str], int]:
-    """`compare` of the partial-timeout scenario: 4.3.6 against a reference broker with `fault`."""
+def compare_with_fault(fault: str, rabbitmq43: Side,
+                       name: str = "tmo_partial_timeout_each_delivery_at_its_deadline") -> Outcome:
+    """`compare` of a partial-timeout scenario: 4.3.6 against a reference broker with `fault`."""
     with EmbeddedBroker(faults=[fault], management_port=0) as broker:
         assert broker.management_url is not None
         api = ManagementApi(broker.management_url)
         try:
-            faulty = side(f"reference+{fault}", broker.url, api, lambda _: None)
-            _, diff, raced = compare("tmo_partial_timeout_each_delivery_at_its_deadline", rabbitmq43, faulty)
+            return compare(name, rabbitmq43, side(f"reference+{fault}", broker.url, api, lambda _: None))
         finally:
             api.close()
-    return diff, raced
 
 
 @pytest.mark.rabbitmq43
@@ -158,9 +178,9 @@ def compare_with_fault(fault: str, rabbitmq43: Side) -> tuple[list[str], int]:
 def test_a_partial_timeout_deviation_fails_at_once_not_as_the_race(rabbitmq43: Side) -> None:
     # the reference broker returning every delivery at the first deadline (TMO-4.3-2's fault)
     # differs before the checkpoint: one attempt, no retry, the diff shows m2 back too early
-    diff, raced = compare_with_fault("partial_timeout_returns_all", rabbitmq43)
-    assert diff and raced == 0, diff
-    assert "+('counts', 'q', 2, 1)" in diff, "\n".join(diff)  # at 1.9: both back, not m1 alone
+    outcome = compare_with_fault("partial_timeout_returns_all", rabbitmq43)
+    assert outcome.diff and outcome.raced == 0, outcome.diff
+    assert "+('counts', 'q', 2, 1)" in outcome.diff, "\n".join(outcome.diff)  # at 1.9: both back, not m1 alone
 
 
 @pytest.mark.rabbitmq43
@@ -168,22 +188,47 @@ def test_a_partial_timeout_deviation_fails_at_once_not_as_the_race(rabbitmq43: S
 def test_a_reference_broker_losing_the_timer_fails_at_once(rabbitmq43: Side) -> None:
     # the reference broker with 4.3.6's race made permanent (m2 never times out, even after the
     # nudge): whether or not 4.3.6 raced in that attempt, the difference is not the race
-    diff, raced = compare_with_fault("later_deadline_timer_lost", rabbitmq43)
-    assert diff and raced == 0, diff
-    assert "-('counts', 'q', 3, 1)" in diff, "\n".join(diff)  # 4.3.6 has all three back after the nudge, ours not
+    outcome = compare_with_fault("later_deadline_timer_lost", rabbitmq43)
+    assert outcome.diff and outcome.raced == 0, outcome.diff
+    assert "-('counts', 'q', 3, 1)" in outcome.diff, "\n".join(outcome.diff)  # 4.3.6: all three back after the nudge
+
+
+@pytest.mark.rabbitmq43
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(TIMER_RACE))
+def test_the_race_fault_is_4_3_6s_race_and_never_taken_for_it(name: str, rabbitmq43: Side) -> None:
+    # the reference broker with the race as a fault (later_deadline_fires_at_next_command) loses
+    # it every time: its transcript is 4.3.6's when 4.3.6 raced too, and otherwise exactly 4.3.6's
+    # on-time transcript with the race (the reference broker late, never taken for 4.3.6's race)
+    outcome = compare_with_fault("later_deadline_fires_at_next_command", rabbitmq43, name)
+    assert outcome.raced == 0, outcome.diff
+    assert not outcome.diff or lost_timer(name, outcome.ours, outcome.real), "\n".join(outcome.diff)
 
 
 def test_lost_timer_recognises_only_the_race() -> None:
     name = "tmo_partial_timeout_each_delivery_at_its_deadline"
     head: list[Entry] = [("deliver", "a", 1, "c", 1, "m1", False, ()), ("at", 1.9), ("broker-cancel", "a", 1, "c"),
                          ("counts", "q", 1, 1), ("at", 2.8)]
-    on_time = [*head, ("broker-cancel", "a", 1, "c"), ("counts", "q", 2, 1), ("counts", "q", 3, 1)]
-    raced = [*head, ("counts", "q", 1, 1), ("counts", "q", 3, 1)]
+    cancel = ("broker-cancel", "a", 1, "c")
+    on_time = [*head, cancel, ("counts", "q", 2, 1), ("counts", "q", 3, 1)]
+    raced = [*head, ("counts", "q", 1, 1), ("counts", "q", 3, 1), cancel]
     never = [*head, ("counts", "q", 1, 1), ("counts", "q", 2, 1)]  # m2 never times out, even after a command
-    early = [*head[:-2], ("counts", "q", 2, 1), ("at", 2.8), ("counts", "q", 1, 1), ("counts", "q", 3, 1)]
+    early = [*head[:-2], ("counts", "q", 2, 1), ("at", 2.8), ("counts", "q", 1, 1), ("counts", "q", 3, 1), cancel]
+    closed = [*head, ("channel.close", "a", 1, 406, 0, 0, "PRECONDITION_FAILED"), ("counts", "q", 2, 1),
+              ("counts", "q", 3, 1)]  # on time, but the wrong reaction
+    silent = [*head, ("counts", "q", 2, 1), ("counts", "q", 3, 1)]  # on time, no reaction at all
     assert lost_timer(name, raced, on_time)
     assert not lost_timer(name, never, on_time)
     assert not lost_timer(name, early, on_time)  # differs before the checkpoint
     assert not lost_timer(name, raced, never)  # the reference broker is not on time either: not the race
     assert not lost_timer(name, on_time, raced)  # the reference broker lost the timer, not 4.3.6
+    assert not lost_timer(name, raced, closed)  # counts on time, reaction wrong: compared whole, it fails
+    assert not lost_timer(name, raced, silent)
+    assert not lost_timer(name, raced, [*on_time, ("basic.deliver", "a", 1)])  # anything more after it fails
     assert not lost_timer("tmo_partial_timeout_ack_of_the_live_delivery_removes_it", raced, on_time)
+    # m2 expires with its consumer cancelled: the channel closes, and the consumer goes with it
+    close = ("channel.close", "a", 1, 406, 0, 0, "PRECONDITION_FAILED - … Timeout value used: -1 ms …")
+    cancelled = "tmo_partial_timeout_after_cancel_ok_closes_the_channel"
+    closed_late = [*head, ("counts", "q", 1, 1), ("counts", "q", 3, 0), close]
+    assert lost_timer(cancelled, closed_late, [*head, close, ("counts", "q", 2, 0), ("counts", "q", 3, 0)])
+    assert not lost_timer(cancelled, closed_late, [*head, close, ("counts", "q", 2, 1), ("counts", "q", 3, 1)])

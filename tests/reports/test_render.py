@@ -35,7 +35,7 @@ def sample() -> tuple[ReportData, list[tuple[str, list[dict[str, object]]]]]:
                           "error", "delivery tag 3, expected 2", page)
     failing = FailingTest(page, "r2", label, "rabbitmq-3.10", f"suite/test_ack.py::test_x[{EVIL}]", ["ACK-01"],
                           "ack", "failed", "failed", "call", T0, 0.25, Reply("channel", 406, EVIL, 60, 80),
-                          f"expected 406 {EVIL}", "123", "state.ack(tag=3)", 3, [("ACK-01", "required")],
+                          f"expected 406 {EVIL}", "123", "state.ack(tag=3)", 3, [("ACK-01", "rabbitmq-3.10", "required")],
                           [violation])
     data = ReportData(
         generated=T0, results_dir="/r", runs=2, tests=2, areas=["ack"], targets=[target],
