@@ -109,7 +109,10 @@ class ClientConfirmMachine(ClientEventsMachine):
         pending = self.model.state.channels[self.key_of(event.channel)].pending
         following = pending.get(event.seq + 1)
         if following is not None and following.nack == (not event.ack):
-            return "PC-02: this confirm fits the next publish, as when the broker counts from 0"
+            # a broker counting from 0 (PC-02) and one that lost this publish's own confirm, so that a
+            # multiple=true confirm of the next covered it (PC-05), look the same through a library
+            return ("PC-02/PC-05: this confirm fits the next publish (as when the broker counts from 0), "
+                    "or this publish's own confirm never came and a multiple confirm of a later one covered it")
         if event.multiple:
             return "PC-04: a multiple=true confirm settles this seqno"
         return "PC-05/PC-08"
