@@ -20,7 +20,7 @@ Rules:
 - Values from the machine's state are drawn as indices and resolved when the step runs
   (`Pick`); each example keeps the steps as run, values resolved, and a failing one reports
   them as a program, with the frames of that run. Each machine test has a budget, shrinking
-  included (`Budget`, machine_support).
+  included (`MachineRun`, machine_support).
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
-from hypothesis import note
-from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine
 
 from codec import (
     BasicAck,
@@ -71,13 +70,12 @@ from conformance.model import (
 )
 from conformance.suite.machine_support import (
     ENV_EXAMPLES,
-    Budget,
     FrameLog,
     MachineClient,
+    MachineRun,
     MachineTarget,
     Pick,
     Program,
-    Smallest,
     format_frame,
     from_machine,
     machine_settings,
@@ -93,16 +91,15 @@ F = TypeVar("F", bound=Callable[..., None])
 
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int,
                 **arguments: Any) -> None:
-    """Run `machine(target, **arguments)` as a Hypothesis test, within its budget."""
-    budget, smallest = Budget(Budget.seconds_configured()), Smallest()
+    """Run `machine(target, **arguments)` as a Hypothesis test, within its budget (`MachineRun`)."""
+    run = MachineRun()
 
     def factory() -> ModelMachine:
         made = machine(target, **arguments)
-        made.budget, made.smallest = budget, smallest
+        made.machine_run = run
         return made
 
-    with budget.limit_shrinking(), smallest.instead_of_flaky():
-        run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
+    run.run(factory, examples=examples, steps=steps)
 
 
 def step(fn: F) -> F:
@@ -128,8 +125,7 @@ class ModelMachine(RuleBasedStateMachine):
     steps_run: ClassVar[int] = 0
     # the rules a queue-count mismatch means in this machine (a failure names its rule: DESIGN.md decision 13)
     COUNT_RULES: ClassVar[str] = "ACK-05/ACK-06/ACK-07 settlement, RQ-03 requeue on close"
-    budget: Budget | None = None
-    smallest: Smallest | None = None
+    machine_run: MachineRun | None = None  # the test's budget and smallest failure (run_machine)
     SETTLE_SECONDS: ClassVar[float] = 2.0
 
     def __init__(self, target: MachineTarget) -> None:
@@ -403,12 +399,8 @@ class ModelMachine(RuleBasedStateMachine):
                 self.final_check()
         finally:
             self.cleanup()
-            if self.smallest is not None:
-                self.smallest.offer(self.program, FrameLog(self.recorder))
-            if self.budget is not None:
-                self.budget.report()
-            note(self.program)
-            note(FrameLog(self.recorder))
+            if self.machine_run is not None:
+                self.machine_run.example_ended(self.program, FrameLog(self.recorder))
 
     def cleanup(self) -> None:
         deletes: list[Method] = [QueueDelete(queue=q) for q in self.real.values()]

@@ -19,6 +19,9 @@ Rules:
   seconds, default `DEFAULT_BUDGET`, not scaled: a budget is what the user waits). Shrinking stops
   when it is spent and the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
+- One `MachineRun` runs every machine test, over the raw driver (machine_base) or through a
+  client library (machine_clients): the same budget, the same smallest failure reported when
+  Hypothesis cannot replay one (`Flaky`), each example noted as its program and its frames.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from hypothesis.control import current_build_context
 from hypothesis.errors import Flaky
 from hypothesis.internal.conjecture import engine
 from hypothesis.reporting import report as hypothesis_report
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from codec import Command
 from codec.frames import BodyFrame, HeaderFrame, MethodFrame, describe
@@ -143,6 +147,28 @@ class Smallest:
             raise failure from flaky
 
 
+class MachineRun:
+    """One machine test: its budget and the smallest failure its examples showed (module rules)."""
+
+    def __init__(self) -> None:
+        self.budget = Budget(Budget.seconds_configured())
+        self.smallest = Smallest()
+
+    def run(self, factory: Callable[[], RuleBasedStateMachine], *, examples: int, steps: int) -> None:
+        """`factory()` as a Hypothesis test, within the budget; Flaky becomes the smallest failure."""
+        with self.budget.limit_shrinking(), self.smallest.instead_of_flaky():
+            run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
+
+    def example_ended(self, program: Program, frames: FrameLog) -> None:
+        """At an example's teardown, while its failure (if any) propagates: offer it as the
+        smallest, say when the budget cut shrinking short, and note its program and frames (the
+        final run's notes are what the failure reports)."""
+        self.smallest.offer(program, frames)
+        self.budget.report()
+        note(program)
+        note(frames)
+
+
 @dataclass(frozen=True)
 class Pick:
     """A value taken from the machine's state at the step: `index` into what `choices` lists
@@ -203,15 +229,16 @@ def to_outcome(exc: DriverError) -> Outcome:
 
 
 class FrameLog:
-    """The frames of one run, formatted lazily (only Hypothesis's final report prints them)."""
+    """The frames of one run, formatted lazily (only Hypothesis's final report prints them): the
+    recorder's from index `since` on (a relay's recorder holds every example of a test)."""
 
     LIMIT = 400
 
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder = recorder
+    def __init__(self, recorder: Recorder, since: int = 0) -> None:
+        self.recorder, self.since = recorder, since
 
     def __repr__(self) -> str:
-        frames = self.recorder.frames
+        frames = self.recorder.frames[self.since:]
         lines = [f"frames of this run ({len(frames)}, oldest first):"]
         skipped = max(0, len(frames) - self.LIMIT)
         if skipped:
