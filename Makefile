@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: test run lint typecheck unit bench-codec bench-broker generate clean clients \
-	rabbitmq4-up rabbitmq4-down rabbitmq4-status test-rabbitmq43 test-rabbitmq40 test-cluster \
+	rabbitmq4-up rabbitmq4-down rabbitmq4-status test-rabbitmq43 test-rabbitmq40 test-cluster test-gates \
 	mutation mutation-proxy
 
 # Python caches compiled modules (and pytest its assertion rewrites) in __pycache__: a shell that
@@ -97,6 +97,12 @@ rabbitmq4-status:
 # 2-core machine, so a step of its own (`.ci/run` runs it, strictly), not part of `make test`.
 test-cluster: $(STAMP)
 	$(BIN)/pytest -rs -m cluster tests
+
+# Whole-suite gate runs (`amqp-conformance run` end to end, a minute or two each on 2 cores): RabbitMQ
+# 3.10.8 with its shipped baseline, and the reference broker under every profile; `.ci/run` runs them
+# after `make test`, which keeps its 5-minute goal without them.
+test-gates: $(STAMP)
+	$(BIN)/pytest -rs -m gate -n 3 tests
 
 test-rabbitmq43: $(STAMP)
 	$(BIN)/pytest -m rabbitmq43 tests

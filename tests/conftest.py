@@ -5,7 +5,7 @@ RabbitMQ broker, ...) skips when it is absent, except under `AMQPC_STRICT=1` (se
 `.ci/run`), where a missing resource is a failure: CI must never pass by skipping.
 
 Default selection: the project's own tests (under tests/) marked `slow`, `rabbitmq43`,
-`rabbitmq40` or `cluster` are deselected unless `-m` chooses (`pytest -m slow tests/reliability`). The
+`rabbitmq40`, `cluster` or `gate` are deselected unless `-m` chooses (`pytest -m slow tests/reliability`). The
 filter is here, not in pyproject's addopts, so that it never touches the shipped suite
 (conformance/suite): `pytest --pyargs conformance.suite` from the repository root runs the
 same tests as `amqp-conformance run`.
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 STRICT_ENV = "AMQPC_STRICT"
-NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster")  # markers of project tests that need `-m` to run
+NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster", "gate")  # markers of project tests that need `-m` to run
 TESTS_DIR = Path(__file__).resolve().parent
 
 
@@ -30,6 +30,10 @@ TESTS_DIR = Path(__file__).resolve().parent
 # the shared RabbitMQ 3.10.8 need no group: each uses its own queues, and the one test that changes
 # a global setting (test_admin.py) changes it by a millisecond and restores it.
 XDIST_GROUPS = {"spark": "spark", "browser": "spark"}
+# Module-scoped fixtures that cost tens of seconds (every client playing the smoke subset, every
+# faulty client, a failing `amqp-conformance run`): the tests that use one run in one worker, so the
+# fixture is made once, not once in each worker that happens to draw one of its tests.
+SHARED_MODULE_FIXTURES = ("played", "verdicts", "failing_run")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -38,6 +42,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = next((g for marker, g in XDIST_GROUPS.items() if item.get_closest_marker(marker)), None)
         if group is not None and not item.get_closest_marker("xdist_group"):  # a module may name its own
             item.add_marker(pytest.mark.xdist_group(group))
+        shared = [name for name in SHARED_MODULE_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if shared and group is None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(f"{Path(str(item.path)).stem}-{shared[0]}"))
     if config.option.markexpr:  # an explicit -m selects for itself
         return
     keep, drop = [], []

@@ -2,7 +2,8 @@
 
 The gate passes with `baselines/rabbitmq-3.10.8.toml` (the whole suite, four workers) and
 fails without it (the cancel area, where S002-01's 541 crash lives, is enough to show it).
-Marked `rabbitmq`; skipped when RabbitMQ does not answer, a failure under AMQPC_STRICT=1.
+Marked `rabbitmq`; skipped when RabbitMQ does not answer, a failure under AMQPC_STRICT=1. The
+whole-suite run is also marked `gate` (`make test-gates`, run by .ci/run after `make test`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def verdict(junit: ET.Element | None, name: str) -> str | None:
 
 
 @pytest.mark.rabbitmq
+@pytest.mark.gate  # the whole suite: `make test-gates`
 @pytest.mark.timeout(900)
 def test_rabbitmq_3_10_8_passes_the_gate_with_its_baseline(rabbitmq: str, tmp_path: Path) -> None:
     status, output, junit = run(tmp_path, "--baseline", str(BASELINE), "--jobs", "4")
