@@ -1,21 +1,29 @@
-"""Mutation score: can the suite fail? Every named broker fault must be killed by a test.
+"""Mutation score: can the suite fail? Every named broker fault must be killed by a test of its rule.
 
-Rules (issue 6, made strict by issue 21):
+Rules (issue 6, made strict by issue 21, kill = own rule by issue 26):
 - For each fault of `reference_broker.faults`, run the shipped suite (by default only the
   fault's area, for speed) against an embedded reference broker with that fault switched on
   (AMQPC_BROKER_FAULTS), in a subprocess with a hard time limit, writing the normal results
-  records under `--out` with run id `mutation-<fault>`.
+  records under `--out` with run id `mutation-<fault>` (a former run of that id there is removed).
 - A fault (or a deviation of the proxy matrix, tests/conformance/deviation_matrix.py) is
   killed only when all hold (`Outcome.killed`): the run exits 1 (failures; not 2 = broken,
-  not 3 = broker down); a rule of the fault's area failed (a failed test carries a rule of
-  that area); no test is `broken`; the run ended within its time limit. A run that only
-  breaks tests, or is cut by its time limit, does not kill: it shows a machine or a test that
-  cannot report the deviation.
-- Per fault the report shows the failed rules (those a failure message names, else all the
-  failed test's rules) and tests, which model machine found it and
-  the step count of its shrunk example (the `state.` lines of Hypothesis's minimal example),
-  and the wall time. JSON summary in `--out/mutation.json`. Exit 0 when every fault is
-  killed, 1 when some survive, 4 on bad options.
+  not 3 = broker down); a failure names one of the fault's own rules (`Fault.rule`, a
+  deviation's `rules`), read from the results' `failed_rules` (the rules a failure saw broken,
+  conformance.plugin.classify); no test is `broken`; the run ended within its time limit. A
+  failure of another rule only does not kill: the report says "failed as X, not its own rule
+  Y". A run that only breaks tests, or is cut by its time limit, does not kill either: it
+  shows a machine or a test that cannot report the deviation.
+- Each campaign first runs a control: the same selection and options on the clean broker (no
+  fault; the campaign's areas split into at most `--jobs` runs, each allowed the time limit
+  times its number of areas). It must exit 0 with no failure and nothing broken
+  (`Outcome.why_unclean`); otherwise the campaign stops with exit 2, since a harness that fails
+  on a clean broker cannot measure kills.
+- Per fault the report shows the rules its failures named and the failed tests, which model
+  machine failed naming its rule and the step count of its shrunk example (the `state.` lines
+  of Hypothesis's minimal example), and the wall time; before them the control's outcome and
+  wall time, the date and the git commit (`git rev-parse --short HEAD`, else "unknown").
+  JSON summary in `--out/mutation.json`. Exit 0 when every fault is killed, 1 when some
+  survive, 2 when the control failed, 4 on bad options.
 """
 
 from __future__ import annotations
@@ -24,20 +32,25 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue.rules import rule as catalogue_rule
-from conformance.embedded import BY_NAME, FAULTS, Fault
+from conformance.embedded import BY_NAME, ENV, FAULTS, Fault
+from conformance.plugin.results import PARTITION_KEY, TABLES
+from conformance.suite.machine_support import ENV_BUDGET
 
 FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one", "confirm_duplicated",
                "no_cancel_on_queue_delete", "partial_timeout_returns_all", "soft_errors_close_connection",
                "frame_max_not_enforced")
+CONTROL = "control"  # the `fault` of a control run's Outcome
 _STEP = re.compile(r"^state\.(?!teardown\(\))\w+\(", re.MULTILINE)
 
 
@@ -45,15 +58,15 @@ _STEP = re.compile(r"^state\.(?!teardown\(\))\w+\(", re.MULTILINE)
 class Outcome:
     fault: str
     area: str
-    rule: str
+    rules: list[str]  # its own rules: a failure must name one to kill it (none for a control)
     exit_code: int  # -1: the run was cut at its time limit
     seconds: float
     time_limit: float = 0.0
     failed: list[str] = field(default_factory=list)  # test ids that failed
     broken: list[str] = field(default_factory=list)  # test ids that ended broken
-    failed_rules: list[str] = field(default_factory=list)  # rules of the failed tests
-    own_area_killers: list[str] = field(default_factory=list)  # failed tests with a rule of the area
-    machine: str | None = None  # the first failed model-machine test of the area
+    failed_rules: list[str] = field(default_factory=list)  # the rules the failures named
+    own_rule_killers: list[str] = field(default_factory=list)  # failed tests naming one of `rules`
+    machine: str | None = None  # the first failed model-machine test naming one of `rules`
     shrunk_steps: int | None = None  # steps of its minimal example
 
     @property
@@ -67,15 +80,38 @@ class Outcome:
     @property
     def why_not(self) -> str:
         """Empty when killed; otherwise which condition of the strict definition failed."""
-        if self.exit_code == -1 or (self.time_limit and self.seconds > self.time_limit):
+        if self._over_time():
             return f"over its time limit ({self.time_limit:g} s)"
         if self.broken:
             return f"{len(self.broken)} test(s) broken"
         if self.exit_code != 1:
             return f"exit status {self.exit_code}, not 1"
-        if not self.own_area_killers:
-            return f"no rule of area {self.area} failed"
+        if not self.own_rule_killers:
+            own = "/".join(self.rules) or "(none)"
+            if self.failed_rules:
+                return f"failed as {_listed(self.failed_rules)}, not its own rule {own}"
+            return f"no failure named a rule, not its own rule {own}"
         return ""
+
+    @property
+    def why_unclean(self) -> str:
+        """For a control run: empty when it passed cleanly (exit 0, no failure, nothing broken, in time)."""
+        if self._over_time():
+            return f"over its time limit ({self.time_limit:g} s)"
+        if self.broken:
+            return f"{len(self.broken)} test(s) broken: {_listed(self.broken, 3)}"
+        if self.failed:
+            return f"{len(self.failed)} test(s) failed ({_listed(self.failed_rules)}): {_listed(self.failed, 3)}"
+        if self.exit_code != 0:
+            return f"exit status {self.exit_code}, not 0"
+        return ""
+
+    def _over_time(self) -> bool:
+        return self.exit_code == -1 or bool(self.time_limit and self.seconds > self.time_limit)
+
+
+def _listed(items: Sequence[str], most: int = 6) -> str:
+    return ", ".join(items[:most]) + (" …" if len(items) > most else "")
 
 
 def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
@@ -87,12 +123,10 @@ def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
         if verdict != "failed":
             continue
         outcome.failed.append(test)
-        rules = [str(r) for r in row["rule_ids"] or ()]
-        named = [r for r in rules if re.search(rf"\b{re.escape(r)}\b", str(row["message"] or ""))]
-        outcome.failed_rules = sorted({*outcome.failed_rules, *(named or rules)})
-        areas = {catalogue_rule(r).area for r in rules if _known(r)}
-        if outcome.area in areas | {row["area"]}:
-            outcome.own_area_killers.append(test)
+        named = [str(r) for r in row["failed_rules"] or ()]  # null: a failure that named no rule
+        outcome.failed_rules = sorted({*outcome.failed_rules, *named})
+        if set(named) & set(outcome.rules):
+            outcome.own_rule_killers.append(test)
             steps = len(_STEP.findall(str(row["minimal_example"] or "")))
             if "machine" in test and outcome.machine is None and steps:
                 outcome.machine, outcome.shrunk_steps = test.rsplit("::", 1)[-1], steps
@@ -101,45 +135,124 @@ def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
     return outcome
 
 
-def _known(rule_id: str) -> bool:
-    try:
-        catalogue_rule(rule_id)
-    except KeyError:
-        return False
-    return True
-
-
 def _rows(out: Path, run_id: str) -> list[dict[str, Any]]:
     import pyarrow.dataset as ds
 
-    path = out / "tests" / f"run={run_id}"
+    path = out / "tests" / f"{PARTITION_KEY}={run_id}"
     if not path.exists():
         return []
-    columns = ["test_id", "verdict", "area", "rule_ids", "minimal_example", "message"]
+    columns = ["test_id", "verdict", "failed_rules", "minimal_example"]
     rows: list[dict[str, Any]] = ds.dataset(str(path), format="parquet").to_table(columns=columns).to_pylist()
     return rows
 
 
-def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: bool = True,
-              machine_budget: float = 20.0) -> Outcome:
-    run_id = f"mutation-{fault.name}"
+def forget_run(out: Path, run_id: str) -> None:
+    """Remove a former run of `run_id` under `out`: the lake accumulates, a judgement reads one run."""
+    for table in TABLES:
+        shutil.rmtree(out / table / f"{PARTITION_KEY}={run_id}", ignore_errors=True)
+
+
+def area_marker(areas: Sequence[str] | None) -> str:
+    """The `-m` of a run: the given areas' tests (all tests when None), never the slow ones."""
+    if not areas:
+        return "not slow"
+    return f"({' or '.join(f'area_{a}' for a in areas)}) and not slow"
+
+
+def run_suite(outcome: Outcome, fault: str | None, out: Path, run_id: str, marker: str, machines: bool,
+              machine_budget: float) -> Outcome:
+    """One subprocess run of the suite on an embedded broker with `fault` (None: clean), judged."""
+    forget_run(out, run_id)
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:randomly", "-q",
-           "--results-dir", str(out), "--run-id", run_id, "-p", "no:cacheprovider"]
-    if scope == "area":
-        cmd += ["-m", f"area_{fault.area} and not slow"]
-    else:
-        cmd += ["-m", "not slow"]
+           "--results-dir", str(out), "--run-id", run_id, "-p", "no:cacheprovider", "-m", marker]
     if not machines:
         cmd += ["-k", "not machine"]
-    env = {**os.environ, "AMQPC_BROKER_FAULTS": fault.name, "AMQPC_MACHINE_BUDGET": str(machine_budget)}
-    env.pop("AMQPC_BROKER_URL", None)
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, "AMQPC_BROKER_URL")}  # no inherited fault
+    env[ENV_BUDGET] = str(machine_budget)
+    if fault:
+        env[ENV] = fault
     started = time.monotonic()
     try:
-        code = subprocess.run(cmd, env=env, capture_output=True, timeout=time_limit, check=False).returncode
+        code = subprocess.run(cmd, env=env, capture_output=True, timeout=outcome.time_limit, check=False).returncode
     except subprocess.TimeoutExpired:
         code = -1
-    outcome = Outcome(fault.name, fault.area, fault.rule, code, time.monotonic() - started, time_limit)
+    outcome.exit_code, outcome.seconds = code, time.monotonic() - started
     return judge(outcome, out, run_id)
+
+
+def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: bool = True,
+              machine_budget: float = 20.0) -> Outcome:
+    outcome = Outcome(fault.name, fault.area, [fault.rule], 0, 0.0, time_limit)
+    marker = area_marker([fault.area] if scope == "area" else None)
+    return run_suite(outcome, fault.name, out, f"mutation-{fault.name}", marker, machines, machine_budget)
+
+
+@dataclass
+class Control:
+    """A campaign's clean control: its runs (no fault, the campaign's selection) and their wall time."""
+
+    runs: list[Outcome]
+    seconds: float
+
+    @property
+    def why_not(self) -> str:
+        """Empty when every run passed cleanly; otherwise which run did not, and how."""
+        return "; ".join(f"{o.area}: {o.why_unclean}" for o in self.runs if o.why_unclean)
+
+    def summary(self) -> dict[str, Any]:
+        return {"clean": not self.why_not, "why_not": self.why_not, "seconds": self.seconds,
+                "runs": [{**asdict(o), "why_unclean": o.why_unclean} for o in self.runs]}
+
+
+def control_groups(areas: Sequence[str], jobs: int) -> list[list[str]]:
+    """The campaign's areas (first-seen order) dealt round robin into at most `jobs` runs."""
+    unique = list(dict.fromkeys(areas))
+    count = max(1, min(jobs, len(unique)))
+    return [unique[i::count] for i in range(count)]
+
+
+def timed_control(runs: Callable[[], list[Outcome]]) -> Control:
+    started = time.monotonic()
+    outcomes = runs()
+    return Control(outcomes, time.monotonic() - started)
+
+
+def run_control(out: Path, areas: Sequence[str] | None, jobs: int, time_limit: float, machines: bool,
+                machine_budget: float) -> Control:
+    """The control of `run_fault`'s campaign: `areas` (None: scope all) on the clean broker."""
+    groups = control_groups(areas, jobs) if areas else [[]]
+
+    def one(index: int) -> Outcome:
+        group = groups[index]
+        outcome = Outcome(CONTROL, ",".join(group) or "all", [], 0, 0.0, time_limit * max(1, len(group)))
+        return run_suite(outcome, None, out, f"mutation-{CONTROL}-{index}", area_marker(group), machines,
+                         machine_budget)
+
+    def runs() -> list[Outcome]:
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            return list(pool.map(one, range(len(groups))))
+
+    return timed_control(runs)
+
+
+def campaign_stamp() -> dict[str, str]:
+    """When, and at which commit, a campaign measured (`git rev-parse --short HEAD`, else "unknown")."""
+    date = datetime.now(UTC).isoformat(timespec="seconds")
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {"date": date, "commit": "unknown"}
+    return {"date": date, "commit": done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"}
+
+
+def print_control(control: Control, stamp: dict[str, str]) -> None:
+    head = f"{stamp['date']}, commit {stamp['commit']}; control ({len(control.runs)} clean run(s) of the same selection"
+    if not control.why_not:
+        print(f"{head}): passed in {control.seconds:.0f} s")
+    else:
+        print(f"{head}): FAILED in {control.seconds:.0f} s: {control.why_not}\n"
+              "a harness that fails on a clean broker cannot measure kills: the campaign stops (exit 2)")
 
 
 def print_report(outcomes: list[Outcome], title: str = "kill matrix (fault x killing tests)") -> None:
@@ -147,31 +260,30 @@ def print_report(outcomes: list[Outcome], title: str = "kill matrix (fault x kil
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("fault", "area", "killed", "rules failed", "tests failed", "machine", "steps", "s"):
+    for column in ("fault", "area", "own rule", "killed", "rules failed", "tests failed", "machine", "steps", "s"):
         table.add_column(column)
     for o in outcomes:
         verdict = "yes" if o.killed else f"[red]NO: {o.why_not}[/red]"
-        rules = ", ".join(o.failed_rules[:6]) + (" …" if len(o.failed_rules) > 6 else "")
-        table.add_row(o.fault, o.area, verdict, rules, str(len(o.failed)), o.machine or "-",
-                      str(o.shrunk_steps) if o.shrunk_steps is not None else "-", f"{o.seconds:.0f}")
+        table.add_row(o.fault, o.area, ", ".join(o.rules), verdict, _listed(o.failed_rules), str(len(o.failed)),
+                      o.machine or "-", str(o.shrunk_steps) if o.shrunk_steps is not None else "-", f"{o.seconds:.0f}")
     console = Console(width=200)
     console.print(table)
     killed = sum(o.killed for o in outcomes)
     console.print(f"mutation score: {killed}/{len(outcomes)} = {100 * killed / max(len(outcomes), 1):.0f} % "
-                  "(killed: exit 1, a rule of its area failed, nothing broken, within its time limit)")
+                  "(killed: exit 1, a failure names its own rule, nothing broken, within its time limit)")
     for o in outcomes:
         if not o.killed:
-            console.print(f"survivor: {o.fault} (area {o.area}, {o.rule}): {o.why_not}")
+            console.print(f"survivor: {o.fault} (area {o.area}, {', '.join(o.rules)}): {o.why_not}")
 
 
-def summary(outcomes: list[Outcome]) -> dict[str, Any]:
-    return {"score": sum(o.killed for o in outcomes) / max(len(outcomes), 1),
+def summary(outcomes: list[Outcome], control: Control, stamp: dict[str, str]) -> dict[str, Any]:
+    return {**stamp, "control": control.summary(), "score": sum(o.killed for o in outcomes) / max(len(outcomes), 1),
             "faults": [{**asdict(o), "killed": o.killed, "why_not": o.why_not} for o in outcomes]}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="amqp-conformance mutation",
-                                     description="run the suite against each named broker fault")
+                                     description="run the suite against each named broker fault, after a clean control")
     parser.add_argument("--out", default="results/mutation", help="results directory")
     parser.add_argument("--faults", nargs="*", help="fault names (default: all)")
     parser.add_argument("--fast", action="store_true", help="one fault per area")
@@ -181,8 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-machines", action="store_true", help="example tests only (faster)")
     parser.add_argument("--machine-budget", type=float, default=20.0,
                         help="each machine's budget in seconds, shrinking included (a kill matters here)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        args = parser.parse_args(argv)
+        args = _parser().parse_args(argv)
     except SystemExit as exc:
         return 4 if exc.code else 0
     names = list(FAST_SUBSET) if args.fast else (args.faults or [f.name for f in FAULTS])
@@ -190,14 +306,20 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"amqp-conformance mutation: unknown fault(s): {', '.join(unknown)}", file=sys.stderr)
         return 4
-    out = Path(args.out)
+    out, machines, stamp = Path(args.out), not args.no_machines, campaign_stamp()
     out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        outcomes = list(pool.map(
-            lambda n: run_fault(BY_NAME[n], out, args.scope, args.time_limit, not args.no_machines,
-                                args.machine_budget), names))
-    print_report(outcomes)
-    (out / "mutation.json").write_text(json.dumps(summary(outcomes), indent=2))
+    areas = [BY_NAME[n].area for n in names] if args.scope == "area" else None
+    control = run_control(out, areas, args.jobs, args.time_limit, machines, args.machine_budget)
+    print_control(control, stamp)
+    outcomes: list[Outcome] = []
+    if not control.why_not:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            outcomes = list(pool.map(lambda n: run_fault(BY_NAME[n], out, args.scope, args.time_limit, machines,
+                                                         args.machine_budget), names))
+        print_report(outcomes)
+    (out / "mutation.json").write_text(json.dumps(summary(outcomes, control, stamp), indent=2))
+    if control.why_not:
+        return 2
     return 0 if all(o.killed for o in outcomes) else 1
 
 

@@ -1,16 +1,22 @@
 """The proxy-deviation matrix: the suite, and the model machines alone, through each deviation (issue 21).
 
-`python -m tests.conformance.deviation_matrix` (`make mutation-proxy`) runs, for each deviation
-of `deviations.py`, an embedded reference broker behind a `DeviantProxy` applying it, and:
+`python -m tests.conformance.deviation_matrix` (`make mutation-proxy`) first runs a control: the
+same selection (the suite of the deviations' areas, else their machines alone) through the
+proxy applying no deviation, which must pass cleanly (`conformance.mutation`'s control rules);
+when it does not, the campaign stops with exit 2. Then, for each deviation of `deviations.py`,
+an embedded reference broker behind a `DeviantProxy` applying it, and:
 1. the shipped suite of the deviation's area through the proxy (`amqp-conformance`'s pytest
    plugin in a subprocess, `--results-dir` records), judged by the strict kill definition of
-   `conformance.mutation` (exit 1, a rule of the area failed, nothing broken, in time); the
-   machines there get `--suite-budget` (a kill matters, not how far it shrinks);
+   `conformance.mutation` (exit 1, a failure names one of the deviation's own `rules`, nothing
+   broken, in time); the machines there get `--suite-budget` (a kill matters, not how far it
+   shrinks);
 2. unless `--no-machines-alone`, the model machine of that area alone (no example test): it
-   must fail, with its shrunk example at most `MAX_STEPS` steps, nothing broken.
-It prints both tables (rules and tests failed, which machine, shrunk steps, wall time) and
-writes `--out/deviations.json`. Exit 0 when every deviation is killed and every machine alone
-found its area's deviations within `MAX_STEPS`; 1 otherwise; 4 on bad options.
+   must fail naming one of those rules, with its shrunk example at most `MAX_STEPS` steps,
+   nothing broken.
+It prints the control (its outcome and wall time, the date and the git commit) and both
+tables (rules and tests failed, which machine, shrunk steps, wall time) and writes
+`--out/deviations.json`. Exit 0 when every deviation is killed and every machine alone found
+its area's deviations within `MAX_STEPS`; 1 otherwise; 2 when the control failed; 4 on bad options.
 """
 
 from __future__ import annotations
@@ -24,7 +30,18 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from conformance.mutation import Outcome, judge, print_report
+from conformance.mutation import (
+    CONTROL,
+    Control,
+    Outcome,
+    area_marker,
+    campaign_stamp,
+    forget_run,
+    judge,
+    print_control,
+    print_report,
+    timed_control,
+)
 from conformance.suite import SUITE_DIR
 from conformance.suite.machine_support import ENV_BUDGET
 from reference_broker.server import EmbeddedBroker
@@ -44,7 +61,15 @@ MACHINES = {  # area -> its model machine test
 
 def run(deviation: type[Deviation], out: Path, selection: list[str], run_id: str, *, scale: float,
         time_limit: float, budget: float | None = None) -> Outcome:
-    """One pytest run of `selection` through a fresh broker and proxy, judged strictly."""
+    """One pytest run of `selection` through a fresh broker and a proxy applying `deviation`, judged strictly."""
+    outcome = Outcome(deviation.name, deviation.area, list(deviation.rules), 0, 0.0, time_limit)
+    return run_through(outcome, deviation, out, selection, run_id, scale=scale, budget=budget)
+
+
+def run_through(outcome: Outcome, deviation: type[Deviation], out: Path, selection: list[str], run_id: str, *,
+                scale: float, budget: float | None) -> Outcome:
+    """Run `selection` through a proxy applying `deviation` (the base class: none) and judge it into `outcome`."""
+    forget_run(out, run_id)
     with EmbeddedBroker(management_port=0) as broker, DeviantProxy((broker.host, broker.port), deviation) as proxy:
         cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                "-o", "addopts=", "--broker-url", proxy.url, "--broker-admin", broker.management_url or "none",
@@ -54,17 +79,36 @@ def run(deviation: type[Deviation], out: Path, selection: list[str], run_id: str
             env[ENV_BUDGET] = str(budget)
         started = time.monotonic()
         try:
-            code = subprocess.run(cmd, env=env, capture_output=True, timeout=time_limit, check=False).returncode
+            code = subprocess.run(cmd, env=env, capture_output=True, timeout=outcome.time_limit,
+                                  check=False).returncode
         except subprocess.TimeoutExpired:
             code = -1
-        seconds = time.monotonic() - started
-    outcome = Outcome(deviation.name, deviation.area, ",".join(deviation.rules), code, seconds, time_limit)
+        outcome.exit_code, outcome.seconds = code, time.monotonic() - started
     return judge(outcome, out, run_id)
 
 
 def suite_selection(deviation: type[Deviation], scope: str) -> list[str]:
-    marker = f"area_{deviation.area} and not slow" if scope == "area" else "not slow"
-    return [str(SUITE_DIR), "-m", marker]
+    return [str(SUITE_DIR), "-m", area_marker([deviation.area] if scope == "area" else None)]
+
+
+def run_control(deviations: list[type[Deviation]], out: Path, args: argparse.Namespace) -> Control:
+    """The campaign's control: its selection through the proxy applying no deviation, which must pass.
+
+    With the suite runs: the suite of every deviation's area in one run (scope all: the whole
+    suite), allowed the time limit times its number of areas, with `--suite-budget`; else the
+    machines alone of those areas; nothing when the campaign runs no test."""
+    areas = list(dict.fromkeys(d.area for d in deviations))
+    if not args.no_suite:
+        chosen = [] if args.scope == "all" else areas
+        selection, budget = [str(SUITE_DIR), "-m", area_marker(chosen)], args.suite_budget
+    elif not args.no_machines_alone and any(a in MACHINES for a in areas):
+        chosen = [a for a in areas if a in MACHINES]
+        selection, budget = [f"{SUITE_DIR}/{MACHINES[a]}" for a in chosen], None
+    else:
+        return Control([], 0.0)
+    outcome = Outcome(CONTROL, ",".join(chosen) or "all", [], 0, 0.0, args.time_limit * max(1, len(chosen)))
+    return timed_control(lambda: [run_through(outcome, Deviation, out, selection, f"proxy-{CONTROL}",
+                                              scale=args.timeout_scale, budget=budget)])
 
 
 def machine_alone(outcome: Outcome) -> str:
@@ -72,15 +116,16 @@ def machine_alone(outcome: Outcome) -> str:
     if outcome.why_not:
         return outcome.why_not
     if outcome.machine is None:
-        return "the machine did not fail"
+        return "the machine did not fail naming its rule"
     if outcome.shrunk_steps is None or outcome.shrunk_steps > MAX_STEPS:
         return f"shrunk to {outcome.shrunk_steps} steps (> {MAX_STEPS})"
     return ""
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tests.conformance.deviation_matrix",
-                                     description="the suite and the machines through each proxy deviation")
+                                     description="the suite and the machines through each proxy deviation, "
+                                                 "after a clean control")
     parser.add_argument("--out", default="results/mutation-proxy", help="results directory")
     parser.add_argument("--deviations", nargs="*", help="deviation names (default: all)")
     parser.add_argument("--scope", choices=["area", "all"], default="area", help="suite tests run per deviation")
@@ -91,27 +136,20 @@ def main(argv: list[str] | None = None) -> int:
                              "the machines alone keep theirs (default 60 s)")
     parser.add_argument("--no-suite", action="store_true", help="only the machines alone")
     parser.add_argument("--no-machines-alone", action="store_true", help="only the suite runs")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return 4 if exc.code else 0
-    names = args.deviations or [d.name for d in DEVIATIONS]
-    unknown = [n for n in names if n not in BY_NAME]
-    if unknown:
-        print(f"deviation_matrix: unknown deviation(s): {', '.join(unknown)}", file=sys.stderr)
-        return 4
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    return parser
+
+
+def run_matrix(deviations: list[type[Deviation]], out: Path, args: argparse.Namespace) -> tuple[list[Outcome], list[Outcome]]:
+    """The suite runs and the machines-alone runs of every deviation, one after the other."""
     suite: list[Outcome] = []
     alone: list[Outcome] = []
-    for name in names:
-        deviation = BY_NAME[name]
+    for deviation in deviations:
         if not args.no_suite:
-            suite.append(run(deviation, out, suite_selection(deviation, args.scope), f"proxy-{name}",
+            suite.append(run(deviation, out, suite_selection(deviation, args.scope), f"proxy-{deviation.name}",
                              scale=args.timeout_scale, time_limit=args.time_limit, budget=args.suite_budget))
         if not args.no_machines_alone and deviation.area in MACHINES:
-            alone.append(run(deviation, out, [f"{SUITE_DIR}/{MACHINES[deviation.area]}"], f"proxy-machine-{name}",
-                             scale=args.timeout_scale, time_limit=args.time_limit))
+            alone.append(run(deviation, out, [f"{SUITE_DIR}/{MACHINES[deviation.area]}"],
+                             f"proxy-machine-{deviation.name}", scale=args.timeout_scale, time_limit=args.time_limit))
     if suite:
         print_report(suite, "proxy deviations: the suite of each deviation's area")
     if alone:
@@ -119,10 +157,31 @@ def main(argv: list[str] | None = None) -> int:
         for o in alone:
             if machine_alone(o):
                 print(f"machine alone missed: {o.fault}: {machine_alone(o)}")
-    summary = {"suite": [{**asdict(o), "killed": o.killed, "why_not": o.why_not} for o in suite],
+    return suite, alone
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return 4 if exc.code else 0
+    names = args.deviations or [d.name for d in DEVIATIONS]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        print(f"deviation_matrix: unknown deviation(s): {', '.join(unknown)}", file=sys.stderr)
+        return 4
+    out, stamp, deviations = Path(args.out), campaign_stamp(), [BY_NAME[n] for n in names]
+    out.mkdir(parents=True, exist_ok=True)
+    control = run_control(deviations, out, args)
+    print_control(control, stamp)
+    suite, alone = run_matrix(deviations, out, args) if not control.why_not else ([], [])
+    summary = {**stamp, "control": control.summary(),
+               "suite": [{**asdict(o), "killed": o.killed, "why_not": o.why_not} for o in suite],
                "machines_alone": [{**asdict(o), "found": not machine_alone(o), "why_not": machine_alone(o)}
                                   for o in alone]}
     (out / "deviations.json").write_text(json.dumps(summary, indent=2))
+    if control.why_not:
+        return 2
     return 0 if all(o.killed for o in suite) and not any(machine_alone(o) for o in alone) else 1
 
 

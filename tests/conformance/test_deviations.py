@@ -9,6 +9,7 @@ the `slow` marker.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from codec import (
     QueueDeclareOk,
 )
 from conformance.catalogue.rules import AREAS, rule
+from conformance.mutation import Outcome
 from conformance.suite.machine_base import MachineTarget, run_machine
 from conformance.suite.test_machines import AckMachine, RequeueMachine
 from reference_broker.server import EmbeddedBroker
@@ -88,6 +90,25 @@ def test_a_machine_alone_reports_the_deviation_shrunk(broker: EmbeddedBroker, na
     notes = "\n".join(getattr(failure.value, "__notes__", ()))
     assert 1 <= len(STEP.findall(notes)) <= deviation_matrix.MAX_STEPS, notes
     assert "the steps as run" in notes and "frames of this run" in notes, notes
+
+
+def test_a_failing_control_stops_the_matrix_with_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control runs the campaign's selection through the proxy applying no deviation; when it
+    does not pass cleanly, no deviation is measured and the exit status is 2."""
+    ran: list[tuple[type[Deviation], str]] = []
+
+    def run_through(outcome: Outcome, deviation: type[Deviation], *_args: object, **_kwargs: object) -> Outcome:
+        ran.append((deviation, outcome.area))
+        outcome.exit_code, outcome.broken = 2, ["test_qos.py::test_x"]
+        return outcome
+
+    monkeypatch.setattr(deviation_matrix, "run_through", run_through)
+    argv = ["--deviations", "prefetch_plus_one", "requeue_to_tail", "--out", str(tmp_path)]
+    assert deviation_matrix.main(argv) == 2
+    assert ran == [(Deviation, "qos,requeue")]
+    summary = json.loads((tmp_path / "deviations.json").read_text())
+    assert summary["control"]["why_not"] == "qos,requeue: 1 test(s) broken: test_qos.py::test_x"
+    assert summary["suite"] == [] and summary["machines_alone"] == [] and summary["commit"]
 
 
 @pytest.mark.slow

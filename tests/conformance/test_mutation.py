@@ -1,14 +1,93 @@
-"""The fast mutation subset (issue 6): one fault per area, each killed by its own area."""
+"""The mutation score (issues 6, 21, 26): a fault is killed only by a failure naming its own rule,
+after a clean control; the fast subset (one fault per area) runs here, in `make test`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from conformance import mutation
 from reference_broker.faults import BY_NAME
+
+EXAMPLE = "state = AckMachine()\nstate.start(ch=1)\nstate.settle(delivery=pick(0))\nstate.teardown()\n"
+
+
+def _write_run(out: Path, run_id: str, rows: list[dict[str, Any]]) -> None:
+    """A run's tests records as the plugin writes them (only the columns the judgement reads)."""
+    path = out / "tests" / f"run={run_id}"
+    path.mkdir(parents=True)
+    schema = pa.schema([("test_id", pa.string()), ("verdict", pa.string()),
+                        ("failed_rules", pa.list_(pa.string())), ("minimal_example", pa.string())])
+    rows = [{"failed_rules": None, "minimal_example": None, **row} for row in rows]
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path / "part-0.parquet")
+
+
+def _judged(tmp_path: Path, rules: list[str], rows: list[dict[str, Any]], exit_code: int = 1) -> mutation.Outcome:
+    _write_run(tmp_path, "r", rows)
+    return mutation.judge(mutation.Outcome("a_fault", "ack", rules, exit_code, 10.0, 600.0), tmp_path, "r")
+
+
+def test_a_failure_naming_only_another_rule_does_not_kill(tmp_path: Path) -> None:
+    outcome = _judged(tmp_path, ["ACK-05"], [
+        {"test_id": "test_ack.py::test_a", "verdict": "failed", "failed_rules": ["ACK-01", "QOS-02"]},
+        {"test_id": "test_machines.py::test_ack_machine", "verdict": "failed", "failed_rules": ["ACK-06"],
+         "minimal_example": EXAMPLE},
+        {"test_id": "test_ack.py::test_b", "verdict": "passed"}])
+    assert not outcome.killed and outcome.failed_rules == ["ACK-01", "ACK-06", "QOS-02"]
+    assert outcome.why_not == "failed as ACK-01, ACK-06, QOS-02, not its own rule ACK-05", outcome.why_not
+    assert outcome.machine is None and not outcome.own_rule_killers  # a machine failing as another rule found nothing
+
+
+def test_a_failure_naming_its_own_rule_kills_and_names_its_machine(tmp_path: Path) -> None:
+    outcome = _judged(tmp_path, ["CCN-01", "CCN-02"], [  # a deviation with two rules: either kills
+        {"test_id": "test_ack.py::test_a", "verdict": "failed", "failed_rules": ["ACK-01"]},
+        {"test_id": "test_machine_cancel.py::test_cancel_machine", "verdict": "failed",
+         "failed_rules": ["CCN-05", "CCN-02"], "minimal_example": EXAMPLE}])
+    assert outcome.killed and outcome.own_rule_killers == ["test_machine_cancel.py::test_cancel_machine"]
+    assert (outcome.machine, outcome.shrunk_steps) == ("test_cancel_machine", 2)
+
+
+def test_the_other_conditions_still_hold_when_the_own_rule_failed(tmp_path: Path) -> None:
+    own = {"test_id": "t::own", "verdict": "failed", "failed_rules": ["ACK-05"]}
+    assert _judged(tmp_path / "a", ["ACK-05"], [own, {"test_id": "t::b", "verdict": "broken"}]).why_not \
+        == "1 test(s) broken"
+    assert _judged(tmp_path / "b", ["ACK-05"], [own], exit_code=3).why_not == "exit status 3, not 1"
+    assert _judged(tmp_path / "c", ["ACK-05"], [own], exit_code=-1).why_not == "over its time limit (600 s)"
+    nameless = _judged(tmp_path / "d", ["ACK-05"], [{"test_id": "t::n", "verdict": "failed"}])
+    assert nameless.why_not == "no failure named a rule, not its own rule ACK-05"
+
+
+def test_a_control_is_clean_only_when_nothing_failed_or_broke(tmp_path: Path) -> None:
+    passed = {"test_id": "t::ok", "verdict": "passed"}
+    clean = _judged(tmp_path / "a", [], [passed], exit_code=0)
+    failed = _judged(tmp_path / "b", [], [passed, {"test_id": "t::f", "verdict": "failed", "failed_rules": ["RQ-01"]}])
+    assert clean.why_unclean == "" and failed.why_unclean == "1 test(s) failed (RQ-01): t::f"
+    assert _judged(tmp_path / "c", [], [passed], exit_code=2).why_unclean == "exit status 2, not 0"
+    control = mutation.Control([clean, failed], 3.0)
+    assert control.why_not == "ack: 1 test(s) failed (RQ-01): t::f" and not control.summary()["clean"]
+    assert mutation.control_groups(["ack", "qos", "ack", "timeout"], 2) == [["ack", "timeout"], ["qos"]]
+    assert mutation.area_marker(["ack", "qos"]) == "(area_ack or area_qos) and not slow"
+
+
+def test_a_failing_control_stops_the_campaign_with_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str | None] = []
+
+    def run_suite(outcome: mutation.Outcome, fault: str | None, *_args: Any) -> mutation.Outcome:
+        ran.append(fault)
+        outcome.failed, outcome.failed_rules = ["t::f"], ["QOS-02"]
+        return outcome
+
+    monkeypatch.setattr(mutation, "run_suite", run_suite)
+    assert mutation.main(["--faults", "prefetch_off_by_one", "--out", str(tmp_path)]) == 2
+    assert ran == [None]  # the control ran, clean broker; no fault after it
+    summary = json.loads((tmp_path / "mutation.json").read_text())
+    assert summary["control"]["why_not"] == "qos: 1 test(s) failed (QOS-02): t::f" and summary["faults"] == []
+    assert summary["commit"] and summary["date"]
 
 
 def test_fast_subset_has_one_fault_per_area() -> None:
@@ -20,9 +99,10 @@ def test_fast_subset_has_one_fault_per_area() -> None:
 def test_fast_mutation_subset_is_fully_killed(tmp_path: Path) -> None:
     code = mutation.main(["--fast", "--jobs", "2", "--no-machines", "--out", str(tmp_path)])
     summary = json.loads((tmp_path / "mutation.json").read_text())
-    survivors = [f["fault"] for f in summary["faults"] if not f["killed"]]
+    assert summary["control"]["clean"], summary["control"]["why_not"]
+    survivors = [(f["fault"], f["why_not"]) for f in summary["faults"] if not f["killed"]]
     assert code == 0 and not survivors, f"surviving faults: {survivors}"
-    assert all(f["own_area_killers"] for f in summary["faults"]), "a fault killed only outside its area"
+    assert all(set(f["rules"]) & set(f["failed_rules"]) for f in summary["faults"]), "killed without its own rule"
     assert (tmp_path / "tests").is_dir()  # the runs were written in the results format
 
 
