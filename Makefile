@@ -66,11 +66,15 @@ bench-codec: $(STAMP)
 bench-broker: $(STAMP)
 	$(BIN)/python bench/broker.py
 
+# The suite of each named fault's area against the reference broker with that fault, after a clean
+# control run of the same selection (exit 2 when the control fails); a fault is killed only by a
+# failure naming its own rule (docs/mutation.md). Writes results/mutation/mutation.json.
 mutation: $(STAMP)
 	$(BIN)/python -m conformance.mutation --out results/mutation
 
 # The suite, and each model machine alone, through every deviation of the frame-rewriting
-# proxy (tests/conformance/deviations.py), judged by the strict kill definition; ~30 minutes.
+# proxy (tests/conformance/deviations.py), after a control through the proxy applying none,
+# judged by the same definition (a failure naming the deviation's own rule); ~30 minutes.
 mutation-proxy: $(STAMP)
 	$(BIN)/python -m tests.conformance.deviation_matrix --out results/mutation-proxy
 
