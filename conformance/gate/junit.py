@@ -19,6 +19,7 @@ Rules:
   test, its node id, verdict, message, the broker's close (reply), a model machine's minimal
   example (its shrunk steps and the frames of that run) and the test's frame log.
 - Text that XML 1.0 cannot carry (control characters) is replaced, never dropped silently.
+- A `message` attribute is the first line of what the failure said, whole: never cut inside a value.
 """
 
 from __future__ import annotations
@@ -96,13 +97,13 @@ def _testcase(suite: ET.Element, rule_id: str, tests: Sequence[TestEvidence], ju
         message = f"not judged: {worst.test_key} failed on {', '.join(worst.failed_rules)} first"
     if outcome == "failed" or (outcome == XPASS and info.strict_baseline):
         text = "listed in the baseline but passed" if outcome == XPASS else message
-        ET.SubElement(case, "failure", type=outcome, message=text[:500]).text = _clean(said or text)
+        ET.SubElement(case, "failure", type=outcome, message=text).text = _clean(said or text)
     elif outcome == "broken":
-        ET.SubElement(case, "error", type="broken", message=message[:500]).text = _clean(worst.message or "")
+        ET.SubElement(case, "error", type="broken", message=message).text = _clean(worst.message or "")
     elif outcome in _SKIPPED:
         deviation = judgement.matched.get((worst.nodeid, rule_id))
         text = f"known deviation (baseline): {deviation.reason}" if outcome == EXPECTED and deviation else message
-        ET.SubElement(case, "skipped", type=outcome, message=_clean(text)[:500])
+        ET.SubElement(case, "skipped", type=outcome, message=_clean(text))
     ET.SubElement(case, "system-out").text = _clean(_system_out(tests, judgement))
     return outcome
 

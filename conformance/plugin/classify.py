@@ -46,6 +46,7 @@ from codec.frames import describe
 from conformance.catalogue.mentions import named_rules
 from conformance.catalogue.rules import AREAS, rule
 from conformance.drivers.raw import Closed, ConnectionLost, DriverError, FrameRecord, NoReply
+from conformance.plugin.explain import protocol_terms
 from conformance.plugin.health import LeakReport
 from conformance.plugin.results import TestRecord
 from conformance.plugin.verdicts import SKIP_PREFIX, HarnessError, Verdict, verdict_of_skip
@@ -55,6 +56,9 @@ BROKEN_PREFIX = "broken: "
 MAX_TEXT = 4000
 MAX_EXAMPLE = 60000  # a shrunk example with its steps as run and the frames of that run
 _EXAMPLE_NOTE = re.compile(r"^(Falsifying example|Failing test case|state = )")
+_DID_NOT_RAISE = re.compile(r"^DID NOT RAISE (?:any of \()?([^()]+?)\)?$")
+_AWAITED = {"ChannelClosed": "channel.close", "ConnectionClosed": "connection.close",
+            "ConnectionLost": "end of the connection", "Closed": "channel.close or connection.close"}
 _SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
 
 
@@ -84,10 +88,10 @@ class TestState:
     failure: BaseException | None = None
     failures: dict[str, str] = field(default_factory=dict)  # broken rule -> its failure text (`failed` only)
 
-    def judge_rules(self, test_rules: Sequence[str]) -> None:
+    def judge_rules(self, test_rules: Sequence[str], frames: Sequence[FrameRecord] = ()) -> None:
         """Name the rules a `failed` verdict saw broken, and lead its message with them."""
         if self.verdict is Verdict.FAILED:
-            self.failures = rule_failures(self.failure, self.message, test_rules)
+            self.failures = rule_failures(self.failure, self.message, test_rules, frames)
             self.message = failure_message(self.failures)
 
     def update(self, report: pytest.TestReport, verdict: Verdict, message: str | None,
@@ -105,9 +109,10 @@ class TestState:
             self.failure = exc if verdict is not Verdict.PASSED else None
 
 
-def phase_verdict(report: pytest.TestReport, exc: BaseException | None,
-                  broker_replied: bool, required: bool = True) -> tuple[Verdict, str | None]:
-    """The verdict one phase report stands for (see the module rules)."""
+def phase_verdict(report: pytest.TestReport, exc: BaseException | None, broker_replied: bool,
+                  required: bool = True, frames: Sequence[FrameRecord] = ()) -> tuple[Verdict, str | None]:
+    """The verdict one phase report stands for (see the module rules); `frames`, the test's so far,
+    say what the broker did when a check waited for a close that never came."""
     xfail = getattr(report, "wasxfail", None)
     if report.passed:
         return Verdict.PASSED, (f"XPASS: {xfail}" if xfail else None)
@@ -123,7 +128,7 @@ def phase_verdict(report: pytest.TestReport, exc: BaseException | None,
         return verdict, _bounded(reason.removeprefix(SKIP_PREFIX[verdict]))
     if exc is None:
         return Verdict.FAILED, _bounded(str(report.longrepr))
-    return exception_verdict(exc, broker_replied, required), _bounded(_exception_text(exc))
+    return exception_verdict(exc, broker_replied, required), _bounded(_exception_text(exc, frames))
 
 
 def exception_verdict(exc: BaseException, broker_replied: bool, required: bool = True) -> Verdict:
@@ -149,11 +154,12 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
         yield exc
 
 
-def rule_failures(exc: BaseException | None, message: str | None, test_rules: Sequence[str]) -> dict[str, str]:
+def rule_failures(exc: BaseException | None, message: str | None, test_rules: Sequence[str],
+                  frames: Sequence[FrameRecord] = ()) -> dict[str, str]:
     """Broken rule -> the failure text that shows it, for a `failed` verdict (module rules)."""
     found: dict[str, str] = {}
     for leaf in _leaves(exc) if exc is not None else ():
-        text = _exception_text(leaf)
+        text = _exception_text(leaf, frames)
         for rule_id in getattr(leaf, "rules", None) or named_rules(text):
             found.setdefault(rule_id, text)
     if not found:
@@ -185,11 +191,25 @@ def skip_reason(report: pytest.TestReport) -> str:
     return str(text).removeprefix("Skipped: ")
 
 
-def _exception_text(exc: BaseException) -> str:
+def _exception_text(exc: BaseException, frames: Sequence[FrameRecord] = ()) -> str:
     if isinstance(exc, pytest.fail.Exception):
-        return exc.msg or "failed"
+        return did_not_raise(exc.msg, frames) if exc.msg else "failed"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def did_not_raise(text: str, frames: Sequence[FrameRecord]) -> str:
+    """pytest.raises' "DID NOT RAISE ChannelClosed" in protocol terms: the close the check waited for,
+    and the broker's last replies of the test instead (any other text unchanged)."""
+    found = _DID_NOT_RAISE.match(text)
+    if found is None:
+        return text
+    awaited = " or ".join(_AWAITED.get(name.strip(), name.strip()) for name in found.group(1).split(","))
+    replies = [f"ch{r.channel} {protocol_terms(r.frame.method)}" for r in frames
+               if r.direction == "in" and isinstance(r.frame, Command | MethodFrame)]
+    did = (f"its last {'reply' if len(replies[-3:]) == 1 else 'replies'} in this test: {'; '.join(replies[-3:])}"
+           if replies else "it sent nothing in this test")
+    return f"no {awaited} from the broker where the rule requires one ({text}); {did}"
 
 
 def _bounded(text: str, limit: int = MAX_TEXT) -> str:

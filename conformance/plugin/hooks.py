@@ -89,6 +89,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 STATE = pytest.StashKey[classify.TestState]()
 RULE_ERROR = pytest.StashKey[str]()
+IN_RULE_TEST = pytest.StashKey[bool]()  # a rule test is running: its assertions follow `observed == expected`
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -161,8 +162,8 @@ def _judge_stuck(state: Harness, message: str | None) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, right: object) -> list[str] | None:
-    """Suite assertions on AMQP methods and model outcomes read as "got X, expected Y" (`explain`)."""
-    return explain_comparison(op, left, right)
+    """Suite assertions read as "got X, expected Y", written in full (`explain`)."""
+    return explain_comparison(op, left, right, rule_test=config.stash.get(IN_RULE_TEST, False))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -194,13 +195,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: an xdist worker's wait for the broker lock is not counted
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     dog = harness(item.config).watchdog
-    if dog is None or item.get_closest_marker("rules") is None:
+    if item.get_closest_marker("rules") is None:
         return (yield)
-    dog.arm(item.nodeid)
+    item.config.stash[IN_RULE_TEST] = True  # its assertions are explained in full (explain.py)
+    if dog is not None:
+        dog.arm(item.nodeid)
     try:
         return (yield)
     finally:
-        dog.disarm()
+        item.config.stash[IN_RULE_TEST] = False
+        if dog is not None:
+            dog.disarm()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -272,7 +277,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     frames = recorder.frames if isinstance(recorder, Recorder) else []
     exc = call.excinfo.value if call.excinfo is not None else None
     verdict, message = classify.phase_verdict(report, exc, any(f.direction == "in" for f in frames),
-                                              _required(state, item))
+                                              _required(state, item), frames)
     if isinstance(exc, WatchdogExpired):
         message = _judge_stuck(state, message)
     if verdict is not Verdict.PASSED and classify.may_mean_broker_down(exc) and _uses_broker(item):
@@ -295,7 +300,7 @@ def _finish(item: pytest.Item, report: pytest.TestReport, test: classify.TestSta
     report.user_properties.append(("verdict", test.verdict.value))
     marker = item.get_closest_marker("rules")
     rule_ids = [str(r) for r in marker.args] if marker else []
-    test.judge_rules(rule_ids)
+    test.judge_rules(rule_ids, frames)
     evidence.attach(report, evidence.build(item.nodeid, test.verdict.value, area, rule_ids, test.message,
                                            test.failure, frames, test.duration_total, test.failures))
     if state.allure:

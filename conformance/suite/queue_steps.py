@@ -83,6 +83,23 @@ def bodies(deliveries: Iterable[Delivery]) -> list[bytes]:
     return [d.body for d in deliveries]
 
 
+def assert_redelivered(got: Delivery | Iterable[Delivery] | None, want: bytes | Iterable[bytes], *,
+                       in_order: bool = True) -> None:
+    """Messages the broker took back came back (`want`, in that order unless `in_order` is false),
+    each flagged redelivered=true: they were delivered before (0-9-1 basic.deliver/get-ok `redelivered`)."""
+    wanted = [want] if isinstance(want, bytes) else list(want)
+    if got is None:
+        raise AssertionError(f"the message the broker took back ({wanted[0]!r}) is not in the queue: basic.get-empty")
+    seen = [got] if isinstance(got, Delivery) else list(got)
+    found = [d.body for d in seen] if in_order else sorted(d.body for d in seen)
+    if found != (wanted if in_order else sorted(wanted)):
+        raise AssertionError(f"the messages the broker took back came back as {found}, expected {wanted}")
+    flat = [f"{d.body!r} (tag {d.tag})" for d in seen if not d.redelivered]
+    if flat:
+        raise AssertionError(f"{', '.join(flat)} came back with redelivered=false; a message that was delivered "
+                             f"before must come back with redelivered=true")
+
+
 def tag_of(delivery: Delivery | None) -> int:
     assert delivery is not None, "basic.get-empty where a message was expected"
     return delivery.tag

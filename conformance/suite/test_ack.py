@@ -45,6 +45,7 @@ from conformance.suite.queue_steps import (
     Publisher,
     assert_quiet,
     assert_ready_elsewhere,
+    assert_redelivered,
     bodies,
     consume,
     declare,
@@ -148,9 +149,7 @@ def test_unknown_tag_requeues_the_channels_deliveries(connect: Connect, names: N
     client.send(ch, BasicAck(delivery_tag=9))
     assert_unknown_tag(closed_on(client, ch, queue), 9, "ack", target, "ACK-03")
     assert_ready_elsewhere(connect, {queue: 2}, target.timeout(RETURN_S))  # back once the channel is gone
-    again = get_all(client, client.channel(), queue)
-    assert bodies(again) == [b"m1", b"m2"]
-    assert all(d.redelivered for d in again)
+    assert_redelivered(get_all(client, client.channel(), queue), [b"m1", b"m2"])
 
 
 @pytest.mark.rules("ACK-04")
@@ -255,7 +254,7 @@ def test_reject_and_nack_requeue_or_discard_without_reply(connect: Connect, name
     assert isinstance(reply.method, QueueDeclareOk), f"{kind} got a reply: {reply.method!r}"
     again = get(client, ch, queue)  # basic.get, unlike a passive declare, queues behind the requeue
     if requeue:
-        assert again is not None and again.body == b"m1" and again.redelivered
+        assert_redelivered(again, b"m1")
     else:
         assert again is None
         client.close_channel(ch)
@@ -270,9 +269,7 @@ def test_nack_multiple_requeue_puts_every_message_back(connect: Connect, names: 
     client, ch, queue = filled(connect, names, 3)
     assert [d.tag for d in get_all(client, ch, queue)] == [1, 2, 3]
     client.send(ch, BasicNack(delivery_tag=tag, multiple=True, requeue=True))
-    again = get_all(client, ch, queue)
-    assert bodies(again) == [b"m1", b"m2", b"m3"]
-    assert all(d.redelivered for d in again)
+    assert_redelivered(get_all(client, ch, queue), [b"m1", b"m2", b"m3"])
 
 
 @pytest.mark.rules("ACK-07")
@@ -341,8 +338,7 @@ def test_tx_reject_requeues_only_at_commit(connect: Connect, names: Names) -> No
     client.send(ch, BasicReject(delivery_tag=tag, requeue=True))
     assert get(client, ch, queue) is None  # deferred: not back in the queue yet
     client.rpc(ch, TxCommit(), TxCommitOk)
-    again = get(client, ch, queue)
-    assert again is not None and again.body == b"m1" and again.redelivered
+    assert_redelivered(get(client, ch, queue), b"m1")
 
 
 # -- ACK-09: basic.recover -------------------------------------------------------------------
@@ -361,8 +357,7 @@ def test_recover_requeue_redelivers_unacked_with_redelivered(connect: Connect, n
     else:
         client.rpc(ch, BasicRecover(requeue=True), BasicRecoverOk)
     again = take(client, ch, 2)
-    assert sorted(bodies(again)) == [b"m1", b"m2"]
-    assert all(d.redelivered for d in again)
+    assert_redelivered(again, [b"m1", b"m2"], in_order=False)
     assert sorted(d.tag for d in again) == [3, 4]
 
 
@@ -400,8 +395,7 @@ def test_cancel_leaves_deliveries_unacked_on_the_channel(connect: Connect, names
     assert ready(client, ch, queue) == 0  # neither requeued nor discarded by the cancel
     client.send(ch, BasicAck(delivery_tag=1))
     client.send(ch, BasicReject(delivery_tag=2, requeue=True))
-    again = get(client, ch, queue)  # still settleable on the channel: the reject requeued m2
-    assert again is not None and again.body == b"m2" and again.redelivered
+    assert_redelivered(get(client, ch, queue), b"m2")  # still settleable on the channel: the reject requeued m2
     client.close_channel(ch)
     assert_ready_elsewhere(connect, {queue: 2}, target.timeout(RETURN_S))  # m2 again, and m3 back only with the channel
 

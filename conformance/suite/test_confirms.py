@@ -42,6 +42,7 @@ from codec import (
 )
 from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
+from conformance.plugin.explain import protocol_terms
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.queue_steps import QUORUM, require_kind
@@ -175,7 +176,8 @@ def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names, target: T
     lone = client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(5)).method
     # A lone nack covers seqno 1 only, whatever its multiple bit. RabbitMQ 3.10.8 sends
     # multiple=true here (live): unlike acks, nacks have no single-confirm special case.
-    assert isinstance(lone, BasicNack) and lone.delivery_tag == 1
+    assert isinstance(lone, BasicNack) and lone.delivery_tag == 1, (
+        f"got {protocol_terms(lone)} for a publish to a full reject-publish queue, expected basic.nack delivery-tag=1")
     publish_burst(client, ch, [full] * 5)
     confirms = Confirms.expecting(2, 5).collect(client, ch, target.timeout(5))
     assert confirms.nacked == set(range(2, 7)) and not confirms.acked

@@ -212,7 +212,10 @@ def test_global_true_scope_depends_on_the_version(bench: QosBench) -> None:
         bench.take(2)
         assert len(bench.take(5, other)) == 5
     else:  # AMQP 0-9-1: shared by every consumer on the connection
-        assert len(bench.drain()) + len(bench.drain(other)) == 2
+        mine, others = len(bench.drain()), len(bench.drain(other))
+        assert mine + others == 2, (
+            f"deliveries under global=true prefetch 2 (0-9-1: one limit for the connection): {mine} on the qos "
+            f"channel and {others} on another channel, {mine + others} in all, want 2 in all")
     bench.assert_quiet()
 
 

@@ -28,6 +28,7 @@ from conformance.suite.queue_steps import (
     Delivery,
     Publisher,
     assert_quiet,
+    assert_redelivered,
     await_ready,
     bodies,
     consume,
@@ -64,7 +65,7 @@ def test_classic_requeue_restores_the_original_position(connect: Connect, names:
     Publisher(client).publish(queue, [b"m4"])
     again = get_all(client, reader, queue)
     flags = {d.body: d.redelivered for d in again}
-    assert flags == {b"m1": True, b"m2": True, b"m3": False, b"m4": False}
+    assert flags == {b"m1": True, b"m2": True, b"m3": False, b"m4": False}, "the redelivered flag of each message"
     if target.profile.expect("RQ-01") == "required":
         assert bodies(again) == [b"m1", b"m2", b"m3", b"m4"]
 
@@ -160,9 +161,7 @@ def test_unacked_deliveries_are_requeued_when_their_channel_goes(connect: Connec
         victim.send(ch, BasicAck(delivery_tag=99))
         with pytest.raises(ChannelClosed):
             ready(victim, ch, queue)
-    again = take(observer, och, 2)
-    assert sorted(bodies(again)) == [b"m1", b"m2"]
-    assert all(d.redelivered for d in again)
+    assert_redelivered(take(observer, och, 2), [b"m1", b"m2"], in_order=False)
 
 
 @pytest.mark.rules("RQ-03")
@@ -197,8 +196,7 @@ def test_redelivered_is_false_first_and_true_after_a_return(connect: Connect, na
         consume(client, ch, queue)
     else:  # 4.3 quorum: a nack leaves delivery_count at 0, but acquired_count > 0 decides
         client.send(ch, settle(how, first.tag, requeue=True))
-    again = take_one(client, ch)
-    assert again.body == b"m1" and again.redelivered
+    assert_redelivered(take_one(client, ch), b"m1")
 
 
 # -- RQ-05: x-delivery-count / x-acquired-count ------------------------------------------------
@@ -372,4 +370,4 @@ def test_requeued_message_is_redelivered_at_once(connect: Connect, names: Names,
     client.send(ch, BasicReject(delivery_tag=first.tag, requeue=True))
     # no other action: the requeue itself makes m1 ready and frees the consumer's slot
     again = take_one(client, ch)
-    assert (again.body, again.redelivered) == (b"m1", True)
+    assert (again.body, again.redelivered) == (b"m1", True), "the requeued message's body and redelivered flag"
