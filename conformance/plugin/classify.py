@@ -59,6 +59,7 @@ _EXAMPLE_NOTE = re.compile(r"^(Falsifying example|Failing test case|state = )")
 _DID_NOT_RAISE = re.compile(r"^DID NOT RAISE (?:any of \()?([^()]+?)\)?$")
 _AWAITED = {"ChannelClosed": "channel.close", "ConnectionClosed": "connection.close",
             "ConnectionLost": "end of the connection", "Closed": "channel.close or connection.close"}
+_ASSERT_INTROSPECTION = re.compile(r"\nassert ")
 _SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
 
 
@@ -128,7 +129,7 @@ def phase_verdict(report: pytest.TestReport, exc: BaseException | None, broker_r
         return verdict, _bounded(reason.removeprefix(SKIP_PREFIX[verdict]))
     if exc is None:
         return Verdict.FAILED, _bounded(str(report.longrepr))
-    return exception_verdict(exc, broker_replied, required), _bounded(_exception_text(exc, frames))
+    return exception_verdict(exc, broker_replied, required), _bounded(exception_text(exc, frames))
 
 
 def exception_verdict(exc: BaseException, broker_replied: bool, required: bool = True) -> Verdict:
@@ -159,7 +160,7 @@ def rule_failures(exc: BaseException | None, message: str | None, test_rules: Se
     """Broken rule -> the failure text that shows it, for a `failed` verdict (module rules)."""
     found: dict[str, str] = {}
     for leaf in _leaves(exc) if exc is not None else ():
-        text = _exception_text(leaf, frames)
+        text = exception_text(leaf, frames)
         for rule_id in getattr(leaf, "rules", None) or named_rules(text):
             found.setdefault(rule_id, text)
     if not found:
@@ -191,10 +192,15 @@ def skip_reason(report: pytest.TestReport) -> str:
     return str(text).removeprefix("Skipped: ")
 
 
-def _exception_text(exc: BaseException, frames: Sequence[FrameRecord] = ()) -> str:
+def exception_text(exc: BaseException, frames: Sequence[FrameRecord] = ()) -> str:
     if isinstance(exc, pytest.fail.Exception):
         return did_not_raise(exc.msg, frames) if exc.msg else "failed"
     text = str(exc)
+    if isinstance(exc, AssertionError) and not text.startswith("assert "):
+        # `assert condition, message`: pytest appends its introspection of the condition ("assert
+        # (False or False)", "+ where ... = expect('FRM-01')"); the message says it for a person, and
+        # a rule id quoted from the condition's source is not a rule the broker broke
+        text = _ASSERT_INTROSPECTION.split(text, maxsplit=1)[0]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

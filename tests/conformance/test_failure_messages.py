@@ -20,7 +20,7 @@ import pytest
 from codec import BasicAck, ChannelOpenOk, MethodFrame, QueueDeclareOk
 from codec.constants import ClassId, ReplyCode
 from conformance.drivers.raw import FrameRecord
-from conformance.plugin.classify import did_not_raise
+from conformance.plugin.classify import did_not_raise, exception_text, rule_failures
 from conformance.plugin.explain import explain_comparison
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
@@ -114,3 +114,16 @@ def test_failures_through_the_plugin_are_whole_and_say_what_happened(tmp_path: P
         assert all(part in message for part in said), (node, message)
     console = "\n".join(line for line in run.stdout.splitlines() if not PROGRESS.match(line))
     assert not TRUNCATION.search(console), console[-3000:]
+
+
+def test_a_rule_quoted_by_an_asserts_condition_is_not_a_broken_rule() -> None:
+    """`assert cond, message`: pytest appends its introspection of `cond`; a rule id in the condition's
+    source (`profile.expect('FRM-01')`) is not what the failure names (the FRM-02 test named FRM-01,
+    so the 4.3.6 baseline's FRM-02 entry did not accept RabbitMQ's silent tune-ok refusal)."""
+    rewritten = AssertionError("the broker ended the socket (reset) without connection.close 530\n"
+                               "assert (False or False)\n +  where 'required' = expect('FRM-01')")
+    failures = rule_failures(rewritten, exception_text(rewritten), ["FRM-02"])  # as the plugin calls it
+    assert list(failures) == ["FRM-02"]
+    assert "expect(" not in failures["FRM-02"] and "without connection.close 530" in failures["FRM-02"]
+    bare = AssertionError("assert BasicAck(delivery_tag=2) == BasicAck(delivery_tag=1)")  # no message: kept whole
+    assert rule_failures(bare, exception_text(bare), ["PC-13"])["PC-13"].endswith("== BasicAck(delivery_tag=1)")
