@@ -2,22 +2,40 @@
 
 Responsibility: `collect_clients(lake, failing)` finds the runs whose profile is `client-side`
 (`conformance.plugin.results.CLIENT_PROFILE`), keeps each client's latest, and collects their
-scenario verdicts (small: one row per scenario) into `reports.model.ClientsData`; a failing
-scenario links to its test page, whose frame log the pipeline already pulls (`build.frame_logs`).
+scenario verdicts (one row per scenario) and every scenario's frame log into
+`reports.model.ClientsData`: columns grouped by the client's language, rows in the scenarios'
+registry order. A failing scenario also links to its test page (`build.frame_logs`).
 
-Rules: only the latest run of each client reaches the driver; None when the lake has no
-client-side run (the report then has no clients pages).
+Rules:
+- Only the latest run of each client reaches the driver, with its frames (a scenario's log is
+  bounded by the scenario: a few hundred frames at most); None when the lake has no
+  client-side run (the report then has no clients pages).
+- A client's language is the one its run recorded (`record.language_of`), else the client
+  registry's, else "?"; languages are ordered as in the registry (Python first), unknown ones
+  after them by name.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
+from conformance.clientside.record import language_of
+from conformance.clientside.scenario import SCENARIOS
+from conformance.drivers.registry import REGISTRY
 from conformance.plugin.results import CLIENT_PROFILE
 from reports.model import ClientColumn, ClientScenario, ClientsData, FailingTest
+
+LANGUAGE_NAMES = {"python": "Python", "node": "Node.js", "go": "Go", "java": "Java", "c": "C", "ruby": "Ruby",
+                  "php": "PHP"}
+# the frame columns a scenario's log shows (render.frame_log_rows picks the fields it knows of these)
+FRAME_COLUMNS = ("run_id", "test_id", "seq", "ts", "connection", "channel", "direction", "frame_type", "method",
+                 "delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",
+                 "body_size", "queue", "prefetch_count", "no_ack", "capabilities", "product", "version")
 
 
 def scenario_of(test_id: str) -> str:
@@ -25,16 +43,41 @@ def scenario_of(test_id: str) -> str:
     return test_id.rsplit("::", 1)[-1]
 
 
+def language_name(client: str, recorded: str | None) -> str:
+    """How a client's language is shown: the recorded one, else the registry's, else "?"."""
+    language = recorded or (REGISTRY[client].language if client in REGISTRY else None)
+    if not language:
+        return "?"
+    return LANGUAGE_NAMES.get(language, language)
+
+
+def column_order(column: ClientColumn) -> tuple[int, str, int, str]:
+    """Languages in the registry's order (unknown ones after, by name); within one, the registry's order."""
+    languages = list(dict.fromkeys(LANGUAGE_NAMES[s.language] for s in REGISTRY.values()))
+    known = languages.index(column.language) if column.language in languages else len(languages)
+    names = list(REGISTRY)
+    return (known, column.language, names.index(column.client) if column.client in names else len(names),
+            column.client)
+
+
+def scenario_order(rules: dict[str, list[str]]) -> list[str]:
+    """The registry's order (scenarios of one topic together), then scenarios it does not know by rule."""
+    registered = list(SCENARIOS)
+    return sorted(rules, key=lambda name: (registered.index(name) if name in registered else len(registered),
+                                           rules[name][0] if rules[name] else "", name))
+
+
 def collect_clients(lake: Any, failing: list[FailingTest]) -> ClientsData | None:
     newest = Window.partitionBy("client").orderBy(F.col("started").desc(), F.col("run_id").desc())
     runs = (lake.runs.where(F.col("profile") == CLIENT_PROFILE)
             .withColumn("rank", F.row_number().over(newest)).where("rank = 1")
-            .select("run_id", "client", "client_version", "started").collect())
+            .select("run_id", "client", "client_version", "started", "profile_detail").collect())
     if not runs:
         return None
     ids = [r.run_id for r in runs]
     tests = (lake.tests.where(F.col("run_id").isin(ids))
              .select("run_id", "test_id", "rule_ids", "verdict", "message", "duration").collect())
+    logs = _frame_logs(lake, ids)
     pages = {(t.run_id, t.test_id): t.page for t in failing}
     by_run: dict[str, dict[str, ClientScenario]] = {r.run_id: {} for r in runs}
     rules: dict[str, list[str]] = {}
@@ -42,8 +85,19 @@ def collect_clients(lake: Any, failing: list[FailingTest]) -> ClientsData | None
         name = scenario_of(t.test_id)
         rules.setdefault(name, list(t.rule_ids))
         by_run[t.run_id][name] = ClientScenario(name, list(t.rule_ids), t.verdict, t.message, float(t.duration),
-                                                pages.get((t.run_id, t.test_id)))
-    columns = [ClientColumn(r.client, r.client_version, r.run_id, r.started, by_run[r.run_id])
-               for r in sorted(runs, key=lambda r: r.client)]
-    order = sorted(rules, key=lambda name: (rules[name][0] if rules[name] else "", name))
-    return ClientsData(columns, order, rules)
+                                                pages.get((t.run_id, t.test_id)), logs.get((t.run_id, t.test_id), []))
+    columns = [ClientColumn(r.client, r.client_version, r.run_id, r.started, by_run[r.run_id],
+                            language_name(r.client, language_of(r.profile_detail))) for r in runs]
+    titles = {name: SCENARIOS[name].title for name in rules if name in SCENARIOS}
+    return ClientsData(sorted(columns, key=column_order), scenario_order(rules), rules, titles)
+
+
+def _frame_logs(lake: Any, run_ids: list[str]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(run id, test id) -> its frames in seq order, for every test of these runs."""
+    frames = lake.frames
+    wanted = frames.where(F.col("run_id").isin(run_ids)).select(*(c for c in FRAME_COLUMNS if c in frames.columns))
+    table = wanted.toArrow()
+    logs: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in table.sort_by([("run_id", "ascending"), ("test_id", "ascending"), ("seq", "ascending")]).to_pylist():
+        logs[row["run_id"], row["test_id"]].append(row)
+    return logs

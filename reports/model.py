@@ -200,6 +200,7 @@ class ClientScenario:
     message: str | None
     duration: float
     page: str | None = None  # the failing test's page (tests/<page>.html, frames/<page>.js)
+    frames: list[dict[str, Any]] = field(default_factory=list)  # its frame log, seq order (the client's directions)
 
 
 @dataclass
@@ -209,6 +210,7 @@ class ClientColumn:
     run_id: str
     started: datetime
     scenarios: dict[str, ClientScenario]  # scenario id -> verdict
+    language: str = "?"  # as shown: "Python", "Go", "Node.js"
 
     @property
     def slug(self) -> str:
@@ -217,14 +219,39 @@ class ClientColumn:
     def count(self, verdict: str) -> int:
         return sum(s.verdict == verdict for s in self.scenarios.values())
 
+    def log_page(self, scenario: str) -> str:
+        """The (client, scenario) page, relative to the site root: its verdict and frame log."""
+        return f"clients/{self.slug}/{slug(scenario)}.html"
+
 
 @dataclass
 class ClientsData:
-    """The clients x scenarios matrix (client-side runs, `amqp-conformance clients`)."""
+    """The clients x scenarios matrix (client-side runs, `amqp-conformance clients`).
+
+    `clients` is in column order: grouped by language (`groups`), the languages in the registry's order.
+    """
 
     clients: list[ClientColumn]
     scenarios: list[str]  # row order
     rules: dict[str, list[str]]  # scenario -> rule ids
+    titles: dict[str, str] = field(default_factory=dict)  # scenario -> what it plays
+
+    @property
+    def groups(self) -> list[tuple[str, list[ClientColumn]]]:
+        """(language, its columns) in column order; a language whose columns are not adjacent repeats."""
+        found: list[tuple[str, list[ClientColumn]]] = []
+        for column in self.clients:
+            if found and found[-1][0] == column.language:
+                found[-1][1].append(column)
+            else:
+                found.append((column.language, [column]))
+        return found
+
+    def first_of_group(self, column: ClientColumn) -> bool:
+        return any(columns[0] is column for _language, columns in self.groups)
+
+    def total(self, verdict: str) -> int:
+        return sum(column.count(verdict) for column in self.clients)
 
 
 @dataclass

@@ -11,8 +11,10 @@ Responsibility: write the site —
   tests/<page>.html   one page per failing test: observed vs expected reply, shrunk steps,
                       the frame log (lazy-loaded from frames/<page>.js)
   audit.html          trace-audit findings, and what was not judged: counts per reason and rows
-  clients.html        client libraries x client-side scenarios (when the lake has client-side runs)
-  clients/<c>.html    one page per client: its verdicts, the frame log of each failing scenario
+  clients.html        client-side scenarios x client libraries grouped by language (when the lake has
+                      client-side runs), each cell linking to its (client, scenario) page
+  clients/<c>.html    one page per client: its verdicts and failures
+  clients/<c>/<s>.html  one page per (client, scenario): verdict, message and the whole frame log
   through/<b>.html    per broker run raw and through client libraries: rules x clients, the cells
                       that pass raw and fail through a library flagged (also on their rule pages)
   summary.json        the JSON summary; badges/<target>.svg one badge per target
@@ -21,7 +23,9 @@ Responsibility: write the site —
 Rules:
 - Pages work from file:// and from any static web server: frame logs load as scripts
   (`frames/<page>.js` calls `amqpcFrameLog(...)`), never through fetch/XHR.
-- A test page stays small however long its frame log: the log is only in its .js file.
+- A test page stays small however long its frame log: the log is only in its .js file. A
+  (client, scenario) page holds its log inline: a client-side scenario's log is bounded by the
+  scenario (a few hundred frames at most).
 - Everything is escaped by Jinja2's autoescape; SVG comes from `reports.svg` (escaped there).
 """
 
@@ -110,7 +114,7 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
     for page, rows in logs.items():
         _write(out / "frames" / f"{page}.js", frame_log_script(page, rows))
     if data.clients is not None:
-        _render_clients(env, context, data.clients, logs, out)
+        _render_clients(env, context, data.clients, out)
     if data.client_matrices:
         (out / "through").mkdir(parents=True, exist_ok=True)
         through = env.get_template("through.html.j2")
@@ -126,16 +130,20 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
     return out / "index.html"
 
 
-def _render_clients(env: Environment, context: dict[str, Any], clients: ClientsData,
-                    logs: Mapping[str, list[dict[str, Any]]], out: Path) -> None:
-    """clients.html (clients x scenarios) and clients/<client>.html with each failing scenario's frame log."""
+def _render_clients(env: Environment, context: dict[str, Any], clients: ClientsData, out: Path) -> None:
+    """clients.html (scenarios x clients), clients/<client>.html and clients/<client>/<scenario>.html."""
     (out / "clients").mkdir(parents=True, exist_ok=True)
     _write(out / "clients.html", env.get_template("clients.html.j2").render(**context, clients=clients, root=""))
     template = env.get_template("client.html.j2")
+    scenario_template = env.get_template("client_scenario.html.j2")
     for column in clients.clients:
-        frames = {s.page: frame_log_rows(logs.get(s.page, [])) for s in column.scenarios.values() if s.page}
         _write(out / "clients" / f"{column.slug}.html",
-               template.render(**context, clients=clients, column=column, frames=frames, root="../"))
+               template.render(**context, clients=clients, column=column, root="../"))
+        (out / "clients" / column.slug).mkdir(exist_ok=True)
+        for name, played in column.scenarios.items():
+            rows = frame_log_rows(played.frames, CLIENT_FRAME_FIELDS)
+            _write(out / column.log_page(name), scenario_template.render(
+                **context, clients=clients, column=column, s=played, frames=rows, root="../../"))
 
 
 def _write(path: Path, text: str) -> None:
@@ -183,9 +191,11 @@ def _group(items: Iterable[Any], attribute: str) -> Mapping[str, list[Any]]:
 
 FRAME_FIELDS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",
                 "body_size")
+# a client-side scenario's log also says what the client asked for and what it advertised (CL-CCN-01)
+CLIENT_FRAME_FIELDS = (*FRAME_FIELDS, "queue", "prefetch_count", "no_ack", "capabilities", "product", "version")
 
 
-def frame_log_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
+def frame_log_rows(rows: Iterable[Mapping[str, Any]], fields: tuple[str, ...] = FRAME_FIELDS) -> list[list[Any]]:
     """Frame records (seq order) as compact rows: seq, ms since the first, conn, ch, dir, kind, fields."""
     out: list[list[Any]] = []
     first: datetime | None = None
@@ -195,9 +205,8 @@ def frame_log_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
             first = ts
         ms = round((ts - first).total_seconds() * 1000, 3) if isinstance(ts, datetime) and first else 0
         kind = row.get("method") or row.get("frame_type") or "?"
-        fields = " ".join(_field(name, row.get(name)) for name in FRAME_FIELDS if row.get(name) is not None)
-        out.append([row.get("seq"), ms, row.get("connection"), row.get("channel"), row.get("direction"), kind,
-                    fields])
+        text = " ".join(_field(name, row.get(name)) for name in fields if row.get(name) is not None)
+        out.append([row.get("seq"), ms, row.get("connection"), row.get("channel"), row.get("direction"), kind, text])
     return out
 
 
@@ -206,6 +215,8 @@ def _field(name: str, value: Any) -> str:
         return f"{name}={'true' if value else 'false'}"
     if isinstance(value, str):
         return f"{name}={json.dumps(value)}"
+    if isinstance(value, list | tuple):
+        return f"{name}=[{', '.join(map(str, value))}]"
     return f"{name}={value}"
 
 

@@ -176,11 +176,13 @@ def run(args: argparse.Namespace) -> int:
     for line in gate.baseline_lines(baseline, judged, tests):
         console.print(line, style="cyan" if line.startswith("XPASS") else None, highlight=False, markup=False,
                       soft_wrap=True)
+    languages = {s.name: s.language for s in specs}
     for client, results in found.items():
-        write_client_run(args.out / "results", base, client, results, started, args.timeout_scale, status)
+        write_client_run(args.out / "results", base, client, results, started, args.timeout_scale, status,
+                         languages.get(client))
     junit = gate.write_junit(args.out / "junit.xml", tests, judged, run_id=base,
                              baseline=str(args.baseline) if args.baseline else None, strict=args.strict_baseline,
-                             started=f"{started:%Y-%m-%dT%H:%M:%S}", languages={s.name: s.language for s in specs})
+                             started=f"{started:%Y-%m-%dT%H:%M:%S}", languages=languages)
     console.print(f"{time.monotonic() - t0:.0f} s; junit: {junit}; results: {args.out / 'results'} "
                   f"(runs {base}-<client>); exit status {status}: {STATUS_TEXT[status]}", highlight=False)
     if args.report:

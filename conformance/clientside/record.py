@@ -9,6 +9,8 @@ Rules:
 - Frame directions are the client library's: "out" = sent by the client, "in" = received by
   it, so the report's arrows (→ client to broker) read the same as for broker runs.
 - A run's id is ``<base>-<client>``; several clients of one invocation share the base.
+- The client's language (the registry's, or an `--adapter`'s hello) is a line of the run's
+  `profile_detail`, ``client language: go`` (`language_of`), so the report groups clients by it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from conformance.plugin.verdicts import Verdict
 
 BROKER = "scripted://reference-broker"
 PRODUCT = "scripted reference broker"
+LANGUAGE_LINE = "client language: "
 OUTCOMES = {Verdict.PASSED: "passed", Verdict.FAILED: "failed", Verdict.NOT_APPLICABLE: "skipped",
             Verdict.BROKEN: "failed"}
 
@@ -32,15 +35,26 @@ def scenario_test_id(client: str, scenario: str) -> str:
     return f"clients/{client}::{scenario}"
 
 
+def language_of(profile_detail: str | None) -> str | None:
+    """The client's language a client-side run recorded ("go"), None when it recorded none."""
+    for line in (profile_detail or "").splitlines():
+        if line.startswith(LANGUAGE_LINE):
+            return line.removeprefix(LANGUAGE_LINE).strip() or None
+    return None
+
+
 def write_client_run(root: Path, base: str, client: str, results: Iterable[ScenarioResult], started: datetime,
-                     scale: float, exit_status: int | None) -> str:
+                     scale: float, exit_status: int | None, language: str | None = None) -> str:
     """Write one client's run; return its run id."""
     results = list(results)
     run_id = f"{base}-{client}"
     version = next((r.client_version for r in results if r.client_version), None)
     writer = ResultsWriter(root, run_id)
+    detail = "\n".join(["a scripted broker played each scenario at the client library",
+                         *([f"{LANGUAGE_LINE}{language}"] if language else [])])
     run = RunRecord(run_id, BROKER, client, harness_version(), scale, started, product=PRODUCT,
-                    version=harness_version(), profile=CLIENT_PROFILE, admin=None, client_version=version)
+                    version=harness_version(), profile=CLIENT_PROFILE, profile_detail=detail, admin=None,
+                    client_version=version)
     writer.write_run(run)
     for r in results:
         record = TestRecord(run_id, scenario_test_id(client, r.scenario.id), list(r.scenario.rules), "client", str(r.verdict),

@@ -95,15 +95,17 @@ def test_adapter_protocol_round_trips_events_and_errors() -> None:
 
 
 def test_results_record_every_scenario_with_its_rules(tmp_path: Path) -> None:
-    from conformance.clientside.record import write_client_run
+    from conformance.clientside.record import language_of, write_client_run
     from conformance.clientside.scenario import SCENARIOS
 
     sc = SCENARIOS["redelivered"]
     result = runner.ScenarioResult("x", "1.0", sc, Verdict.NOT_APPLICABLE, "why", datetime.now(UTC), 0.0)
-    run_id = write_client_run(tmp_path, "b", "x", [result], datetime.now(UTC), 1.0, 0)
+    run_id = write_client_run(tmp_path, "b", "x", [result], datetime.now(UTC), 1.0, 0, "rust")
     tests = read_table(tmp_path, "tests", run_id).to_pylist()
     assert [(t["rule_ids"], t["verdict"], t["outcome"], t["area"]) for t in tests] == [
         (["CL-DLV-01"], "not-applicable", "skipped", "client")]
+    [run] = read_table(tmp_path, "runs", run_id).to_pylist()
+    assert language_of(run["profile_detail"]) == "rust"  # the report groups clients by it
 
 
 def test_the_pytest_entry_point_runs_scenarios_as_tests(tmp_path: Path) -> None:

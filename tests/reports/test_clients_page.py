@@ -21,78 +21,119 @@ from tests.reports.test_browser import _QuietHandler, artifacts, browser  # noqa
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
 
 
-def test_render_clients_matrix_and_client_pages(tmp_path: Path) -> None:
-    failing = ClientScenario("repeated-cancel", ["CL-CCN-03"], "failed", "KeyError <tag>", 0.4, "rc-page")
-    clients = ClientsData([ClientColumn("pika", "1.4.4", "r-pika", T0, {
-        "server-cancel": ClientScenario("server-cancel", ["CL-CCN-02"], "passed", None, 0.2),
-        "repeated-cancel": failing})], ["server-cancel", "repeated-cancel"],
-        {"server-cancel": ["CL-CCN-02"], "repeated-cancel": ["CL-CCN-03"]})
-    data = ReportData(T0, "/r", 1, 2, [], [], [], {}, [], [], [], [], [], [], clients=clients)
+def _column(client: str, language: str, verdicts: dict[str, str]) -> ClientColumn:
     frames = [{"seq": 0, "ts": T0, "connection": 1, "channel": 1, "direction": "in", "method": "basic.cancel",
-               "consumer_tag": "ctag1"}]
-    render_site(data, tmp_path, [("rc-page", frames)])
+               "consumer_tag": "ctag1"},
+              {"seq": 1, "ts": T0, "connection": 1, "channel": 0, "direction": "out", "method": "connection.start-ok",
+               "capabilities": ["consumer_cancel_notify", "publisher_confirms"]}]
+    scenarios = {name: ClientScenario(name, [RULES[name]], verdict, "KeyError <tag>" if verdict == "failed" else None,
+                                      0.4, f"{client}-{name}" if verdict == "failed" else None,
+                                      frames if verdict != "not-applicable" else [])
+                 for name, verdict in verdicts.items()}
+    return ClientColumn(client, "1.0", f"r-{client}", T0, scenarios, language)
+
+
+RULES = {"server-cancel": "CL-CCN-02", "repeated-cancel": "CL-CCN-03", "confirm-multiple": "CL-PC-02"}
+
+
+def test_render_clients_matrix_groups_clients_by_language_and_links_every_cell_to_its_frame_log(tmp_path: Path) -> None:
+    clients = ClientsData([
+        _column("pika", "Python", {"server-cancel": "passed", "repeated-cancel": "failed",
+                                   "confirm-multiple": "not-applicable"}),
+        _column("amqp", "Python", {"server-cancel": "passed", "repeated-cancel": "failed", "confirm-multiple": "passed"}),
+        _column("amqp091-go", "Go", {"server-cancel": "passed", "repeated-cancel": "passed"})],
+        list(RULES), {name: [rule] for name, rule in RULES.items()}, {"server-cancel": "a broker basic.cancel arrives"})
+    assert [(language, [c.client for c in columns]) for language, columns in clients.groups] == [
+        ("Python", ["pika", "amqp"]), ("Go", ["amqp091-go"])]
+    data = ReportData(T0, "/r", 3, 8, [], [], [], {}, [], [], [], [], [], [], clients=clients)
+    render_site(data, tmp_path)
     matrix = (tmp_path / "clients.html").read_text()
-    assert "1.4.4" in matrix and 'data-verdict="failed"' in matrix and "clients/pika.html#repeated-cancel" in matrix
-    page = (tmp_path / "clients" / "pika.html").read_text()
-    assert 'id="repeated-cancel"' in page and "KeyError &lt;tag&gt;" in page and "basic.cancel" in page
-    assert 'consumer_tag=&#34;ctag1&#34;' in page or "consumer_tag=&quot;ctag1&quot;" in page
-    assert "Clients (1)" in (tmp_path / "index.html").read_text()
+    assert matrix.index('data-language="Python">Python</th>') < matrix.index('data-language="Go">Go</th>')
+    assert 'colspan="2" data-language="Python"' in matrix and 'colspan="1" data-language="Go"' in matrix
+    assert 'class="cell v-failed"' in matrix and 'class="cell v-passed group-start"' in matrix
+    assert 'class="cell v-none group-start" title="amqp091-go did not play confirm-multiple"' in matrix
+    for client in ("pika", "amqp", "amqp091-go"):
+        assert f'href="clients/{client}/server-cancel.html"' in matrix
+    assert "a broker basic.cancel arrives" in matrix
+    page = (tmp_path / "clients" / "pika" / "repeated-cancel.html").read_text()  # a failure: message, frames, test page
+    assert "KeyError &lt;tag&gt;" in page and "basic.cancel" in page and "../../tests/pika-repeated-cancel.html" in page
+    assert "consumer_tag=&#34;ctag1&#34;" in page and "capabilities=[consumer_cancel_notify, publisher_confirms]" in page
+    passed = (tmp_path / "clients" / "amqp" / "server-cancel.html").read_text()  # a pass has its frame log too
+    assert 'id="verdict">passed' in passed and passed.count("<tr class=") == 2 and "test page" not in passed
+    assert "Not played" in (tmp_path / "clients" / "pika" / "confirm-multiple.html").read_text()
+    client_page = (tmp_path / "clients" / "pika.html").read_text()
+    assert 'href="../clients/pika/repeated-cancel.html"' in client_page and "Python" in client_page
+    assert "Clients (3)" in (tmp_path / "index.html").read_text()
+
+
+def test_a_clients_language_is_the_recorded_one_else_the_registrys() -> None:
+    from reports.clients import column_order, language_name
+
+    assert [language_name(c, None) for c in ("pika", "amqplib", "amqp091-go", "rabbitmq-c", "bunny")] == [
+        "Python", "Node.js", "Go", "C", "Ruby"]
+    assert language_name("my-client", "rust") == "rust" and language_name("my-client", None) == "?"
+    columns = [_column(c, language_name(c, recorded), {}) for c, recorded in (
+        ("my-client", "rust"), ("php-amqplib", None), ("kombu", None), ("pika", None), ("amqplib", "node"))]
+    assert [c.client for c in sorted(columns, key=column_order)] == ["pika", "kombu", "amqplib", "php-amqplib",
+                                                                     "my-client"]
+
+
+PLAYED = ("pika", "amqp", "amqplib")  # two languages: Python and Node.js
+SCENARIOS = ["server-cancel", "repeated-cancel"]
 
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[Any]]]:
-    """Real client runs (pika and py-amqp, a passing and a failing scenario) written to a lake."""
+    """Real client runs (pika, py-amqp and Node's amqplib; a passing and a failing scenario) written to a lake."""
     from conformance.clientside import runner
     from conformance.clientside.clients import CLIENTS
     from conformance.clientside.record import write_client_run
 
-    specs = [CLIENTS[c] for c in ("pika", "amqp") if CLIENTS[c].installed_version()]
-    require(len(specs) == 2, "pika and py-amqp")
+    specs = [CLIENTS[c] for c in PLAYED if CLIENTS[c].installed_version()]
+    require(len(specs) == len(PLAYED), "pika, py-amqp and amqplib (make .venv/.installed-stamp)")
     lake = tmp_path_factory.mktemp("client-lake")
-    found = runner.run_clients(specs, runner.select(["server-cancel", "repeated-cancel"]), jobs=2)
-    for client, results in found.items():
-        write_client_run(lake, "b", client, results, T0, 1.0, 1)
+    found = runner.run_clients(specs, runner.select(SCENARIOS), jobs=3)
+    for spec in specs:
+        write_client_run(lake, "b", spec.name, found[spec.name], T0, 1.0, 1, spec.language)
     return lake, found
 
 
-@pytest.mark.spark
-def test_collect_clients_reads_the_latest_client_runs(spark: Any, played: tuple[Path, dict[str, list[Any]]]) -> None:
+@pytest.fixture(scope="module")
+def collected(spark: Any, played: tuple[Path, dict[str, list[Any]]]) -> ClientsData:
     from reports.build import read_lake
     from reports.clients import collect_clients
 
-    lake, found = played
-    data = collect_clients(read_lake(spark, lake), [])
+    data = collect_clients(read_lake(spark, played[0]), [])
     assert data is not None
-    assert [(c.client, c.version) for c in data.clients] == sorted(
-        (client, results[0].client_version) for client, results in found.items())
-    assert {(c.client, name): s.verdict for c in data.clients for name, s in c.scenarios.items()} == {
+    return data
+
+
+@pytest.mark.spark
+def test_collect_clients_reads_the_latest_client_runs_grouped_by_language(
+        collected: ClientsData, played: tuple[Path, dict[str, list[Any]]]) -> None:
+    _lake, found = played
+    assert [(c.client, c.version, c.language) for c in collected.clients] == [
+        ("pika", found["pika"][0].client_version, "Python"), ("amqp", found["amqp"][0].client_version, "Python"),
+        ("amqplib", found["amqplib"][0].client_version, "Node.js")]
+    assert [language for language, _columns in collected.groups] == ["Python", "Node.js"]
+    assert {(c.client, name): s.verdict for c in collected.clients for name, s in c.scenarios.items()} == {
         ("amqp", "repeated-cancel"): "failed", ("amqp", "server-cancel"): "passed",
-        ("pika", "repeated-cancel"): "failed", ("pika", "server-cancel"): "passed"}
-    assert data.rules["repeated-cancel"] == ["CL-CCN-03"]
+        ("pika", "repeated-cancel"): "failed", ("pika", "server-cancel"): "passed",
+        ("amqplib", "repeated-cancel"): "failed", ("amqplib", "server-cancel"): "passed"}
+    assert collected.scenarios == SCENARIOS and collected.rules["repeated-cancel"] == ["CL-CCN-03"]
+    assert collected.titles["server-cancel"] == "a broker basic.cancel reaches the application"
+    for column in collected.clients:  # every scenario, passed or failed, carries its whole frame log
+        for name, s in column.scenarios.items():
+            assert [f["seq"] for f in s.frames] == list(range(len(s.frames))) and len(s.frames) > 8, (column.client, name)
+            assert s.frames[0]["frame_type"] == "protocol-header" and s.frames[0]["direction"] == "out"
+            assert any(f["method"] == "basic.cancel" and f["direction"] == "in" for f in s.frames)
 
 
 @pytest.fixture(scope="module")
-def client_site(played: tuple[Path, dict[str, list[Any]]], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site rendered from those runs (the pages `build_report` writes from `collect_clients`)."""
-    from conformance.clientside.record import scenario_test_id
-    from conformance.plugin.results import frame_rows
-    from reports.model import page_for_test
-
-    _lake, found = played
-    columns, logs = [], []
-    for client, results in sorted(found.items()):
-        scenarios = {}
-        for r in results:
-            page = page_for_test(f"b-{client}", scenario_test_id(client, r.scenario.id)) if r.verdict == "failed" else None
-            scenarios[r.scenario.id] = ClientScenario(r.scenario.id, list(r.scenario.rules), str(r.verdict), r.message,
-                                                      r.duration, page)
-            if page:
-                logs.append((page, list(frame_rows("b", "t", r.frames, 0.0))))
-        columns.append(ClientColumn(client, results[0].client_version, f"b-{client}", T0, scenarios))
-    clients = ClientsData(columns, ["server-cancel", "repeated-cancel"],
-                          {"server-cancel": ["CL-CCN-02"], "repeated-cancel": ["CL-CCN-03"]})
+def client_site(collected: ClientsData, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site rendered from those runs as `build_report` writes it from `collect_clients`."""
     out = tmp_path_factory.mktemp("client-site")
-    render_site(ReportData(T0, "/r", 2, 4, [], [], [], {}, [], [], [], [], [], [], clients=clients), out, logs)
+    render_site(ReportData(T0, "/r", 3, 6, [], [], [], {}, [], [], [], [], [], [], clients=collected), out)
     return out
 
 
@@ -105,18 +146,33 @@ def served_clients(client_site: Path) -> Iterator[str]:
     server.server_close()
 
 
+@pytest.mark.spark
 @pytest.mark.browser
-def test_clients_matrix_and_client_page_in_chromium(browser: Any, served_clients: str) -> None:  # noqa: F811
+def test_clients_matrix_and_a_cells_frame_log_in_chromium(browser: Any, served_clients: str) -> None:  # noqa: F811
     browser.get(f"{served_clients}/clients.html")
+    languages = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#clients-matrix th.language')).map(th => [th.textContent, th.colSpan])")
+    assert languages == [["Python", 2], ["Node.js", 1]]
     cells = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#clients-matrix td.cell a'))"
-        ".map(a => [a.closest('tr').dataset.scenario, a.dataset.client, a.dataset.verdict])")
-    assert sorted(map(tuple, cells)) == [("repeated-cancel", "amqp", "failed"), ("repeated-cancel", "pika", "failed"),
-                                         ("server-cancel", "amqp", "passed"), ("server-cancel", "pika", "passed")]
+        "return Array.from(document.querySelectorAll('#clients-matrix td.cell a')).map(a => [a.closest('tr')"
+        ".dataset.scenario, a.dataset.client, a.dataset.verdict, getComputedStyle(a.closest('td')).backgroundColor,"
+        " a.getAttribute('href')])")
+    colours = {"passed": "rgb(46, 157, 73)", "failed": "rgb(210, 60, 60)"}
+    assert sorted((s, c, v) for s, c, v, _bg, _href in cells) == sorted(
+        (s, c, "passed" if s == "server-cancel" else "failed") for s in SCENARIOS for c in PLAYED)
+    for scenario, client, verdict, background, href in cells:
+        assert background == colours[verdict] and href == f"clients/{client}/{scenario}.html"
+    width = browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    assert width, "the matrix fits the window"
     browser.save_screenshot(str(artifacts() / "clients-matrix.png"))
-    browser.get(f"{served_clients}/clients/pika.html")
-    text = browser.execute_script("return document.getElementById('repeated-cancel').innerText")
-    assert "KeyError" in text and "basic.cancel" in text and "basic.consume" in text
-    rows = browser.execute_script("return document.querySelectorAll('table[data-frames=\"repeated-cancel\"] tbody tr').length")
-    assert rows > 10
-    browser.save_screenshot(str(artifacts() / "client-pika.png"))
+    browser.find_element("css selector", 'a[data-client="amqplib"][href$="repeated-cancel.html"]').click()
+    assert browser.current_url.endswith("/clients/amqplib/repeated-cancel.html")
+    text = browser.execute_script("return document.querySelector('main').innerText")
+    assert "FAILED" in text.upper() and "Unknown consumer" in text and "amqplib" in text
+    rows = browser.execute_script("return Array.from(document.querySelectorAll('#scenario-frames tbody tr'))"
+                                  ".map(tr => [tr.className, tr.cells[4].textContent, tr.cells[5].textContent])")
+    assert len(rows) > 8 and rows[0] == ["out", "→", "protocol-header"]
+    assert ["in", "←", "basic.cancel"] in rows and ["out", "→", "basic.consume"] in rows
+    browser.save_screenshot(str(artifacts() / "client-amqplib-repeated-cancel.png"))
+    browser.get(f"{served_clients}/clients/pika/server-cancel.html")  # a pass has its frame log too
+    assert browser.execute_script("return document.querySelectorAll('#scenario-frames tbody tr').length") > 8
