@@ -20,7 +20,7 @@ Rules:
 - Values from the machine's state are drawn as indices and resolved when the step runs
   (`Pick`); each example keeps the steps as run, values resolved, and a failing one reports
   them as a program, with the frames of that run. Each machine test has a budget, shrinking
-  included (`MachineRun`, machine_support).
+  included (`Budget`, machine_support).
 """
 
 from __future__ import annotations
@@ -70,15 +70,18 @@ from conformance.model import (
 )
 from conformance.suite.machine_support import (
     ENV_EXAMPLES,
+    Budget,
     FrameLog,
     MachineClient,
-    MachineRun,
     MachineTarget,
     Pick,
     Program,
+    Smallest,
+    example_ended,
     format_frame,
     from_machine,
     machine_settings,
+    run_within_budget,
     to_outcome,
 )
 
@@ -91,15 +94,15 @@ F = TypeVar("F", bound=Callable[..., None])
 
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int,
                 **arguments: Any) -> None:
-    """Run `machine(target, **arguments)` as a Hypothesis test, within its budget (`MachineRun`)."""
-    run = MachineRun()
+    """Run `machine(target, **arguments)` as a Hypothesis test, within its budget (`run_within_budget`)."""
+    budget, smallest = Budget(Budget.seconds_configured()), Smallest()
 
-    def factory() -> ModelMachine:
+    def factory() -> ModelMachine:  # its source seeds the examples: keep it (machine_support rules)
         made = machine(target, **arguments)
-        made.machine_run = run
+        made.budget, made.smallest = budget, smallest
         return made
 
-    run.run(factory, examples=examples, steps=steps)
+    run_within_budget(factory, budget, smallest, examples=examples, steps=steps)
 
 
 def step(fn: F) -> F:
@@ -125,7 +128,8 @@ class ModelMachine(RuleBasedStateMachine):
     steps_run: ClassVar[int] = 0
     # the rules a queue-count mismatch means in this machine (a failure names its rule: DESIGN.md decision 13)
     COUNT_RULES: ClassVar[str] = "ACK-05/ACK-06/ACK-07 settlement, RQ-03 requeue on close"
-    machine_run: MachineRun | None = None  # the test's budget and smallest failure (run_machine)
+    budget: Budget | None = None
+    smallest: Smallest | None = None
     SETTLE_SECONDS: ClassVar[float] = 2.0
 
     def __init__(self, target: MachineTarget) -> None:
@@ -399,8 +403,7 @@ class ModelMachine(RuleBasedStateMachine):
                 self.final_check()
         finally:
             self.cleanup()
-            if self.machine_run is not None:
-                self.machine_run.example_ended(self.program, FrameLog(self.recorder))
+            example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder))
 
     def cleanup(self) -> None:
         deletes: list[Method] = [QueueDelete(queue=q) for q in self.real.values()]

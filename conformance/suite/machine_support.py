@@ -19,9 +19,14 @@ Rules:
   seconds, default `DEFAULT_BUDGET`, not scaled: a budget is what the user waits). Shrinking stops
   when it is spent and the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
-- One `MachineRun` runs every machine test, over the raw driver (machine_base) or through a
-  client library (machine_clients): the same budget, the same smallest failure reported when
-  Hypothesis cannot replay one (`Flaky`), each example noted as its program and its frames.
+- Every machine test, over the raw driver (machine_base) or through a client library
+  (machine_clients), runs by `run_within_budget` and ends each example by `example_ended`: the
+  same budget, the same smallest failure reported when Hypothesis cannot replay one (`Flaky`),
+  each example noted as its program and its frames.
+- The derandomized seed is Hypothesis's digest of the machine factory's source (the
+  `factory` closures of `run_machine` and `run_client_machine`): changing a line of one
+  changes every example its machines run, and the fault tests are proven on those examples.
+  Keep those few lines as they are.
 """
 
 from __future__ import annotations
@@ -147,26 +152,23 @@ class Smallest:
             raise failure from flaky
 
 
-class MachineRun:
-    """One machine test: its budget and the smallest failure its examples showed (module rules)."""
+def run_within_budget(factory: Callable[[], RuleBasedStateMachine], budget: Budget, smallest: Smallest, *,
+                      examples: int, steps: int) -> None:
+    """`factory()` as a Hypothesis test within `budget`; Flaky becomes the smallest failure seen."""
+    with budget.limit_shrinking(), smallest.instead_of_flaky():
+        run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
 
-    def __init__(self) -> None:
-        self.budget = Budget(Budget.seconds_configured())
-        self.smallest = Smallest()
 
-    def run(self, factory: Callable[[], RuleBasedStateMachine], *, examples: int, steps: int) -> None:
-        """`factory()` as a Hypothesis test, within the budget; Flaky becomes the smallest failure."""
-        with self.budget.limit_shrinking(), self.smallest.instead_of_flaky():
-            run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
-
-    def example_ended(self, program: Program, frames: FrameLog) -> None:
-        """At an example's teardown, while its failure (if any) propagates: offer it as the
-        smallest, say when the budget cut shrinking short, and note its program and frames (the
-        final run's notes are what the failure reports)."""
-        self.smallest.offer(program, frames)
-        self.budget.report()
-        note(program)
-        note(frames)
+def example_ended(budget: Budget | None, smallest: Smallest | None, program: Program, frames: FrameLog) -> None:
+    """At an example's teardown, while its failure (if any) propagates: offer it as the smallest,
+    say when the budget cut shrinking short, and note its program and frames (the final run's
+    notes are what the failure reports)."""
+    if smallest is not None:
+        smallest.offer(program, frames)
+    if budget is not None:
+        budget.report()
+    note(program)
+    note(frames)
 
 
 @dataclass(frozen=True)
