@@ -20,8 +20,10 @@ Rules (issue 6, made strict by issue 21, kill = own rule by issue 26):
   on a clean broker cannot measure kills.
 - Per fault the report shows the rules its failures named and the failed tests, which model
   machine failed naming its rule and the step count of its shrunk example (the `state.` lines
-  of Hypothesis's minimal example), and the wall time; before them the control's outcome and
-  wall time, the date and the git commit (`git rev-parse --short HEAD`, else "unknown").
+  of Hypothesis's minimal example), and the wall time; an exit status other than 0 or 1 comes
+  with the run's last output line (a collection error leaves no record). Before them: the
+  control's outcome and wall time, the date and the git commit (`git rev-parse --short
+  HEAD`, else "unknown").
   JSON summary in `--out/mutation.json`. Exit 0 when every fault is killed, 1 when some
   survive, 2 when the control failed, 4 on bad options.
 """
@@ -66,6 +68,7 @@ class Outcome:
     broken: list[str] = field(default_factory=list)  # test ids that ended broken
     failed_rules: list[str] = field(default_factory=list)  # the rules the failures named
     own_rule_killers: list[str] = field(default_factory=list)  # failed tests naming one of `rules`
+    last_words: str = ""  # an exit status other than 0 or 1: the run's last output line (why it ended so)
     machine: str | None = None  # the first failed model-machine test naming one of `rules`
     shrunk_steps: int | None = None  # steps of its minimal example
 
@@ -85,7 +88,7 @@ class Outcome:
         if self.broken:
             return f"{len(self.broken)} test(s) broken"
         if self.exit_code != 1:
-            return f"exit status {self.exit_code}, not 1"
+            return f"exit status {self.exit_code}, not 1{self._said()}"
         if not self.own_rule_killers:
             own = "/".join(self.rules) or "(none)"
             if self.failed_rules:
@@ -103,11 +106,14 @@ class Outcome:
         if self.failed:
             return f"{len(self.failed)} test(s) failed ({_listed(self.failed_rules)}): {_listed(self.failed, 3)}"
         if self.exit_code != 0:
-            return f"exit status {self.exit_code}, not 0"
+            return f"exit status {self.exit_code}, not 0{self._said()}"
         return ""
 
     def _over_time(self) -> bool:
         return self.exit_code == -1 or bool(self.time_limit and self.seconds > self.time_limit)
+
+    def _said(self) -> str:
+        return f" (it said: {self.last_words})" if self.last_words else ""
 
 
 def _listed(items: Sequence[str], most: int = 6) -> str:
@@ -171,12 +177,23 @@ def run_suite(outcome: Outcome, fault: str | None, out: Path, run_id: str, marke
     env[ENV_BUDGET] = str(machine_budget)
     if fault:
         env[ENV] = fault
+    return run_judged(outcome, cmd, env, out, run_id)
+
+
+def run_judged(outcome: Outcome, cmd: list[str], env: dict[str, str], out: Path, run_id: str) -> Outcome:
+    """Run `cmd` within the outcome's time limit, then judge its records into `outcome`."""
     started = time.monotonic()
     try:
-        code = subprocess.run(cmd, env=env, capture_output=True, timeout=outcome.time_limit, check=False).returncode
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace",
+                              timeout=outcome.time_limit or None, check=False)
     except subprocess.TimeoutExpired:
-        code = -1
-    outcome.exit_code, outcome.seconds = code, time.monotonic() - started
+        outcome.exit_code = -1
+    else:
+        outcome.exit_code = done.returncode
+        if done.returncode not in (0, 1):  # broken, broker down, or pytest's own (collection errors, ...)
+            lines = [line.strip() for line in f"{done.stdout}\n{done.stderr}".splitlines() if line.strip()]
+            outcome.last_words = lines[-1][:300] if lines else ""
+    outcome.seconds = time.monotonic() - started
     return judge(outcome, out, run_id)
 
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -37,9 +35,9 @@ from conformance.mutation import (
     area_marker,
     campaign_stamp,
     forget_run,
-    judge,
     print_control,
     print_report,
+    run_judged,
     timed_control,
 )
 from conformance.suite import SUITE_DIR
@@ -77,14 +75,7 @@ def run_through(outcome: Outcome, deviation: type[Deviation], out: Path, selecti
         env = {k: v for k, v in os.environ.items() if k not in ("AMQPC_BROKER_URL", "AMQPC_BROKER_FAULTS")}
         if budget:
             env[ENV_BUDGET] = str(budget)
-        started = time.monotonic()
-        try:
-            code = subprocess.run(cmd, env=env, capture_output=True, timeout=outcome.time_limit,
-                                  check=False).returncode
-        except subprocess.TimeoutExpired:
-            code = -1
-        outcome.exit_code, outcome.seconds = code, time.monotonic() - started
-    return judge(outcome, out, run_id)
+        return run_judged(outcome, cmd, env, out, run_id)
 
 
 def suite_selection(deviation: type[Deviation], scope: str) -> list[str]:

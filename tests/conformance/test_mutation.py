@@ -4,6 +4,7 @@ after a clean control; the fast subset (one fault per area) runs here, in `make 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,14 @@ def test_the_other_conditions_still_hold_when_the_own_rule_failed(tmp_path: Path
     assert _judged(tmp_path / "c", ["ACK-05"], [own], exit_code=-1).why_not == "over its time limit (600 s)"
     nameless = _judged(tmp_path / "d", ["ACK-05"], [{"test_id": "t::n", "verdict": "failed"}])
     assert nameless.why_not == "no failure named a rule, not its own rule ACK-05"
+
+
+def test_an_unexpected_exit_status_keeps_what_the_run_said_last(tmp_path: Path) -> None:
+    """Exit 2 without a broken record (pytest's collection error, say): the report quotes the run's last line."""
+    script = "print('collecting'); print('Interrupted: 1 error during collection'); raise SystemExit(2)"
+    outcome = mutation.run_judged(mutation.Outcome("a_fault", "ack", ["ACK-05"], 0, 0.0, 60.0),
+                                  [sys.executable, "-c", script], {}, tmp_path, "none")
+    assert outcome.why_not == "exit status 2, not 1 (it said: Interrupted: 1 error during collection)"
 
 
 def test_a_control_is_clean_only_when_nothing_failed_or_broke(tmp_path: Path) -> None:
