@@ -223,8 +223,8 @@ def _rules(recent: list[Row]) -> list[Rule]:
 
 def _matrix(rows: list[Row], failing: list[FailingTest]) -> dict[str, dict[str, Cell]]:
     pages: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for test in failing:
-        for rule_id in test.rule_ids:
+    for test in failing:  # under the rules its failure names first, then the ones it left unjudged
+        for rule_id in dict.fromkeys([*test.failed_rules, *test.rule_ids]):
             pages[rule_id, test.target].append(test.page)
     matrix: dict[str, dict[str, Cell]] = defaultdict(dict)
     for r in rows:

@@ -7,12 +7,18 @@ history and diffs between runs (added, removed, changed verdicts; regressions) a
 Rules:
 - A target is (product, version, profile, client); its label is "product version · profile ·
   client" (`unknown` for a broker that did not say).
-- A rule's verdict in a run is the worst verdict of the tests that check it, in the order
-  `conformance.plugin.verdicts.WORST_FIRST` (failed > broken > non-strict > unimplemented >
-  needs-admin > passed > not-applicable > not-claimed): a rule is passed only when all its checks ran.
+- A test checks its own rules (`rule_ids`) and the rules its failure names (`failed_rules`). Under
+  each it has its verdict, except that a `failed` test is failed only under the rules its failure
+  names and `unjudged` ("not judged") under its other rules, as in the JUnit XML (a lake written
+  before `failed_rules` existed: failed under all its rules). `failing_tests` counts the tests
+  failed under that rule.
+- A rule's verdict in a run is the worst of its tests' verdicts under it, in the order
+  `conformance.plugin.verdicts.RULE_WORST_FIRST` (failed > broken > non-strict > unimplemented >
+  needs-admin > unjudged > passed > not-applicable > not-claimed): a rule is passed only when all
+  its checks ran.
 - Score = passed / (passed + failed + non-strict + unimplemented): not-applicable and not-claimed rules,
-  rules whose checks were not run for want of `--broker-admin` (needs-admin) and broken ones
-  (the harness's fault, not the broker's) are left out. Null when nothing counts.
+  rules whose checks were not run for want of `--broker-admin` (needs-admin), not judged ones and
+  broken ones (the harness's fault, not the broker's) are left out. Null when nothing counts.
 - Runs of a target are ordered by (started, run_id). The matrix shows each target's latest run.
 - A regression is passed in run A, failed in the next run B of the same target. A flip is a
   change between passed and failed in consecutive runs; a (rule, target) with at least
@@ -26,14 +32,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from conformance.catalogue.rules import all_rules
+from conformance.plugin.verdicts import RULE_WORST_FIRST, UNJUDGED
 from conformance.plugin.verdicts import SCORED as SCORED_VERDICTS
-from conformance.plugin.verdicts import WORST_FIRST
 
-VERDICT_ORDER = tuple(v.value for v in WORST_FIRST)  # worst first
+VERDICT_ORDER = RULE_WORST_FIRST  # worst first
 SCORED = tuple(v.value for v in SCORED_VERDICTS)
 TARGET_COLUMNS = ("product", "version", "profile", "client")
 LETTERS = {"passed": "P", "failed": "F", "non-strict": "N", "unimplemented": "U", "needs-admin": "A",
-           "not-applicable": "-", "not-claimed": "c", "broken": "B"}
+           UNJUDGED: "J", "not-applicable": "-", "not-claimed": "c", "broken": "B"}
 
 
 def target_label() -> Column:
@@ -66,9 +72,19 @@ def _verdict_of(rank: Column) -> Column:
     return F.element_at(F.array(*(F.lit(v) for v in (*VERDICT_ORDER, "unknown"))), rank + 1)
 
 
+def per_rule_tests(tests: DataFrame) -> DataFrame:
+    """One row per (test, rule it checks or its failure names): the test's verdict under that rule."""
+    named = F.coalesce(F.col("failed_rules"), F.array().cast("array<string>"))
+    checked = tests.select("run_id", "test_id", "area", "verdict", named.alias("named"),
+                           F.explode(F.array_distinct(F.concat("rule_ids", named))).alias("rule_id"))
+    other_rule = ((F.col("verdict") == "failed") & (F.size("named") > 0)
+                  & ~F.array_contains(F.col("named"), F.col("rule_id")))
+    return checked.withColumn("verdict", F.when(other_rule, F.lit(UNJUDGED)).otherwise(F.col("verdict"))).drop("named")
+
+
 def rule_verdicts(tests: DataFrame, runs: DataFrame, catalogue: DataFrame) -> DataFrame:
     """One row per (run, rule): the rule's verdict in that run, with the run's target."""
-    per_rule = (tests.select("run_id", F.explode("rule_ids").alias("rule_id"), "area", "verdict")
+    per_rule = (per_rule_tests(tests)
                 .groupBy("run_id", "rule_id")
                 .agg(_verdict_of(F.min(_rank(F.col("verdict")))).alias("verdict"),
                      F.count(F.lit(1)).alias("tests"),

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 
 HISTORY_RUNS = 30
-VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "not-applicable", "not-claimed",
-            "broken")
+VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "unjudged", "not-applicable",
+            "not-claimed", "broken")
 
 
 def slug(text: str) -> str:

@@ -54,9 +54,9 @@ from typing import Any
 from conformance.catalogue.rules import PROFILES, all_rules
 from conformance.plugin.evidence import TestEvidence, test_key
 from conformance.plugin.results import read_table
+from conformance.plugin.verdicts import UNJUDGED  # a rule of a test that failed on another rule first
 
 EXPECTED, XPASS = "expected", "xpass"
-UNJUDGED = "unjudged"  # a rule of a test that failed on another rule first: neither passed nor failed
 _DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "message", "profiles", "intermittent"})
 _TOP_KEYS = frozenset({"baseline", "deviation"})
 _TODO = re.compile(r"\bTODO\b")

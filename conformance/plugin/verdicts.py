@@ -15,7 +15,11 @@ or environment failures (our exceptions, a wedged broker) are `broken`, never `f
 - The score counts `SCORED` only: a check that did not run (`needs-admin`), does not apply
   (`not-applicable`) or could not be judged (`broken`) is left out of it.
 - A rule's verdict is the worst of its tests' verdicts, in `WORST_FIRST` order: a rule is
-  `passed` only when every applicable check of it ran and passed.
+  `passed` only when every applicable check of it ran and passed. A `failed` test counts as
+  failed only under the rules its failure names (its `failed_rules`, DESIGN.md decision 13);
+  under its other rules it is `UNJUDGED` ("not judged": it stopped before their checks), which
+  ranks below the verdicts of tests that ran and above `passed` (`RULE_WORST_FIRST`), and is
+  left out of the score.
 Replies are compared by code, class/method id and scope, never by text unless the rule is
 about the text.
 """
@@ -57,8 +61,10 @@ STATUS_TEXT = {EXIT_OK: "no unexpected result", EXIT_FAILED: "unexpected failure
 # worst first: a rule's verdict is the first of these among its tests' verdicts
 WORST_FIRST = (Verdict.FAILED, Verdict.BROKEN, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED, Verdict.NEEDS_ADMIN,
                Verdict.PASSED, Verdict.NOT_APPLICABLE, Verdict.NOT_CLAIMED)
+UNJUDGED = "unjudged"  # a rule of a failed test whose failure names other rules: neither passed nor failed
+RULE_WORST_FIRST: tuple[str, ...] = (*(v.value for v in WORST_FIRST[:5]), UNJUDGED, *(v.value for v in WORST_FIRST[5:]))
 SCORED = (Verdict.PASSED, Verdict.FAILED, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED)  # score = passed / these
-LABELS: dict[str, str] = {Verdict.NEEDS_ADMIN: "not run: needs admin"}  # for people, where the value is not enough
+LABELS: dict[str, str] = {Verdict.NEEDS_ADMIN: "not run: needs admin", UNJUDGED: "not judged"}  # for people, where the value is not enough
 
 SKIP_PREFIX = {Verdict.UNIMPLEMENTED: "unimplemented: ", Verdict.NOT_APPLICABLE: "not-applicable: ",
                Verdict.NON_STRICT: "non-strict: ", Verdict.NEEDS_ADMIN: "needs-admin: ",
