@@ -23,7 +23,7 @@ from codec import AmqpError, BasicProperties, ReplyCode
 from reference_broker.core import texts, timeouts
 from reference_broker.core.effects import Effect
 from reference_broker.core.rules import Expired, Rules
-from reference_broker.core.state import QUORUM, Connection, Consumer, Message, Queue, Unacked
+from reference_broker.core.state import QUORUM, STREAM, Connection, Consumer, Message, Queue, Unacked
 
 ENV = "AMQPC_BROKER_FAULTS"
 
@@ -218,6 +218,9 @@ FAULTS: tuple[Fault, ...] = (
           "(RabbitMQ 4.3.6's lost-timer race, lost every time; TMO-4.3-7's second SAC consumer)",
           {"timer_after_firing": lambda _fired_at, now: now,  # evaluated within the firing's millisecond
            "timer_after_command": _evaluated_after_command}),
+    Fault("streams_time_out", "timeout", "TMO-4.3-1",
+          "stream consumers time out like quorum ones (a 4.3 broker evaluating timeouts for streams too)",
+          {"times_out": lambda kind: kind in (QUORUM, STREAM)}),
     Fault("timed_out_consumer_not_paused", "timeout", "TMO-4.3-2", "a timed-out consumer keeps getting messages",
           {"pause_timed_out": _const(None)}),
     Fault("late_ack_removes_message", "timeout", "TMO-4.3-5", "a late ack removes the already returned message",

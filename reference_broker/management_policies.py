@@ -21,7 +21,7 @@ POLICY_KEYS = {"consumer-timeout", "max-length", "message-ttl", "dead-letter-exc
                "dead-letter-routing-key", "delivery-limit", "overflow", "expires",
                # accepted, no effect on a single node (TMO-4.3-6)
                "consumer-disconnected-timeout"}
-APPLY_TO = {"all", "queues", "exchanges", "classic_queues", "quorum_queues"}
+APPLY_TO = {"all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams"}
 
 
 def policy_rows(server: BrokerServer, vhost: str) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 Rules (RULES.md): CCN-02..07 consumers, QOS-01..10 prefetch, ACK-01 delivery tags shared by
 consume and get, ACK-10 a cancelled consumer's deliveries stay unacked (settlement:
-settlement.py; publish: publish.py; confirm and tx: transactions.py).
+settlement.py; publish: publish.py; confirm and tx: transactions.py). A stream consumer's
+checks and starting offset are streams.py's; basic.get on a stream is refused there.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from codec import (
     BasicQosOk,
     ReplyCode,
 )
-from reference_broker.core import durability, permissions, texts, timeouts
+from reference_broker.core import durability, permissions, streams, texts, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import after_consumer_change, checkout, dead_letter, dispatch
 from reference_broker.core.effects import Effect, Send
@@ -28,7 +29,7 @@ from reference_broker.core.errors import hard, soft
 from reference_broker.core.publish import REPLY_TO
 from reference_broker.core.resources import resolve_queue
 from reference_broker.core.settlement import settle
-from reference_broker.core.state import QUORUM, Channel, Consumer, Unacked
+from reference_broker.core.state import QUORUM, STREAM, Channel, Consumer, Unacked
 
 EMPTY = BasicProperties()
 
@@ -55,12 +56,14 @@ def basic_consume(core: BrokerState, meta: Meta, ch: Channel, m: BasicConsume,
         raise soft(ReplyCode.ACCESS_REFUSED, f"{texts.q(queue.name, vhost)} in exclusive use")
     if queue.kind == QUORUM and ch.global_prefetch:
         raise hard(ReplyCode.NOT_IMPLEMENTED, f"{texts.q(queue.name, vhost)} does not support global qos")
+    offset = streams.check_consume(core, meta, queue, ch, m) if queue.kind == STREAM else 0
     arguments = dict(m.arguments)
     timeouts.validate_argument(core, queue.name, vhost, queue.kind, arguments.get(timeouts.ARG))
     priority = arguments.get("x-priority", 0)
     consumer = Consumer(tag, ch.conn, ch.number, queue.name, m.no_ack, m.exclusive, ch.prefetch_count,
                         arguments, priority if isinstance(priority, int) else 0)
     consumer.timeout_ms = timeouts.effective_timeout(core, queue, consumer)
+    consumer.offset = offset
     ch.next_tag = core.rules.consumer_first_tag(ch.next_tag)
     ch.consumers[tag] = consumer
     queue.add_consumer(consumer)
@@ -122,6 +125,8 @@ def basic_get(core: BrokerState, meta: Meta, ch: Channel, m: BasicGet,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
     _check_read(core, ch, queue.name)
+    if queue.kind == STREAM:
+        raise streams.refused(queue, "basic.get")
     if queue.kind == QUORUM and queue.arguments.get("x-single-active-consumer") is True:
         # ERR-04, 4.3's text: rabbit_channel formats the queue type's alias (a binary) with ~p
         raise soft(ReplyCode.RESOURCE_LOCKED, f"cannot obtain access to locked {texts.q(queue.name, queue.vhost)}. "

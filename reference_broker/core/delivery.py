@@ -14,6 +14,7 @@ Rules:
 - A returned message goes back where the rules put it (RQ-01/02); a `failed` return counts
   toward the quorum delivery limit, past which it is dead-lettered (RQ-06).
 - A deleted queue loses its bindings and cancels its consumers (CCN-02).
+- Stream queues append to their log and deliver from each consumer's offset (streams.py).
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from codec import BasicCancel, BasicDeliver, BasicProperties
-from reference_broker.core import durability, timeouts
+from reference_broker.core import durability, streams, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send, StartTimer
 from reference_broker.core.routing import binding_matches
 from reference_broker.core.settings import delivery_limit, message_ttl, queue_setting
-from reference_broker.core.state import QUORUM, Consumer, Exchange, Message, Queue, Unacked, VHost
+from reference_broker.core.state import QUORUM, STREAM, Consumer, Exchange, Message, Queue, Unacked, VHost
 
 DISPATCH_BATCH = 512
 
@@ -66,6 +67,10 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
     accepted = True
     for queue in queues:
         message = Message(exchange, routing_key, properties, body)
+        if queue.kind == STREAM:  # an append-only log: no TTL, no length limit here
+            streams.append(core, meta, queue, message)
+            effects += dispatch(core, meta, queue)
+            continue
         ttl = message_ttl(core, queue, properties)
         if ttl is not None:
             message.expires_at = meta.now_ms + ttl
@@ -118,7 +123,10 @@ def dead_letter(core: BrokerState, meta: Meta, queue: Queue, message: Message, r
 def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Message, failed: bool) -> list[Effect]:
     """A delivered message goes back (RQ-01/02); `failed` counts toward the quorum
     delivery limit in 4.3 (RQ-06: reject and channel loss do, nack and timeout don't).
-    Past the limit (default 20, -1 disables) it is dead-lettered or dropped."""
+    Past the limit (default 20, -1 disables) it is dead-lettered or dropped. A stream keeps
+    every message in its log: nothing goes back."""
+    if queue.kind == STREAM:
+        return []
     if queue.kind == QUORUM and failed:
         message.delivery_count += 1
         limit = delivery_limit(core, queue)
@@ -131,6 +139,8 @@ def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Messag
 # -- delivery --------------------------------------------------------------------------------
 def dispatch(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
     """Deliver ready messages to consumers with capacity (see the module rules)."""
+    if queue.kind == STREAM:
+        return streams.dispatch(core, meta, queue, DISPATCH_BATCH)
     effects: list[Effect] = []
     budget = DISPATCH_BATCH
     while queue.consumers and queue.ready_count():

@@ -1,10 +1,11 @@
 """Durability: what the core asks the store to keep, and how a restart rebuilds the state.
 
 Rules (seed 001, PC-07, issue 9):
-- Only persistent messages (delivery_mode 2) in durable, non-exclusive queues are written.
+- Only persistent messages (delivery_mode 2) in durable, non-exclusive queues are written,
+  and every message of a stream.
   Each queue copy gets a store id; a `put` is journalled when it is enqueued, a `delete`
   when it leaves the broker's custody (acked, delivered with no-ack, dead-lettered,
-  dropped, expired, purged); a deleted queue journals one `drop`.
+  dropped, expired, purged; never for a stream's log); a deleted queue journals one `drop`.
 - Durable definitions (vhosts, durable exchanges, durable non-exclusive queues, bindings
   between durable ends, policies, users and permissions) are journalled as one snapshot
   whenever an exchange/queue command or a policy change may have altered them.
@@ -35,15 +36,16 @@ from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.journal import Definitions, Delete, Drop, Put, StoredMessage, StoreOp
 from reference_broker.core.settings import message_ttl, set_policies
-from reference_broker.core.state import QUORUM, Binding, Channel, Exchange, Message, Queue
+from reference_broker.core.state import QUORUM, STREAM, Binding, Channel, Exchange, Message, Queue
 
 PERSISTENT = 2
 SYSTEM_EXCHANGES = frozenset({"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
 
 
 def is_durable_copy(queue: Queue, message: Message) -> bool:
+    """A stream writes every message to its log on disk (osiris), whatever its delivery mode."""
     return (queue.durable and queue.exclusive_owner is None
-            and message.properties.delivery_mode == PERSISTENT)
+            and (queue.kind == STREAM or message.properties.delivery_mode == PERSISTENT))
 
 
 def remember(core: BrokerState, queue: Queue, message: Message) -> None:
@@ -185,6 +187,9 @@ def restore(core: BrokerState, meta: Meta, definitions: dict[str, Any] | None,
         properties = decode_image(row.properties[12:])  # as published (message pass-through)
         message = Message(row.exchange, row.routing_key, properties, row.body)
         message.store_id = row.id
+        if queue.kind == STREAM:
+            queue.append_to_log(message, meta.now_ms)  # a stream's log comes back in offset order
+            continue
         message.delivered = True  # it may have been delivered before the crash
         if queue.kind == QUORUM:
             message.acquired_count = 1

@@ -2,9 +2,10 @@
 
 Rules: names starting "amq." are reserved (403); the default exchange cannot be declared,
 bound or deleted (403); a redeclaration must be equivalent (406 "inequivalent arg");
-passive declares of missing entities are 404; queue types are classic and quorum, quorum
-queues being durable, non-exclusive and not auto-delete; exclusive queues belong to their
-connection (405 from other connections, ERR-04).
+passive declares of missing entities are 404; queue types are classic, quorum and stream,
+quorum queues and streams being durable, non-exclusive and not auto-delete (streams.py checks
+a stream's declaration); exclusive queues belong to their connection (405 from other
+connections, ERR-04).
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ from codec import (
     QueueUnbindOk,
     ReplyCode,
 )
-from reference_broker.core import durability, permissions, texts, timeouts
+from reference_broker.core import durability, permissions, streams, texts, timeouts
 from reference_broker.core.arguments import MAX_SUPPORTED_PRIORITY, check_non_negative_int
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.errors import soft
 from reference_broker.core.routing import EXCHANGE_TYPES
-from reference_broker.core.state import CLASSIC, QUORUM, Binding, Channel, Exchange, Queue, VHost
+from reference_broker.core.state import CLASSIC, QUORUM, STREAM, Binding, Channel, Exchange, Queue, VHost
 
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
 EQUIVALENCE_ARGS = ("x-queue-type", "x-max-length", "x-message-ttl", "x-dead-letter-exchange",
@@ -174,9 +175,11 @@ QUEUE_VERSION = "x-queue-version"
 def _queue_kind(v: VHost, m: QueueDeclare) -> str:
     kind = m.arguments.get("x-queue-type", CLASSIC)
     kind = kind.decode() if isinstance(kind, bytes) else kind
-    if kind not in (CLASSIC, QUORUM):
+    if kind not in (CLASSIC, QUORUM, STREAM):
         raise soft(ReplyCode.PRECONDITION_FAILED,
                    f"invalid arg 'x-queue-type' for {texts.q(m.queue, v.name)}: unsupported queue type '{kind}'")
+    if kind == STREAM:
+        streams.check_declare(m, v.name)
     if kind == QUORUM:
         for flag, label in ((not m.durable, "non-durable"), (m.exclusive, "exclusive"),
                             (m.auto_delete, "auto-delete")):
@@ -237,7 +240,8 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
                           m.auto_delete, dict(m.arguments))
             v.queues[name] = queue
     ch.last_queue = queue.name
-    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, queue.ready_count(), declared_consumer_count(core, queue)))
+    ready = streams.message_count(queue) if queue.kind == STREAM else queue.ready_count()
+    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, ready, declared_consumer_count(core, queue)))
 
 
 def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
@@ -269,6 +273,8 @@ def queue_purge(core: BrokerState, meta: Meta, ch: Channel, m: QueuePurge,
                 props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
     permissions.check(core, ch, "read", "queue", queue.name)
+    if queue.kind == STREAM:
+        raise streams.refused(queue, "queue.purge")
     durability.forget_all(core, queue.ready_messages())
     return _reply(ch, m.nowait, QueuePurgeOk(queue.purge()))
 
@@ -296,7 +302,10 @@ def declared_consumer_count(core: BrokerState, queue: Queue) -> int:
     """queue.declare-ok's consumer_count. A quorum queue counts its consumer records, as
     rabbit_fifo:query_stat/1 (live 4.0.5 and 4.3.6): the registered consumers (with single
     active consumer only the active one), a cancelled consumer until its deliveries are settled,
-    and one record per unsettled basic.get delivery. A classic queue: registered consumers."""
+    and one record per unsettled basic.get delivery. A classic queue: registered consumers.
+    A stream: none (rabbit_stream_queue:stat/1, live 4.3.6)."""
+    if queue.kind == STREAM:
+        return 0
     if queue.kind != QUORUM or queue.arguments.get("x-single-active-consumer") is True:
         return queue.declared_consumer_count()
     cancelled: set[tuple[int, int, str]] = set()

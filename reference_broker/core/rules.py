@@ -17,7 +17,7 @@ from typing import Any
 from codec import AmqpError, BasicProperties, ReplyCode
 from reference_broker.core import texts
 from reference_broker.core.effects import Effect
-from reference_broker.core.state import Channel, Connection, Consumer, Message, Queue, Unacked
+from reference_broker.core.state import QUORUM, Channel, Connection, Consumer, Message, Queue, Unacked
 
 Expired = list[tuple[int, int, int]]  # (connection, channel, delivery tag)
 
@@ -120,6 +120,10 @@ def _queue_first(per_queue: int | None, global_value: int) -> int:
     return global_value if per_queue is None else per_queue  # TMO-03
 
 
+def _only_quorum(kind: str) -> bool:
+    return kind == QUORUM  # TMO-4.3-1: classic queues and streams never time out
+
+
 def _only_expired(connections: dict[int, Connection], queue: Queue, expired: Expired) -> Expired:
     return expired
 
@@ -162,6 +166,7 @@ class Rules:
     cancel_on_delete: Callable[[bool], bool] = _same  # CCN-02: basic.cancel when the client has the capability
     unknown_cancel: Callable[[str], AmqpError | None] = _no_cancel_error
     # -- consumer timeouts (TMO-03, TMO-4.3-*) --------------------------------------------
+    times_out: Callable[[str], bool] = _only_quorum  # a queue type's consumers time out (4.3 rules)
     combine_timeouts: Callable[[Sequence[int]], int] = _smallest
     consumer_timeout_arg: Callable[[Any], Any] = _same
     queue_or_global: Callable[[int | None, int], int] = _queue_first

@@ -30,6 +30,9 @@ def set_policies(core: BrokerState, vhost: str, policies: dict[str, dict[str, An
     core.defs_dirty = core.journal is not None
 
 
+APPLY_TO_KIND = {"classic": "classic_queues", "quorum": "quorum_queues", "stream": "streams"}  # a policy's apply-to
+
+
 def policy_definition(core: BrokerState, queue: Queue) -> dict[str, Any]:
     """The definition of the highest-priority policy matching the queue, cached per
     queue until the policies change (it is read on every publish)."""
@@ -37,7 +40,7 @@ def policy_definition(core: BrokerState, queue: Queue) -> dict[str, Any]:
         return queue.policy_cache[1]
     best: dict[str, Any] | None = None
     for policy in core.policies.get(queue.vhost, {}).values():
-        if policy.get("apply-to", "all") not in ("all", "queues", f"{queue.kind}_queues"):
+        if policy.get("apply-to", "all") not in ("all", "queues", APPLY_TO_KIND.get(queue.kind)):
             continue
         try:
             if not re.search(policy.get("pattern", ""), queue.name):

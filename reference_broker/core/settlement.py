@@ -3,7 +3,8 @@
 Rules (RULES.md): ACK-03..09 acknowledgements, RQ-01..06 requeue. `collect` checks
 everything before anything changes, so an error leaves nothing half-settled (ACK-05);
 inside a transaction settlements are deferred to the commit (ACK-08). A late ack of a
-delivery a 4.3 timeout already returned is accepted and removes nothing (TMO-4.3-5).
+delivery a 4.3 timeout already returned is accepted and removes nothing (TMO-4.3-5). On a
+stream every settlement, requeue or not, only gives credit back (streams.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import dead_letter, dispatch, return_to_queue
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.errors import hard
-from reference_broker.core.state import Channel, Queue, Unacked
+from reference_broker.core.state import STREAM, Channel, Queue, Unacked
 
 
 def collect(core: BrokerState, ch: Channel, tag: int, multiple: bool) -> list[Unacked]:
@@ -64,6 +65,8 @@ def settle(core: BrokerState, meta: Meta, ch: Channel, items: list[Unacked], req
                 core.rules.late_ack(queue, u.message)
             continue
         queue.checked_out -= 1
+        if queue.kind == STREAM:
+            continue  # the log keeps it: settling only gives the consumer credit back (streams.py)
         if requeue is None:
             durability.forget(core, u.message)
         elif requeue:

@@ -11,6 +11,8 @@ Rules:
   x-max-priority (0..max; no priority counts as 0, above max as max: rabbit_priority_queue); a
   quorum queue always has them, as 4.3's rabbit_fifo_pq: 0..31, no priority counts as 4.
 - Delivery tags count per channel from 1, shared by consume and get (ACK-01).
+- Stream queues keep an append-only `log` (offsets are its indices) instead of ready
+  messages; each stream consumer reads it from its own `offset` (streams.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from codec import BasicProperties
 
 CLASSIC = "classic"
 QUORUM = "quorum"
+STREAM = "stream"
 QUORUM_MAX_PRIORITY = 31  # rabbit_fifo ?MAX_PRIORITY (4.3)
 QUORUM_DEFAULT_PRIORITY = 4  # rabbit_fifo ?DEFAULT_PRIORITY (4.3)
 
@@ -41,6 +44,7 @@ class Message:
     expires_at: int | None = None  # absolute ms, from x-message-ttl / expiration
     store_id: int = 0  # its row in the durable store (0: not stored), durability.py
     level: int = 0  # the priority level it waits at in its queue (PRI-01, PRI-02)
+    written_at: int = 0  # ms (monotonic) it was appended to a stream's log
 
     def copy_for_queue(self) -> Message:
         return Message(self.exchange, self.routing_key, self.properties, self.body)
@@ -60,6 +64,7 @@ class Consumer:
     unacked: int = 0
     timeout_ms: int | None = None  # effective consumer timeout (TMO-03), quorum only
     timed_out: set[int] = field(default_factory=set)  # delivery tags returned by a timeout
+    offset: int = 0  # stream consumers: the next offset of the log it reads
 
     @property
     def key(self) -> str:
@@ -132,6 +137,7 @@ class Queue:
     ready_bytes: int = 0  # body octets of ready messages (the memory alarm's measure)
     deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms
     timer_at: int | None = None  # when the queue's timeout timer is armed for
+    log: list[Message] = field(default_factory=list)  # stream queues: every message, by offset
     _lanes: dict[int, Lane] = field(default_factory=dict)  # priority level -> its ready messages
     _levels: list[int] = field(default_factory=list)  # the lanes' levels, highest first
     _returns: deque[Message] = field(default_factory=deque)  # quorum returns first
@@ -236,6 +242,12 @@ class Queue:
         """In delivery order."""
         lanes = [sorted(self._lanes[level].messages(), key=lambda m: m.seq) for level in self._levels]
         return [*self._returns, *(m for lane in lanes for m in lane)]
+
+    def append_to_log(self, message: Message, now_ms: int) -> None:
+        """A stream's message goes at the end of its log: its offset is its position."""
+        message.seq = len(self.log)
+        message.written_at = now_ms
+        self.log.append(message)
 
     # -- consumers -------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:

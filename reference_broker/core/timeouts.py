@@ -3,7 +3,7 @@
 This module computes timeouts and deadlines; what happens when one fires is in expiry.py.
 
 Rules:
-- 4.3 (TMO-4.3-*): only quorum queues time out. Each manual-ack delivery (consumer or
+- 4.3 (TMO-4.3-*): only quorum queues time out (`Rules.times_out`, TMO-4.3-1). Each manual-ack delivery (consumer or
   basic.get) gets a deadline; one timer per queue is armed at the earliest deadline. When it
   fires, only the expired deliveries are returned (returns first, delivery count unchanged),
   the consumer enters timeout state (no new messages until every timed-out delivery is
@@ -57,7 +57,7 @@ def effective_timeout(core: BrokerState, queue: Queue, consumer: Consumer) -> in
     """TMO-03 for the 4.3 rules: quorum queues only; consumer argument, else
     min(queue argument, policy), else the global value. Legacy mode: the channel checks
     instead (TMO-3x-1), so consumers carry no timeout."""
-    if core.config.timeout_mode == "legacy" or queue.kind != QUORUM:
+    if core.config.timeout_mode == "legacy" or not core.rules.times_out(queue.kind):
         return None
     value = core.rules.consumer_timeout_arg(consumer.arguments.get(ARG))
     if is_int(value):
@@ -69,7 +69,7 @@ def effective_timeout(core: BrokerState, queue: Queue, consumer: Consumer) -> in
 def arm(core: BrokerState, meta: Meta, queue: Queue, ch: Channel, unacked: Unacked,
         timeout_ms: int | None) -> list[Effect]:
     """Give a delivery its deadline and arm the queue's timer if it is the earliest."""
-    if timeout_ms is None or queue.kind != QUORUM or core.config.timeout_mode == "legacy":
+    if timeout_ms is None or not core.rules.times_out(queue.kind) or core.config.timeout_mode == "legacy":
         return []
     deadline = meta.now_ms + timeout_ms
     unacked.deadline = deadline
@@ -82,7 +82,7 @@ def arm(core: BrokerState, meta: Meta, queue: Queue, ch: Channel, unacked: Unack
 
 def get_timeout(core: BrokerState, queue: Queue) -> int | None:
     """basic.get deliveries: the queue's value, else the global one (4.3, quorum only)."""
-    if queue.kind != QUORUM or core.config.timeout_mode == "legacy":
+    if not core.rules.times_out(queue.kind) or core.config.timeout_mode == "legacy":
         return None
     value = queue_timeout(core, queue)
     return core.config.consumer_timeout if value is None else value
