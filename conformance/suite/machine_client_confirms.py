@@ -21,10 +21,10 @@ What each client shows, and so what it can be judged on:
   matches no outstanding publish is reported (PC-02/PC-05), and a wrong settlement by a
   multiple=true confirm names PC-04.
 - aio-pika resolves one future per publish from the broker's tags (it expands multiple, and
-  shows no reply code on a return: the return's code is not compared for it). It reports a
-  basic.return only for a publish on a confirm channel (aiormq drops the others, feature
-  "returns-need-confirms"), so mandatory publishes on channel 2 before it selects confirms are
-  left out for it (noted in the run).
+  shows no reply code on a return: the code the broker sent is read from the recorded frames,
+  recorded_replies). It reports a basic.return only for a publish on a confirm channel
+  (aiormq drops the others, feature "returns-need-confirms"), so mandatory publishes on
+  channel 2 before it selects confirms are left out for it (noted in the run).
 Coalescing (PC-04) shows only through py-amqp, and only when the broker confirms several
 publishes in one flush, which depends on how its reads fall; a broker numbering from 0 (PC-02)
 shows through py-amqp and aio-pika only by its consequences (a confirm that matches no publish,
@@ -46,7 +46,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from codec.constants import ReplyCode
+from codec import BasicReturn
 from conformance.drivers.interface import (
     ClientFailure,
     Confirmed,
@@ -91,7 +91,8 @@ class ClientConfirmMachine(ClientEventsMachine):
                 self.model.confirm(self.key_of(event.channel), Confirm(event.seq, False, not event.ack))
             elif isinstance(event, Returned):
                 note(f"the library reports {event}")
-                code = ReplyCode.NO_ROUTE if event.reply_code is None else event.reply_code  # not shown: not compared
+                code = self.replies.code(event.reply_code, BasicReturn, event.channel,  # not shown: the sent one
+                                         matching=lambda sent: sent.body == event.body)
                 routing_key = self.logical.get(event.routing_key, event.routing_key)
                 self.model.returned(self.key_of(event.channel), Return(code, event.exchange, routing_key, event.body))
             elif isinstance(event, ClientFailure) and event.type == "UnknownConfirm":

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from conformance.drivers.interface import ClientDriver, attempt
+from conformance.drivers.interface import ClientDriver, Recorder, attempt
 from conformance.model import outcomes
 from conformance.suite.machine_client_events import ClientEventsMachine
 from conformance.suite.machine_clients import KEYS, OUTSTANDING, client_step
-from conformance.suite.machine_support import from_machine
+from conformance.suite.machine_support import Budget, from_machine
 
 # QOS-07 (basic.get ignores the prefetch) is checked by the get steps but not claimed: the
 # get_obeys_prefetch fault was not met within the budget
@@ -46,9 +46,10 @@ CONSUMERS = from_machine(lambda m: m.consumers())  # (channel key, consumer tag)
 class ClientConsumingMachine(ClientEventsMachine):
     """Consumers on channels 1 and 2 and two classic queues: the shared rules."""
 
-    def __init__(self, make: Callable[[], ClientDriver], profile: str) -> None:
+    def __init__(self, make: Callable[[], ClientDriver], profile: str, *, recorder: Recorder,
+                 budget: Budget | None = None) -> None:
         self.consumer_ids = itertools.count(1)
-        super().__init__(make, profile)
+        super().__init__(make, profile, recorder=recorder, budget=budget)
 
     def setup_queues(self) -> None:
         self.declare("q1")

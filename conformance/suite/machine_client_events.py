@@ -27,9 +27,11 @@ from conformance.drivers.interface import (
     ClientFailure,
     Delivered,
     Event,
+    Recorder,
 )
 from conformance.model import Deliver, ServerCancel, Violation, outcomes
 from conformance.suite.machine_clients import ClientMachine
+from conformance.suite.machine_support import Budget
 
 
 class ClientEventsMachine(ClientMachine):
@@ -37,9 +39,10 @@ class ClientEventsMachine(ClientMachine):
 
     SETTLE_SECONDS: ClassVar[float] = 2.0
 
-    def __init__(self, make: Callable[[], ClientDriver], profile: str) -> None:
+    def __init__(self, make: Callable[[], ClientDriver], profile: str, *, recorder: Recorder,
+                 budget: Budget | None = None) -> None:
         self.held: list[tuple[int, Deliver]] = []
-        super().__init__(make, profile)
+        super().__init__(make, profile, recorder=recorder, budget=budget)
 
     def key_of(self, number: int) -> int:
         return next(key for key, n in self.numbers.items() if n == number)

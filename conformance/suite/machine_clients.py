@@ -11,18 +11,23 @@ connection and one classic queue. Left out, because a library does not let an ap
 express it or its timing is the library's: consumers (deliveries arrive on the library's own
 schedule), basic.recover requeue=false (pika and aio-pika do not send it), and the class and
 method ids of a broker close (pika and aio-pika drop them): outcomes are compared by scope and
-reply code only.
+reply code only; a code the library hides is read from the recorded frames (recorded_replies).
 
 Rules:
 - Every step ends with a round trip on the channel it used (queue.declare passive), so an
   asynchronous close (ACK-03/ACK-04) is seen at the step that caused it, and a publish has
   reached its queue before the next basic.get (RabbitMQ's queue.declare asks the queue process).
 - After a broker channel close the channel is reopened (the library picks the number).
+- A run is what the raw machines' is (machine_support: `run_within_budget`, `example_ended`):
+  the machine budget, shrinking included, the smallest failure seen when Hypothesis cannot replay
+  one, and a failure reported as the program of its steps with the frames the relay recorded in
+  that example.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import uuid
@@ -31,18 +36,29 @@ from typing import Any, TypeVar
 
 from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.errors import Flaky
-from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
+from codec import ChannelClose, ConnectionClose
 from conformance.drivers.interface import (
     ClientDriver,
     Delivery,
     DriverError,
+    Recorder,
     Unsupported,
     attempt,
 )
 from conformance.model import BrokerModel, GetEmpty, GetOk, GetOutcome, outcomes
-from conformance.suite.machine_support import Pick, from_machine, machine_settings
+from conformance.suite.machine_support import (
+    Budget,
+    FrameLog,
+    Pick,
+    Program,
+    Smallest,
+    example_ended,
+    from_machine,
+    run_within_budget,
+)
+from conformance.suite.recorded_replies import RecordedReplies
 
 KEYS = st.sampled_from([1, 2])
 HOW = st.sampled_from(["ack", "nack", "reject"])
@@ -50,6 +66,7 @@ OUTSTANDING = from_machine(lambda m: m.outstanding())  # (channel key, delivery 
 F = TypeVar("F", bound=Callable[..., None])
 QUEUE = "q"  # the queue's name in the model
 ACK_RULES = ("ACK-01", "ACK-03", "ACK-04", "ACK-05", "ACK-06", "ACK-07", "RQ-01", "RQ-03", "RQ-04")
+REPLY_WAIT_S = 2.0  # what a hidden reply code may take to be recorded after the library reported it
 
 
 def _scope(outcome: outcomes.Outcome) -> tuple[str, int | None]:
@@ -62,18 +79,18 @@ def _scope(outcome: outcomes.Outcome) -> tuple[str, int | None]:
 
 
 def client_step(fn: F) -> F:
-    """Wrap a rule: resolve its picks and mark the run busy while it executes (a failed step
-    leaves it busy, and the final check is not run over a failure), then run `after_step`."""
+    """Wrap a rule: resolve its picks, add it to the program, mark the run busy while it executes
+    (a failed step leaves it busy, and the final check is not run over a failure), then run
+    `after_step`."""
 
     @functools.wraps(fn)
     def wrapper(self: ClientMachine, **kwargs: Any) -> None:
+        kwargs = {k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()}
+        self.program.add(fn.__name__, kwargs)
+        self.step_since = self.replies.mark()
         self.busy = True
-        try:
-            fn(self, **{k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()})
-            self.after_step()
-        except AssertionError as exc:
-            self.failures.append(exc)
-            raise
+        fn(self, **kwargs)
+        self.after_step()
         self.busy = False
 
     return wrapper  # type: ignore[return-value]
@@ -84,16 +101,20 @@ class ClientMachine(RuleBasedStateMachine):
     channels 1 and 2 (the library numbers them), queues by logical name, the round trip that
     shows an asynchronous close (module rules) and the comparison by scope and code."""
 
-    failures: list[AssertionError]  # of every example of one run (run_client_machine)
+    failures: Smallest | None = None  # the run's failures, the smallest kept (run_client_machine's factory sets it)
 
-    def __init__(self, make: Callable[[], ClientDriver], profile: str) -> None:
+    def __init__(self, make: Callable[[], ClientDriver], profile: str, *, recorder: Recorder,
+                 budget: Budget | None = None) -> None:
         super().__init__()
+        self.budget = budget
+        self.replies = RecordedReplies(recorder, REPLY_WAIT_S)  # before the driver: its connection is next
+        self.step_since = self.replies.since
+        self.program = Program(type(self).__name__)
         self.model = BrokerModel(profile)
         self.bodies = itertools.count(1)
         self.prefix = f"amqpc.mc.{uuid.uuid4().hex[:10]}"
         self.real: dict[str, str] = {}  # logical queue name -> the broker's
         self.busy = False
-        self.failures = []  # run_client_machine shares one list across the examples of a run
         self.requeued_by_close: set[bytes] = set()
         self.closes_seen: list[int] = []  # reply codes of broker channel closes a step has met
         self.driver = make()
@@ -133,6 +154,7 @@ class ClientMachine(RuleBasedStateMachine):
 
     def _compare(self, what: str, key: int, observed: outcomes.Outcome, expected: outcomes.Outcome,
                  rule: str = "") -> None:
+        observed = self._with_sent_code(key, observed)
         note(f"{what} on channel {key}: {observed}")
         assert _scope(observed) == _scope(expected), \
             f"{what}: through the client the broker gave {observed}, the rules say {expected}" + \
@@ -142,6 +164,16 @@ class ClientMachine(RuleBasedStateMachine):
             self._open(key)
         elif isinstance(observed, outcomes.ConnectionClosed):
             raise AssertionError(f"{what}: the connection closed ({observed}); the machine cannot go on")
+
+    def _with_sent_code(self, key: int, observed: outcomes.Outcome) -> outcomes.Outcome:
+        """`observed` with the reply code the broker sent in this step, when the library hid it (0)."""
+        if isinstance(observed, outcomes.ChannelClosed):
+            code = self.replies.code(observed.code, ChannelClose, self.numbers[key], since=self.step_since)
+        elif isinstance(observed, outcomes.ConnectionClosed):
+            code = self.replies.code(observed.code, ConnectionClose, 0, since=self.step_since)
+        else:
+            return observed
+        return dataclasses.replace(observed, code=code)
 
     def outstanding(self) -> list[tuple[int, int]]:
         """(channel key, delivery tag) of every delivery the model holds unacked."""
@@ -225,12 +257,11 @@ class ClientMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if not self.busy:
+                self.step_since = self.replies.mark()
                 self.final_check()
-        except AssertionError as exc:
-            self.failures.append(exc)
-            raise
         finally:
             self.cleanup()
+            example_ended(self.budget, self.failures, self.program, FrameLog(self.replies.recorder, self.replies.since))
 
     def cleanup(self) -> None:
         """Delete the machine's queues, then close: best effort, whatever state the library is in."""
@@ -289,25 +320,22 @@ class ClientAckMachine(ClientMachine):
         self.model.quiesce()
 
 
-def run_client_machine(machine: type[ClientMachine], make: Callable[[], ClientDriver], profile: str, *,
-                       examples: int, steps: int) -> None:
-    failures: list[AssertionError] = []
+def run_client_machine(machine_class: type[ClientMachine], make: Callable[[], ClientDriver], profile: str, *,
+                       recorder: Recorder, examples: int, steps: int) -> None:
+    """Run `machine_class` through the drivers `make` returns, whose relay records into `recorder`,
+    as a Hypothesis test within the machine budget, as the raw machines run (`run_within_budget`)."""
+    budget, failures = Budget(Budget.seconds_configured()), Smallest()
+    machine: Callable[[Callable[[], ClientDriver], str], ClientMachine] = \
+        functools.partial(machine_class, recorder=recorder, budget=budget)
 
-    def factory() -> Any:
+    def factory() -> Any:  # its source seeds the examples: keep it (machine_support rules)
         made = machine(make, profile)
         made.failures = failures
         return made
 
-    try:
-        run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
-    except Flaky as flaky:  # the failure did not replay the same way: report the first failure seen
-        if not failures:
-            raise
-        failure = AssertionError(str(failures[0]))
-        failure.add_note("(Hypothesis could not replay this failure the same way: the broker's or the library's "
-                         f"timing differs between runs, {type(flaky).__name__})")
-        raise failure from flaky
+    run_within_budget(factory, budget, failures, examples=examples, steps=steps)
 
 
-def run_client_ack_machine(make: Callable[[], ClientDriver], profile: str, *, examples: int, steps: int) -> None:
-    run_client_machine(ClientAckMachine, make, profile, examples=examples, steps=steps)
+def run_client_ack_machine(make: Callable[[], ClientDriver], profile: str, *, recorder: Recorder, examples: int,
+                           steps: int) -> None:
+    run_client_machine(ClientAckMachine, make, profile, recorder=recorder, examples=examples, steps=steps)

@@ -4,7 +4,9 @@ Each test states a rule the way an application would, through the `ClientDriver`
 (conformance.drivers.interface), and runs only under `--client` (under the default raw driver
 the rest of the suite checks the same rules on the wire). The frames are recorded by the
 relay in front of the broker, so a verdict carries the wire evidence too. A rule that holds on
-the wire but fails here is a client bug or a rule the client cannot express.
+the wire but fails here is a client bug or a rule the client cannot express. A reply code is
+always asserted exactly: where the library does not show it (aio-pika's basic.return), the
+code the broker sent is read from the recorded frames (recorded_replies).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
+from codec import BasicReturn, ChannelClose
 from conformance.drivers.interface import (
     BrokerCancelled,
     ChannelClosed,
@@ -21,6 +24,7 @@ from conformance.drivers.interface import (
     ClientDriver,
     Confirmed,
     Delivered,
+    Recorder,
     Returned,
     wait_event,
 )
@@ -28,6 +32,7 @@ from conformance.plugin.session import Names, Target
 from conformance.suite.machine_clients import ACK_RULES, run_client_ack_machine
 from conformance.suite.machine_consuming import machine_target
 from conformance.suite.queue_steps import RETURN_S
+from conformance.suite.recorded_replies import RecordedReplies
 
 LIBRARIES = ("pika", "amqp", "aio-pika")
 Client = Callable[[], ClientDriver]
@@ -78,18 +83,28 @@ def test_ack_multiple_settles_every_outstanding_tag_up_to_it(client: Client, nam
     assert _ready(client(), queue, 0, target.timeout(RETURN_S)) == 0
 
 
+def _hidden(shown: int | None) -> str:
+    return "" if shown else " (read from the recorded frames: the library does not show it)"
+
+
 @pytest.mark.clients(*LIBRARIES)
 @pytest.mark.rules("ACK-03")
-def test_an_unknown_tag_closes_the_channel_406(client: Client, names: Names, target: Target) -> None:
+def test_an_unknown_tag_closes_the_channel_406(client: Client, names: Names, target: Target,
+                                               recorder: Recorder) -> None:
+    replies = RecordedReplies(recorder, target.timeout(2))
     driver, ch, queue = _filled(client, names, 1)
     driver.ack(ch, 99)
     closed = wait_event(driver, (ChannelClosedEvent,), target.timeout(5))
     if closed is None:  # a library that reports the close at the next operation on the channel
         with pytest.raises(ChannelClosed) as raised:
             driver.get(ch, queue)
-        assert raised.value.code == 406
+        shown: int | None = raised.value.code
     else:
-        assert isinstance(closed, ChannelClosedEvent) and closed.code in (406, None)
+        assert isinstance(closed, ChannelClosedEvent)
+        shown = closed.code
+    code = replies.code(shown, ChannelClose, ch)
+    assert code == 406, f"ACK-03: basic.ack of unknown tag 99 closed the channel with {code}{_hidden(shown)}, " \
+        "not 406 PRECONDITION_FAILED"
 
 
 @pytest.mark.clients("pika", "aio-pika", why="py-amqp's Channel has no basic_nack (its API stops at basic.reject)")
@@ -157,10 +172,11 @@ def test_prefetch_caps_unacked_deliveries(client: Client, names: Names, target: 
 
 @pytest.mark.clients(*LIBRARIES)
 @pytest.mark.rules(*ACK_RULES)
-def test_acknowledgements_through_the_client_match_the_model(client: Client, target: Target) -> None:
+def test_acknowledgements_through_the_client_match_the_model(client: Client, target: Target,
+                                                            recorder: Recorder) -> None:
     """The acks machine (machine_clients) with the library's calls as its steps."""
     profile = machine_target(target).profile  # not-applicable where the model does not speak for the broker
-    run_client_ack_machine(client, profile, examples=40, steps=10)
+    run_client_ack_machine(client, profile, recorder=recorder, examples=40, steps=10)
 
 
 # -- transactions (ACK-08, PC-11, PC-03) ---------------------------------------------------------
@@ -202,24 +218,26 @@ def test_confirm_select_on_a_tx_channel_is_406(client: Client, names: Names, tar
 
 
 # -- mandatory publish returned (PC-06) ------------------------------------------------------------
-def _returned(driver: ClientDriver, ch: int, routing_key: str, target: Target) -> Returned:
+def _returned(driver: ClientDriver, ch: int, routing_key: str, target: Target, replies: RecordedReplies) -> Returned:
     event = wait_event(driver, (Returned,), target.timeout(5))
     assert isinstance(event, Returned), "no basic.return reached the library's return callback"
     assert (event.channel, event.exchange, event.routing_key, event.body) == (ch, "", routing_key, b"back")
-    assert event.reply_code in (312, None), f"reply code {event.reply_code}, not 312 NO_ROUTE"  # None: not shown
+    code = replies.code(event.reply_code, BasicReturn, ch, matching=lambda sent: sent.body == b"back")
+    assert code == 312, f"PC-06: basic.return reply code {code}{_hidden(event.reply_code)}, not 312 NO_ROUTE"
     return event
 
 
 @pytest.mark.clients(*LIBRARIES)
 @pytest.mark.rules("PC-06")
 def test_an_unroutable_mandatory_publish_is_returned_then_confirmed(client: Client, names: Names,
-                                                                    target: Target) -> None:
+                                                                    target: Target, recorder: Recorder) -> None:
+    replies = RecordedReplies(recorder, target.timeout(2))
     driver = client()
     ch = driver.open_channel()
     driver.confirm_select(ch)
     nowhere = names.queue("nowhere")
     driver.publish(ch, "", nowhere, b"back", mandatory=True)
-    _returned(driver, ch, nowhere, target)  # first: the return precedes the confirm
+    _returned(driver, ch, nowhere, target, replies)  # first: the return precedes the confirm
     confirmed = wait_event(driver, (Confirmed,), target.timeout(5))
     assert isinstance(confirmed, Confirmed) and confirmed.ack, f"the confirm after the return: {confirmed}"
 
@@ -228,12 +246,13 @@ def test_an_unroutable_mandatory_publish_is_returned_then_confirmed(client: Clie
                      "publisher confirms (docs/findings-clients.md)")
 @pytest.mark.rules("PC-06")
 def test_an_unroutable_mandatory_publish_is_returned_without_confirms(client: Client, names: Names,
-                                                                      target: Target) -> None:
+                                                                      target: Target, recorder: Recorder) -> None:
+    replies = RecordedReplies(recorder, target.timeout(2))
     driver = client()
     ch = driver.open_channel()
     nowhere = names.queue("nowhere")
     driver.publish(ch, "", nowhere, b"back", mandatory=True)
-    _returned(driver, ch, nowhere, target)
+    _returned(driver, ch, nowhere, target, replies)
 
 
 # -- global qos (QOS-03) ---------------------------------------------------------------------------

@@ -106,8 +106,9 @@ MACHINE_CASES = [(library, ()) for library in sorted(PRODUCTS)] + [
 def test_the_acks_machine_through_a_client_passes_only_a_conforming_broker(library: str, faults: tuple[str, ...],
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_SHRINK, "0")  # a failure matters here, not its minimal form
+    recorder = Recorder()
     with EmbeddedBroker(faults=list(faults)) as running, \
-            RecordingRelay(running.host, running.port, Recorder()) as relay:
+            RecordingRelay(running.host, running.port, recorder) as relay:
         drivers = []
 
         def make() -> object:
@@ -118,10 +119,10 @@ def test_the_acks_machine_through_a_client_passes_only_a_conforming_broker(libra
 
         try:
             if not faults:
-                run_client_ack_machine(make, "rabbitmq-3.10", examples=40, steps=10)  # type: ignore[arg-type]
+                run_client_ack_machine(make, "rabbitmq-3.10", recorder=recorder, examples=40, steps=10)  # type: ignore[arg-type]
             else:
                 with pytest.raises(AssertionError, match=r"rules (say|allow)"):
-                    run_client_ack_machine(make, "rabbitmq-3.10", examples=40, steps=10)  # type: ignore[arg-type]
+                    run_client_ack_machine(make, "rabbitmq-3.10", recorder=recorder, examples=40, steps=10)  # type: ignore[arg-type]
         finally:
             for driver in drivers:
                 driver.close()
