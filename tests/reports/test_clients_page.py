@@ -26,7 +26,7 @@ def _column(client: str, language: str, verdicts: dict[str, str]) -> ClientColum
                "consumer_tag": "ctag1"},
               {"seq": 1, "ts": T0, "connection": 1, "channel": 0, "direction": "out", "method": "connection.start-ok",
                "capabilities": ["consumer_cancel_notify", "publisher_confirms"]}]
-    scenarios = {name: ClientScenario(name, [RULES[name]], verdict, "KeyError <tag>" if verdict == "failed" else None,
+    scenarios = {name: ClientScenario(name, [RULES.get(name, "CL-X")], verdict, "KeyError <tag>" if verdict == "failed" else None,
                                       0.4, f"{client}-{name}" if verdict == "failed" else None,
                                       frames if verdict != "not-applicable" else [])
                  for name, verdict in verdicts.items()}
@@ -176,3 +176,51 @@ def test_clients_matrix_and_a_cells_frame_log_in_chromium(browser: Any, served_c
     browser.save_screenshot(str(artifacts() / "client-amqplib-repeated-cancel.png"))
     browser.get(f"{served_clients}/clients/pika/server-cancel.html")  # a pass has its frame log too
     assert browser.execute_script("return document.querySelectorAll('#scenario-frames tbody tr').length") > 8
+
+
+@pytest.fixture(scope="module")
+def every_client_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Every registered client on every scenario (hand-made verdicts), served: the matrix at its real size."""
+    from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
+    from conformance.clientside.scenario import SCENARIOS
+    from conformance.drivers.registry import REGISTRY
+    from reports.clients import column_order, language_name
+
+    verdicts = ("passed", "passed", "failed", "not-applicable")
+    columns = [_column(name, language_name(name, None), {sc: verdicts[(i + j) % 4] for j, sc in enumerate(SCENARIOS)})
+               for i, name in enumerate(REGISTRY)]
+    clients = ClientsData(sorted(columns, key=column_order), list(SCENARIOS),
+                          {sc.id: list(sc.rules) for sc in SCENARIOS.values()},
+                          {sc.id: sc.title for sc in SCENARIOS.values()})
+    out = tmp_path_factory.mktemp("every-client-site")
+    render_site(ReportData(T0, "/r", len(columns), len(columns) * len(SCENARIOS), [], [], [], {}, [], [], [], [], [],
+                           [], clients=clients), out)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(out)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.browser
+def test_eleven_clients_in_seven_languages_fit_a_1280_pixel_window(browser: Any,  # noqa: F811
+                                                                   every_client_site: str) -> None:
+    browser.set_window_size(1280, 1000)
+    try:
+        browser.get(f"{every_client_site}/clients.html")
+        assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+        assert browser.execute_script(
+            "const t = document.getElementById('clients-matrix'); return t.scrollWidth <= t.parentElement.clientWidth")
+        # each language's heading spans exactly its libraries' columns
+        spans = browser.execute_script("""
+            const heads = Array.from(document.querySelectorAll('#clients-matrix th.language'));
+            const libs = Array.from(document.querySelectorAll('#clients-matrix th.client'));
+            return heads.map(h => { const mine = libs.filter(l => l.dataset.language === h.dataset.language);
+              const r = h.getBoundingClientRect(), a = mine[0].getBoundingClientRect(),
+                    b = mine[mine.length - 1].getBoundingClientRect();
+              return [h.textContent, mine.length, Math.abs(r.left - a.left) < 2 && Math.abs(r.right - b.right) < 2]; });""")
+        assert spans == [["Python", 5, True], ["Node.js", 1, True], ["Go", 1, True], ["Java", 1, True], ["C", 1, True],
+                         ["Ruby", 1, True], ["PHP", 1, True]]
+        browser.save_screenshot(str(artifacts() / "clients-matrix-every-client.png"))
+    finally:
+        browser.set_window_size(1400, 1000)
