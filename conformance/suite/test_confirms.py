@@ -259,6 +259,20 @@ def test_persistent_message_in_durable_queue_is_confirmed_once_stored(connect: C
 
 
 @pytest.mark.rules("PC-07")
+def test_persistent_message_in_a_transient_queue_is_confirmed(connect: Connect, names: Names,
+                                                              target: Target) -> None:
+    """A transient queue stores nothing: it accepts a persistent message as it accepts any other, so the
+    message is confirmed once enqueued (RabbitMQ 3.10.8, live; GarageMQ 0.1 never confirms it)."""
+    client = connect()
+    ch = confirm_channel(client)
+    queue = names.queue()
+    declare(client, ch, queue)
+    publish_burst(client, ch, [queue] * 3, properties=PERSISTENT)
+    assert Confirms.expecting(1, 3).collect(client, ch, target.timeout(5)).acked == {1, 2, 3}
+    assert message_count(client, ch, queue) == 3
+
+
+@pytest.mark.rules("PC-07")
 def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -> None:
     require_kind(target.profile, QUORUM)
     client = connect()
