@@ -27,8 +27,10 @@ Rules (DESIGN.md decision 13: a baseline accepts a failure, not a test):
   file (a suite file split or moved), unless another test of the run matches it exactly.
 - A `failed` test is `expected` when every rule it saw broken is matched by an applicable
   deviation; any other failure stays unexpected and fails the gate (exit 1).
-- A deviation (or one of its test patterns) whose covered tests ran, none failed and at least
-  one passed is an XPASS: the broker no longer deviates, so the entry should be removed. Its
+- A deviation (or one of its test patterns) whose covered tests ran, none failed naming its rule
+  and at least one passed is an XPASS: the broker no longer deviates, so the entry should be
+  removed. A test that failed on another rule leaves the entry's rule unjudged (neither a failure
+  of it nor a pass). Its
   passing tests get the gate outcome `xpass`; `--strict-baseline` fails the gate on it. An
   `intermittent` deviation (a race the broker loses only sometimes) is never an XPASS; the
   judgement says whether it was seen in this run (`Judgement.seen`).
@@ -255,7 +257,7 @@ def judge(tests: Sequence[TestEvidence], baseline: Baseline | None, profile: str
                 if deviation.matches_failure(test):
                     result.matched.setdefault((test.nodeid, deviation.rule), deviation)
                     seen.append(test.nodeid)
-            failed = [t for t in unit if t.verdict == "failed"]
+            failed = [t for t in unit if t.verdict == "failed" and deviation.rule in t.failed_rules]
             passed = [t for t in unit if t.verdict == "passed"]
             if passed and not failed and not deviation.intermittent:
                 result.xpasses.append((deviation, pattern, tuple(t.nodeid for t in passed)))

@@ -180,6 +180,20 @@ def test_judge_per_test_patterns() -> None:
     assert [(d.rule, p) for d, p, _ in judged.xpasses] == [("ACK-03", "u")]
 
 
+def test_judge_a_failure_of_another_rule_neither_matches_nor_saves_an_entry() -> None:
+    """A machine whose failure names ACK-09 (basic.recover answered 540) neither matches an ACK-01 entry
+    nor keeps it from being an XPASS when a test of ACK-01 passed: failures name their rules."""
+    machine = TestEvidence("conformance/suite/test_machines.py::test_m", "failed", "ack", ("ACK-01", "ACK-09"),
+                           failures={"ACK-09": "basic.recover requeue=True: broker gave ConnectionClosed(540, 60, 110)"})
+    tags = evidence("tags", "passed", "ACK-01")
+    baseline = parse_baseline('[[deviation]]\nrule = "ACK-01"\nreason = "machines stop at basic.recover"\n')
+    judged = judge([machine, tags], baseline, None)
+    assert [judged.outcome(t) for t in (machine, tags)] == ["failed", XPASS]
+    assert judged.rule_outcome(machine, "ACK-01") == "unjudged" and judged.seen[baseline.deviations[0]] == ()
+    both = parse_baseline('[[deviation]]\nrule = "ACK-01"\nreason = "r"\n[[deviation]]\nrule = "ACK-09"\nreason = "540"\n')
+    assert judge([machine, tags], both, None).outcome(machine) == EXPECTED
+
+
 def test_judge_intermittent_deviation_is_never_an_xpass() -> None:
     tests = [evidence("a", "passed"), evidence("b", "failed", "ACK-04")]
     baseline = parse_baseline('[[deviation]]\nrule = "ACK-03"\nreason = "race"\nintermittent = true\n'
