@@ -99,7 +99,11 @@ class ConfirmMachine(ModelMachine):
     def tx_select(self, ch: int | None) -> None:
         if ch is None:
             return
-        observed = self.call(ch, TxSelect(), TxSelectOk)  # PC-03: 406 on a confirm channel
+        try:
+            observed = self.call(ch, TxSelect(), TxSelectOk)  # PC-03: 406 on a confirm channel
+        except AssertionError as exc:  # no reply at all (a broker without the tx class): the failure is PC-03's
+            raise Violation(f"tx.select on confirm channel {ch}: {exc}; expected channel.close 406 "
+                            "PRECONDITION_FAILED (PC-03)") from None
         self.expect_outcome("tx.select", observed, self.model.tx_select(ch), "PC-03")
         self.recover_from(ch, observed)
 
