@@ -14,7 +14,9 @@ start-ok, queue.delete and its answer, basic.consume, recorder gaps) build each 
 - how many channels read (consume from or get from) each queue in the recording (RQ-01/02:
   the order of a queue with one reader is the queue's alone), and each queue's declared type;
 - `judged` False for a connection recorded mid-stream: the recorder wrote a `gap` row on
-  channel -1 (the connection itself) for bytes it could not frame.
+  channel -1 (the connection itself) for bytes it could not frame;
+- `connection_closed` when a connection.close (either side) was recorded: its channels ended
+  there, and the confirms still pending died with them (PC-13).
 
 Rules: works on any frames table holding whole recordings (a run, or one test with all its
 connections); the rows it reads are a small subset, selected with vectorised filters first.
@@ -34,7 +36,7 @@ from conformance.model.trace import Context, Deletion, recorded_traits
 
 ConnectionKey = tuple[str, str, int]  # (run_id, test_id, connection)
 CONTEXT_COLUMNS = ("ts", "queue", "product", "version", "emulates", "capabilities", "nowait", "queue_type")
-_ALWAYS = ("connection.start", "connection.start-ok", "queue.delete", "queue.declare")
+_ALWAYS = ("connection.start", "connection.start-ok", "queue.delete", "queue.declare", "connection.close")
 _WITH_DELETIONS = ("queue.delete-ok", "channel.close", "basic.consume")  # only read when a queue.delete is there
 _READERS = ("basic.consume", "basic.get")  # who reads each queue (RQ-01/02 order), counted vectorised
 CONTEXT_METHODS = (*_ALWAYS, *_WITH_DELETIONS, "basic.get")
@@ -143,11 +145,14 @@ def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]
     client: dict[int, list[str] | None] = {}
     mid_stream: set[int] = set()
     connections: set[int] = set()
+    closed: set[int] = set()
     for row in rows:
         connection = row["connection"]
         connections.add(connection)
         if row["frame_type"] == "gap":
             mid_stream.add(connection)
+        elif row["method"] == "connection.close":
+            closed.add(connection)
         elif row["method"] == "connection.start" and row["direction"] == "in":
             server[connection] = row
         elif row["method"] == "connection.start-ok" and row["direction"] == "out":
@@ -171,5 +176,5 @@ def _connections(rows: list[dict[str, Any]], deletions: dict[str, list[Deletion]
         elif connection in client:
             unknown = "the lake has no capabilities column: written before it existed"
         contexts[connection] = Context(traits, notify, unknown, deletions, {q: n for q, n in consumers.items() if q},
-                                       judged=connection not in mid_stream)
+                                       judged=connection not in mid_stream, connection_closed=connection in closed)
     return contexts

@@ -29,6 +29,10 @@ Rules:
   nowait basic.cancel ends what a deletion owes the consumer, but deliveries already in flight
   may still follow it (CCN-04 is judged after a cancel-ok only); a nowait request never counts
   as one the broker answered.
+- PC-13: confirms pending when the channel closed (the client's channel.close, the broker's,
+  or the connection's close) died with it; a publish is a missing confirm (PC-05, a warning)
+  only on a channel that stayed open until the recording ended, at least the context's grace
+  after the publish.
 Observers never raise on odd input: an unexpected frame is skipped, not fatal.
 """
 

@@ -61,7 +61,7 @@ class ChannelTrace:
     deleting: tuple[int, str, int] | None = None  # (seq, queue, ts) of an unanswered queue.delete
     get_no_ack: bool = False
     get_queue: str | None = None  # the queue of the last basic.get
-    unconfirmed: dict[int, None] = field(default_factory=dict)  # ascending seqnos (PC-05)
+    unconfirmed: dict[int, tuple[int, int]] = field(default_factory=dict)  # ascending seqnos -> (publish seq, us) (PC-05)
     tx: bool = False
     tx_settled: list[tuple[int, str | None, bool]] = field(default_factory=list)  # (tag, ctag, requeue)
     pending_error: Finding | None = None  # an invalid ack the broker must answer with 406
@@ -159,12 +159,7 @@ def close_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     if error is not None and not s.broker_closed:
         s.find(error.seq, error.kind, f"{error.detail}: the broker answered the client's channel.close "
                                       f"with close-ok; expected channel.close {UNKNOWN_TAG_CODE:d} first")
-    if s.client_closed and not s.broker_closed and s.unconfirmed:
-        missing = list(s.unconfirmed)
-        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
-        s.find(c.seq[i], "confirm-missing",
-               f"{len(missing)} published seqno(s) never confirmed before the channel closed: {shown}")
-    s.unconfirmed.clear()
+    s.unconfirmed.clear()  # PC-13: confirms pending at the client's close die with the channel
     s.broker_closed = True  # the lifetime is over; only channel.open starts a new one
 
 
@@ -182,6 +177,7 @@ def finish(s: ChannelTrace) -> None:
         s.pending_error = None
     end = s.last_ts if s.client_closed or s.broker_closed else max(s.last_ts, s.context.recording_end)
     _owed_cancels(s, end)
+    _missing_confirms(s, end)
     if s.deleting is not None:
         seq, queue, ts = s.deleting
         consumers = s.context.consumers.get(queue, 0)
@@ -189,6 +185,21 @@ def finish(s: ChannelTrace) -> None:
             s.find(seq, "delete-unanswered", f"queue.delete of {queue!r}, which had {consumers} consumer(s), was "
                                              f"never answered ({(end - ts) / 1e6:.1f} s until the channel ended)")
         s.deleting = None
+
+
+def _missing_confirms(s: ChannelTrace, end: int) -> None:
+    """PC-05: a publish never confirmed on a channel that stayed open, for `grace_us` after it,
+    until the recording ended. One pending when the channel closed (the client's channel.close,
+    the broker's, or the connection's close) is not missing: pending confirms die with the
+    channel (PC-13)."""
+    if s.client_closed or s.broker_closed or s.context.connection_closed:
+        return
+    missing = [seqno for seqno, (_seq, at) in s.unconfirmed.items() if end - at >= s.context.grace_us]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        s.find(s.unconfirmed[missing[0]][0], "confirm-missing",
+               f"{len(missing)} published seqno(s) never confirmed while the channel stayed open until the "
+               f"recording ended: {shown}")
 
 
 def _owed_cancels(s: ChannelTrace, end: int) -> None:
@@ -272,7 +283,7 @@ def confirm_select(s: ChannelTrace, c: Columns, i: int) -> None:
 def publish(s: ChannelTrace, c: Columns, i: int) -> None:
     channel = s.channel
     if channel.confirm and not s.client_closed:  # PC-02: seqnos count publishes after select
-        s.unconfirmed[channel.publish_seqno] = None
+        s.unconfirmed[channel.publish_seqno] = (c.seq[i], int(c.ts[i]) if c.ts is not None else 0)
         channel.publish_seqno += 1
 
 

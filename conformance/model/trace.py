@@ -152,7 +152,8 @@ class Context:
     queue_types: Mapping[str, str] = field(default_factory=dict)  # queue -> "classic" | "quorum" | ... when declared
     judged: bool = True
     recording_end: int = 0  # microseconds: the recording's last frame (a channel never closed lasts until then)
-    grace_us: int = 1_000_000  # how long a broker may take to send what a deletion owes
+    grace_us: int = 1_000_000  # how long a broker may take to send what a deletion (or a publish, PC-05) owes
+    connection_closed: bool = False  # connection.close recorded: every channel ended there (PC-13)
 
 
 DEFAULT_CONTEXT = Context()

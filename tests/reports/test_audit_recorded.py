@@ -215,3 +215,45 @@ def test_audit_requeue_order_follows_the_queue_type() -> None:
     prioritised = [*OPEN, *window[:4], *_message(1, "m0", priority=5), *window[7:], *_message(3, "m1", True),
                    *_message(4, "m0", True)]  # a priority queue orders by priority
     assert kinds(prioritised, context()) == [("unjudged-requeue-order", "RQ-01")]
+
+
+# -- PC-13: pending confirms die with the channel; PC-05: a confirm missing on an open channel --
+SELECT = [F(0, "out", "confirm.select"), F(0, "in", "confirm.select-ok")]
+PUBLISHED = [F(0, "out", "basic.publish", ts=1 * S) for _ in range(3)]
+ONE_CONFIRMED = [*OPEN, *SELECT, *PUBLISHED, F(0, "in", "basic.ack", delivery_tag=1, ts=1 * S + 500)]
+LATER = Context(recording_end=10 * S)  # the recording goes on 9 s after the publishes
+
+
+def test_audit_confirms_pending_when_the_channel_closed_are_not_missing() -> None:
+    client_close = [F(0, "out", "channel.close", ts=5 * S), F(0, "in", "channel.close-ok", ts=5 * S)]
+    broker_close = [F(0, "in", "channel.close", reply_code=406, ts=5 * S), F(0, "out", "channel.close-ok", ts=5 * S)]
+    for close in (client_close, broker_close):
+        assert kinds([*ONE_CONFIRMED, *close], LATER) == []
+    assert kinds(ONE_CONFIRMED, Context(recording_end=10 * S, connection_closed=True)) == []  # the connection's close
+
+
+def test_audit_a_confirm_missing_on_a_channel_that_stays_open_is_pc_05() -> None:
+    found = audit_channel(renumber(ONE_CONFIRMED), LATER)
+    assert [(f.kind, f.rule_id, f.severity) for f in found] == [("confirm-missing", "PC-05", "warning")]
+    assert found[0].detail.startswith("2 published seqno(s) never confirmed while the channel stayed open")
+    assert found[0].detail.endswith(": 2, 3")
+    assert kinds(ONE_CONFIRMED, Context(recording_end=1 * S + 900_000)) == []  # still within the grace: in flight
+
+
+def test_audit_recorded_connection_close_ends_its_channels_confirms() -> None:
+    """From a recording (the Arrow path and its contexts): connection 1 closes its connection with
+    two confirms pending, connection 2 leaves its channel open with one missing for 9 s."""
+    rows = []
+    for connection in (1, 2):
+        rows += [_row(connection, 0, 0, "in", "connection.start", product="RabbitMQ", version="4.3.6", capabilities=[]),
+                 _row(connection, 1, 1, "out", "channel.open"), _row(connection, 1, 2, "in", "channel.open-ok"),
+                 _row(connection, 1, 3, "out", "confirm.select"), _row(connection, 1, 4, "in", "confirm.select-ok"),
+                 *(_row(connection, 1, n, "out", "basic.publish", ts=1 * S) for n in (5, 6, 7)),
+                 _row(connection, 1, 8, "in", "basic.ack", delivery_tag=1, multiple=False, ts=1 * S)]
+    rows += [_row(1, 0, 9, "out", "connection.close", ts=1 * S), _row(1, 0, 10, "in", "connection.close-ok", ts=1 * S),
+             _row(2, 1, 9, "out", "basic.qos", prefetch_count=1, ts=10 * S), _row(2, 1, 10, "in", "basic.qos-ok", ts=10 * S)]
+    table = pa.Table.from_pylist(rows, schema=SCHEMAS["frames"])
+    contexts = recording_contexts(table)
+    assert contexts["r", "rec", 1].connection_closed and not contexts["r", "rec", 2].connection_closed
+    found = audit_table(table).to_pylist()
+    assert [(f["connection"], f["kind"], f["seq"]) for f in found] == [(2, "confirm-missing", 6)]
