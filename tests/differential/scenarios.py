@@ -4,7 +4,8 @@ Each function is one scenario over `Script` (tests/differential/script.py). Cons
 (TMO-03, TMO-4.3-1..7): every precedence combination of consumer argument, queue argument, policy
 and global value on quorum and classic queues, capable and incapable clients, partial timeouts,
 late settles, the single-active-consumer hand-over, basic.cancel against channel.close; the
-others (acks, requeue order, confirms, prefetch, cancel notification) are in scenarios_delivery.py.
+others (acks, requeue order, confirms, prefetch, cancel notification) are in scenarios_delivery.py,
+stream queues in scenarios_streams.py.
 
 Rules:
 - Timeout values are `T` (1 s) or `LONG_T` (3 s), times the run's scale; checkpoints sit at
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.differential import scenarios_delivery
+from tests.differential import scenarios_delivery, scenarios_streams
 from tests.differential.script import Script
 
 T, LONG_T = 1000, 3000  # ms, scaled by the script
@@ -326,6 +327,7 @@ def tmo_single_active_consumer_hands_over(s: Script) -> None:
 
 
 SCENARIOS: dict[str, Callable[[Script], None]] = {
-    name: fn for name, fn in sorted({**globals(), **vars(scenarios_delivery)}.items()) if callable(fn) and name.startswith(
-        ("tmo_", "ack_", "requeue_", "confirms_", "prefetch_", "cancel_notification"))
+    name: fn for name, fn in sorted({**globals(), **vars(scenarios_delivery), **vars(scenarios_streams)}.items())
+    if callable(fn) and name.startswith(("tmo_", "ack_", "requeue_", "confirms_", "prefetch_", "cancel_notification",
+                                         "stream_"))
 }
