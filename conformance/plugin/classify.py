@@ -161,10 +161,10 @@ def rule_failures(exc: BaseException | None, message: str | None, test_rules: Se
     found: dict[str, str] = {}
     for leaf in _leaves(exc) if exc is not None else ():
         text = exception_text(leaf, frames)
-        for rule_id in getattr(leaf, "rules", None) or named_rules(text):
+        for rule_id in getattr(leaf, "rules", None) or _rules_named(text):
             found.setdefault(rule_id, text)
     if not found:
-        for rule_id in named_rules(message) or test_rules:
+        for rule_id in _rules_named(message) or test_rules:
             found.setdefault(rule_id, message or "failed")
     return found
 
@@ -196,12 +196,17 @@ def exception_text(exc: BaseException, frames: Sequence[FrameRecord] = ()) -> st
     if isinstance(exc, pytest.fail.Exception):
         return did_not_raise(exc.msg, frames) if exc.msg else "failed"
     text = str(exc)
-    if isinstance(exc, AssertionError) and not text.startswith("assert "):
-        # `assert condition, message`: pytest appends its introspection of the condition ("assert
-        # (False or False)", "+ where ... = expect('FRM-01')"); the message says it for a person, and
-        # a rule id quoted from the condition's source is not a rule the broker broke
-        text = _ASSERT_INTROSPECTION.split(text, maxsplit=1)[0]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _rules_named(text: str | None) -> tuple[str, ...]:
+    """The rules a failure text names. `assert condition, message`: pytest appends its explanation
+    of the condition ("assert ...", "+ where ... = expect('FRM-01')"); a rule id quoted from the
+    condition's source is not a rule the broker broke, so only the message before it names rules
+    (the explanation stays in the text: it says what was compared)."""
+    if text and not text.removeprefix("AssertionError: ").startswith("assert "):
+        text = _ASSERT_INTROSPECTION.split(text, maxsplit=1)[0]
+    return named_rules(text)
 
 
 def did_not_raise(text: str, frames: Sequence[FrameRecord]) -> str:

@@ -140,10 +140,10 @@ def test_a_client_machine_reports_the_smallest_failure_found_within_its_budget(m
         run("confirms", "pika", broker.url)
     elapsed = time.monotonic() - started
     notes = _notes(failed.value)
-    assert str(failed.value).startswith("PC-05: "), str(failed.value)
+    assert re.match(r"PC-05\b", str(failed.value)), str(failed.value)  # "PC-05: ..." or "PC-05/PC-06: ..." (unroutable)
     assert f"the machine's budget ({budget} s, {ENV_BUDGET}) ran out" in notes, notes
     assert 1 <= len(STEP.findall(notes)) <= 10 and "the steps as run" in notes and RELAYED.search(notes), notes
-    assert elapsed < budget + 25, f"{elapsed:.1f} s for a {budget} s budget"
+    assert elapsed < budget + 60, f"{elapsed:.1f} s for a {budget} s budget"  # bounded, not a timing (a loaded CI)
 
 
 class FailsOnce(ClientMachine):
