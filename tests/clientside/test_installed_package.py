@@ -37,6 +37,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return found
 
 
+@pytest.mark.gate  # builds the wheel (pip wheel): `make test-gates`
 def test_the_wheel_ships_every_adapter_source(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = set()
@@ -52,6 +53,7 @@ def test_the_wheel_ships_every_adapter_source(wheel: Path) -> None:
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
 
 
+@pytest.mark.gate  # the wheel, installed elsewhere, builds an adapter: `make test-gates`
 def test_the_installed_package_builds_and_judges_a_client_from_another_directory(wheel: Path,
                                                                                   tmp_path: Path) -> None:
     """The wheel's files alone (no repository on the path): rabbitmq-c is built into a fresh cache and judged."""

@@ -66,6 +66,7 @@ def write(path: Path, text: str) -> Path:
 
 
 # -- 0 ------------------------------------------------------------------------------------------
+@pytest.mark.gate  # the whole suite in parallel workers: `make test-gates`
 def test_run_exit_0_on_the_reference_broker_in_parallel(tmp_path: Path) -> None:
     run = cli(tmp_path, "--select", "ACK-02", "CCN-01", "--jobs", "2", "--run-id", "par-1")
     assert run.status == 0, run.out + run.err

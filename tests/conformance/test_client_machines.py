@@ -107,6 +107,7 @@ def test_a_client_machine_passes_the_reference_broker(machine: str, library: str
 
 
 @pytest.mark.rabbitmq
+@pytest.mark.gate  # every machine through every library on RabbitMQ 3.10.8: `make test-gates`
 @pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("machine", sorted(MACHINES))
 def test_a_client_machine_passes_rabbitmq(machine: str, library: str, rabbitmq: str) -> None:  # noqa: F811

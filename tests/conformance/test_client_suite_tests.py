@@ -130,6 +130,7 @@ def test_the_client_suite_tests_pass_the_reference_broker(tmp_path: Path, librar
 
 
 @pytest.mark.rabbitmq
+@pytest.mark.gate  # `amqp-conformance run --client LIB` on RabbitMQ 3.10.8: `make test-gates`
 @pytest.mark.parametrize("library", ["pika", "amqp", "aio-pika"])
 def test_the_client_suite_tests_pass_rabbitmq(tmp_path: Path, library: str, rabbitmq: str) -> None:  # noqa: F811
     _passes(tmp_path, library, "--broker-url", rabbitmq)
