@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finding.frames = [preflight_page.frame_line(r) for r in window]
     doc = judging.document(source, args.to, findings, **extra)
     for f in doc["findings"]:
-        f["rule_title"] = rule(f["rule"]).title if f["rule"] != "-" else "seen live only"
+        f["rule_title"] = rule(f["rule"]).plain_title if f["rule"] != "-" else "seen live only"
     preflight_page.write(Path(args.out), doc)
     return doc
 

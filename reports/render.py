@@ -44,6 +44,7 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from conformance.catalogue import document
+from conformance.catalogue.rules import plain_markdown
 from conformance.plugin.verdicts import SCORED
 from conformance.plugin.verdicts import label as verdict_label
 from conformance.plugin.wording import plural
@@ -54,6 +55,14 @@ STATIC = Path(__file__).parent / "static"
 FrameLog = tuple[str, list[dict[str, Any]]]  # (test page, frame rows in seq order)
 
 
+_INLINE = MarkdownIt("commonmark", {"html": False})  # a title is text: raw HTML in it is escaped
+
+
+def md_inline(text: str | None) -> Markup:
+    """Inline Markdown (a rule title) as HTML, escaped: `basic.nack` becomes <code>basic.nack</code>."""
+    return Markup(_INLINE.renderInline(text or ""))
+
+
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("reports", "templates"), autoescape=select_autoescape(["html", "j2"]),
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
@@ -62,6 +71,8 @@ def environment() -> Environment:
     env.filters["verdict_bar"] = lambda counts: Markup(svg.verdict_bar(counts))
     env.filters["verdict"] = verdict_label  # needs-admin reads "not run: needs admin"
     env.filters["plural"] = plural  # {{ n|plural("run") }} -> "1 run", "2 runs"
+    env.filters["md_inline"] = md_inline  # a rule title's Markdown as HTML: `basic.nack` -> <code>
+    env.filters["md_plain"] = plain_markdown  # the same title where HTML cannot go (<title>, attributes)
     env.globals["verdicts"] = VERDICTS
     env.globals["score_colour"] = svg.score_colour
     env.globals["rule_anchor"] = document.rule_anchor

@@ -82,6 +82,16 @@ class Rule:
     expect: Mapping[str, str] = field(hash=False)  # profile -> required | not-applicable | variant:...
     capability: str | None = None  # the RabbitMQ extension the rule belongs to (CAPABILITIES)
 
+    @property
+    def plain_title(self) -> str:
+        """The title without its Markdown (titles mark code as `basic.nack`): for the console and plain text."""
+        return plain_markdown(self.title)
+
+
+def plain_markdown(text: str) -> str:
+    """A catalogue title or short text as plain text: its inline code marks dropped."""
+    return text.replace("`", "")
+
 
 def parse_catalogue(toml_text: str) -> tuple[Rule, ...]:
     """Parse and validate catalogue TOML; raise `CatalogueError` on any defect."""

@@ -102,7 +102,7 @@ def _rules_run(args: argparse.Namespace) -> int:
     for entry in coverage.select(args.area, args.uncovered):
         count = str(len(entry.tests)) if entry.covered else "[red]0[/red]"
         extra = (entry.rule.capability or "", profile.for_rules([entry.rule.id]).expect(entry.rule.id)) if profile else ()
-        rules.add_row(entry.rule.id, entry.rule.area, entry.rule.title, count, *extra)
+        rules.add_row(entry.rule.id, entry.rule.area, entry.rule.plain_title, count, *extra)
     console.print(rules)
     if profile is not None:
         for line in profile.explain():

@@ -174,7 +174,7 @@ def failure_message(failures: dict[str, str]) -> str:
     heads = []
     for rule_id in failures:
         try:
-            heads.append(f"{rule_id} broken: {rule(rule_id).title}")
+            heads.append(f"{rule_id} broken: {rule(rule_id).plain_title}")
         except KeyError:
             heads.append(f"{rule_id} broken")
     texts = list(dict.fromkeys(failures.values()))

@@ -143,3 +143,17 @@ def test_render_shows_how_a_target_s_profile_was_chosen(tmp_path: Path) -> None:
     overview = (tmp_path / "index.html").read_text()
     assert "how it was chosen" in overview and "<li>+ publisher_confirms: PC-01 judged as rabbitmq-4.3</li>" in overview
     assert EVIL not in overview and "&lt;script&gt;" in overview
+
+
+def test_rule_titles_render_their_markdown(tmp_path: Path) -> None:
+    """Catalogue titles mark code (`basic.nack`): HTML shows it as code, <title> and attributes as plain
+    text, never the backticks (issue 31); a title's HTML is escaped like every record."""
+    data, logs = sample()
+    data.rules[1] = Rule("ACK-02", "ack", f"`basic.reject` and `basic.nack` {EVIL}", "t", "RULES.md §1")
+    render_site(data, tmp_path, logs)
+    page, matrix = (tmp_path / "rules" / "ACK-02.html").read_text(), (tmp_path / "matrix.html").read_text()
+    assert "<code>basic.reject</code> and <code>basic.nack</code>" in page
+    assert "<code>basic.reject</code> and <code>basic.nack</code>" in matrix
+    assert "<title>ACK-02 — basic.reject and basic.nack" in page
+    assert 'data-title="basic.reject and basic.nack' in matrix
+    assert "`" not in page and "`basic" not in matrix and EVIL not in page + matrix
