@@ -122,3 +122,4 @@ class Outcome:
     profile: str | None = None
     problem: str | None = None  # the one-line reason for 2, 3 or 4
     harness: Any = None  # the plugin's Harness of the controller, if the session got that far
+    seconds: float = 0.0  # the suite's wall time (broker start and probe included)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +167,8 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
         console.print(admin_hint(needing_admin), style="bold", highlight=False, markup=False, soft_wrap=True)
     for line in _leak_lines(outcome.harness):
         console.print(line, style="yellow", highlight=False, markup=False)
+    for line in time_lines(outcome.tests, outcome.seconds):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     results = options.out / "results"
     console.print(f"results: {results} (run {prepared.run_id})\njunit:   {junit}\npytest:  "
                   f"{options.out / 'pytest-output.txt'}", highlight=False, markup=False)
@@ -179,6 +181,20 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
                   highlight=False, markup=False)
 
 
+
+
+def time_lines(tests: Sequence[TestEvidence], seconds: float, shown: int = 3) -> list[str]:
+    """Where the time went: the run's wall time, then the areas and the tests that took longest (test
+    time summed per area, setup and teardown included; with --jobs the sums exceed the wall time)."""
+    if not tests:
+        return []
+    areas: dict[str, float] = {}
+    for test in tests:
+        areas[test.area] = areas.get(test.area, 0.0) + test.duration
+    slowest = sorted(tests, key=lambda t: t.duration, reverse=True)[:shown]
+    return [f"time: {seconds:.0f} s; slowest areas: "
+            + ", ".join(f"{area} {spent:.0f} s" for area, spent in sorted(areas.items(), key=lambda a: -a[1])[:shown]),
+            "      slowest tests: " + ", ".join(f"{t.test_key} {t.duration:.1f} s" for t in slowest)]
 
 
 def _leak_lines(harness: Any) -> list[str]:

@@ -35,6 +35,7 @@ import contextlib
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,6 +176,7 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
     """Run the suite (broker started, probed and stopped here); the gate outcome."""
     options = prepared.options
     results = options.out / "results"
+    started = time.monotonic()
     with broker_target(options) as (url, admin, description):
         try:
             props = probe(url, 5.0 * options.timeout_scale)
@@ -193,7 +195,8 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
             with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                 code = int(pytest.main(pytest_args(prepared, url, admin, results), plugins=[collector]))
     tests = collector.finished_tests()
-    outcome = Outcome(EXIT_OK, tests, judge(tests, prepared.baseline, profile), profile, harness=collector.harness)
+    outcome = Outcome(EXIT_OK, tests, judge(tests, prepared.baseline, profile), profile, harness=collector.harness,
+                      seconds=time.monotonic() - started)
     outcome.exit_status, outcome.problem = _status(code, collector, outcome, options.strict_baseline, log)
     if prepared.baseline is not None and tests:
         with contextlib.suppress(OSError, ValueError):  # a lake that is not writable keeps its record as it was

@@ -1,0 +1,16 @@
+"""The console's closing lines say where a run's time went (issue 31): the wall time, the areas and the
+tests that took longest."""
+
+from __future__ import annotations
+
+from conformance.gate.progress import time_lines
+from conformance.plugin.evidence import build
+
+
+def test_time_lines_name_the_slowest_areas_and_tests() -> None:
+    tests = [build(f"conformance/suite/test_{area}.py::test_{n}", "passed", area, ["ACK-01"], None, None, (), seconds)
+             for area, n, seconds in (("ack", 1, 1.0), ("ack", 2, 2.5), ("timeout", 1, 9.0), ("qos", 1, 0.5))]
+    head, slowest = time_lines(tests, 11.4)
+    assert head == "time: 11 s; slowest areas: timeout 9 s, ack 4 s, qos 0 s"
+    assert slowest.split(": ", 1)[1] == "test_timeout.py::test_1 9.0 s, test_ack.py::test_2 2.5 s, test_ack.py::test_1 1.0 s"
+    assert time_lines([], 3.0) == []
