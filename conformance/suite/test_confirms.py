@@ -41,6 +41,7 @@ from codec import (
     encode_method,
 )
 from codec.constants import METHOD_IDS, ReplyCode
+from conformance.catalogue.mentions import RuleViolation
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.explain import protocol_terms
 from conformance.plugin.session import Names, Target
@@ -184,7 +185,7 @@ def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names, target: T
     assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
 
 
-@pytest.mark.rules("PC-05")
+@pytest.mark.rules("PC-05", "PC-04")
 def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -194,7 +195,12 @@ def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names,
     keys = [ok, full, f"{ok}.unroutable", ok, full, full, ok, f"{full}.unroutable"]
     publish_burst(client, ch, keys)
     confirms = Confirms.expecting(1, len(keys)).collect(client, ch, target.timeout(5))
-    assert confirms.nacked == {i for i, k in enumerate(keys, 1) if k == full}
+    refused = {i for i, k in enumerate(keys, 1) if k == full}
+    if batched := refused & confirms.acked & confirms.by_multiple:
+        raise RuleViolation(("PC-04", "PC-05"), f"seqnos {sorted(batched)} were refused by the full queue and must be "
+                            "nacked; a multiple=true basic.ack covered them (the cutoff of a batched ack stops below "
+                            f"a seqno nacked in the same flush); confirms seen: {confirms.seen}")
+    assert confirms.nacked == refused
     assert confirms.acked == {i for i, k in enumerate(keys, 1) if k != full}
     assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
 

@@ -175,6 +175,7 @@ class Confirms:
     acked: set[int] = field(default_factory=set)
     nacked: set[int] = field(default_factory=set)
     seen: list[BasicAck | BasicNack] = field(default_factory=list)
+    by_multiple: set[int] = field(default_factory=set)  # seqnos settled by a multiple=true confirm of a later tag
 
     @classmethod
     def expecting(cls, first: int, count: int) -> Confirms:
@@ -189,6 +190,7 @@ class Confirms:
             f"published (outstanding {sorted(self.outstanding)}, seen {self.seen})")
         covered = {s for s in self.outstanding if s <= tag} if method.multiple else {tag}
         self.outstanding -= covered
+        self.by_multiple |= covered - {tag}
         (self.acked if isinstance(method, BasicAck) else self.nacked).update(covered)
 
     def collect(self, client: RawClient, ch: int, timeout: float) -> Confirms:
