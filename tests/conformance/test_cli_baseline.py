@@ -261,3 +261,36 @@ def test_baseline_todo_reasons_are_warned_about() -> None:
                               '[[deviation]]\nrule = "ACK-04"\nreason = "tracked, see todos.md"\n', "b.toml")
     assert baseline.warnings == ["baseline b.toml: deviation #1 (ACK-03): the reason still says TODO; "
                                  "write why this deviation is accepted"]
+
+
+@pytest.mark.gate  # the timeout machine end to end, about a minute: `make test-gates`
+def test_an_entry_for_one_rule_of_a_machine_does_not_accept_a_failure_of_another(tmp_path: Path) -> None:
+    """The 4.3.6 baseline's TMO-4.3-5 entry covers the timeout machine; a broker that takes the larger
+    of the queue's and the policy's timeout (fault timeout_max_of_queue_and_policy) fails the same
+    machine as TMO-03: the gate exits 1 and the machine's failure is not `expected`."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from conformance.plugin.results import read_table
+    from conformance.suite import test_machine_timeout
+
+    suite = tmp_path / "suite"  # the timeout machine alone
+    suite.mkdir()
+    shutil.copy(Path(test_machine_timeout.__file__), suite / "test_machine_timeout.py")
+    (entry,) = [d for d in load_baseline(REPO / "baselines" / "rabbitmq-4.3.6.toml").deviations
+                if d.rule == "TMO-4.3-5" and any("test_machine_timeout" in t for t in d.tests)]
+    baseline = tmp_path / "baseline.toml"
+    baseline.write_text(f'[[deviation]]\nrule = "TMO-4.3-5"\nreason = "known bug"\nintermittent = true\n'
+                        f'tests = {list(entry.tests)!r}\n'.replace("'", '"'))
+    # the embedded broker with its management API (the machine sets policies), the fault switched on
+    run = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--suite", str(suite),
+                          "--baseline", str(baseline), "--out", str(tmp_path / "out")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "AMQPC_BROKER_FAULTS": "timeout_max_of_queue_and_policy"})
+    assert run.returncode == 1, run.stdout + run.stderr
+    (machine,) = read_table(tmp_path / "out" / "results", "tests").to_pylist()
+    assert machine["verdict"] == "failed" and "TMO-03" in machine["failed_rules"], machine["message"]
+    assert "TMO-4.3-5" not in machine["failed_rules"] and "0 expected failures" in run.stdout
+    assert "intermittent TMO-4.3-5 (test_machine_timeout.py::" in run.stdout and "not seen in this run" in run.stdout
