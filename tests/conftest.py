@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 
 STRICT_ENV = "AMQPC_STRICT"
+# `amqp-conformance run` against the embedded broker defaults to several pytest-xdist workers
+# (conformance.gate.options.default_jobs); the project's tests run it serially, as before, unless a
+# test passes --jobs: `make test` already runs five workers of its own.
+os.environ.setdefault("AMQPC_JOBS", "1")
 NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster", "gate")  # markers of project tests that need `-m` to run
 TESTS_DIR = Path(__file__).resolve().parent
 

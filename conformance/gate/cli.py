@@ -147,7 +147,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"results, junit.xml, pytest-output.txt, report/ (default: {DEFAULT_OUT})")
     parser.add_argument("--select", nargs="+", default=[], metavar="AREA|RULE",
                         help="only these areas or rule IDs (see `amqp-conformance rules`)")
-    parser.add_argument("--jobs", default="1", metavar="N", help="parallel workers (pytest-xdist), or 'auto'")
+    parser.add_argument("--jobs", default=None, metavar="N",
+                        help="parallel workers (pytest-xdist), or 'auto' (default: 1 against --broker-url, up to "
+                             "4 against the embedded reference broker; AMQPC_JOBS sets it)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X", help="multiply every wait by X")
     parser.add_argument("--test-timeout", type=float, default=None, metavar="S",
                         help="watchdog: interrupt a test that takes longer than S seconds (broken; exit 3 only if a fresh "

@@ -3,6 +3,11 @@ tests that took longest."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
+from conformance.gate.options import ENV_JOBS, UsageError, default_jobs
 from conformance.gate.progress import time_lines
 from conformance.plugin.evidence import build
 
@@ -14,3 +19,14 @@ def test_time_lines_name_the_slowest_areas_and_tests() -> None:
     assert head == "time: 11 s; slowest areas: timeout 9 s, ack 4 s, qos 0 s"
     assert slowest.split(": ", 1)[1] == "test_timeout.py::test_1 9.0 s, test_ack.py::test_2 2.5 s, test_ack.py::test_1 1.0 s"
     assert time_lines([], 3.0) == []
+
+
+def test_jobs_default_to_several_only_against_the_embedded_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_JOBS, raising=False)
+    assert default_jobs("amqp://guest:guest@127.0.0.1:5672/") == "1"  # a broker the user names: one worker
+    assert default_jobs(None) == str(min(4, 2 * (os.cpu_count() or 1)))  # the embedded reference broker
+    monkeypatch.setenv(ENV_JOBS, "3")
+    assert default_jobs(None) == "3" and default_jobs("amqp://h/") == "3"
+    monkeypatch.setenv(ENV_JOBS, "many")
+    with pytest.raises(UsageError, match="--jobs 'many'"):
+        default_jobs(None)
