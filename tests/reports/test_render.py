@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
@@ -157,3 +158,12 @@ def test_rule_titles_render_their_markdown(tmp_path: Path) -> None:
     assert "<title>ACK-02 — basic.reject and basic.nack" in page
     assert 'data-title="basic.reject and basic.nack' in matrix
     assert "`" not in page and "`basic" not in matrix and EVIL not in page + matrix
+
+
+def test_the_nav_counts_audit_findings_not_traffic_left_unjudged(tmp_path: Path) -> None:
+    """Requeue orders the audit could not judge are listed on its page, apart; the nav counts findings."""
+    data, logs = sample()
+    unjudged = dataclasses.replace(data.violations[0], kind="unjudged-requeue-order", severity="unjudged")
+    data.violations.append(unjudged)
+    render_site(data, tmp_path, logs)
+    assert "Trace audit (1)</a>" in (tmp_path / "index.html").read_text()
