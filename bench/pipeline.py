@@ -4,7 +4,7 @@ the same audit in a single process, on one synthetic results lake.
 What it measures (same lake, same process, same checker code):
 - the lake: `reports.synthetic` writes N runs x C channels x F frames (default 100 x 500 x 202
   ≈ 10 M frames, 50 000 channels) and T tests per run (default 10 000 → 1 M test results), in
-  the layout and schema of `conformance.plugin.results`; violations are injected so every plan's
+  the layout and schema of `conformance.results.records`; violations are injected so every plan's
   findings are checked against the known count before its time is reported;
 - single process: `reports.audit_arrow.audit_lake` (pyarrow reads each run, the conformance
   model judges each channel), and, interleaved with it in CPU seconds, the plain hand-written

@@ -3,7 +3,7 @@
 What it measures:
 - the lake: `--runs` recordings (default 10) x `--connections` (default 100) connections x about
   `--frames` (default 10 000) frames each ≈ 10 M frames, in the frames schema of
-  `conformance.plugin.results`, with realistic shape variety: each connection opens a channel,
+  `conformance.results.records`, with realistic shape variety: each connection opens a channel,
   sets basic.qos (one in five global=true), declares 3 queues drawn from 40 declaration shapes
   (classic/quorum, durable/transient/exclusive, x-queue-version, x-queue-mode, x-consumer-timeout,
   x-message-ttl values, x-delivery-limit, dead-lettering, max-length...), consumes from one, then
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from conformance.plugin.results import SCHEMAS
+from conformance.results.records import SCHEMAS
 
 SHAPES: list[tuple[str, str, list[str]]] = []  # (x-queue-type, arguments JSON, flags)
 for _kind in ("classic", "quorum"):

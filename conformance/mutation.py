@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.embedded import BY_NAME, ENV, FAULTS, Fault
-from conformance.plugin.results import PARTITION_KEY, TABLES
+from conformance.results.records import PARTITION_KEY, TABLES
 from conformance.suite.machine_support import ENV_BUDGET
 
 FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one", "confirm_duplicated",

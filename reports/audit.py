@@ -1,6 +1,6 @@
 """Trace audit: the conformance model judges recorded frames, channel by channel.
 
-Responsibility: hand recorded frame records of `conformance.plugin.results` (one channel = one
+Responsibility: hand recorded frame records of `conformance.results.records` (one channel = one
 (run, test, connection, channel) in `seq` order) to the model's observer
 (`conformance.model.observer.observe_channel`) and return its findings. No rule is stated
 here: every judgment (ACK-01/03..09, QOS-02/03, RQ-01/02/04, PC-02/04/05/13, CCN-01/02/04, TMO-02) is

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from conformance.plugin.results import PARTITION_KEY
+from conformance.results.records import PARTITION_KEY
 from reports.audit import (
     BODY_IN,
     DEFAULT_CONTEXT,

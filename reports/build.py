@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from conformance.catalogue.rules import AREAS, PROFILES, all_rules, rule
-from conformance.plugin.results import CLIENT_PROFILE
+from conformance.results.records import CLIENT_PROFILE
 from reports import jobs
 from reports.audit_arrow import audit_lake
 from reports.audit_spark import audit_by_run, audit_grouped

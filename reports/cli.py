@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from conformance.plugin.results import PARTITION_KEY
-from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
-from conformance.plugin.wording import plural
+from conformance.results.records import PARTITION_KEY
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
+from conformance.results.wording import plural
 
 if TYPE_CHECKING:
     from reports.model import ReportData

@@ -1,7 +1,7 @@
 """The clients x scenarios matrix: client-side runs (`amqp-conformance clients`) from the lake.
 
 Responsibility: `collect_clients(lake, failing)` finds the runs whose profile is `client-side`
-(`conformance.plugin.results.CLIENT_PROFILE`), keeps each client's latest, and collects their
+(`conformance.results.records.CLIENT_PROFILE`), keeps each client's latest, and collects their
 scenario verdicts (one row per scenario) and every scenario's frame log into
 `reports.model.ClientsData`: columns grouped by the client's language, rows in the scenarios'
 registry order. A failing scenario also links to its test page (`build.frame_logs`).
@@ -27,7 +27,7 @@ from conformance.clientside import scenarios  # noqa: F401  (registers the scena
 from conformance.clientside.record import language_of
 from conformance.clientside.scenario import SCENARIOS
 from conformance.drivers.registry import REGISTRY
-from conformance.plugin.results import CLIENT_PROFILE
+from conformance.results.records import CLIENT_PROFILE
 from reports.model import ClientColumn, ClientScenario, ClientsData, FailingTest
 
 LANGUAGE_NAMES = {"python": "Python", "node": "Node.js", "go": "Go", "java": "Java", "c": "C", "ruby": "Ruby",

@@ -32,8 +32,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from conformance.catalogue.rules import all_rules
-from conformance.plugin.verdicts import RULE_WORST_FIRST, UNJUDGED
-from conformance.plugin.verdicts import SCORED as SCORED_VERDICTS
+from conformance.results.verdicts import RULE_WORST_FIRST, UNJUDGED
+from conformance.results.verdicts import SCORED as SCORED_VERDICTS
 
 VERDICT_ORDER = RULE_WORST_FIRST  # worst first
 SCORED = tuple(v.value for v in SCORED_VERDICTS)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from conformance.catalogue.rules import PROFILES, rule
-from conformance.plugin.results import PARTITION_KEY
-from conformance.plugin.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
+from conformance.results.records import PARTITION_KEY
+from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 
 PROG = "amqp-conformance preflight"
 
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _redacted(url: str) -> str:
-    from conformance.plugin.results import redact_url
+    from conformance.results.records import redact_url
 
     return redact_url(url)
 

@@ -28,8 +28,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conformance.catalogue.profiles import detect
-from conformance.plugin.results import SCHEMAS
 from conformance.preflight.shapes import INPUT_COLUMNS, REPLIES, SHAPE_COLUMNS, RecordingShapes
+from conformance.results.records import SCHEMAS
 from reports.audit_arrow import run_sizes
 from reports.audit_spark import pack
 from reports.spark import read_results

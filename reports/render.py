@@ -45,9 +45,9 @@ from markupsafe import Markup
 
 from conformance.catalogue import document
 from conformance.catalogue.rules import plain_markdown
-from conformance.plugin.verdicts import SCORED
-from conformance.plugin.verdicts import label as verdict_label
-from conformance.plugin.wording import plural
+from conformance.results.verdicts import SCORED
+from conformance.results.verdicts import label as verdict_label
+from conformance.results.wording import plural
 from reports import svg
 from reports.model import VERDICTS, ClientMatrix, ClientsData, ReportData
 

@@ -1,6 +1,6 @@
-"""Spark schemas of the results lake, derived from `conformance.plugin.results` (one source of truth).
+"""Spark schemas of the results lake, derived from `conformance.results.records` (one source of truth).
 
-Responsibility: turn the declared results columns (`conformance.plugin.results.COLUMNS`) into Spark
+Responsibility: turn the declared results columns (`conformance.results.records.COLUMNS`) into Spark
 `StructType`s, and declare the pipeline's own output (trace-audit violations) once as a
 pyarrow schema whose Spark DDL is derived from it.
 
@@ -8,7 +8,7 @@ Rules:
 - No results column is declared here: every results StructType comes from `COLUMNS`; a new
   field goes into `conformance/plugin/results.py` and shows up here unchanged.
 - Read schemas carry the hive partition column `run` (`PARTITION_KEY`, a string) after the
-  data columns, as `conformance.plugin.results.read_table` does.
+  data columns, as `conformance.results.records.read_table` does.
 - Only pyspark's *type* classes are imported: no JVM is needed to build a schema.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from conformance.plugin.results import COLUMNS, PARTITION_KEY, TABLES
+from conformance.results.records import COLUMNS, PARTITION_KEY, TABLES
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     "string": T.StringType(),

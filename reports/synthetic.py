@@ -1,7 +1,7 @@
 """Synthetic results lakes: many runs of plausible records, for tests and the pipeline bench.
 
 Responsibility: write a results directory in exactly the layout and schema of
-`conformance.plugin.results` (``<table>/run=<id>/part-00000.parquet``, `SCHEMAS`) with
+`conformance.results.records` (``<table>/run=<id>/part-00000.parquet``, `SCHEMAS`) with
 - runs spread over a few targets (broker, version, profile, client), one hour apart;
 - tests for every catalogue rule, mostly passing, with per-target failures, a few flaky
   (rule, target) pairs that flip between runs and one regression in the last run of a target;
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 import codec
 from conformance.catalogue.rules import all_rules
-from conformance.plugin.results import PARTITION_KEY, SCHEMAS
+from conformance.results.records import PARTITION_KEY, SCHEMAS
 
 TARGETS: tuple[tuple[str, str, str, str], ...] = (  # product, version, profile, client
     ("reference-broker", "0.1.0", "rabbitmq-4.3", "raw"),

@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
-from conformance.plugin.results import CLIENT_PROFILE, RAW_CLIENT
+from conformance.results.records import CLIENT_PROFILE, RAW_CLIENT
 from reports.model import Cell, ClientMatrix, ClientRuleCell, Target
 
 RAW_CLIENTS = (RAW_CLIENT, "")

@@ -272,7 +272,7 @@ def read_verdicts(results_dir: Path, run_id: str, round_no: int) -> list[Verdict
     one the plugin skipped as "broker down" is marked `downed_broker`: the plugin judges a test
     before it probes the broker, so that test may carry a verdict such as non-strict or passed
     although the broker died or wedged under it."""
-    from conformance.plugin.results import read_table
+    from conformance.results.records import read_table
 
     if not (results_dir / "tests" / f"run={run_id}").is_dir():
         return []
@@ -374,7 +374,7 @@ def run_campaign(args: Sequence[str], results_dir: Path, *, budget: float = 600.
 def markdown(campaign: Campaign) -> str:
     """The campaign as Markdown: rounds, verdict counts per area, every deviation."""
     from conformance.catalogue.rules import AREAS
-    from conformance.plugin.verdicts import Verdict
+    from conformance.results.verdicts import Verdict
 
     lines = ["| round | tests | exit | duration | broker |", "|---|---|---|---|---|"]
     for r in campaign.rounds:

@@ -158,19 +158,41 @@ def test_exactly_one_harness_module_imports_the_reference_broker() -> None:
 
 
 def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogue() -> None:
-    # the results schema: its records (results), the values of their verdict column (verdicts)
-    # and the words for them (wording); the catalogue: rules, areas, profiles; and the model,
+    # the results kernel (conformance.results: the records schema, verdicts, wording); the catalogue: rules, areas, profiles; and the model,
     # the oracle the trace audit judges recorded traffic with (issue 17: one copy of each rule),
     # and the upgrade pre-flight's pure core (issue 29: shapes, judging, replay); and the client-side
     # catalogue the clients matrix is laid out by (issue 28: scenario titles and order, each client's
     # language in the client registry, the language line of a client's run record). The redesign
     # (issue 27) is to move those facts into the results kernel; until then they are named here.
-    allowed = ("conformance.plugin.results", "conformance.plugin.verdicts", "conformance.plugin.wording",
-               "conformance.catalogue", "conformance.model", "conformance.preflight",
+    allowed = ("conformance.results", "conformance.catalogue", "conformance.model", "conformance.preflight",
                "conformance.clientside.scenario", "conformance.clientside.scenarios",
                "conformance.clientside.record", "conformance.drivers.registry")
     bad = [i for i in edges_from("reports")
            if _in(i.target, "conformance") and not any(_in(i.target, a) for a in allowed)]
+    assert bad == []
+
+
+def test_no_pytest_in_the_results_kernel_or_the_reports() -> None:
+    """The results kernel and the Spark reports run without pytest (issue 27): neither imports
+    it, nor any project module that does (the pytest plugin, the suite)."""
+    for name, path in modules().items():
+        if not (_in(name, "conformance.results") or _in(name, "reports")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                tops = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(t.split(".")[0] in ("pytest", "_pytest") for t in tops), (name, tops)
+    reach = [i for i in imports() if (_in(i.source, "conformance.results") or _in(i.source, "reports"))
+             and (_in(i.target, "conformance.plugin") or _in(i.target, "conformance.suite"))]
+    assert reach == []
+
+
+def test_the_results_kernel_imports_no_other_part_of_the_harness() -> None:
+    """conformance.results is the ground floor of the harness: it imports codec, the catalogue and
+    the outcomes and frame record every driver shares, never the plugin, gate, client judge or reports."""
+    allowed = ("conformance.results", "conformance.catalogue", "conformance.drivers.raw",
+               "conformance.drivers.interface", "codec")
+    bad = [i for i in edges_from("conformance.results") if not any(_in(i.target, a) for a in allowed)]
     assert bad == []
 
 

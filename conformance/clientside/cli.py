@@ -37,7 +37,7 @@ from conformance.clientside.scenario import Scenario
 from conformance.drivers.build import BuildFailed, Built
 from conformance.drivers.remote import AdapterError, RemoteDriver
 from conformance.gate.baseline import EXPECTED, BaselineError, load_baseline
-from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT, Verdict
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT, Verdict
 
 DEFAULT_OUT = Path("amqp-conformance-clients")
 LETTERS = {Verdict.PASSED: "[green]P[/green]", Verdict.FAILED: "[red]F[/red]",

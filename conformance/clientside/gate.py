@@ -35,8 +35,8 @@ from conformance.gate.baseline import EXPECTED, XPASS, Baseline, Judgement, judg
 from conformance.gate.junit import _clean as xml_text  # one definition of what XML 1.0 cannot carry
 from conformance.plugin.classify import frame_log
 from conformance.plugin.evidence import TestEvidence
-from conformance.plugin.results import CLIENT_PROFILE
-from conformance.plugin.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, Verdict
+from conformance.results.records import CLIENT_PROFILE
+from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, Verdict
 
 FRAME_LINES = 400
 _SKIPPED = {EXPECTED, "not-applicable"}

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conformance.clientside.runner import ScenarioResult
-from conformance.plugin.results import CLIENT_PROFILE, ResultsWriter, RunRecord, TestRecord, harness_version
-from conformance.plugin.verdicts import Verdict
+from conformance.results.records import CLIENT_PROFILE, ResultsWriter, RunRecord, TestRecord, harness_version
+from conformance.results.verdicts import Verdict
 
 BROKER = "scripted://reference-broker"
 PRODUCT = "scripted reference broker"

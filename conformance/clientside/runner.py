@@ -41,7 +41,8 @@ from conformance.drivers import interface as di
 from conformance.drivers.build import BuildFailed
 from conformance.drivers.registry import ClientSpec, ClientUnavailable
 from conformance.drivers.remote import AdapterError, ClientHung, RemoteDriver
-from conformance.plugin.verdicts import Verdict
+from conformance.results.judge import observed_verdict
+from conformance.results.verdicts import Verdict
 
 OPERATION_TIMEOUT = 5.0  # seconds for one client operation, times the scale
 
@@ -83,19 +84,9 @@ def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale
         broker.start()
         sc.play(play)
         check_no_failure(play)
-    except ScenarioFailed as exc:
-        verdict, message = Verdict.FAILED, str(exc)
-    except NotApplicable as exc:
-        verdict, message = Verdict.NOT_APPLICABLE, str(exc)
-    except ClientHung as exc:
-        hung = True
-        verdict, message = Verdict.FAILED, f"the client hung: {exc}"
-    except di.NoReply as exc:  # a frame the scenario waited for never came
-        verdict, message = Verdict.FAILED, f"the client did not act: {exc}"
-    except di.DriverError as exc:
-        verdict, message = Verdict.FAILED, f"the client raised {getattr(exc, 'library_error', type(exc).__name__)}: {exc}"
-    except Exception as exc:
-        verdict, message = Verdict.BROKEN, f"harness error: {exc!r}\n{traceback.format_exc(limit=6)}"
+    except Exception as exc:  # the verdict is the kernel's (results.judge); the words are the client judge's
+        hung = isinstance(exc, ClientHung)
+        verdict, message = observed_verdict(exc, peer_replied=False), _outcome_text(exc)
     finally:
         closing = None if hung or driver.exited.is_set() else _close(driver)
         play.events.extend(_drain(driver))
@@ -109,6 +100,19 @@ def play_scenario(driver: RemoteDriver, info: di.ClientInfo, sc: Scenario, scale
         message += f" [library: {failures[0].type}: {failures[0].text}]"
     return ScenarioResult(info.client, info.version, sc, verdict, message, started, time.monotonic() - t0,
                           broker.frames, play.events, driver.stderr_since(stderr_mark), hung)
+
+
+def _outcome_text(exc: Exception) -> str:
+    """What a scenario's outcome says, for people."""
+    if isinstance(exc, ScenarioFailed | NotApplicable):
+        return str(exc)
+    if isinstance(exc, ClientHung):
+        return f"the client hung: {exc}"
+    if isinstance(exc, di.NoReply):  # a frame the scenario waited for never came
+        return f"the client did not act: {exc}"
+    if isinstance(exc, di.DriverError):
+        return f"the client raised {getattr(exc, 'library_error', type(exc).__name__)}: {exc}"
+    return f"harness error: {exc!r}\n{traceback.format_exc(limit=6)}"
 
 
 def _close(driver: RemoteDriver) -> str | None:

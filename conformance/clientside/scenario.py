@@ -24,6 +24,7 @@ from typing import Any
 
 from conformance.clientside.broker import ScriptedBroker, ScriptedConnection
 from conformance.drivers import interface as di
+from conformance.results.verdicts import Verdict
 
 SETTLE = 0.3  # seconds: how long `settle` watches for events that must not come
 
@@ -34,6 +35,8 @@ class ScenarioFailed(AssertionError):
 
 class NotApplicable(Exception):
     """The client's API cannot express this scenario (the reason is the verdict's message)."""
+
+    verdict = Verdict.NOT_APPLICABLE
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pytest
 from conformance.clientside import runner
 from conformance.clientside.clients import CLIENTS
 from conformance.clientside.scenario import SCENARIOS
-from conformance.plugin.verdicts import SKIP_PREFIX, HarnessError, Verdict
+from conformance.results.verdicts import SKIP_PREFIX, HarnessError, Verdict
 
 
 @pytest.fixture(scope="module")

@@ -55,8 +55,8 @@ from typing import Any
 
 from conformance.catalogue.rules import PROFILES, all_rules
 from conformance.plugin.evidence import TestEvidence, test_key
-from conformance.plugin.results import read_table
-from conformance.plugin.verdicts import UNJUDGED  # a rule of a test that failed on another rule first
+from conformance.results.records import read_table
+from conformance.results.verdicts import UNJUDGED
 
 EXPECTED, XPASS = "expected", "xpass"
 _DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "message", "profiles", "intermittent"})

@@ -44,9 +44,9 @@ from conformance.gate import runner
 from conformance.gate.baseline import from_results
 from conformance.gate.options import DEFAULT_OUT, RunOptions
 from conformance.gate.options import UsageError as RunUsageError
-from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE, STATUS_TEXT
-from conformance.plugin.wording import plural
 from conformance.record import cli as record_cli
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE, STATUS_TEXT
+from conformance.results.wording import plural
 from conformance.suite import SUITE_DIR
 
 PROG = "amqp-conformance"

@@ -33,7 +33,7 @@ from pathlib import Path
 from conformance.catalogue.rules import rule
 from conformance.gate.baseline import EXPECTED, XPASS, Judgement
 from conformance.plugin.evidence import TestEvidence
-from conformance.plugin.verdicts import UNJUDGED
+from conformance.results.verdicts import UNJUDGED
 
 # worst first: the first outcome present among a rule's tests is the rule's result
 PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "needs-admin", UNJUDGED, "passed",

@@ -33,11 +33,8 @@ from conformance.catalogue.rules import AREAS
 from conformance.gate.baseline import EXPECTED, XPASS
 from conformance.gate.options import Outcome, Prepared
 from conformance.plugin.evidence import TestEvidence
-from conformance.plugin.verdicts import (
-    STATUS_TEXT,
-    admin_hint,
-)
-from conformance.plugin.wording import plural
+from conformance.results.verdicts import STATUS_TEXT, admin_hint
+from conformance.results.wording import plural
 
 OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable",
             "not-claimed", "broken")

@@ -53,9 +53,9 @@ from conformance.gate.options import EnvironmentFailure, Outcome, Prepared, RunO
 from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
 from conformance.plugin.health import connect_failure
-from conformance.plugin.results import amend_run, redact_url
 from conformance.plugin.session import HARNESS
-from conformance.plugin.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from conformance.results.records import amend_run, redact_url
+from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from conformance.suite import SUITE_DIR
 
 

@@ -33,7 +33,7 @@ from urllib.parse import quote, unquote, urlsplit
 import httpx
 
 from conformance.drivers.raw import BrokerAddress
-from conformance.plugin.verdicts import HarnessError
+from conformance.results.verdicts import HarnessError
 
 GlobalValue = int | bool | None
 _ATOM = re.compile(r"[a-z][a-z0-9_]*")

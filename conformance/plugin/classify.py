@@ -41,16 +41,16 @@ from typing import Any, ClassVar, NamedTuple
 import pytest
 
 from codec import ChannelClose, Command, ConnectionClose, MethodFrame
-from codec.constants import ReplyCode
 from codec.frames import describe
 from conformance.catalogue.mentions import named_rules
 from conformance.catalogue.rules import AREAS, rule
-from conformance.drivers.raw import Closed, ConnectionLost, DriverError, FrameRecord, NoReply
+from conformance.drivers.raw import Closed, ConnectionLost, FrameRecord, NoReply
 from conformance.plugin.explain import protocol_terms
 from conformance.plugin.health import LeakReport
-from conformance.plugin.results import TestRecord
-from conformance.plugin.verdicts import SKIP_PREFIX, HarnessError, Verdict, verdict_of_skip
 from conformance.plugin.watchdog import WatchdogExpired
+from conformance.results.judge import observed_verdict
+from conformance.results.records import TestRecord
+from conformance.results.verdicts import SKIP_PREFIX, Verdict, verdict_of_skip
 
 BROKEN_PREFIX = "broken: "
 MAX_TEXT = 4000
@@ -133,18 +133,8 @@ def phase_verdict(report: pytest.TestReport, exc: BaseException | None, broker_r
 
 
 def exception_verdict(exc: BaseException, broker_replied: bool, required: bool = True) -> Verdict:
-    if isinstance(exc, BaseExceptionGroup):
-        members = {exception_verdict(e, broker_replied, required) for e in exc.exceptions}
-        return Verdict.BROKEN if Verdict.BROKEN in members else Verdict.FAILED
-    if isinstance(exc, HarnessError | WatchdogExpired):
-        return Verdict.BROKEN
-    if isinstance(exc, Closed) and exc.code == ReplyCode.NOT_IMPLEMENTED and not required:
-        return Verdict.UNIMPLEMENTED  # 540 for a method no rule of the test requires on this profile
-    if isinstance(exc, AssertionError | DriverError | pytest.fail.Exception):
-        return Verdict.FAILED
-    if isinstance(exc, OSError):
-        return Verdict.FAILED if broker_replied else Verdict.BROKEN
-    return Verdict.BROKEN
+    return observed_verdict(exc, peer_replied=broker_replied, required=required,
+                            peer_faults=(pytest.fail.Exception,), harness_faults=(WatchdogExpired,))
 
 
 def _leaves(exc: BaseException) -> Iterator[BaseException]:

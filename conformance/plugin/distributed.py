@@ -38,7 +38,7 @@ import pytest
 
 from conformance.plugin import evidence
 from conformance.plugin.session import Harness
-from conformance.plugin.verdicts import Verdict
+from conformance.results.verdicts import Verdict
 
 RUN_ID_KEY = "amqpc_run_id"
 LOCK_KEY = "amqpc_lock_dir"

@@ -26,12 +26,10 @@ from conformance.embedded import start as start_embedded
 from conformance.plugin.admin import RestoringAdmin, parse_admin
 from conformance.plugin.classify import BROKEN_PREFIX
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
-from conformance.plugin.results import redact_url
 from conformance.plugin.session import Names, Target, harness
-from conformance.plugin.verdicts import (
-    EXIT_UNREACHABLE,
-    skip_unless_applies,
-)
+from conformance.plugin.verdicts import skip_unless_applies
+from conformance.results.records import redact_url
+from conformance.results.verdicts import EXIT_UNREACHABLE
 
 
 @pytest.fixture(scope="session")

@@ -51,18 +51,18 @@ from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import Unavailable, parse_admin
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
-from conformance.plugin.results import ResultsWriter, RunRecord, harness_version, redact_url
 from conformance.plugin.session import HARNESS, Harness, harness
-from conformance.plugin.verdicts import (
+from conformance.plugin.verdicts import needs_admin
+from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
+from conformance.results.records import ResultsWriter, RunRecord, harness_version, redact_url
+from conformance.results.verdicts import (
     EXIT_HARNESS,
     EXIT_UNREACHABLE,
     HarnessError,
     Verdict,
     admin_hint,
     closing_line,
-    needs_admin,
 )
-from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 from conformance.suite import SUITE_DIR
 
 pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients"]  # the fixtures tests use (target, connect, names, admin)

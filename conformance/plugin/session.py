@@ -18,9 +18,9 @@ from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import BrokerAddress
 from conformance.plugin.admin import AdminAdapter
 from conformance.plugin.health import HealthProbe, LeakReport, NameRegistry
-from conformance.plugin.results import ResultsWriter, RunRecord
-from conformance.plugin.verdicts import Verdict
 from conformance.plugin.watchdog import Watchdog
+from conformance.results.records import ResultsWriter, RunRecord
+from conformance.results.verdicts import Verdict
 
 
 @dataclass

@@ -25,9 +25,9 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, DriverError, Recorder
 from conformance.drivers.raw import BrokerAddress
 from conformance.drivers.relay import RecordingRelay
-from conformance.plugin.results import RAW_CLIENT
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
+from conformance.results.records import RAW_CLIENT
 
 RAW = RAW_CLIENT
 

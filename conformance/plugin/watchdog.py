@@ -46,7 +46,7 @@ from typing import Any
 
 import pytest
 
-from conformance.plugin.verdicts import EXIT_UNREACHABLE
+from conformance.results.verdicts import EXIT_UNREACHABLE
 
 TEST_BUDGET = 300.0  # s per rule test, before --timeout-scale
 SESSION_BASE, SESSION_PER_TEST = 300.0, 30.0  # s, before --timeout-scale

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 import dpkt
 
-from conformance.plugin.verdicts import EXIT_HARNESS, EXIT_OK
-from conformance.record.lake import RecordingLake
 from conformance.record.pcap import import_capture
 from conformance.record.relay import RecordingRelay
+from conformance.results.lake import RecordingLake
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK
 
 
 class UsageError(Exception):

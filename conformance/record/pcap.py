@@ -24,8 +24,8 @@ from pathlib import Path
 
 import dpkt
 
-from conformance.record.lake import RecordingLake
 from conformance.record.tap import StreamTap
+from conformance.results.lake import RecordingLake
 
 Endpoint = tuple[bytes, int]
 

@@ -22,8 +22,8 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from conformance.record.lake import RecordingLake
 from conformance.record.tap import StreamTap
+from conformance.results.lake import RecordingLake
 
 CHUNK = 256 * 1024
 

@@ -2,7 +2,7 @@
 
 Responsibility: cut a byte stream into frames and decode each with the project's codec
 (`codec.FrameReader`), turning it into the key fields of a frame record
-(`conformance.plugin.results.frame_fields`). It never changes, holds back or reorders bytes: the
+(`conformance.results.records.frame_fields`). It never changes, holds back or reorders bytes: the
 relay forwards first and shows the tap a copy.
 
 Rules:
@@ -24,7 +24,7 @@ from typing import Any
 
 from codec import FrameReader
 from codec.errors import CodecError
-from conformance.plugin.results import body_digest, frame_fields
+from conformance.results.records import body_digest, frame_fields
 
 _HEADER = struct.Struct(">BHI")
 PROTOCOL_PREFIX = b"AMQP"

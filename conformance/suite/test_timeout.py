@@ -40,7 +40,8 @@ from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
 from conformance.plugin.admin import AdminError, RestoringAdmin
 from conformance.plugin.session import Names, Target
-from conformance.plugin.verdicts import HarnessError, not_applicable, unimplemented
+from conformance.plugin.verdicts import not_applicable, unimplemented
+from conformance.results.verdicts import HarnessError
 from conformance.suite.queue_steps import (
     CLASSIC,
     QUORUM,

@@ -21,7 +21,7 @@ from conformance.clientside import runner
 from conformance.clientside.scenario import Play, Scenario
 from conformance.drivers.registry import REGISTRY, ClientUnavailable
 from conformance.embedded import Send, Write
-from conformance.plugin.verdicts import Verdict
+from conformance.results.verdicts import Verdict
 from tests.conftest import require
 
 CLIENTS = ("rabbitmq-c", "bunny", "php-amqplib")

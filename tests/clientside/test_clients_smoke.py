@@ -12,7 +12,7 @@ import pytest
 
 from conformance.clientside import runner
 from conformance.clientside.clients import CLIENTS
-from conformance.plugin.verdicts import Verdict
+from conformance.results.verdicts import Verdict
 from tests.conftest import require
 
 SMOKE = [s.id for s in runner.select(smoke=True)]

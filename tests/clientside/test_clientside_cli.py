@@ -15,8 +15,8 @@ from conformance.clientside.clients import CLIENTS, ClientSpec
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
 from conformance.gate.cli import main
-from conformance.plugin.results import read_table
-from conformance.plugin.verdicts import Verdict
+from conformance.results.records import read_table
+from conformance.results.verdicts import Verdict
 from tests.conftest import require
 
 HANG = Path(__file__).with_name("hanging_adapter.py")

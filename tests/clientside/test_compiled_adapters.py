@@ -24,7 +24,7 @@ from conformance.clientside import runner
 from conformance.clientside.scenario import SCENARIOS
 from conformance.drivers import build
 from conformance.drivers.registry import REGISTRY, ClientUnavailable
-from conformance.plugin.verdicts import Verdict
+from conformance.results.verdicts import Verdict
 from tests.conftest import require
 
 COMPILED = ("amqp091-go", "rabbitmq-java")

@@ -16,7 +16,7 @@ import pytest
 
 from conformance.clientside import runner
 from conformance.clientside.clients import ClientSpec
-from conformance.plugin.verdicts import Verdict
+from conformance.results.verdicts import Verdict
 from tests.clientside.faulty_adapter import FAULTS
 
 

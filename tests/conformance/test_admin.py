@@ -33,7 +33,7 @@ from conformance.plugin.admin import (
     Unavailable,
     parse_admin,
 )
-from conformance.plugin.results import redact_url
+from conformance.results.records import redact_url
 from tests.conftest import require
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"

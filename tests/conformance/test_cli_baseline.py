@@ -21,7 +21,7 @@ from conformance.gate.baseline import (
     render,
 )
 from conformance.plugin.evidence import TestEvidence
-from conformance.plugin.results import ResultsWriter, RunRecord, TestRecord
+from conformance.results.records import ResultsWriter, RunRecord, TestRecord
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -273,7 +273,7 @@ def test_an_entry_for_one_rule_of_a_machine_does_not_accept_a_failure_of_another
     import subprocess
     import sys
 
-    from conformance.plugin.results import read_table
+    from conformance.results.records import read_table
     from conformance.suite import test_machine_timeout
 
     suite = tmp_path / "suite"  # the timeout machine alone

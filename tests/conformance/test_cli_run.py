@@ -23,7 +23,7 @@ from conformance.gate.baseline import load_baseline
 from conformance.gate.cli import main
 from conformance.gate.runner import RunCollector
 from conformance.plugin.evidence import TestEvidence, attach
-from conformance.plugin.results import read_table
+from conformance.results.records import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_plugin import WEDGE_SUITE, WedgeProxy
 from tests.conftest import cli_env

@@ -22,8 +22,8 @@ import pytest
 
 from conformance.catalogue.profiles import AUTO, COMPATIBLE, SPEC, choices
 from conformance.catalogue.rules import CAPABILITIES, PROFILES
-from conformance.plugin.results import read_table
-from conformance.plugin.verdicts import Verdict
+from conformance.results.records import read_table
+from conformance.results.verdicts import Verdict
 from tests.conformance.test_cli_run import cli
 
 EVERY_CAPABILITY = f"{SPEC}+every capability"  # the spec base judging every extension by rabbitmq-4.3

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue.rules import BROKER_AREAS
-from conformance.plugin.verdicts import Verdict
+from conformance.results.verdicts import Verdict
 from tests.conftest import require
 from tests.garagemq_broker import (
     EXIT_TIMED_OUT,

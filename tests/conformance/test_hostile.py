@@ -29,7 +29,7 @@ import pytest
 
 from conformance.drivers.raw import ConnectionLost, NoReply, RawClient
 from conformance.gate.cli import main
-from conformance.plugin.results import read_table
+from conformance.results.records import read_table
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.hostile import PASS, HostileProxy, Mode, Plan, declares_queue

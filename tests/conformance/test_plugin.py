@@ -24,7 +24,7 @@ import pytest
 
 from conformance.plugin.admin import NoAdmin
 from conformance.plugin.health import NameRegistry, find_leaks
-from conformance.plugin.results import read_table
+from conformance.results.records import read_table
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 

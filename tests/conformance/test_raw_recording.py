@@ -14,7 +14,7 @@ from codec import (
 from codec.frames import ProtocolHeader
 from conformance.drivers.raw import RawClient, Recorder, written_frames
 from conformance.plugin.classify import frame_log
-from conformance.plugin.results import frame_fields
+from conformance.results.records import frame_fields
 from reference_broker.server import EmbeddedBroker
 
 PIPELINED = encode_method(1, BasicConsume(queue="q", consumer_tag="t")) + encode_method(1, BasicCancel(consumer_tag="t"))

@@ -27,7 +27,7 @@ from codec import (
     MethodFrame,
 )
 from conformance.drivers.raw import FrameRecord
-from conformance.plugin.results import (
+from conformance.results.records import (
     COLUMNS,
     PARTITION_KEY,
     SCHEMAS,

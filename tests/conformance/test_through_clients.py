@@ -18,8 +18,8 @@ from codec import ConnectionStartOk, MethodFrame
 from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import Recorder
 from conformance.drivers.relay import RecordingRelay
-from conformance.plugin.results import read_table
 from conformance.plugin.through_clients import relayed
+from conformance.results.records import read_table
 from conformance.suite.machine_clients import run_client_ack_machine
 from conformance.suite.machine_support import ENV_SHRINK
 from reference_broker.server import EmbeddedBroker

@@ -6,8 +6,8 @@ import asyncio
 import threading
 from pathlib import Path
 
-from conformance.record.lake import RecordingLake
 from conformance.record.relay import RecordingRelay
+from conformance.results.lake import RecordingLake
 
 
 class RelayThread:

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from codec._generated import BasicDeliver, BasicQos, ChannelOpen
-from conformance.record.lake import RecordingLake
 from conformance.record.pcap import import_capture
+from conformance.results.lake import RecordingLake
 from reference_broker.server import EmbeddedBroker
 from reports.audit_arrow import audit_lake
 from reports.model import ReportData, Violation

@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 from codec import encode_frame
 from codec._generated import BasicDeliver, BasicQos, ChannelOpen
 from codec.frames import encode_method_payload
-from conformance.plugin.results import read_table
-from conformance.record.lake import RecordingLake
 from conformance.record.pcap import import_capture
 from conformance.record.relay import RecordingRelay
+from conformance.results.lake import RecordingLake
+from conformance.results.records import read_table
 from reports.audit_arrow import audit_lake
 
 HEADER = b"AMQP\x00\x00\x09\x01"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 
 from codec import BodyFrame, FrameReader
-from conformance.plugin.results import frame_fields
 from conformance.record.tap import StreamTap
+from conformance.results.records import frame_fields
 
 
 def frame(frame_type: int, channel: int, payload: bytes) -> bytes:

@@ -15,7 +15,7 @@ from pathlib import Path
 from codec import BasicCancel, BasicConsume, BasicDeliver, BasicQos, ChannelOpen, Method, QueueDeclare
 from conformance.gate.baseline import load_baseline
 from conformance.plugin.evidence import TestEvidence
-from conformance.plugin.results import read_table
+from conformance.results.records import read_table
 from conformance.suite import test_timeout_sac
 from reference_broker.core import Effect, Meta, StartTimer
 from reference_broker.server import EmbeddedBroker

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.plugin.results import PARTITION_KEY, SCHEMAS
+from conformance.results.records import PARTITION_KEY, SCHEMAS
 from reports.audit import ChannelFrame, Context, Finding, audit_channel
 from reports.audit_arrow import audit_group, audit_lake, audit_table
 from tests.reports.channel_sim import CONFIRMS, REQUEUE, ChannelSim, steps, valid_traces

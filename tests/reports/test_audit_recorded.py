@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from conformance.model.trace import Context, Deletion, recorded_traits
 from conformance.model.traits import GlobalQos
-from conformance.plugin.results import SCHEMAS
+from conformance.results.records import SCHEMAS
 from reports.audit import ChannelFrame, audit_channel
 from reports.audit_arrow import audit_table
 from reports.audit_context import recording_contexts

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from conformance.plugin.results import ResultsWriter, RunRecord, TestRecord
-from conformance.plugin.verdicts import UNJUDGED
+from conformance.results.records import ResultsWriter, RunRecord, TestRecord
+from conformance.results.verdicts import UNJUDGED
 
 pytestmark = pytest.mark.spark
 

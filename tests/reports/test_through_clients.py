@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from codec import ConnectionStartOk
-from conformance.plugin.results import ResultsWriter, RunRecord, TestRecord
+from conformance.results.records import ResultsWriter, RunRecord, TestRecord
 from reference_broker.server import EmbeddedBroker
 from reports.model import Cell, ReportData, Target
 from reports.through_clients import client_matrices, reasons_of, runs_to_explain

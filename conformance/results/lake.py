@@ -2,7 +2,7 @@
 
 Responsibility: give a recording (the relay's, or an imported capture's) a run in the results
 lake: the run record (`runs/run=<id>/run.parquet`, client "recorded", the upstream URL without
-password) and its frames in the existing frames schema (`conformance.plugin.results.SCHEMAS`),
+password) and its frames in the existing frames schema (`conformance.results.records.SCHEMAS`),
 as numbered part files under `frames/run=<id>/`.
 
 Rules:
@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from conformance.plugin.results import (
+from conformance.results.records import (
     PARTITION_KEY,
     SCHEMAS,
     RunRecord,
