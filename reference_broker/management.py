@@ -22,6 +22,7 @@ Rules:
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -120,7 +121,7 @@ async def queues(request: web.Request) -> web.Response:
     server = server_of(request)
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in server.core.vhosts:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     names = [vhost] if vhost is not None else visible(request)
     found = [queue_json(server, q) for v in names for q in server.core.vhosts[v].queues.values()]
     return web.json_response(sorted(found, key=lambda q: (q["vhost"], q["name"])))
@@ -130,7 +131,7 @@ async def queue(request: web.Request) -> web.Response:
     server = server_of(request)
     q = server.core.find_queue(request.match_info["vhost"], request.match_info["name"])
     if q is None:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     return web.json_response(queue_json(server, q))
 
 
@@ -163,7 +164,7 @@ async def close_connection(request: web.Request) -> web.Response:
     conn_id = next((i for i in server.core.connections if server.connection_name(i) == name), None)
     row = None if conn_id is None else _connection_json(server, conn_id)
     if conn_id is None or row is None:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     if not _sees_connection(request, row, deleting=True):
         return refused(OBJECT)
     server.force_close(conn_id, request.headers.get("X-Reason", "Closed via management plugin"))
@@ -174,7 +175,7 @@ async def exchanges(request: web.Request) -> web.Response:
     server = server_of(request)
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in server.core.vhosts:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     names = [vhost] if vhost is not None else visible(request)
     return web.json_response([
         {"name": x.name, "vhost": v, "type": x.kind, "durable": x.durable, "auto_delete": x.auto_delete,
@@ -190,7 +191,7 @@ async def users(request: web.Request) -> web.Response:
 async def user(request: web.Request) -> web.Response:
     server, name = server_of(request), request.match_info["name"]
     if name not in server.config.users:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     return web.json_response(auth.user_definition(server.config, name))
 
 
@@ -206,7 +207,7 @@ async def put_user(request: web.Request) -> web.Response:
 
 async def delete_user(request: web.Request) -> web.Response:
     if not auth.delete_user(server_of(request).config, request.match_info["name"]):
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     return web.Response(status=204)
 
 
@@ -218,13 +219,13 @@ async def permissions(request: web.Request) -> web.Response:
 async def permission(request: web.Request) -> web.Response:
     server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
     rows = auth.permission_rows(server.config, [name], [vhost]) if name in server.config.users else []
-    return web.json_response(rows[0]) if rows else web.json_response(NOT_FOUND, status=404)
+    return web.json_response(rows[0]) if rows else web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
 
 
 async def put_permission(request: web.Request) -> web.Response:
     server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
     if vhost not in server.core.vhosts:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     if name not in server.config.users:
         return bad_request(f"no_such_user: {name}")
     body = await json_body(request)
@@ -237,7 +238,7 @@ async def put_permission(request: web.Request) -> web.Response:
 async def delete_permission(request: web.Request) -> web.Response:
     server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
     if name not in server.config.users or not auth.clear_permissions(server.config, name, vhost, server.core.vhosts):
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     return web.Response(status=204)
 
 

@@ -4,6 +4,7 @@ shapes and validation messages; the keys a policy may set per emulated version).
 from __future__ import annotations
 
 import re
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -39,7 +40,7 @@ async def policy(request: web.Request) -> web.Response:
     vhost, name = request.match_info["vhost"], request.match_info["name"]
     found = server_of(request).core.policies.get(vhost, {}).get(name)
     if found is None:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     return web.json_response({"vhost": vhost, "name": name, **found})
 
 
@@ -87,6 +88,6 @@ async def delete_policy(request: web.Request) -> web.Response:
     vhost, name = request.match_info["vhost"], request.match_info["name"]
     table = dict(server.core.policies.get(vhost, {}))
     if table.pop(name, None) is None:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     server.apply_policies(vhost, table)
     return web.Response(status=204)

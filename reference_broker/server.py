@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from codec.constants import ReplyCode
 from reference_broker.config import BrokerConfig
 from reference_broker.core import (
     BrokerCore,
@@ -161,7 +162,7 @@ class BrokerServer:
         """Close a connection with 320 CONNECTION_FORCED (ERR-04), as an operator would."""
         client = self.clients.get(conn_id)
         if client is not None and client.engine is not None:
-            self.execute(client.engine.close_from_broker(now_ms(), 320, f"CONNECTION_FORCED - {reason}"))
+            self.execute(client.engine.close_from_broker(now_ms(), ReplyCode.CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}"))
 
     def apply_policies(self, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
         """Replace a vhost's policies; they apply to existing queues at once."""

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import codec
+from codec.constants import ReplyCode
 from conformance.catalogue.rules import all_rules
 from conformance.results.records import PARTITION_KEY, SCHEMAS
 
@@ -146,7 +147,7 @@ def _tests_table(rng: np.random.Generator, shape: LakeShape, run_id: str, index:
     failed = words == "failed"
     outcome = np.where(failed, "failed", np.where(np.isin(words, ["passed", "broken"]), "passed", "skipped"))
     duration = rng.gamma(2.0, 0.02, n)
-    reply = np.where(failed, 406, 0)
+    reply = np.where(failed, int(ReplyCode.PRECONDITION_FAILED), 0)
     frames = np.zeros(n, dtype=np.int32)
     frames[_frame_tests(shape)] = _frames_per_channel(shape)
     columns = {

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.catalogue.rules import AREAS, PROFILES, REQUIRED, SERVER_SOURCE, Rule, all_rules
+from conformance.results.verdicts import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 TARGET = Path(__file__).resolve().parents[2] / "docs" / "RULES.md"
 SEEDS_FILE = "seeds.toml"
@@ -271,11 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["--check"]:
         if not TARGET.exists() or TARGET.read_text(encoding="utf-8") != text:
             print(f"{TARGET} is stale: run {REGENERATE}", file=sys.stderr)
-            return 1
-        return 0
+            return EXIT_FAILED
+        return EXIT_OK
     if args:
         print(f"usage: {REGENERATE} [--check | --seeds DIR]", file=sys.stderr)
-        return 4
+        return EXIT_USAGE
     TARGET.write_text(text, encoding="utf-8")
     print(f"wrote {TARGET}")
     return 0

@@ -27,6 +27,7 @@ import shlex
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -148,9 +149,9 @@ class ManagementApi(AdminAdapter):
             response = self._http.request(verb, path, json=body, headers=headers or None)
         except httpx.HTTPError as exc:
             raise AdminError(f"management API {verb} {path}: {exc}") from None
-        if missing_ok and response.status_code == 404:
+        if missing_ok and response.status_code == HTTPStatus.NOT_FOUND:
             return None
-        if response.status_code >= 400:
+        if response.status_code >= HTTPStatus.BAD_REQUEST:
             raise AdminError(f"management API {verb} {path}: HTTP {response.status_code} {response.text[:200]}")
         return response.json() if response.content else None
 

@@ -180,7 +180,7 @@ def _passive_declare(url: str, names: list[tuple[str, str]], timeout: float) -> 
                 client.rpc(channel, method, reply)
                 present.add((kind, name))
             except ChannelClosed as closed:  # 404: gone; 405: exclusive to a live connection
-                if closed.code == 405:
+                if closed.code == ReplyCode.RESOURCE_LOCKED:
                     present.add((kind, name))
                 channel = client.channel()
     return present

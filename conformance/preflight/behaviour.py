@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from codec.constants import ReplyCode
 from conformance.catalogue.rules import expectation
 from conformance.model import timeouts
 from conformance.model.traits import GlobalQos, traits
@@ -97,7 +98,7 @@ def _invalid_arg(arg: str, reason: str) -> str:
 def _queue_version(profile: str, shape: Shape) -> Behaviour:
     value = _args(shape).get("x-queue-version")
     if at_least(profile, (4, 3)) and value != 2:
-        return Behaviour(CHANNEL, 406, _invalid_arg("x-queue-version", f": \"unsupported queue version '{value}'\""))
+        return Behaviour(CHANNEL, ReplyCode.PRECONDITION_FAILED, _invalid_arg("x-queue-version", f": \"unsupported queue version '{value}'\""))
     return Behaviour()
 
 
@@ -106,7 +107,7 @@ def _timeout_argument(profile: str, shape: Shape) -> Behaviour:
     on_consume = shape.get("method") == "basic.consume"
     value = _args(shape).get(timeouts.ARGUMENT)
     if timeouts.argument_refused(profile, shape.get("queue_type") or CLASSIC, value, on_consume=on_consume):
-        return Behaviour(CHANNEL, 406, _invalid_arg(timeouts.ARGUMENT, " of queue type rabbit_classic_queue"))
+        return Behaviour(CHANNEL, ReplyCode.PRECONDITION_FAILED, _invalid_arg(timeouts.ARGUMENT, " of queue type rabbit_classic_queue"))
     return Behaviour(text="x-consumer-timeout ignored on a classic queue" if not at_least(profile, (4, 3)) else "")
 
 
@@ -121,8 +122,8 @@ def _classic_timeout(method: str) -> Callable[[Shape], bool]:
 def _exchange_type(profile: str, shape: Shape) -> Behaviour:
     text = f"unknown exchange type '{shape.get('exchange_type')}'"
     if at_least(profile, (4, 0)):
-        return Behaviour(CHANNEL, 406, f"PRECONDITION_FAILED - {text}")
-    return Behaviour(CONNECTION, 503, f"COMMAND_INVALID - {text}")  # ≤3.13.2 and the spec; 3.13.3+: 406
+        return Behaviour(CHANNEL, ReplyCode.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {text}")
+    return Behaviour(CONNECTION, ReplyCode.COMMAND_INVALID, f"COMMAND_INVALID - {text}")  # ≤3.13.2 and the spec; 3.13.3+: 406
 
 
 def _unknown_exchange_type(shape: Shape) -> bool:

@@ -148,7 +148,7 @@ class BrokerCore(BrokerState):
             handler = HANDLERS.get(type(method))
             if handler is None:
                 raise hard(ReplyCode.COMMAND_INVALID, "unimplemented method")
-            if method.CLASS_ID in (40, 50) and self.journal is not None:
+            if method.CLASS_ID in (ExchangeDeclare.CLASS_ID, QueueDeclare.CLASS_ID) and self.journal is not None:
                 self.defs_dirty = True  # exchange.* and queue.* may change durable definitions
             return handler(self, meta, ch, method, properties, body)
         except Final as final:

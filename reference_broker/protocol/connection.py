@@ -228,7 +228,7 @@ class ServerConnection:
                 isinstance(caps, dict) and caps.get("authentication_failure_close")):
             self.state = states.CLOSED
             return [CloseTransport(self.id, str(err))]
-        ids = (0, 0) if err.code == ReplyCode.ACCESS_REFUSED else (10, 11)  # 403: RabbitMQ 3.10.8, live
+        ids = (0, 0) if err.code == ReplyCode.ACCESS_REFUSED else (ConnectionStartOk.CLASS_ID, ConnectionStartOk.METHOD_ID)  # 403: RabbitMQ 3.10.8, live
         return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", *ids)
 
     def _negotiate(self, m: ConnectionTuneOk) -> None:
