@@ -238,6 +238,8 @@ FAULTS: tuple[Fault, ...] = (
           {"priority_level": _const(0)}),
     Fault("socket_closed_after_close_ok", "framing", "NET-02", "the socket is closed right after close-ok to a client's close",
           {"ends_socket_after_close_ok": _const(True)}),
+    Fault("get_unanswered", "qos", "QOS-07", "basic.get is dropped: no get-ok, no get-empty, no 540 (a partial broker)",
+          {"answered": lambda method: method.NAME != "basic.get"}),
     Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values",
           {"delivered_properties": _reencoded}),
 )

@@ -29,7 +29,7 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from codec import (
@@ -58,6 +58,7 @@ from codec import (
     encode_content,
     encode_method,
 )
+from codec.constants import ReplyCode
 from codec.frames import Frame, ProtocolHeader
 from conformance.drivers.interface import (  # the outcomes every driver raises (re-exported)
     ChannelClosed,
@@ -69,6 +70,7 @@ from conformance.drivers.interface import (  # the outcomes every driver raises 
     NoReply,
     Recorder,
 )
+from conformance.drivers.silence import SILENCES
 
 __all__ = ["DEFAULT_CAPABILITIES", "BrokerAddress", "ChannelClosed", "Closed", "ConnectionClosed", "ConnectionLost",
            "DriverError", "FrameRecord", "NoReply", "RawClient", "Recorder", "UnexpectedMethod"]
@@ -91,6 +93,14 @@ DEFAULT_CAPABILITIES = {
 }
 
 
+class Request(NamedTuple):
+    """A request sent on a channel and not yet answered."""
+
+    name: str
+    replies: frozenset[str]  # the methods that answer it
+    nowait: bool  # sent with nowait: its reply may not come
+
+
 class UnexpectedMethod(DriverError):
     """The broker sent a reply to a request the client never made on that channel."""
 
@@ -107,6 +117,11 @@ class BrokerAddress:
     user: str
     password: str
     vhost: str
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        """Which broker this is, for what a run learns about it (silence.py)."""
+        return self.host, self.port, self.vhost
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
@@ -143,7 +158,7 @@ class RawClient:
         self.tune: ConnectionTune | None = None
         self.frame_max = 4096
         self._next_channel = 1
-        self._asked: dict[int, list[frozenset[str]]] = {}  # per channel: the replies each open request allows
+        self._asked: dict[int, list[Request]] = {}  # per channel: the open requests and the replies each allows
         self._unasked: dict[int, list[Command]] = {}  # replies to no request (UnexpectedMethod)
         self._untracked: set[int] = set()  # channels (-1: any) with raw sends: replies not judged
 
@@ -216,7 +231,8 @@ class RawClient:
             data = encode_method(channel, method)
         self._record("out", channel, Command(channel, method, properties, body))
         if method.RESPONSES:  # a request: its reply is asked for (with nowait, it may still come)
-            self._asked.setdefault(channel, []).append(frozenset(method.RESPONSES))
+            self._asked.setdefault(channel, []).append(
+                Request(method.NAME, frozenset(method.RESPONSES), bool(getattr(method, "nowait", False))))
         self._write(data)
 
     def send_raw(self, data: bytes, channel: int = -1) -> None:
@@ -244,12 +260,15 @@ class RawClient:
         self.send(channel, method)
         return self.expect(channel, *reply_types, timeout=timeout)
 
-    def expect(self, channel: int, *types: type, timeout: float | None = None) -> Command:
+    def expect(self, channel: int, *types: type, timeout: float | None = None, look: bool = False) -> Command:
         """The next command on `channel` (of one of `types` when given); commands of other
-        types on that channel stay queued. Raises Closed/NoReply/ConnectionLost."""
+        types on that channel stay queued. Raises Closed/NoReply/ConnectionLost. A wait (not a
+        `look`: `poll`'s bounded look for what may or may not come) for the reply to a method
+        this broker never answered earlier in the run fails at once (`silence.Unanswered`)."""
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         names = "/".join(t.NAME for t in types if hasattr(t, "NAME")) or "any method"  # type: ignore[attr-defined]
+        request = None if look else self._open_request(channel, types)
         while True:
             found = self._take(channel, types)
             if found is not None:
@@ -258,15 +277,43 @@ class RawClient:
             self._raise_if_closed(channel, waiting_for)
             if types:
                 self._raise_if_unasked(channel, waiting_for)
+            if request is not None:
+                SILENCES.check(self.address.key, request.name, waiting_for)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if request is not None and self._answers_a_new_channel():
+                    SILENCES.learn(self.address.key, request.name, limit)
                 raise NoReply(limit, waiting_for + self._undecoded())
             self._read(remaining, waiting_for)
+
+    def _open_request(self, channel: int, types: tuple[type, ...]) -> Request | None:
+        """The oldest open request on `channel` (not sent with nowait) one of `types` answers."""
+        wanted = {getattr(t, "NAME", None) for t in types}
+        return next((r for r in self._asked.get(channel, ()) if not r.nowait and r.replies & wanted), None)
+
+    def _answers_a_new_channel(self) -> bool:
+        """After a silence: does the broker still answer this connection? A spare channel (the
+        highest number the connection allows) is opened and closed, each within 2 s."""
+        if self.sock is None or self.lost or self.connection_closed is not None or SILENCES.test is None:
+            return False
+        spare = (self.tune.channel_max if self.tune is not None and self.tune.channel_max else 2047)
+        if spare in self.inbox or spare in self.closed_channels:
+            return False
+        look = min(self.timeout, 2.0)
+        try:
+            self.rpc(spare, ChannelOpen(), ChannelOpenOk, timeout=look)
+            self.rpc(spare, ChannelClose(ReplyCode.REPLY_SUCCESS, "bye", 0, 0), ChannelCloseOk, timeout=look)
+        except DriverError:
+            return False
+        finally:
+            self.inbox.pop(spare, None)
+            self._asked.pop(spare, None)
+        return True
 
     def poll(self, channel: int, *types: type, duration: float = 0.0) -> Command | None:
         """Like expect, but None when nothing arrives within `duration` (a bounded look)."""
         try:
-            return self.expect(channel, *types, timeout=duration)
+            return self.expect(channel, *types, timeout=duration, look=True)
         except NoReply:
             return None
 
@@ -350,8 +397,8 @@ class RawClient:
     def _note_reply(self, command: Command) -> None:
         """Match a reply with the oldest open request it answers, or note it as unasked."""
         asked = self._asked.get(command.channel, [])
-        for i, replies in enumerate(asked):
-            if command.method.NAME in replies:
+        for i, request in enumerate(asked):
+            if command.method.NAME in request.replies:
                 del asked[i]
                 return
         if not self._untracked & {-1, command.channel}:

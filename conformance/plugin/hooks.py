@@ -47,6 +47,7 @@ from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, c
 from conformance.catalogue.rules import AREAS, CAPABILITIES, REQUIRED, VARIANT, rule
 from conformance.drivers import CLIENTS, library_version
 from conformance.drivers.raw import BrokerAddress, Recorder
+from conformance.drivers.silence import SILENCES
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import Unavailable, parse_admin
 from conformance.plugin.explain import explain_comparison, force_full_assertions
@@ -181,6 +182,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    SILENCES.forget()  # what a broker never answers is learned anew in each run (drivers/silence.py)
     state = harness(session.config)
     if state.writer is not None and state.run is not None and not state.worker:
         state.writer.write_run(state.run)
@@ -198,12 +200,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if item.get_closest_marker("rules") is None:
         return (yield)
     item.config.stash[IN_RULE_TEST] = True  # its assertions are explained in full (explain.py)
+    SILENCES.test = item.nodeid  # a method the broker never answers is waited for once per run
     if dog is not None:
         dog.arm(item.nodeid)
     try:
         return (yield)
     finally:
         item.config.stash[IN_RULE_TEST] = False
+        SILENCES.test = None
         if dog is not None:
             dog.disarm()
 

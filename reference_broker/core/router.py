@@ -148,6 +148,8 @@ class BrokerCore(BrokerState):
             handler = HANDLERS.get(type(method))
             if handler is None:
                 raise hard(ReplyCode.COMMAND_INVALID, "unimplemented method")
+            if not self.rules.answered(method):
+                return []
             if method.CLASS_ID in (ExchangeDeclare.CLASS_ID, QueueDeclare.CLASS_ID) and self.journal is not None:
                 self.defs_dirty = True  # exchange.* and queue.* may change durable definitions
             return handler(self, meta, ch, method, properties, body)

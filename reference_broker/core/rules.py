@@ -128,6 +128,10 @@ def _only_expired(connections: dict[int, Connection], queue: Queue, expired: Exp
     return expired
 
 
+def _answered(_method: Any) -> bool:
+    return True  # every method the broker implements gets its reply (or a 540 for one it does not)
+
+
 def _pause(consumer: Consumer, tag: int) -> None:
     consumer.timed_out.add(tag)  # TMO-4.3-2: no new messages until it is settled
 
@@ -180,6 +184,7 @@ class Rules:
     unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type
     # -- errors and framing (ERR-02, FRM-03) ----------------------------------------------
     error_scope: Callable[[str], str] = _same
+    answered: Callable[[Any], bool] = _answered  # False: the method is dropped unanswered (a partial broker)
     enforced_frame_max: Callable[[int], int] = _same
     # -- the connection engine (NET-02, MSG-01) ---------------------------------------------
     ends_socket_after_close_ok: Callable[[], bool] = _false  # NET-02: the client ends it

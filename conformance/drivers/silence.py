@@ -1,0 +1,69 @@
+"""Methods a broker never answers, learned once per run (issue 31: a deviating broker is judged
+as fast as a clean one).
+
+A partial broker answers some methods and silently ignores others (no reply, no 540). Without
+this, every test that sends an ignored method waits out its whole timeout, often several times,
+and such a broker's run takes many times a clean one's. The rules:
+- A request is *unanswered* when a wait for its reply (`RawClient.expect`, never a `poll`'s
+  bounded look for what may or may not come) ends with no reply while the connection is alive: a channel opened right after it on the same connection is answered (the broker
+  reads and answers this connection, so the silence is about the method, not a wedge).
+- From then on, in this run and against this broker (host, port, virtual host), a wait for the
+  reply to the same method fails at once with `Unanswered`: a `NoReply` whose text says how
+  many earlier tests met the same silence. The method is still sent (the broker sees the same
+  traffic); only the wait is skipped. Each test keeps its own verdict (`failed`).
+- Learning is on only inside a rule test of a suite run (the plugin names the running test in
+  `SILENCES.test`, so the text counts earlier tests, not waits, and forgets everything at the
+  start of a session); a unit test driving `RawClient` directly
+  never learns nor skips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from conformance.drivers.interface import NoReply
+
+Broker = tuple[str, int, str]  # host, port, virtual host
+
+
+class Unanswered(NoReply):
+    """A wait skipped: the broker never answered this method earlier in the run."""
+
+    def __init__(self, method: str, waited: float, earlier: int, waiting_for: str) -> None:
+        super().__init__(waited, waiting_for)
+        where = (f"as in {earlier} earlier {'test' if earlier == 1 else 'tests'} of this run" if earlier
+                 else "as earlier in this test")
+        self.args = (f"no reply to {method} (waiting for {waiting_for}), {where}: the broker answered none "
+                     f"within {waited:.1f} s, so this wait was not made again",)
+        self.method = method
+
+
+@dataclass
+class Silences:
+    """The unanswered methods of this process's run, per broker; `test` is the rule test running
+    (None: learning is off)."""
+
+    test: str | None = None
+    waited: dict[tuple[Broker, str], float] = field(default_factory=dict)  # the first wait's length
+    met: dict[tuple[Broker, str], set[str]] = field(default_factory=dict)  # the tests that met the silence
+
+    def forget(self) -> None:
+        self.waited.clear()
+        self.met.clear()
+
+    def learn(self, broker: Broker, method: str, waited: float) -> None:
+        if self.test is not None:
+            self.waited.setdefault((broker, method), waited)
+            self.met.setdefault((broker, method), set()).add(self.test)
+
+    def check(self, broker: Broker, method: str, waiting_for: str) -> None:
+        """Raise `Unanswered` when `method` is known to go unanswered by `broker` in this run."""
+        key = (broker, method)
+        if self.test is not None and key in self.waited:
+            tests = self.met[key]
+            earlier = len(tests - {self.test})
+            tests.add(self.test)
+            raise Unanswered(method, self.waited[key], earlier, waiting_for)
+
+
+SILENCES = Silences()
