@@ -23,9 +23,9 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
-from conformance.clientside.record import language_of
-from conformance.clientside.scenario import SCENARIOS
+from conformance.client_judge import scenarios  # noqa: F401  (registers the scenarios)
+from conformance.client_judge.record import language_of
+from conformance.client_judge.scenario import SCENARIOS
 from conformance.drivers.registry import REGISTRY
 from conformance.results.records import CLIENT_PROFILE
 from reports.model import ClientColumn, ClientScenario, ClientsData, FailingTest

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("codec", "reference_broker", "conformance", "reports", "bench")
 PROJECT = (*PACKAGES, "tests")
 LAZY_ALLOWED = {("conformance.gate.cli", "reports.cli"), ("conformance.gate.runner", "reports.cli"),
-                ("conformance.clientside.cli", "reports.cli"),
+                ("conformance.client_judge.cli", "reports.cli"),
                 ("conformance.gate.cli", "reports.preflight_cli")}  # the Spark report: heavy, optional
 
 
@@ -165,8 +165,8 @@ def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogu
     # language in the client registry, the language line of a client's run record). The redesign
     # (issue 27) is to move those facts into the results kernel; until then they are named here.
     allowed = ("conformance.results", "conformance.catalogue", "conformance.model", "conformance.preflight",
-               "conformance.clientside.scenario", "conformance.clientside.scenarios",
-               "conformance.clientside.record", "conformance.drivers.registry")
+               "conformance.client_judge.scenario", "conformance.client_judge.scenarios",
+               "conformance.client_judge.record", "conformance.drivers.registry")
     bad = [i for i in edges_from("reports")
            if _in(i.target, "conformance") and not any(_in(i.target, a) for a in allowed)]
     assert bad == []

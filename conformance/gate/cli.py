@@ -3,7 +3,7 @@
 Responsibility: parse the command line and dispatch to one subcommand: `run` (the suite
 against a broker as a CI gate, `runner`), `baseline` (a baseline file from a recorded run),
 `rules` (the catalogue with the suite's coverage per rule and per area), `clients` (client
-libraries judged by a scripted broker, `conformance.clientside`), `record` (real traffic
+libraries judged by a scripted broker, `conformance.client_judge`), `record` (real traffic
 through a recording relay, or a capture, `conformance.record`), `report` (the HTML
 report, `reports.cli`) and `broker` (the reference broker, `reference_broker.__main__`).
 
@@ -39,7 +39,7 @@ from conformance import embedded
 from conformance.catalogue.coverage import suite_coverage
 from conformance.catalogue.profiles import AUTO, NEWEST, ProfileError, choices, resolve
 from conformance.catalogue.rules import AREAS, CAPABILITIES
-from conformance.clientside import cli as clients_cli
+from conformance.client_judge import cli as clients_cli
 from conformance.gate import runner
 from conformance.gate.baseline import from_results
 from conformance.gate.options import DEFAULT_OUT, RunOptions

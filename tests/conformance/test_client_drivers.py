@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from codec import BasicProperties
-from conformance.clientside.broker import ScriptedBroker
+from conformance.client_judge.broker import ScriptedBroker
 from conformance.drivers import interface as di
 from conformance.drivers.adapter import PYTHON_DRIVERS, load_driver
 from conformance.drivers.library import library_version

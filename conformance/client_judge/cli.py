@@ -29,11 +29,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from conformance.clientside import clients, gate, runner
-from conformance.clientside.clients import CLIENTS, ClientSpec
-from conformance.clientside.record import write_client_run
-from conformance.clientside.runner import ScenarioResult
-from conformance.clientside.scenario import Scenario
+from conformance.client_judge import clients, gate, runner
+from conformance.client_judge.clients import CLIENTS, ClientSpec
+from conformance.client_judge.record import write_client_run
+from conformance.client_judge.runner import ScenarioResult
+from conformance.client_judge.scenario import Scenario
 from conformance.drivers.build import BuildFailed, Built
 from conformance.drivers.remote import AdapterError, RemoteDriver
 from conformance.gate.baseline import EXPECTED, BaselineError, load_baseline

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from codec import ChannelCloseOk, ChannelOpen, ConnectionCloseOk
-from conformance.clientside.scenario import Play, ScenarioFailed, scenario
+from conformance.client_judge.scenario import Play, ScenarioFailed, scenario
 from conformance.drivers import interface as di
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.clientside import runner
-from conformance.clientside.clients import CLIENTS
+from conformance.client_judge import runner
+from conformance.client_judge.clients import CLIENTS
 from conformance.results.verdicts import Verdict
 from tests.conftest import require
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from codec import BasicProperties
-from conformance.clientside import runner
-from conformance.clientside.clients import CLIENTS, ClientSpec
+from conformance.client_judge import runner
+from conformance.client_judge.clients import CLIENTS, ClientSpec
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
 from conformance.gate.cli import main
@@ -95,8 +95,8 @@ def test_adapter_protocol_round_trips_events_and_errors() -> None:
 
 
 def test_results_record_every_scenario_with_its_rules(tmp_path: Path) -> None:
-    from conformance.clientside.record import language_of, write_client_run
-    from conformance.clientside.scenario import SCENARIOS
+    from conformance.client_judge.record import language_of, write_client_run
+    from conformance.client_judge.scenario import SCENARIOS
 
     sc = SCENARIOS["redelivered"]
     result = runner.ScenarioResult("x", "1.0", sc, Verdict.NOT_APPLICABLE, "why", datetime.now(UTC), 0.0)
@@ -112,7 +112,7 @@ def test_the_pytest_entry_point_runs_scenarios_as_tests(tmp_path: Path) -> None:
     require(CLIENTS["amqp"].installed_version(), "py-amqp")
     import subprocess
 
-    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.clientside.test_clients", "-q",
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.client_judge.test_clients", "-q",
                            "-p", "no:cacheprovider", "-k", "amqp-server-cancel or amqp-blocked-unblocked"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert "1 failed, 1 passed" in done.stdout, done.stdout[-2000:]

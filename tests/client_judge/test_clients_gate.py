@@ -1,6 +1,6 @@
 """`amqp-conformance clients` as a CI gate: `--adapter` for an unregistered adapter, JUnit, baselines, exit statuses.
 
-The unregistered adapter is the faulty py-amqp of tests/clientside/faulty_adapter.py, started by
+The unregistered adapter is the faulty py-amqp of tests/client_judge/faulty_adapter.py, started by
 its command line as a library's maintainers would start theirs; its name comes from its hello.
 """
 

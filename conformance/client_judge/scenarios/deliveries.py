@@ -17,8 +17,8 @@ from codec import (
     Command,
     ConnectionClose,
 )
-from conformance.clientside.broker import ScriptedConnection
-from conformance.clientside.scenario import Play, scenario
+from conformance.client_judge.broker import ScriptedConnection
+from conformance.client_judge.scenario import Play, scenario
 from conformance.drivers import interface as di
 from conformance.embedded import Output
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conformance.clientside.runner import ScenarioResult
+from conformance.client_judge.runner import ScenarioResult
 from conformance.results.records import CLIENT_PROFILE, ResultsWriter, RunRecord, TestRecord, harness_version
 from conformance.results.verdicts import Verdict
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from codec import BasicAck, BasicNack, BasicPublish, Command, Method
-from conformance.clientside.broker import ScriptedConnection
-from conformance.clientside.scenario import Play, scenario
+from conformance.client_judge.broker import ScriptedConnection
+from conformance.client_judge.scenario import Play, scenario
 from conformance.drivers import interface as di
 from conformance.embedded import Output, Send
 
