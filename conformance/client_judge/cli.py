@@ -30,11 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance.client_judge import clients, gate, runner
-from conformance.client_judge.clients import CLIENTS, ClientSpec
 from conformance.client_judge.record import write_client_run
 from conformance.client_judge.runner import ScenarioResult
 from conformance.client_judge.scenario import Scenario
 from conformance.drivers.build import BuildFailed, Built
+from conformance.drivers.registry import REGISTRY, ClientSpec, ClientUnavailable
 from conformance.drivers.remote import AdapterError, RemoteDriver
 from conformance.gate.baseline import EXPECTED, BaselineError, load_baseline
 from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT, Verdict
@@ -68,7 +68,7 @@ class AdapterSpec(ClientSpec):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items() if code != 3)
     parser.add_argument("--client", action="append", default=[], metavar="NAME",
-                        help=f"a client to judge (repeatable; default: every one that can run here of {', '.join(CLIENTS)})")
+                        help=f"a client to judge (repeatable; default: every one that can run here of {', '.join(REGISTRY)})")
     parser.add_argument("--adapter", action="append", default=[], metavar="COMMAND",
                         help="judge the adapter program COMMAND (a shell-quoted command line, e.g. 'python3 my_adapter.py'; "
                              "repeatable; see docs/adapter-protocol.md); with it, registry clients run only if named")
@@ -133,7 +133,7 @@ def _build(specs: list[ClientSpec], console: Console) -> tuple[list[ClientSpec],
             continue
         try:
             built = spec.prepare()
-        except (BuildFailed, clients.ClientUnavailable) as exc:
+        except (BuildFailed, ClientUnavailable) as exc:
             print(f"amqp-conformance: the {spec.name} adapter did not build: {exc}", file=sys.stderr)
             status = EXIT_HARNESS
             continue
@@ -199,7 +199,7 @@ def _list(console: Console, chosen: list[Scenario]) -> None:
     for sc in chosen:
         console.print(f"{sc.id:30} {' '.join(sc.rules):24} {sc.title}{'  [smoke]' if sc.smoke else ''}",
                       highlight=False, markup=False)
-    for spec in CLIENTS.values():
+    for spec in REGISTRY.values():
         console.print(f"client {spec.name:14} {spec.language:7} {spec.package_source:6} {spec.package:40} "
                       f"{spec.installed_version() or 'not installed'}", highlight=False, markup=False)
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from conformance.client_judge import runner
-from conformance.client_judge.clients import CLIENTS
 from conformance.client_judge.scenario import SCENARIOS
+from conformance.drivers.registry import REGISTRY
 from conformance.results.verdicts import SKIP_PREFIX, HarnessError, Verdict
 
 
@@ -28,9 +28,9 @@ def client_sessions() -> Iterator[dict[str, runner.ClientSession]]:
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-@pytest.mark.parametrize("client", list(CLIENTS))
+@pytest.mark.parametrize("client", list(REGISTRY))
 def test_client_scenario(client: str, scenario: str, client_sessions: dict[str, runner.ClientSession]) -> None:
-    spec = CLIENTS[client]
+    spec = REGISTRY[client]
     if spec.installed_version() is None:
         pytest.skip(f"client {client} is not installed ({spec.install_hint})")
     session = client_sessions.setdefault(client, runner.ClientSession(spec))

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conformance.client_judge import runner
-from conformance.client_judge.clients import ClientSpec
+from conformance.drivers.registry import ClientSpec
 from conformance.results.verdicts import Verdict
 from tests.client_judge.faulty_adapter import FAULTS
 

@@ -86,10 +86,10 @@ SCENARIOS = ["server-cancel", "repeated-cancel"]
 def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[Any]]]:
     """Real client runs (pika, py-amqp and Node's amqplib; a passing and a failing scenario) written to a lake."""
     from conformance.client_judge import runner
-    from conformance.client_judge.clients import CLIENTS
     from conformance.client_judge.record import write_client_run
+    from conformance.drivers.registry import REGISTRY
 
-    specs = [CLIENTS[c] for c in PLAYED if CLIENTS[c].installed_version()]
+    specs = [REGISTRY[c] for c in PLAYED if REGISTRY[c].installed_version()]
     require(len(specs) == len(PLAYED), "pika, py-amqp and amqplib (make .venv/.installed-stamp)")
     lake = tmp_path_factory.mktemp("client-lake")
     found = runner.run_clients(specs, runner.select(SCENARIOS), jobs=3)
