@@ -5,7 +5,8 @@ registry that can run here by default, `--client NAME`, or any adapter program w
 `--adapter 'COMMAND'`) and scenarios, build compiled adapters first (saying where), run them
 (`runner.run_clients`), print the clients x scenarios matrix with each client's version, judge
 the results against `--baseline` (`gate`), write JUnit XML to DIR/junit.xml and the results
-lake under DIR/results, and with `--report` build the HTML report there.
+lake under DIR/results, and with `--report` build the HTML report there (with the `report`
+callable the front door passes: nothing here imports the reports).
 
 Rules: exit statuses as for `run` (`gate.exit_status`): 0 no unexpected result, 1 an unexpected
 failure (or an XPASS under `--strict-baseline`), 2 a harness error (an adapter that would not
@@ -22,6 +23,7 @@ import shlex
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -143,7 +145,8 @@ def _build(specs: list[ClientSpec], console: Console) -> tuple[list[ClientSpec],
     return ready, status
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, report: Callable[[Path, Path], int] | None) -> int:
+    """`clients`; `report(results_dir, out_dir)` builds the HTML report (`--report`)."""
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         chosen = runner.select(args.scenario, args.smoke)
@@ -186,9 +189,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{time.monotonic() - t0:.0f} s; junit: {junit}; results: {args.out / 'results'} "
                   f"(runs {base}-<client>); exit status {status}: {STATUS_TEXT[status]}", highlight=False)
     if args.report:
-        from reports.cli import report_main
-
-        if report_main([str(args.out / "results"), "--out", str(args.out / "report")]) != 0:
+        if report is None or report(args.out / "results", args.out / "report") != EXIT_OK:
             print("amqp-conformance: the report could not be built", file=sys.stderr)
             return max(status, EXIT_HARNESS)
         console.print(f"report: {args.out / 'report' / 'clients.html'}", highlight=False)

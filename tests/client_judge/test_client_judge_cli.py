@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from codec import BasicProperties
+from conformance.cli import main
 from conformance.client_judge import runner
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
 from conformance.drivers.registry import REGISTRY, ClientSpec
-from conformance.gate.cli import main
 from conformance.results.records import read_table
 from conformance.results.verdicts import Verdict
 from tests.conftest import require

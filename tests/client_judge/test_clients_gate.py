@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.cli import main
+from conformance.cli import main
 
 FAULTY = Path(__file__).with_name("faulty_adapter.py")
 ADAPTER = f"{sys.executable} {FAULTY} no-redelivered"
