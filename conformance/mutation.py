@@ -47,6 +47,7 @@ from typing import Any
 
 from conformance.embedded import BY_NAME, ENV, FAULTS, Fault
 from conformance.results.records import PARTITION_KEY, TABLES
+from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from conformance.suite.machine_support import ENV_BUDGET
 
 FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one", "confirm_duplicated",
@@ -317,12 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
-        return 4 if exc.code else 0
+        return EXIT_USAGE if exc.code else EXIT_OK
     names = list(FAST_SUBSET) if args.fast else (args.faults or [f.name for f in FAULTS])
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         print(f"amqp-conformance mutation: unknown fault(s): {', '.join(unknown)}", file=sys.stderr)
-        return 4
+        return EXIT_USAGE
     out, machines, stamp = Path(args.out), not args.no_machines, campaign_stamp()
     out.mkdir(parents=True, exist_ok=True)
     areas = [BY_NAME[n].area for n in names] if args.scope == "area" else None
@@ -336,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         print_report(outcomes)
     (out / "mutation.json").write_text(json.dumps(summary(outcomes, control, stamp), indent=2))
     if control.why_not:
-        return 2
-    return 0 if all(o.killed for o in outcomes) else 1
+        return EXIT_HARNESS
+    return EXIT_OK if all(o.killed for o in outcomes) else EXIT_FAILED
 
 
 if __name__ == "__main__":

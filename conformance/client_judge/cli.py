@@ -39,7 +39,7 @@ from conformance.drivers.build import BuildFailed, Built
 from conformance.drivers.registry import REGISTRY, ClientSpec, ClientUnavailable
 from conformance.drivers.remote import AdapterError, RemoteDriver
 from conformance.gate.baseline import EXPECTED, BaselineError, load_baseline
-from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT, Verdict
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, STATUS_TEXT, Verdict
 
 DEFAULT_OUT = Path("amqp-conformance-clients")
 LETTERS = {Verdict.PASSED: "[green]P[/green]", Verdict.FAILED: "[red]F[/red]",
@@ -68,7 +68,7 @@ class AdapterSpec(ClientSpec):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items() if code != 3)
+    parser.epilog = "exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items() if code != EXIT_UNREACHABLE)
     parser.add_argument("--client", action="append", default=[], metavar="NAME",
                         help=f"a client to judge (repeatable; default: every one that can run here of {', '.join(REGISTRY)})")
     parser.add_argument("--adapter", action="append", default=[], metavar="COMMAND",
