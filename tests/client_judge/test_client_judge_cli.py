@@ -95,8 +95,9 @@ def test_adapter_protocol_round_trips_events_and_errors() -> None:
 
 
 def test_results_record_every_scenario_with_its_rules(tmp_path: Path) -> None:
-    from conformance.client_judge.record import language_of, write_client_run
+    from conformance.client_judge.record import write_client_run
     from conformance.client_judge.scenario import SCENARIOS
+    from conformance.results.client_runs import language_of
 
     sc = SCENARIOS["redelivered"]
     result = runner.ScenarioResult("x", "1.0", sc, Verdict.NOT_APPLICABLE, "why", datetime.now(UTC), 0.0)
