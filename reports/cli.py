@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from reports.model import ReportData
 
 PROG = "amqp-conformance report"
-EXIT_ENVIRONMENT = EXIT_HARNESS  # Spark or Java missing, unreadable results (DESIGN.md decision 8)
 
 
 class UsageError(Exception):
@@ -104,7 +103,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # Spark, Java or storage trouble: the environment, not the user
         print(f"{PROG}: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
               file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return EXIT_HARNESS  # Spark or Java missing, unreadable results (DESIGN.md decision 8)
     index = Path(args.out) / "index.html"
     print(summary_line(index, data, elapsed, where_spark_ran(args.spark_master)))
     return EXIT_OK

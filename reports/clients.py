@@ -10,7 +10,7 @@ Rules:
 - Only the latest run of each client reaches the driver, with its frames (a scenario's log is
   bounded by the scenario: a few hundred frames at most); None when the lake has no
   client-side run (the report then has no clients pages).
-- A client's language is the one its run recorded (`record.language_of`), else the client
+- A client's language is the one its run recorded (`client_runs.language_of`), else the client
   registry's, else "?"; languages are ordered as in the registry (Python first), unknown ones
   after them by name.
 """
@@ -23,10 +23,10 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
-from conformance.clientside.record import language_of
-from conformance.clientside.scenario import SCENARIOS
+from conformance.client_judge import scenarios  # noqa: F401  (registers the scenarios)
+from conformance.client_judge.scenario import SCENARIOS
 from conformance.drivers.registry import REGISTRY
+from conformance.results.client_runs import language_of, scenario_of
 from conformance.results.records import CLIENT_PROFILE
 from reports.model import ClientColumn, ClientScenario, ClientsData, FailingTest
 
@@ -36,11 +36,6 @@ LANGUAGE_NAMES = {"python": "Python", "node": "Node.js", "go": "Go", "java": "Ja
 FRAME_COLUMNS = ("run_id", "test_id", "seq", "ts", "connection", "channel", "direction", "frame_type", "method",
                  "delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",
                  "body_size", "queue", "prefetch_count", "no_ack", "capabilities", "product", "version")
-
-
-def scenario_of(test_id: str) -> str:
-    """The scenario of a client-side test id ("clients/pika::server-cancel" gives "server-cancel")."""
-    return test_id.rsplit("::", 1)[-1]
 
 
 def language_name(client: str, recorded: str | None) -> str:

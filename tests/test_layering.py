@@ -7,10 +7,11 @@ function level and under `if TYPE_CHECKING:`), resolved to project modules, and 
   never import the router;
 - conformance.model imports only the standard library and codec.constants;
 - exactly one conformance module (conformance/embedded.py) imports reference_broker;
-- reports imports conformance only for the results schema, the catalogue and the model (the
-  trace audit);
-- reference_broker/core and conformance import project modules at module level only (the
-  lazy exceptions load heavy optional dependencies: the Spark reports);
+- reports imports conformance only for the results kernel, the catalogue, the model (the
+  trace audit) and the pre-flight's pure core;
+- exactly one harness module, the front door `conformance.cli`, imports the reports;
+- the catalogue imports nothing else of the harness (the ground floor);
+- reference_broker/core and conformance import project modules at module level only;
 - there is no import cycle anywhere.
 """
 
@@ -30,9 +31,7 @@ pytestmark = pytest.mark.xdist_group("layering")
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("codec", "reference_broker", "conformance", "reports", "bench")
 PROJECT = (*PACKAGES, "tests")
-LAZY_ALLOWED = {("conformance.gate.cli", "reports.cli"), ("conformance.gate.runner", "reports.cli"),
-                ("conformance.clientside.cli", "reports.cli"),
-                ("conformance.gate.cli", "reports.preflight_cli")}  # the Spark report: heavy, optional
+LAZY_ALLOWED: set[tuple[str, str]] = set()  # (importer, imported) pairs allowed inside a function
 
 
 @dataclass(frozen=True)
@@ -157,16 +156,32 @@ def test_exactly_one_harness_module_imports_the_reference_broker() -> None:
     assert importers == {"conformance.embedded"}
 
 
+def test_exactly_one_harness_module_imports_the_reports() -> None:
+    """The front door (`amqp-conformance`, conformance/cli.py) hands the subcommands that build a
+    report the callable that does it; nothing else of the harness reaches up to the reports."""
+    importers = {i.source for i in edges_from("conformance") if _in(i.target, "reports")}
+    assert importers == {"conformance.cli"}
+
+
+def test_the_catalogue_imports_nothing_else_of_the_harness() -> None:
+    # but the exit statuses of its document's command line (conformance.results.verdicts: no import of its own)
+    bad = [i for i in edges_from("conformance.catalogue")
+           if _in(i.target, "conformance") and not _in(i.target, "conformance.catalogue")
+           and i.target != "conformance.results.verdicts"]
+    assert bad == []
+
+
 def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogue() -> None:
     # the results kernel (conformance.results: the records schema, verdicts, wording); the catalogue: rules, areas, profiles; and the model,
     # the oracle the trace audit judges recorded traffic with (issue 17: one copy of each rule),
-    # and the upgrade pre-flight's pure core (issue 29: shapes, judging, replay); and the client-side
-    # catalogue the clients matrix is laid out by (issue 28: scenario titles and order, each client's
-    # language in the client registry, the language line of a client's run record). The redesign
-    # (issue 27) is to move those facts into the results kernel; until then they are named here.
+    # and the upgrade pre-flight's pure core (issue 29: shapes, judging, replay). A client-side run's
+    # test ids and language line are the kernel's (conformance.results.client_runs); the client-side
+    # catalogue the clients matrix is still laid out by (issue 28: scenario titles and order, each
+    # client's language and order in the client registry) is named here until the redesign (issue 27)
+    # moves those facts into the results kernel or the records.
     allowed = ("conformance.results", "conformance.catalogue", "conformance.model", "conformance.preflight",
-               "conformance.clientside.scenario", "conformance.clientside.scenarios",
-               "conformance.clientside.record", "conformance.drivers.registry")
+               "conformance.client_judge.scenario", "conformance.client_judge.scenarios",
+               "conformance.drivers.registry")
     bad = [i for i in edges_from("reports")
            if _in(i.target, "conformance") and not any(_in(i.target, a) for a in allowed)]
     assert bad == []

@@ -1,7 +1,7 @@
 """The Python adapter program: serves one client-library driver over the adapter protocol.
 
-Usage: ``python -m conformance.drivers.adapter CLIENT`` (CLIENT: a key of `PYTHON_DRIVERS`, the
-Python libraries of `conformance.drivers.registry`).
+Usage: ``python -m conformance.drivers.adapter CLIENT`` (CLIENT: a Python library of the client
+registry, `conformance.drivers.registry.python_drivers`).
 It prints the hello line, then answers requests from stdin one by one (`wire_json`), and
 between requests keeps running the library's I/O so that its callbacks fire; every event is
 written as soon as the library reports it.
@@ -24,13 +24,13 @@ from typing import Any, TextIO
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
 from conformance.drivers.registry import python_drivers
+from conformance.results.verdicts import EXIT_OK, EXIT_USAGE
 
-PYTHON_DRIVERS = python_drivers()  # library name -> "module:Class"
 IDLE_PUMP = 0.01  # seconds of library I/O between looks at stdin
 
 
 def load_driver(client: str, timeout: float = 5.0) -> Any:
-    module, _, name = PYTHON_DRIVERS[client].partition(":")
+    module, _, name = python_drivers()[client].partition(":")
     return getattr(importlib.import_module(module), name)(timeout)
 
 
@@ -116,13 +116,13 @@ def _answer(session: _Session, line: str, out: JsonLinesOutput) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0] not in PYTHON_DRIVERS:
-        print(f"usage: python -m conformance.drivers.adapter {{{','.join(PYTHON_DRIVERS)}}}", file=sys.stderr)
-        return 4
+    if len(args) != 1 or args[0] not in python_drivers():
+        print(f"usage: python -m conformance.drivers.adapter {{{','.join(python_drivers())}}}", file=sys.stderr)
+        return EXIT_USAGE
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     timeout = float(os.environ.get("AMQPC_ADAPTER_TIMEOUT", "5"))
     serve(lambda: load_driver(args[0], timeout), sys.stdin.fileno(), JsonLinesOutput(sys.stdout))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ adapter for other languages), the values they take and return (`Delivery`, `Conn
 `ClientInfo`), the events a client reports on its own (`Event`: deliveries, broker cancels,
 confirms, returns, closes, flow), and the outcomes every driver raises (`Closed`, `NoReply`,
 `ConnectionLost`). Message properties are codec's `BasicProperties` (declared once). The broker-side suite (issue 14) drives a broker through it; the
-client-side suite (`conformance.clientside`) drives client libraries through it against a
+client-side suite (`conformance.client_judge`) drives client libraries through it against a
 scripted broker.
 
 Rules:

@@ -5,9 +5,9 @@ provides it (a PyPI, npm or Debian package, `package_source`), how to find the i
 version, the Python driver class (for Python libraries: the in-process `ClientDriver` that
 `conformance.drivers.adapter` serves and that `run --client` uses when `suite` is set), the
 adapter program (a source under conformance/drivers/, shipped as package data) with how to
-build it (`conformance.drivers.build`), and the command line that starts it. Every other list
-of clients (`conformance.drivers.CLIENTS` for `run --client`, `adapter.PYTHON_DRIVERS`,
-`amqp-conformance clients`) is read from here.
+build it (`conformance.drivers.build`), and the command line that starts it. It is the only
+table of clients: the suite's `--client` (`suite_clients`, `client_version`), the Python adapter
+program (`python_drivers`) and the client judge (`amqp-conformance clients`) read it.
 
 Adding a library of any language: write its adapter (docs/adapter-protocol.md) under
 conformance/drivers/<language>/ and add one `ClientSpec` to `_SPECS`; for a compiled adapter
@@ -194,3 +194,10 @@ def python_drivers() -> dict[str, str]:
 def suite_clients() -> tuple[str, ...]:
     """The `run --client` choices: raw first, then the libraries the broker-side suite runs through."""
     return (RAW, *(s.name for s in REGISTRY.values() if s.suite))
+
+
+def client_version(client: str) -> str | None:
+    """The installed version of a library client; None for raw (or a library that is not installed)."""
+    if client == RAW or client not in REGISTRY:
+        return None
+    return REGISTRY[client].installed_version()

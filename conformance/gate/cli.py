@@ -1,20 +1,18 @@
-"""The `amqp-conformance` command line (console script `amqp-conformance = conformance.gate.cli:main`).
+"""The gate's subcommands of `amqp-conformance` (the front door, `conformance.cli`, dispatches here).
 
-Responsibility: parse the command line and dispatch to one subcommand: `run` (the suite
-against a broker as a CI gate, `runner`), `baseline` (a baseline file from a recorded run),
-`rules` (the catalogue with the suite's coverage per rule and per area), `clients` (client
-libraries judged by a scripted broker, `conformance.clientside`), `record` (real traffic
-through a recording relay, or a capture, `conformance.record`), `report` (the HTML
-report, `reports.cli`) and `broker` (the reference broker, `reference_broker.__main__`).
+Responsibility: each subcommand's options and its run: `run` (the suite against a broker as a
+CI gate, `runner`), `baseline` (a baseline file from a recorded run), `rules` (the catalogue
+with the suite's coverage per rule and per area, `conformance.coverage`) and `broker` (the
+reference broker, `conformance.embedded`).
 
 Rules:
-- Each subcommand is a `Command` in `COMMANDS` (name, help, add_arguments, run); adding one
-  touches nothing else. `run(args)` returns the exit status. A command with `own_parser`
-  (`report`, `broker`) gets the rest of the command line unparsed as `args.argv` and parses
-  it with its own parser, so its options are exactly those of its own entry point.
-- Exit statuses follow DESIGN.md decision 8: 0 ok, 1 unexpected failure, 2 harness or
-  environment error, 3 broker unreachable, 4 usage error. A usage error prints exactly one
-  line on stderr ("amqp-conformance: error: ...") and nothing on stdout.
+- `<name>_arguments(parser)` adds a subcommand's options; `<name>_run(args)` returns its exit
+  status (DESIGN.md decision 8: 0 ok, 1 unexpected failure, 2 harness or environment error,
+  3 broker unreachable, 4 usage error). A usage error is raised as `options.UsageError` with
+  one line; the front door prints it and exits 4. Nothing here imports the reports: `run
+  --report` builds the report with the callable the front door passes.
+- `broker` gets the rest of the command line unparsed as `args.argv` and parses it with the
+  reference broker's own parser, so its options are exactly those of `python -m reference_broker`.
 - `rules`: exit 0; 2 if part of the suite could not be collected or names unknown rule IDs
   (the table is still printed, the problems go to stderr).
 - `baseline`: exit 0 when the file is written; 4 when the results hold no such run.
@@ -27,50 +25,27 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
 
 from conformance import embedded
-from conformance.catalogue.coverage import suite_coverage
 from conformance.catalogue.profiles import AUTO, NEWEST, ProfileError, choices, resolve
 from conformance.catalogue.rules import AREAS, CAPABILITIES
-from conformance.clientside import cli as clients_cli
+from conformance.coverage import suite_coverage
 from conformance.gate import runner
 from conformance.gate.baseline import from_results
-from conformance.gate.options import DEFAULT_OUT, RunOptions
-from conformance.gate.options import UsageError as RunUsageError
-from conformance.record import cli as record_cli
-from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE, STATUS_TEXT
+from conformance.gate.options import DEFAULT_OUT, RunOptions, UsageError
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT
 from conformance.results.wording import plural
 from conformance.suite import SUITE_DIR
 
 PROG = "amqp-conformance"
 
 
-class UsageError(Exception):
-    """A bad command line: one line on stderr, exit status 4."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-@dataclass(frozen=True)
-class Command:
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    own_parser: bool = False
-
-
-def _rules_arguments(parser: argparse.ArgumentParser) -> None:
+def rules_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--uncovered", action="store_true", help="only rules without a test")
     parser.add_argument("--area", choices=AREAS, help="only this area")
     parser.add_argument("--suite", type=Path, default=None, help="collect this directory instead of the shipped suite")
@@ -82,7 +57,7 @@ def _rules_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --profile amqp-0-9-1: the RabbitMQ profile that judges claimed extensions")
 
 
-def _rules_run(args: argparse.Namespace) -> int:
+def rules_run(args: argparse.Namespace) -> int:
     suite = args.suite or SUITE_DIR
     if not suite.exists():
         raise UsageError(f"--suite {suite}: no such directory")
@@ -122,7 +97,7 @@ def _rules_run(args: argparse.Namespace) -> int:
     return EXIT_HARNESS if coverage.unknown or coverage.errors else EXIT_OK
 
 
-def _run_arguments(parser: argparse.ArgumentParser) -> None:
+def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items())
                      + ". A wrong user or password in --broker-url prints \"authentication refused\" (status 3).")
 
@@ -164,26 +139,24 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", action="store_true", help="also build the HTML report into DIR/report (Spark)")
 
 
-def _run_run(args: argparse.Namespace) -> int:
+def run_run(args: argparse.Namespace, report: Callable[[Path, Path], int] | None) -> int:
+    """`run`; `report(results_dir, out_dir)` builds the HTML report (`--report`)."""
     options = RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
                          args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
                          args.run_id, args.suite, args.report, test_timeout=args.test_timeout,
                          run_timeout=args.run_timeout, capabilities=tuple(args.capability),
                          extension_profile=args.extension_profile)
-    try:
-        return runner.run(options)
-    except RunUsageError as exc:
-        raise UsageError(str(exc)) from None
+    return runner.run(options, report=report)
 
 
-def _baseline_arguments(parser: argparse.ArgumentParser) -> None:
+def baseline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="results", type=Path, required=True, metavar="RESULTS_DIR",
                         help="a results directory (`amqp-conformance run --out DIR` writes DIR/results)")
     parser.add_argument("--run", default=None, metavar="RUN_ID", help="the run to use (default: the latest)")
     parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="the baseline file to write")
 
 
-def _baseline_run(args: argparse.Namespace) -> int:
+def baseline_run(args: argparse.Namespace) -> int:
     results = args.results / "results" if (args.results / "results" / "runs").is_dir() else args.results
     try:
         text, run_id, entries = from_results(results, args.run)
@@ -198,44 +171,7 @@ def _baseline_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _clients_arguments(parser: argparse.ArgumentParser) -> None:
-    clients_cli.add_arguments(parser)
-
-
-def _clients_run(args: argparse.Namespace) -> int:
-    try:
-        return clients_cli.run(args)
-    except clients_cli.UsageError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _record_run(args: argparse.Namespace) -> int:
-    try:
-        return record_cli.run(args)
-    except record_cli.UsageError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _forwarded(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("argv", nargs=argparse.REMAINDER, help="the options of the command (see its --help)")
-
-
-def _report_run(args: argparse.Namespace) -> int:
-    try:
-        from reports.cli import report_main
-    except ImportError:
-        print(f"{PROG}: error: report not available yet (the reports package is not installed)", file=sys.stderr)
-        return EXIT_HARNESS
-    return report_main(args.argv)
-
-
-def _preflight_run(args: argparse.Namespace) -> int:
-    from reports.preflight_cli import preflight_main  # Spark: heavy, optional
-
-    return preflight_main(args.argv)
-
-
-def _broker_run(args: argparse.Namespace) -> int:
+def broker_run(args: argparse.Namespace) -> int:
     parser = embedded.broker_parser()
     parser.prog = f"{PROG} broker"
     errors = io.StringIO()
@@ -248,52 +184,3 @@ def _broker_run(args: argparse.Namespace) -> int:
         lines = errors.getvalue().strip().splitlines()
         raise UsageError(lines[-1].split("error: ", 1)[-1] if lines else "bad broker options") from None
     return embedded.broker_main(args.argv)
-
-
-COMMANDS: tuple[Command, ...] = (
-    Command("run", "run the conformance suite against a broker (the CI gate)", _run_arguments, _run_run),
-    Command("baseline", "write a baseline of known deviations from a recorded run", _baseline_arguments,
-            _baseline_run),
-    Command("rules", "list the rule catalogue with the suite's coverage", _rules_arguments, _rules_run),
-    Command("clients", "judge client libraries with a scripted broker (client-side scenarios)", _clients_arguments,
-            _clients_run),
-    Command("record", "record real traffic through a relay, or import a capture, for the audit",
-            record_cli.add_arguments, _record_run),
-    Command("report", "build the HTML report from a results directory", _forwarded, _report_run, own_parser=True),
-    Command("preflight", "will a recorded workload behave the same on another RabbitMQ version?", _forwarded,
-            _preflight_run, own_parser=True),
-    Command("broker", "start the reference broker (same options as python -m reference_broker)", _forwarded,
-            _broker_run, own_parser=True),
-)
-
-
-def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Conformance harness for AMQP 0-9-1 brokers.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in commands:
-        child = sub.add_parser(command.name, help=command.help, description=command.help,
-                               add_help=not command.own_parser)
-        command.add_arguments(child)
-        child.set_defaults(handler=command.run)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        forwarded = next((c for c in COMMANDS if c.own_parser and argv[:1] == [c.name]), None)
-        if forwarded is not None:
-            return forwarded.run(argparse.Namespace(argv=argv[1:]))
-        args = parser.parse_args(argv)
-        if args.command is None:
-            raise UsageError(f"a command is required ({', '.join(c.name for c in COMMANDS)}); see --help")
-        status: int = args.handler(args)
-        return status
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,8 +18,8 @@ from typing import Any
 
 from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice
 from conformance.catalogue.selection import parse_selection
-from conformance.drivers import CLIENTS
 from conformance.drivers.raw import BrokerAddress
+from conformance.drivers.registry import suite_clients
 from conformance.gate.baseline import Baseline, BaselineError, Judgement, load_baseline
 from conformance.plugin.admin import parse_admin
 from conformance.plugin.evidence import TestEvidence
@@ -80,8 +80,8 @@ def prepare(options: RunOptions) -> Prepared:
         check_choice(options.profile, options.capabilities, options.extension_profile)
     except ProfileError as exc:
         raise UsageError(str(exc)) from None
-    if options.client not in CLIENTS:
-        raise UsageError(f"--client {options.client!r}: one of {', '.join(CLIENTS)}")
+    if options.client not in suite_clients():
+        raise UsageError(f"--client {options.client!r}: one of {', '.join(suite_clients())}")
     if not options.timeout_scale > 0:
         raise UsageError("--timeout-scale must be a positive number")
     for name, budget in (("--test-timeout", options.test_timeout), ("--run-timeout", options.run_timeout)):

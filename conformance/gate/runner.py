@@ -21,7 +21,8 @@ Rules:
 - The embedded broker serves the management API too, and is the `--broker-admin` unless one
   is given, so admin-dependent rules run.
 - Output directory (`--out`): `results/` (the Parquet results lake, runs accumulate),
-  `junit.xml` and `pytest-output.txt` (this run), `report/` (with `--report`).
+  `junit.xml` and `pytest-output.txt` (this run), `report/` (with `--report`, built by the
+  `report` callable the front door passes: nothing here imports the reports).
 - pytest's own terminal output goes to `pytest-output.txt`; the console shows `progress`.
 - Every test the run announced is counted: one that ends without a verdict (a crashed worker)
   or never reports (the run ended first) is `broken`, saying so (`RunCollector.finished_tests`).
@@ -36,7 +37,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -243,8 +244,10 @@ def console_stream() -> TextIO:
         return open(os.devnull, "w")  # closed by the caller, like the dup
 
 
-def run(options: RunOptions, console: Console | None = None) -> int:
-    """The whole `run` command: prepare, execute, write JUnit, summarise, maybe build the report."""
+def run(options: RunOptions, console: Console | None = None,
+        report: Callable[[Path, Path], int] | None = None) -> int:
+    """The whole `run` command: prepare, execute, write JUnit, summarise, and with `--report` build
+    the report with `report(results_dir, out_dir)` (its exit status; None: no reports package)."""
     prepared = prepare(options)  # UsageError goes to the command line as one line and 4
     stream = console_stream() if console is None else None
     try:
@@ -268,7 +271,7 @@ def run(options: RunOptions, console: Console | None = None) -> int:
             return outcome.exit_status
         summarise(console, prepared, outcome, write_junit_for(prepared, outcome))
         if options.report:
-            return _build_report(console, options, outcome.exit_status)
+            return _build_report(console, options, outcome.exit_status, report)
         return outcome.exit_status
     finally:
         if stream is not None:
@@ -285,15 +288,14 @@ def write_junit_for(prepared: Prepared, outcome: Outcome) -> Path:
     return write_junit(options.out / "junit.xml", outcome.tests, outcome.judgement, info)
 
 
-def _build_report(console: Console, options: RunOptions, status: int) -> int:
-    try:
-        from reports.cli import report_main
-    except ImportError:
+def _build_report(console: Console, options: RunOptions, status: int,
+                  report: Callable[[Path, Path], int] | None) -> int:
+    if report is None:
         _error("report not available yet (the reports package is missing)")
         return max(status, EXIT_HARNESS)
     console.print("building the HTML report (Spark) ...", highlight=False)
-    code = report_main([str(options.out / "results"), "--out", str(options.out / "report")])
-    if code != 0:
+    code = report(options.out / "results", options.out / "report")
+    if code != EXIT_OK:
         _error(f"the report could not be built (exit status {code})")
         return max(status, EXIT_HARNESS)
     return status

@@ -45,8 +45,8 @@ import pytest
 
 from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices
 from conformance.catalogue.rules import AREAS, CAPABILITIES, REQUIRED, VARIANT, rule
-from conformance.drivers import CLIENTS, library_version
 from conformance.drivers.raw import BrokerAddress, Recorder
+from conformance.drivers.registry import client_version, suite_clients
 from conformance.drivers.silence import SILENCES
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import Unavailable, parse_admin
@@ -81,7 +81,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"a capability the broker claims beyond what it advertises (repeat): {', '.join(CAPABILITIES)}")
     group.addoption("--extension-profile", default=NEWEST, metavar="P",
                     help="the RabbitMQ profile that judges claimed extensions on a non-RabbitMQ broker")
-    group.addoption("--client", default="raw", help=f"run the suite through this client: {'|'.join(CLIENTS)} (raw: the project's codec)")
+    group.addoption("--client", default="raw", help=f"run the suite through this client: {'|'.join(suite_clients())} (raw: the project's codec)")
     group.addoption("--timeout-scale", type=float, default=1.0, help="multiply every wait by this")
     group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
     group.addoption("--run-id", default=None, help="id of this run in the results (default: a new uuid)")
@@ -104,8 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
                      config.getoption("--extension-profile"))
     except ProfileError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if config.getoption("--client") not in CLIENTS:
-        raise pytest.UsageError(f"--client must be one of {', '.join(CLIENTS)}")
+    if config.getoption("--client") not in suite_clients():
+        raise pytest.UsageError(f"--client must be one of {', '.join(suite_clients())}")
     if config.getoption("--timeout-scale") <= 0:
         raise pytest.UsageError("--timeout-scale must be positive")
     budgets = Budgets.from_config(config)
@@ -131,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
         state.run = RunRecord(run_id, redact_url(url) if url else "embedded", config.getoption("--client"),
                               harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
                               admin=redact_url(config.getoption("--broker-admin")),
-                              client_version=library_version(config.getoption("--client")))
+                              client_version=client_version(config.getoption("--client")))
     if not config.option.collectonly:
         state.watchdog = Watchdog(budgets, lambda reason, session: _watchdog_expired(state, reason, session))
     config.stash[HARNESS] = state

@@ -27,7 +27,7 @@ import dpkt
 from conformance.record.pcap import import_capture
 from conformance.record.relay import RecordingRelay
 from conformance.results.lake import RecordingLake
-from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 
 
 class UsageError(Exception):
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(parser.parse_args(argv))
     except UsageError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
-        return 4
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from codec import BodyFrame, Command, HeaderFrame, HeartbeatFrame, MethodFrame, 
 from conformance.drivers.raw import FrameRecord
 
 PARTITION_KEY = "run"
-CLIENT_PROFILE = "client-side"  # the profile of a run that judged a client library (conformance.clientside)
+CLIENT_PROFILE = "client-side"  # the profile of a run that judged a client library (conformance.client_judge)
 RAW_CLIENT = "raw"  # the client of a run through the project's own codec driver (`--client raw`, the default)
 TABLES = ("runs", "tests", "frames")
 

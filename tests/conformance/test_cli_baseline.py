@@ -285,7 +285,7 @@ def test_an_entry_for_one_rule_of_a_machine_does_not_accept_a_failure_of_another
     baseline.write_text(f'[[deviation]]\nrule = "TMO-4.3-5"\nreason = "known bug"\nintermittent = true\n'
                         f'tests = {list(entry.tests)!r}\n'.replace("'", '"'))
     # the embedded broker with its management API (the machine sets policies), the fault switched on
-    run = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--suite", str(suite),
+    run = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--suite", str(suite),
                           "--baseline", str(baseline), "--out", str(tmp_path / "out")], cwd=tmp_path,
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "AMQPC_BROKER_FAULTS": "timeout_max_of_queue_and_policy"})

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue.selection import Selection, parse_selection
+from conformance.cli import COMMANDS, build_parser, main
 from conformance.drivers.raw import RawClient
-from conformance.gate.cli import COMMANDS, build_parser, main
 
 
 def free_port() -> int:
@@ -49,7 +49,7 @@ def test_run_help_states_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -
 
 def test_broker_command_serves_amqp_with_the_reference_broker_options() -> None:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "conformance.gate.cli", "broker", "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "conformance.cli", "broker", "--port", str(port),
                                 "--timeout-mode", "legacy", "--log-level", "WARNING"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -35,7 +35,7 @@ def rabbitmq() -> str:
 
 def run(tmp_path: Path, *args: str) -> tuple[int, str, ET.Element | None]:
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", RABBITMQ_URL,
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--broker-url", RABBITMQ_URL,
                            "--out", str(out), *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     junit = ET.parse(out / "junit.xml").getroot() if (out / "junit.xml").exists() else None
     return done.returncode, done.stdout + done.stderr, junit

@@ -75,7 +75,7 @@ def test_auto_profile_on_the_live_4_0_5() -> None:
 def gate(version: str, tmp_path: Path, *args: str) -> tuple[int, str, ET.Element | None]:
     url, admin, _ = NODES[version]
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", url,
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--broker-url", url,
                            "--broker-admin", admin, "--out", str(out), *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=1700)
     junit = ET.parse(out / "junit.xml").getroot() if (out / "junit.xml").exists() else None

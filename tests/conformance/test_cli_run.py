@@ -1,6 +1,6 @@
 """`amqp-conformance run` end to end: every exit status of DESIGN.md decision 8, baselines, JUnit.
 
-Each run is a real `python -m conformance.gate.cli run` process on a small `--select` (or a tiny
+Each run is a real `python -m conformance.cli run` process on a small `--select` (or a tiny
 `--suite`) against the embedded reference broker, so exit statuses, stdout and stderr are
 exactly what a CI job sees. Status 1 comes from judging the reference broker (RabbitMQ 4.3
 semantics) by a profile it does not satisfy (rabbitmq-3.10: FRM-02 expects 3.10.8's silent
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cli import main
 from conformance.gate.baseline import load_baseline
-from conformance.gate.cli import main
 from conformance.gate.runner import RunCollector
 from conformance.plugin.evidence import TestEvidence, attach
 from conformance.results.records import read_table
@@ -50,7 +50,7 @@ class Run:
 
 def cli(tmp: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 180) -> Run:
     out = tmp / "out"
-    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), *args], cwd=tmp,
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--out", str(out), *args], cwd=tmp,
                           capture_output=True, text=True, timeout=timeout, env=cli_env() if env is None else env)
     return Run(done.returncode, done.stdout, done.stderr, out)
 

@@ -10,21 +10,20 @@ from __future__ import annotations
 import pytest
 
 from codec import BasicProperties
-from conformance.clientside.broker import ScriptedBroker
+from conformance.client_judge.broker import ScriptedBroker
 from conformance.drivers import interface as di
-from conformance.drivers.adapter import PYTHON_DRIVERS, load_driver
+from conformance.drivers.adapter import load_driver
 from conformance.drivers.library import library_version
+from conformance.drivers.registry import REGISTRY, python_drivers
 from tests.conftest import require
 
-DISTRIBUTIONS = {"pika": "pika", "amqp": "amqp", "kombu": "kombu", "aio-pika": "aio-pika", "aiormq": "aiormq"}
 
-
-@pytest.mark.parametrize("client", sorted(PYTHON_DRIVERS))
+@pytest.mark.parametrize("client", sorted(python_drivers()))
 def test_driver_round_trip_in_process(client: str) -> None:
-    require(library_version(DISTRIBUTIONS[client]) != "not installed", f"{client} is not installed")
+    require(library_version(REGISTRY[client].package) != "not installed", f"{client} is not installed")
     driver = load_driver(client, timeout=5.0)
     assert isinstance(driver, di.ClientDriver)
-    assert driver.info().client == client and driver.info().version == library_version(DISTRIBUTIONS[client])
+    assert driver.info().client == client and driver.info().version == library_version(REGISTRY[client].package)
     with ScriptedBroker() as broker:
         try:
             driver.connect(broker.url)

@@ -1,4 +1,4 @@
-"""Tests of rule coverage (conformance/catalogue/coverage.py) and the `amqp-conformance rules` command."""
+"""Tests of rule coverage (conformance/coverage.py) and the `amqp-conformance rules` command."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalogue.coverage import collect, compute, suite_coverage
 from conformance.catalogue.rules import all_rules
-from conformance.gate.cli import main
+from conformance.cli import main
+from conformance.coverage import collect, compute, suite_coverage
 
 SUITE = {
     "test_one.py": '''

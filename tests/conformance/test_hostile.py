@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
+from conformance.cli import main
 from conformance.drivers.raw import ConnectionLost, NoReply, RawClient
-from conformance.gate.cli import main
 from conformance.results.records import read_table
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
@@ -86,7 +86,7 @@ class Cli:
 def _cli(tmp: Path, *args: str, timeout: float = 60) -> Cli:
     out = tmp / "out"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), "--timeout-scale", SCALE,
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--out", str(out), "--timeout-scale", SCALE,
                            *args], cwd=tmp, capture_output=True, text=True, timeout=timeout,
                           env=cli_env(COLUMNS="200"))
     seconds = time.monotonic() - started

@@ -105,7 +105,7 @@ def test_rabbitmq_3_8_9_end_to_end_streams_not_applicable_and_the_note_everywher
     """The reference broker announcing RabbitMQ 3.8.9: QOS-06's stream case is not-applicable with
     the reason, its quorum case is judged; console and run record carry the note."""
     with EmbeddedBroker(product="RabbitMQ", version="3.8.9", announce_emulation=False) as broker:
-        done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", broker.url,
+        done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--broker-url", broker.url,
                                "--out", str(tmp_path / "out"), "--select", "QOS-06"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=300, env=cli_env())
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr

@@ -142,7 +142,7 @@ def test_explain_names_the_base_the_claims_and_the_rules_each_adds() -> None:
 
 # -- live: the reference broker as another product ------------------------------------------------
 def _run(tmp: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", url,
+    return subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--broker-url", url,
                            "--out", str(tmp / "out"), *args], cwd=tmp, capture_output=True, text=True, timeout=300,
                           env=cli_env())
 

@@ -62,7 +62,7 @@ def test_relayed_keeps_credentials_and_vhost() -> None:
 
 def _run(tmp: Path, *args: str) -> tuple[int, str, dict[str, tuple[str, str]]]:
     out = tmp / "out"
-    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--out", str(out), *args], cwd=tmp,
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--out", str(out), *args], cwd=tmp,
                           capture_output=True, text=True, timeout=600, env=cli_env())
     tests = {t["test_id"].split("::")[-1]: (t["verdict"], t.get("message") or "")
              for t in read_table(out / "results", "tests").to_pylist()}

@@ -81,7 +81,7 @@ def _bounce(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) -
 
 def record(lake: Path, upstream: str, prefix: str) -> int:
     """Record `run_workload` through `amqp-conformance record`; the returns it saw."""
-    command = [sys.executable, "-m", "conformance.gate.cli", "record", "--listen", "127.0.0.1:0",
+    command = [sys.executable, "-m", "conformance.cli", "record", "--listen", "127.0.0.1:0",
                "--upstream", upstream, "--out", str(lake), "--duration", str(LIMIT_S), "--flush-interval", "0.2"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -139,7 +139,7 @@ def test_through_the_suite_the_race_fails_tmo_4_3_7_and_the_4_3_6_baseline_accep
     suite.mkdir()
     shutil.copy(Path(test_timeout_sac.__file__), suite / "test_timeout_sac.py")
     with EmbeddedBroker(faults=[RACE]) as broker:
-        run = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", broker.url,
+        run = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--broker-url", broker.url,
                               "--suite", str(suite), "--baseline", str(BASELINE), "--out", str(tmp_path / "out")],
                              cwd=tmp_path, capture_output=True, text=True, timeout=300, env=cli_env())
     assert run.returncode == 0, run.stdout + run.stderr  # failed, and expected by the baseline

@@ -85,11 +85,11 @@ SCENARIOS = ["server-cancel", "repeated-cancel"]
 @pytest.fixture(scope="module")
 def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[Any]]]:
     """Real client runs (pika, py-amqp and Node's amqplib; a passing and a failing scenario) written to a lake."""
-    from conformance.clientside import runner
-    from conformance.clientside.clients import CLIENTS
-    from conformance.clientside.record import write_client_run
+    from conformance.client_judge import runner
+    from conformance.client_judge.record import write_client_run
+    from conformance.drivers.registry import REGISTRY
 
-    specs = [CLIENTS[c] for c in PLAYED if CLIENTS[c].installed_version()]
+    specs = [REGISTRY[c] for c in PLAYED if REGISTRY[c].installed_version()]
     require(len(specs) == len(PLAYED), "pika, py-amqp and amqplib (make .venv/.installed-stamp)")
     lake = tmp_path_factory.mktemp("client-lake")
     found = runner.run_clients(specs, runner.select(SCENARIOS), jobs=3)
@@ -181,8 +181,8 @@ def test_clients_matrix_and_a_cells_frame_log_in_chromium(browser: Any, served_c
 @pytest.fixture(scope="module")
 def every_client_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Every registered client on every scenario (hand-made verdicts), served: the matrix at its real size."""
-    from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
-    from conformance.clientside.scenario import SCENARIOS
+    from conformance.client_judge import scenarios  # noqa: F401  (registers the scenarios)
+    from conformance.client_judge.scenario import SCENARIOS
     from conformance.drivers.registry import REGISTRY
     from reports.clients import column_order, language_name
 

@@ -203,7 +203,7 @@ class AckMultipleAsSingleForPika(AckMultipleAsSingle):
 
 def run_suite(out: Path, url: str, client: str, *select: str) -> int:
     """`amqp-conformance run` as a user runs it, into the lake under `out`."""
-    done = subprocess.run([sys.executable, "-m", "conformance.gate.cli", "run", "--broker-url", url, "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--broker-url", url, "--out", str(out),
                            "--client", client, "--run-id", f"{client}-run", "--select", *select],
                           capture_output=True, text=True, timeout=600, env=cli_env())
     return done.returncode

@@ -17,8 +17,9 @@ from codec import (
     Command,
     ConnectionClose,
 )
-from conformance.clientside.broker import ScriptedConnection
-from conformance.clientside.scenario import Play, scenario
+from codec.constants import ReplyCode
+from conformance.client_judge.broker import ScriptedConnection
+from conformance.client_judge.scenario import Play, scenario
 from conformance.drivers import interface as di
 from conformance.embedded import Output
 
@@ -140,7 +141,7 @@ def frame_on_closed_channel(p: Play) -> None:
     p.settle()
     closes = [m for _ch, m in p.broker.methods("in") if isinstance(m, ConnectionClose)]
     if closes:  # closing the connection is allowed, with 504 CHANNEL_ERROR
-        p.expect(closes[0].reply_code == 504, f"the client closed the connection with {closes[0].reply_code}, "
+        p.expect(closes[0].reply_code == ReplyCode.CHANNEL_ERROR, f"the client closed the connection with {closes[0].reply_code}, "
                                               "not 504 CHANNEL_ERROR")
         return
     p.alive("a delivery on a closed channel")

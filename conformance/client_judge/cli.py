@@ -5,7 +5,8 @@ registry that can run here by default, `--client NAME`, or any adapter program w
 `--adapter 'COMMAND'`) and scenarios, build compiled adapters first (saying where), run them
 (`runner.run_clients`), print the clients x scenarios matrix with each client's version, judge
 the results against `--baseline` (`gate`), write JUnit XML to DIR/junit.xml and the results
-lake under DIR/results, and with `--report` build the HTML report there.
+lake under DIR/results, and with `--report` build the HTML report there (with the `report`
+callable the front door passes: nothing here imports the reports).
 
 Rules: exit statuses as for `run` (`gate.exit_status`): 0 no unexpected result, 1 an unexpected
 failure (or an XPASS under `--strict-baseline`), 2 a harness error (an adapter that would not
@@ -22,6 +23,7 @@ import shlex
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,15 +31,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from conformance.clientside import clients, gate, runner
-from conformance.clientside.clients import CLIENTS, ClientSpec
-from conformance.clientside.record import write_client_run
-from conformance.clientside.runner import ScenarioResult
-from conformance.clientside.scenario import Scenario
+from conformance.client_judge import clients, gate, runner
+from conformance.client_judge.record import write_client_run
+from conformance.client_judge.runner import ScenarioResult
+from conformance.client_judge.scenario import Scenario
 from conformance.drivers.build import BuildFailed, Built
+from conformance.drivers.registry import REGISTRY, ClientSpec, ClientUnavailable
 from conformance.drivers.remote import AdapterError, RemoteDriver
 from conformance.gate.baseline import EXPECTED, BaselineError, load_baseline
-from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT, Verdict
+from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, STATUS_TEXT, Verdict
 
 DEFAULT_OUT = Path("amqp-conformance-clients")
 LETTERS = {Verdict.PASSED: "[green]P[/green]", Verdict.FAILED: "[red]F[/red]",
@@ -66,9 +68,9 @@ class AdapterSpec(ClientSpec):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items() if code != 3)
+    parser.epilog = "exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items() if code != EXIT_UNREACHABLE)
     parser.add_argument("--client", action="append", default=[], metavar="NAME",
-                        help=f"a client to judge (repeatable; default: every one that can run here of {', '.join(CLIENTS)})")
+                        help=f"a client to judge (repeatable; default: every one that can run here of {', '.join(REGISTRY)})")
     parser.add_argument("--adapter", action="append", default=[], metavar="COMMAND",
                         help="judge the adapter program COMMAND (a shell-quoted command line, e.g. 'python3 my_adapter.py'; "
                              "repeatable; see docs/adapter-protocol.md); with it, registry clients run only if named")
@@ -133,7 +135,7 @@ def _build(specs: list[ClientSpec], console: Console) -> tuple[list[ClientSpec],
             continue
         try:
             built = spec.prepare()
-        except (BuildFailed, clients.ClientUnavailable) as exc:
+        except (BuildFailed, ClientUnavailable) as exc:
             print(f"amqp-conformance: the {spec.name} adapter did not build: {exc}", file=sys.stderr)
             status = EXIT_HARNESS
             continue
@@ -143,7 +145,8 @@ def _build(specs: list[ClientSpec], console: Console) -> tuple[list[ClientSpec],
     return ready, status
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, report: Callable[[Path, Path], int] | None) -> int:
+    """`clients`; `report(results_dir, out_dir)` builds the HTML report (`--report`)."""
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         chosen = runner.select(args.scenario, args.smoke)
@@ -186,9 +189,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{time.monotonic() - t0:.0f} s; junit: {junit}; results: {args.out / 'results'} "
                   f"(runs {base}-<client>); exit status {status}: {STATUS_TEXT[status]}", highlight=False)
     if args.report:
-        from reports.cli import report_main
-
-        if report_main([str(args.out / "results"), "--out", str(args.out / "report")]) != 0:
+        if report is None or report(args.out / "results", args.out / "report") != EXIT_OK:
             print("amqp-conformance: the report could not be built", file=sys.stderr)
             return max(status, EXIT_HARNESS)
         console.print(f"report: {args.out / 'report' / 'clients.html'}", highlight=False)
@@ -199,7 +200,7 @@ def _list(console: Console, chosen: list[Scenario]) -> None:
     for sc in chosen:
         console.print(f"{sc.id:30} {' '.join(sc.rules):24} {sc.title}{'  [smoke]' if sc.smoke else ''}",
                       highlight=False, markup=False)
-    for spec in CLIENTS.values():
+    for spec in REGISTRY.values():
         console.print(f"client {spec.name:14} {spec.language:7} {spec.package_source:6} {spec.package:40} "
                       f"{spec.installed_version() or 'not installed'}", highlight=False, markup=False)
 

@@ -1,7 +1,7 @@
-"""The client libraries `amqp-conformance clients` judges: a reader of the one client registry.
+"""The client libraries `amqp-conformance clients` judges, chosen from the one client registry.
 
-Responsibility: `CLIENTS` (the registry itself, `conformance.drivers.registry.REGISTRY`) and
-`resolve`, which turns the command line's client names into specs: every installed client when
+Responsibility: `resolve`, which turns the command line's client names into specs of the
+registry (`conformance.drivers.registry.REGISTRY`): every installed client when
 none is named (the ones that cannot run here are returned apart, each with its one line naming
 the package to install), exactly the named ones otherwise (an unknown or unavailable name is a
 usage error).
@@ -13,12 +13,9 @@ from __future__ import annotations
 
 from conformance.drivers.registry import REGISTRY, ClientSpec, ClientUnavailable
 
-CLIENTS = REGISTRY
-__all__ = ["CLIENTS", "ClientSpec", "ClientUnavailable", "UnknownClient", "resolve"]
-
 
 class UnknownClient(ValueError):
-    """A client name that is not in CLIENTS, or one that cannot run here (one line, exit 4)."""
+    """A client name that is not in the registry, or one that cannot run here (one line, exit 4)."""
 
 
 def resolve(names: list[str]) -> tuple[list[ClientSpec], list[str]]:
@@ -30,7 +27,7 @@ def resolve(names: list[str]) -> tuple[list[ClientSpec], list[str]]:
     if not names:
         chosen: list[ClientSpec] = []
         left_out: list[str] = []
-        for spec in CLIENTS.values():
+        for spec in REGISTRY.values():
             try:
                 spec.check()
             except ClientUnavailable as exc:
@@ -40,9 +37,9 @@ def resolve(names: list[str]) -> tuple[list[ClientSpec], list[str]]:
         return chosen, left_out
     specs = []
     for name in names:
-        found = CLIENTS.get(name)
+        found = REGISTRY.get(name)
         if found is None:
-            raise UnknownClient(f"unknown client {name!r}; known clients: {', '.join(CLIENTS)}")
+            raise UnknownClient(f"unknown client {name!r}; known clients: {', '.join(REGISTRY)}")
         try:
             found.check()
         except ClientUnavailable as exc:

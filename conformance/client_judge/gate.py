@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from conformance.clientside.runner import ScenarioResult
+from conformance.client_judge.runner import ScenarioResult
 from conformance.gate.baseline import EXPECTED, XPASS, Baseline, Judgement, judge
 from conformance.gate.junit import _clean as xml_text  # one definition of what XML 1.0 cannot carry
 from conformance.plugin.classify import frame_log

@@ -1,6 +1,6 @@
 """The pytest entry point of the client-side scenarios: every client x every scenario as a test.
 
-Run: ``pytest --pyargs conformance.clientside.test_clients`` (``-k pika``, ``-k "amqplib and
+Run: ``pytest --pyargs conformance.client_judge.test_clients`` (``-k pika``, ``-k "amqplib and
 cancel"`` select; ids are ``<client>-<scenario>``). A passed scenario passes, a failed one fails
 with the judge's message and the adapter's stderr, a not-applicable one skips with its reason,
 a client that is not installed skips, and a broken one (the harness's fault) errors.
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conformance.clientside import runner
-from conformance.clientside.clients import CLIENTS
-from conformance.clientside.scenario import SCENARIOS
+from conformance.client_judge import runner
+from conformance.client_judge.scenario import SCENARIOS
+from conformance.drivers.registry import REGISTRY
 from conformance.results.verdicts import SKIP_PREFIX, HarnessError, Verdict
 
 
@@ -28,9 +28,9 @@ def client_sessions() -> Iterator[dict[str, runner.ClientSession]]:
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-@pytest.mark.parametrize("client", list(CLIENTS))
+@pytest.mark.parametrize("client", list(REGISTRY))
 def test_client_scenario(client: str, scenario: str, client_sessions: dict[str, runner.ClientSession]) -> None:
-    spec = CLIENTS[client]
+    spec = REGISTRY[client]
     if spec.installed_version() is None:
         pytest.skip(f"client {client} is not installed ({spec.install_hint})")
     session = client_sessions.setdefault(client, runner.ClientSession(spec))

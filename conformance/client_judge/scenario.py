@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.clientside.broker import ScriptedBroker, ScriptedConnection
+from conformance.client_judge.broker import ScriptedBroker, ScriptedConnection
 from conformance.drivers import interface as di
 from conformance.results.verdicts import Verdict
 

@@ -27,9 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from conformance.clientside import scenarios  # noqa: F401  (registers the scenarios)
-from conformance.clientside.broker import ScriptedBroker
-from conformance.clientside.scenario import (
+from conformance.client_judge import scenarios  # noqa: F401  (registers the scenarios)
+from conformance.client_judge.broker import ScriptedBroker
+from conformance.client_judge.scenario import (
     SCENARIOS,
     NotApplicable,
     Play,

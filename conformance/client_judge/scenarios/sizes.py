@@ -7,7 +7,7 @@ scenario, channel_max 2; every size check uses the frame_max the client itself n
 from __future__ import annotations
 
 from codec import BodyFrame, ChannelOpen, ConnectionTuneOk
-from conformance.clientside.scenario import Play, scenario
+from conformance.client_judge.scenario import Play, scenario
 from conformance.drivers import interface as di
 
 FRAME_MAX = 8192

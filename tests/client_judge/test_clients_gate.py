@@ -1,6 +1,6 @@
 """`amqp-conformance clients` as a CI gate: `--adapter` for an unregistered adapter, JUnit, baselines, exit statuses.
 
-The unregistered adapter is the faulty py-amqp of tests/clientside/faulty_adapter.py, started by
+The unregistered adapter is the faulty py-amqp of tests/client_judge/faulty_adapter.py, started by
 its command line as a library's maintainers would start theirs; its name comes from its hello.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.cli import main
+from conformance.cli import main
 
 FAULTY = Path(__file__).with_name("faulty_adapter.py")
 ADAPTER = f"{sys.executable} {FAULTY} no-redelivered"

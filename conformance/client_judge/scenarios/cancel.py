@@ -11,8 +11,8 @@ cancel leaves both sides consistent (CL-CCN-05).
 from __future__ import annotations
 
 from codec import BasicCancel, BasicDeliver, BasicProperties, Command, ConnectionStartOk
-from conformance.clientside.broker import ScriptedConnection
-from conformance.clientside.scenario import Play, scenario
+from conformance.client_judge.broker import ScriptedConnection
+from conformance.client_judge.scenario import Play, scenario
 from conformance.drivers import interface as di
 from conformance.embedded import Output
 

@@ -1,6 +1,6 @@
 """A deliberately faulty client: py-amqp with named faults, served over the adapter protocol.
 
-Usage: ``python -m tests.clientside.faulty_adapter FAULT[,FAULT...]``. Each fault makes the
+Usage: ``python -m tests.client_judge.faulty_adapter FAULT[,FAULT...]``. Each fault makes the
 client deviate from one client rule, the way a buggy library would; `FAULTS` names the scenario
 that must then fail (the check is shown failing against a client that disagrees, as the broker
 checks are against faulty brokers).

@@ -21,7 +21,7 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from conformance.clientside.broker import Script, ScriptedBroker
+from conformance.client_judge.broker import Script, ScriptedBroker
 from conformance.drivers.interface import NoReply
 from conformance.drivers.raw import RawClient
 

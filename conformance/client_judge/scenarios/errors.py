@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from codec import ChannelCloseOk, ChannelOpen, ConnectionCloseOk
-from conformance.clientside.scenario import Play, ScenarioFailed, scenario
+from codec.constants import ReplyCode
+from conformance.client_judge.scenario import Play, ScenarioFailed, scenario
 from conformance.drivers import interface as di
 
 
@@ -58,7 +59,7 @@ def _channel_closed(p: Play, code: int, provoke: Callable[[int], object]) -> Non
 @scenario("channel-close-404", ("CL-ERR-01",), "channel.close 404 (passive declare of a missing queue)",
           smoke=True)
 def channel_close_404(p: Play) -> None:
-    _channel_closed(p, 404, lambda ch: p.client.declare_queue(ch, "missing", passive=True))
+    _channel_closed(p, ReplyCode.NOT_FOUND, lambda ch: p.client.declare_queue(ch, "missing", passive=True))
 
 
 @scenario("channel-close-406", ("CL-ERR-01",), "channel.close 406 (ack of an unknown delivery tag)")
@@ -67,12 +68,13 @@ def channel_close_406(p: Play) -> None:
         p.client.ack(ch, 99)
         p.client.declare_queue(ch, "probe")  # the close reaches a synchronous operation, if no callback
 
-    _channel_closed(p, 406, ack_unknown)
+    _channel_closed(p, ReplyCode.PRECONDITION_FAILED, ack_unknown)
 
 
 @scenario("channel-close-403", ("CL-ERR-01",), "channel.close 403 (declaring a reserved amq. exchange)")
 def channel_close_403(p: Play) -> None:
-    _channel_closed(p, 403, lambda ch: p.client.declare_exchange(ch, "amq.reserved", "direct"))
+    _channel_closed(p, ReplyCode.ACCESS_REFUSED,
+                    lambda ch: p.client.declare_exchange(ch, "amq.reserved", "direct"))
 
 
 def _connection_closed(p: Play, code: int, text: str) -> None:
@@ -93,9 +95,11 @@ def _connection_closed(p: Play, code: int, text: str) -> None:
 
 @scenario("connection-close-320", ("CL-ERR-02",), "connection.close 320 CONNECTION_FORCED", smoke=True)
 def connection_close_320(p: Play) -> None:
-    _connection_closed(p, 320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
+    _connection_closed(p, ReplyCode.CONNECTION_FORCED,
+                       "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
 
 
 @scenario("connection-close-501", ("CL-ERR-02",), "connection.close 501 FRAME_ERROR")
 def connection_close_501(p: Play) -> None:
-    _connection_closed(p, 501, "FRAME_ERROR - type 206, all octets = <<>>: {frame_too_large,200000,131064}")
+    _connection_closed(p, ReplyCode.FRAME_ERROR,
+                       "FRAME_ERROR - type 206, all octets = <<>>: {frame_too_large,200000,131064}")

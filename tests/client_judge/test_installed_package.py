@@ -65,7 +65,7 @@ def test_the_installed_package_builds_and_judges_a_client_from_another_directory
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site), "AMQPC_ADAPTER_CACHE": str(tmp_path / "cache")}
     argv = [sys.executable, "-c", "import sys, conformance; assert conformance.__file__.startswith(sys.argv[1]); "
-            "from conformance.gate.cli import main; sys.exit(main(sys.argv[2:]))", str(site),
+            "from conformance.cli import main; sys.exit(main(sys.argv[2:]))", str(site),
             "clients", "--client", "rabbitmq-c", "--scenario", "redelivered", "--out", str(tmp_path / "out")]
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

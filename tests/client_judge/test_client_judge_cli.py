@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from codec import BasicProperties
-from conformance.clientside import runner
-from conformance.clientside.clients import CLIENTS, ClientSpec
+from conformance.cli import main
+from conformance.client_judge import runner
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
-from conformance.gate.cli import main
+from conformance.drivers.registry import REGISTRY, ClientSpec
 from conformance.results.records import read_table
 from conformance.results.verdicts import Verdict
 from tests.conftest import require
@@ -36,7 +36,7 @@ def test_clients_usage_errors_are_one_line_and_exit_4(argv: list[str], says: str
 
 def test_a_client_that_is_not_installed_is_one_line_and_exit_4(monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(CLIENTS, "ghost", ClientSpec("ghost", "python", "no-such-distribution-xyz", "pip install x"))
+    monkeypatch.setitem(REGISTRY, "ghost", ClientSpec("ghost", "python", "no-such-distribution-xyz", "pip install x"))
     assert main(["clients", "--client", "ghost"]) == 4
     assert capsys.readouterr().err == ("amqp-conformance: error: client 'ghost' is not installed "
                                        "(pip install x)\n")
@@ -61,7 +61,7 @@ def test_a_hanging_client_gets_a_verdict_in_bounded_time() -> None:
 
 def test_clients_run_writes_one_run_per_client_with_its_version(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    require(CLIENTS["amqp"].installed_version(), "py-amqp")
+    require(REGISTRY["amqp"].installed_version(), "py-amqp")
     status = main(["clients", "--client", "amqp", "--scenario", "server-cancel", "--scenario", "blocked-unblocked",
                    "--out", str(tmp_path), "--run-id", "t1"])
     assert status == 1  # py-amqp replaces the blocked reason (docs/findings-clients.md)
@@ -69,7 +69,7 @@ def test_clients_run_writes_one_run_per_client_with_its_version(tmp_path: Path,
     assert "amqp" in out and "blocked-unblocked" in out
     runs = read_table(tmp_path / "results", "runs").to_pylist()
     assert [(r["run_id"], r["client"], r["client_version"], r["profile"]) for r in runs] == [
-        ("t1-amqp", "amqp", CLIENTS["amqp"].installed_version(), "client-side")]
+        ("t1-amqp", "amqp", REGISTRY["amqp"].installed_version(), "client-side")]
     tests = {t["test_id"]: t for t in read_table(tmp_path / "results", "tests").to_pylist()}
     assert tests["clients/amqp::server-cancel"]["verdict"] == "passed"
     assert tests["clients/amqp::blocked-unblocked"]["verdict"] == "failed"
@@ -95,8 +95,9 @@ def test_adapter_protocol_round_trips_events_and_errors() -> None:
 
 
 def test_results_record_every_scenario_with_its_rules(tmp_path: Path) -> None:
-    from conformance.clientside.record import language_of, write_client_run
-    from conformance.clientside.scenario import SCENARIOS
+    from conformance.client_judge.record import write_client_run
+    from conformance.client_judge.scenario import SCENARIOS
+    from conformance.results.client_runs import language_of
 
     sc = SCENARIOS["redelivered"]
     result = runner.ScenarioResult("x", "1.0", sc, Verdict.NOT_APPLICABLE, "why", datetime.now(UTC), 0.0)
@@ -109,10 +110,10 @@ def test_results_record_every_scenario_with_its_rules(tmp_path: Path) -> None:
 
 
 def test_the_pytest_entry_point_runs_scenarios_as_tests(tmp_path: Path) -> None:
-    require(CLIENTS["amqp"].installed_version(), "py-amqp")
+    require(REGISTRY["amqp"].installed_version(), "py-amqp")
     import subprocess
 
-    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.clientside.test_clients", "-q",
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.client_judge.test_clients", "-q",
                            "-p", "no:cacheprovider", "-k", "amqp-server-cancel or amqp-blocked-unblocked"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert "1 failed, 1 passed" in done.stdout, done.stdout[-2000:]

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from codec import BasicDeliver
-from conformance.clientside import runner
-from conformance.clientside.scenario import Play, Scenario
+from conformance.client_judge import runner
+from conformance.client_judge.scenario import Play, Scenario
 from conformance.drivers.registry import REGISTRY, ClientUnavailable
 from conformance.embedded import Send, Write
 from conformance.results.verdicts import Verdict

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.clientside import runner
-from conformance.clientside.clients import CLIENTS
+from conformance.client_judge import runner
+from conformance.drivers.registry import REGISTRY
 from conformance.results.verdicts import Verdict
 from tests.conftest import require
 
@@ -39,15 +39,15 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def played() -> dict[str, dict[str, runner.ScenarioResult]]:
     """Every installed client plays the subset once, all clients at once (the waits are idle)."""
-    specs = [spec for spec in CLIENTS.values() if spec.installed_version()]
+    specs = [spec for spec in REGISTRY.values() if spec.installed_version()]
     found = runner.run_clients(specs, runner.select(smoke=True), jobs=len(specs), scale=2.0)  # loaded CI
     return {client: {r.scenario.id: r for r in results} for client, results in found.items()}
 
 
 @pytest.mark.parametrize("scenario", SMOKE)
-@pytest.mark.parametrize("client", list(CLIENTS))
+@pytest.mark.parametrize("client", list(REGISTRY))
 def test_client_smoke_verdict(client: str, scenario: str, played: dict[str, dict[str, runner.ScenarioResult]]) -> None:
-    spec = CLIENTS[client]
+    spec = REGISTRY[client]
     require(spec.installed_version(), f"client {client} is not installed ({spec.install_hint})")
     result = played[client][scenario]
     expected = EXPECTED.get((client, scenario), Verdict.PASSED)

@@ -20,7 +20,7 @@ from codec import (
     ConnectionUnblocked,
     HeartbeatFrame,
 )
-from conformance.clientside.scenario import Play, scenario
+from conformance.client_judge.scenario import Play, scenario
 from conformance.drivers import interface as di
 
 

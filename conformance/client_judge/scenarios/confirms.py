@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from codec import BasicAck, BasicNack, BasicPublish, Command, Method
-from conformance.clientside.broker import ScriptedConnection
-from conformance.clientside.scenario import Play, scenario
+from codec.constants import ReplyCode
+from conformance.client_judge.broker import ScriptedConnection
+from conformance.client_judge.scenario import Play, scenario
 from conformance.drivers import interface as di
 from conformance.embedded import Output, Send
 
@@ -107,7 +108,7 @@ def return_then_confirm(p: Play) -> None:
     p.client.publish(ch, "", "no-such-queue", b"unroutable", mandatory=True)
     returned = p.event(di.Returned, what="the returned message")
     confirmed = p.event(di.Confirmed, what="the confirm of the returned message")
-    p.expect(returned.reply_code in (312, None) and returned.body == b"unroutable",
+    p.expect(returned.reply_code in (ReplyCode.NO_ROUTE, None) and returned.body == b"unroutable",
              f"the return carried {returned.reply_code} {returned.body!r}")
     p.expect(confirmed.ack, "the client reported the returned message's confirm as a nack")
     p.expect(p.events.index(returned) < p.events.index(confirmed),
@@ -120,7 +121,7 @@ def mandatory_return(p: Play) -> None:
     ch = p.client.open_channel()
     p.client.publish(ch, "amq.direct", "nowhere", b"lost", mandatory=True)
     returned = p.event(di.Returned, what="the returned message")
-    p.expect(returned.reply_code in (312, None)  # None: the library does not show the code
+    p.expect(returned.reply_code in (ReplyCode.NO_ROUTE, None)  # None: the library does not show the code
              and (returned.exchange, returned.routing_key, returned.body) == ("amq.direct", "nowhere", b"lost"),
              f"the return reached the application as {returned}")
     p.client.declare_queue(ch, "still-open")

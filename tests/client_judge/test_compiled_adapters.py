@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.clientside import runner
-from conformance.clientside.scenario import SCENARIOS
+from conformance.client_judge import runner
+from conformance.client_judge.scenario import SCENARIOS
 from conformance.drivers import build
 from conformance.drivers.registry import REGISTRY, ClientUnavailable
 from conformance.results.verdicts import Verdict
@@ -103,7 +103,7 @@ def test_a_missing_toolchain_is_one_line_naming_the_debian_package(monkeypatch: 
     require(spec.installed_version(), "golang-github-rabbitmq-amqp091-go-dev")
     with pytest.raises(ClientUnavailable, match=r"^client 'amqp091-go' needs go \(apt-get install golang-go\)$"):
         spec.check()
-    from conformance.clientside.clients import resolve
+    from conformance.client_judge.clients import resolve
 
     chosen, left_out = resolve([])
     assert "amqp091-go" not in {s.name for s in chosen} and "pika" in {s.name for s in chosen}

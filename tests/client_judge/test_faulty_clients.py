@@ -1,6 +1,6 @@
 """Every client check fails against a client that deviates from its rule, and passes without the fault.
 
-The faulty client is py-amqp with one named fault (tests/clientside/faulty_adapter.py), played
+The faulty client is py-amqp with one named fault (tests/client_judge/faulty_adapter.py), played
 through the adapter protocol like any client; the same scenario passes on the unchanged
 py-amqp (the smoke test and `amqp-conformance clients` show that), so each fault is caught by
 exactly the check of its rule. Checks that some real library already fails (pika's missing
@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conformance.clientside import runner
-from conformance.clientside.clients import ClientSpec
+from conformance.client_judge import runner
+from conformance.drivers.registry import ClientSpec
 from conformance.results.verdicts import Verdict
-from tests.clientside.faulty_adapter import FAULTS
+from tests.client_judge.faulty_adapter import FAULTS
 
 
 class FaultySpec(ClientSpec):
@@ -25,7 +25,7 @@ class FaultySpec(ClientSpec):
         return "faulty"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "tests.clientside.faulty_adapter", self.package]
+        return [sys.executable, "-m", "tests.client_judge.faulty_adapter", self.package]
 
 
 @pytest.fixture(scope="module")

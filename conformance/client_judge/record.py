@@ -10,7 +10,8 @@ Rules:
   it, so the report's arrows (→ client to broker) read the same as for broker runs.
 - A run's id is ``<base>-<client>``; several clients of one invocation share the base.
 - The client's language (the registry's, or an `--adapter`'s hello) is a line of the run's
-  `profile_detail`, ``client language: go`` (`language_of`), so the report groups clients by it.
+  `profile_detail`, ``client language: go`` (`conformance.results.client_runs`), so the report
+  groups clients by it.
 """
 
 from __future__ import annotations
@@ -20,27 +21,15 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conformance.clientside.runner import ScenarioResult
+from conformance.client_judge.runner import ScenarioResult
+from conformance.results.client_runs import language_line, scenario_test_id
 from conformance.results.records import CLIENT_PROFILE, ResultsWriter, RunRecord, TestRecord, harness_version
 from conformance.results.verdicts import Verdict
 
 BROKER = "scripted://reference-broker"
 PRODUCT = "scripted reference broker"
-LANGUAGE_LINE = "client language: "
 OUTCOMES = {Verdict.PASSED: "passed", Verdict.FAILED: "failed", Verdict.NOT_APPLICABLE: "skipped",
             Verdict.BROKEN: "failed"}
-
-
-def scenario_test_id(client: str, scenario: str) -> str:
-    return f"clients/{client}::{scenario}"
-
-
-def language_of(profile_detail: str | None) -> str | None:
-    """The client's language a client-side run recorded ("go"), None when it recorded none."""
-    for line in (profile_detail or "").splitlines():
-        if line.startswith(LANGUAGE_LINE):
-            return line.removeprefix(LANGUAGE_LINE).strip() or None
-    return None
 
 
 def write_client_run(root: Path, base: str, client: str, results: Iterable[ScenarioResult], started: datetime,
@@ -51,7 +40,7 @@ def write_client_run(root: Path, base: str, client: str, results: Iterable[Scena
     version = next((r.client_version for r in results if r.client_version), None)
     writer = ResultsWriter(root, run_id)
     detail = "\n".join(["a scripted broker played each scenario at the client library",
-                         *([f"{LANGUAGE_LINE}{language}"] if language else [])])
+                         *([language_line(language)] if language else [])])
     run = RunRecord(run_id, BROKER, client, harness_version(), scale, started, product=PRODUCT,
                     version=harness_version(), profile=CLIENT_PROFILE, profile_detail=detail, admin=None,
                     client_version=version)

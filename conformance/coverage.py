@@ -9,7 +9,7 @@ Rules:
   parametrisation, class markers and `pytestmark` count exactly as in a run; no test runs and
   no broker is contacted.
 - A rule is covered when at least one collected test names it; the client rules are covered
-  by the client-side scenarios (`conformance.clientside`), named "clients::<scenario>", which
+  by the client-side scenarios (`conformance.client_judge`), named "clients::<scenario>", which
   ship with (and are counted with) the shipped suite. Rule IDs that are not in the
   catalogue, and modules that fail to collect, are reported (`unknown`, `errors`), never
   dropped silently.
@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from conformance.catalogue.rules import AREAS, Rule, all_rules
-from conformance.clientside.scenario import SCENARIOS
-from conformance.clientside.scenarios import AREA_MODULES
+from conformance.client_judge.scenario import SCENARIOS
+from conformance.client_judge.scenarios import AREA_MODULES
 from conformance.suite import SUITE_DIR
 
 

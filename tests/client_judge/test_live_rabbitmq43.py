@@ -29,7 +29,7 @@ from codec import (
     QueueDelete,
     QueueDeleteOk,
 )
-from conformance.clientside.broker import ScriptedBroker
+from conformance.client_judge.broker import ScriptedBroker
 from conformance.drivers.raw import RawClient
 from tests.conftest import require
 
