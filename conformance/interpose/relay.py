@@ -203,8 +203,8 @@ class Relay:
             self._writers.discard(writer)
 
     async def _relay(self, link: Link, from_client: asyncio.StreamReader, from_broker: asyncio.StreamReader) -> None:
-        self.stats.open += 1
         plumbing = self.interposer.plumb(link)
+        self.stats.open += 1
         results = await asyncio.gather(self._pump(link, OUT, from_client, plumbing.out, plumbing.sinks),
                                        self._pump(link, IN, from_broker, plumbing.inn, plumbing.sinks),
                                        return_exceptions=True)
