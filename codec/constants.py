@@ -9,12 +9,14 @@ NO_ROUTE to the 0-9-1 spec XML's list.
 from __future__ import annotations
 
 import enum
+import struct
 from typing import NamedTuple
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"  # 0-9-1 §4.2.2
 FRAME_END = 0xCE  # 0-9-1 §4.2.3
 FRAME_END_BYTE = b"\xce"
 FRAME_HEADER_SIZE = 7  # type(1) channel(2) size(4)
+FRAME_HEADER = struct.Struct(">BHI")  # frame type, channel, payload size (0-9-1 §4.2.3)
 FRAME_OVERHEAD = 8  # header + frame-end octet
 FRAME_MIN_SIZE = 4096  # 0-9-1 constant frame-min-size; RabbitMQ 4.1+ uses 8192 (FRM-02)
 RABBITMQ_FRAME_MIN_SIZE_4_1 = 8192

@@ -14,11 +14,11 @@ from typing import Any, NamedTuple
 
 from codec._generated import ENCODERS, BasicProperties, Method, encode_properties
 from codec.constants import FRAME_END_BYTE, FRAME_OVERHEAD, Dialect, FrameType
+from codec.constants import FRAME_HEADER as _FRAME_HEADER
 from codec.errors import EncodeError
 from codec.fast_tables import TABLE_CODECS
 from codec.wire_properties import WireProperties
 
-_FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_IDS = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQH")
 _CONTENT_HEADER_FIXED = struct.Struct(">HHQ")

@@ -19,6 +19,7 @@ import struct
 from typing import Final
 
 from codec._generated import DECODERS, decode_properties
+from codec.constants import FRAME_HEADER as _HEADER
 from codec.constants import FRAME_MIN_SIZE, PROTOCOL_HEADER, Dialect, FrameType
 from codec.errors import CodecError, FrameError, FrameSyntaxError, ProtocolHeaderError
 from codec.fast_tables import TABLE_CODECS
@@ -26,7 +27,6 @@ from codec.frames import BodyFrame, Frame, HeaderFrame, HeartbeatFrame, MethodFr
 from codec.spec import BASIC_CLASS_ID, ILLEGAL_PROPERTY_FLAGS
 from codec.wire_properties import WireProperties
 
-_HEADER = struct.Struct(">BHI")
 _U32 = struct.Struct(">I")
 _CONTENT_HEADER = struct.Struct(">HHQH")
 _HEARTBEAT = FrameType.HEARTBEAT.value

@@ -11,6 +11,7 @@ function level and under `if TYPE_CHECKING:`), resolved to project modules, and 
   trace audit) and the pre-flight's pure core;
 - exactly one harness module, the front door `conformance.cli`, imports the reports;
 - the catalogue imports nothing else of the harness (the ground floor);
+- conformance.interpose (the one relay) imports only codec and the results kernel;
 - reference_broker/core and conformance import project modules at module level only;
 - there is no import cycle anywhere.
 """
@@ -209,6 +210,15 @@ def test_the_results_kernel_imports_no_other_part_of_the_harness() -> None:
                "conformance.drivers.interface", "codec")
     bad = [i for i in edges_from("conformance.results") if not any(_in(i.target, a) for a in allowed)]
     assert bad == []
+
+
+def test_the_interposer_imports_only_codec_and_the_results_kernel() -> None:
+    """conformance.interpose, the one relay (issue 27), serves the traffic recorder, the client
+    drivers and the tests' proxies: it imports none of them, only codec and the results records."""
+    allowed = ("conformance.interpose", "conformance.results", "codec")
+    bad = [i for i in edges_from("conformance.interpose") if not any(_in(i.target, a) for a in allowed)]
+    assert bad == []
+    assert ("conformance.drivers.relay", "conformance.interpose.relay") in {(i.source, i.target) for i in imports()}
 
 
 def test_project_imports_are_at_module_level_in_the_core_and_the_harness() -> None:

@@ -1,7 +1,7 @@
 """The suite through client libraries (issue 14): `--client pika|amqp|aio-pika`.
 
 Responsibility: the `client` fixture (a factory of `ClientDriver`s of the chosen library,
-connected to the broker through a `RecordingRelay`, so the test's frames are recorded as with
+connected to the broker through `recording_relay`, so the test's frames are recorded as with
 the raw driver), and the rule that decides which tests run through a client.
 
 Rules:
@@ -24,7 +24,7 @@ import pytest
 from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, DriverError, Recorder
 from conformance.drivers.raw import BrokerAddress
-from conformance.drivers.relay import RecordingRelay
+from conformance.drivers.relay import recording_relay
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.results.records import RAW_CLIENT
@@ -71,7 +71,7 @@ def client(target: Target, recorder: Recorder) -> Iterator[Callable[[], ClientDr
     """A factory of connected drivers of `--client`'s library, each through the recording relay."""
     address = BrokerAddress.parse(target.url)
     drivers: list[ClientDriver] = []
-    with RecordingRelay(address.host, address.port, recorder, timeout=target.timeout(5.0)) as relay:
+    with recording_relay(address.host, address.port, recorder, timeout=target.timeout(5.0)) as relay:
         url = relayed(target.url, relay.port)
 
         def make() -> ClientDriver:

@@ -1,2 +1,2 @@
-"""Recording real traffic for the audit: a transparent relay (`relay`), capture import (`pcap`),
-the byte-to-frame tap (`tap`) and the results-lake writer (`lake`)."""
+"""Recording real traffic for the audit: the relay's lake sink (`lake_sink`, on the one interposer,
+`conformance.interpose`), capture import (`pcap`) and the `record` subcommand (`cli`)."""

@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 
 import dpkt
 
+from conformance.interpose.relay import Relay
+from conformance.record.lake_sink import LakeSink
 from conformance.record.pcap import import_capture
-from conformance.record.relay import RecordingRelay
 from conformance.results.lake import RecordingLake
 from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 
@@ -89,7 +90,7 @@ def _import(args: argparse.Namespace) -> int:
 
 async def _relay(args: argparse.Namespace, listen: tuple[str, int], upstream: tuple[str, int]) -> int:
     lake = RecordingLake(args.out, args.upstream)
-    relay = RecordingRelay(lake, *upstream, flush_interval=args.flush_interval)
+    relay = Relay(upstream, LakeSink(lake, args.flush_interval))
     try:
         host, port = await relay.start(*listen)
     except OSError as exc:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import dpkt
 
-from conformance.record.tap import StreamTap
+from conformance.interpose.tap import StreamTap
 from conformance.results.lake import RecordingLake
 
 Endpoint = tuple[bytes, int]

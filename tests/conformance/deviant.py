@@ -1,4 +1,5 @@
-"""DeviantProxy: a frame-rewriting proxy that makes any broker deviate in one realistic way (issue 21).
+"""DeviantProxy: the relay (`conformance.interpose`) rewriting frames, so that any broker deviates in
+one realistic way (issue 21).
 
 Responsibility: stand between the harness and a broker and apply one `Deviation` (see
 `deviations.py`): a small rewrite of what the broker sends, or of what the client sends so that
@@ -6,7 +7,7 @@ the broker mis-hears it. The harness then meets a broker that breaks one rule, a
 must report that rule as failed, with nothing broken.
 
 Rules:
-- Both directions are cut into frames (the client's starts with the 8-octet protocol header)
+- Both directions are cut into frames (`Framed`: a protocol header at any frame boundary is one)
   and handed, one by one and in order, to the link's own `Deviation` instance (a new one per
   connection, so a deviation may keep per-connection state). Method frames are decoded with
   the project's codec on demand; rewritten methods are encoded with it (`encode_method`).
@@ -16,64 +17,33 @@ Rules:
   dropped too. The broker side's content is collected per channel, so a deviation can re-send
   a message it saw (`Message`).
 - `actions` counts what the deviation did (`Io.record`); `close()` ends everything within
-  seconds. Every wait here is bounded.
+  seconds. Every wait here is bounded. Either side ending ends the link.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import struct
 import threading
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar
 
-from codec import (
-    BasicDeliver,
-    BasicGetOk,
-    BasicReturn,
-    CodecError,
-    FrameReader,
-    Method,
-    MethodFrame,
-    encode_method,
-)
+from codec import BasicDeliver, BasicGetOk, BasicReturn, FrameType, HeaderFrame, Method, encode_method
+from codec.constants import FRAME_OVERHEAD
+from conformance.interpose.frames import Frame
+from conformance.interpose.relay import Framed, Interposer, Link, Plumbing, Relay, RelayThread
 
-T = TypeVar("T")
-_HEADER = struct.Struct(">BHI")  # frame type, channel, payload size (0-9-1 §4.2.3)
-METHOD, HEADER, BODY = 1, 2, 3
-_BODY_SIZE = struct.Struct(">HHQ")  # content header: class id, weight, body size
-
-
-@dataclass(frozen=True)
-class Frame:
-    raw: bytes
-
-    @property
-    def type(self) -> int:
-        return self.raw[0] if len(self.raw) > 7 and not self.raw.startswith(b"AMQP") else 0
-
-    @property
-    def channel(self) -> int:
-        return _HEADER.unpack_from(self.raw)[1] if self.type else 0
-
-    @cached_property
-    def method(self) -> Method | None:
-        if self.type != METHOD:
-            return None
-        reader = FrameReader(frame_max=0)
-        reader.receive_data(self.raw)
-        try:
-            decoded = reader.next_frame()
-        except CodecError:
-            return None
-        return decoded.method if isinstance(decoded, MethodFrame) else None
+METHOD, HEADER, BODY = FrameType.METHOD, FrameType.HEADER, FrameType.BODY
 
 
 def encode(channel: int, method: Method) -> bytes:
     return encode_method(channel, method)
+
+
+def _content_size(frame: Frame) -> int:
+    """Body octets announced by a header frame, or carried by a body frame."""
+    if frame.type == BODY:
+        return len(frame.raw) - FRAME_OVERHEAD
+    decoded = frame.decoded
+    return decoded.body_size if isinstance(decoded, HeaderFrame) else 0
 
 
 @dataclass
@@ -93,16 +63,14 @@ class Message:
 class Io:
     """What a deviation can do on its link: write to either side, and record an action."""
 
-    def __init__(self, proxy: DeviantProxy, client: asyncio.StreamWriter, broker: asyncio.StreamWriter) -> None:
-        self.proxy, self.client, self.broker = proxy, client, broker
+    def __init__(self, proxy: DeviantProxy, link: Link) -> None:
+        self.proxy, self.link = proxy, link
 
     def to_client(self, data: bytes) -> None:
-        if not self.client.transport.is_closing():
-            self.client.write(data)
+        self.link.to_client(data)
 
     def to_broker(self, data: bytes) -> None:
-        if not self.broker.transport.is_closing():
-            self.broker.write(data)
+        self.link.to_broker(data)
 
     def record(self, text: str) -> None:
         self.proxy.record(text)
@@ -148,8 +116,7 @@ class Deviation:
             self.message(message, io)
 
     def _consume(self, key: tuple[str, int], frame: Frame) -> None:
-        left = self._dropping[key]
-        left = _BODY_SIZE.unpack_from(frame.raw, 7)[2] if frame.type == HEADER else left - (len(frame.raw) - 8)
+        left = _content_size(frame) if frame.type == HEADER else self._dropping[key] - _content_size(frame)
         if left <= 0:
             del self._dropping[key]
         else:
@@ -164,117 +131,25 @@ class Deviation:
             return
         message.frames.append(frame.raw)
         if frame.type == HEADER:
-            message.remaining = _BODY_SIZE.unpack_from(frame.raw, 7)[2]
+            message.remaining = _content_size(frame)
         else:
-            message.remaining -= len(frame.raw) - 8
+            message.remaining -= _content_size(frame)
 
 
-class Splitter:
-    """Whole frames (and an 8-octet protocol header) off the front of a byte stream."""
-
-    def __init__(self) -> None:
-        self.buf = b""
-
-    def feed(self, data: bytes) -> list[Frame]:
-        frames, buf = [], self.buf + data
-        while True:
-            if buf.startswith(b"AMQP") and len(buf) >= 8:
-                frames.append(Frame(buf[:8]))
-                buf = buf[8:]
-                continue
-            if len(buf) < _HEADER.size:
-                break
-            end = _HEADER.size + _HEADER.unpack_from(buf)[2] + 1
-            if len(buf) < end:
-                break
-            frames.append(Frame(buf[:end]))
-            buf = buf[end:]
-        self.buf = buf
-        return frames
-
-
-class DeviantProxy:
+class DeviantProxy(Interposer, RelayThread):
     """`with DeviantProxy(("127.0.0.1", port), SomeDeviation) as proxy: proxy.url`."""
 
     def __init__(self, upstream: tuple[str, int], deviation: type[Deviation] | None) -> None:
-        self.upstream, self.deviation = upstream, deviation or Deviation
+        self.deviation = deviation or Deviation
         self.actions: list[str] = []
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="deviant-proxy", daemon=True)
-        self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.port = 0
+        RelayThread.__init__(self, Relay(upstream, self, close_timeout=2), name="deviant-proxy")
 
-    @property
-    def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
-
-    def start(self) -> DeviantProxy:
-        self._thread.start()
-        server = self._call(asyncio.start_server(self._accept, "127.0.0.1", 0))
-        self._server, self.port = server, server.sockets[0].getsockname()[1]
-        return self
+    def plumb(self, link: Link) -> Plumbing:
+        io, deviation = Io(self, link), self.deviation()
+        return Plumbing(Framed(lambda frame: deviation.handle("client", frame, io)),
+                        Framed(lambda frame: deviation.handle("broker", frame, io)))
 
     def record(self, text: str) -> None:
         with self._lock:
             self.actions.append(text)
-
-    def close(self) -> None:
-        if not self._thread.is_alive():
-            return
-
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for writer in self._writers:
-                writer.transport.abort()
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=2)
-
-        with contextlib.suppress(Exception):
-            self._call(stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
-
-    def __enter__(self) -> DeviantProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float = 5.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), 5)
-        except (OSError, TimeoutError):
-            writer.transport.abort()
-            return
-        self._writers += [writer, up_writer]
-        io, deviation = Io(self, writer, up_writer), self.deviation()
-        await asyncio.gather(self._pump(reader, "client", deviation, io, up_writer),
-                             self._pump(up_reader, "broker", deviation, io, writer))
-
-    async def _pump(self, reader: asyncio.StreamReader, side: str, deviation: Deviation, io: Io,
-                    other: asyncio.StreamWriter) -> None:
-        splitter = Splitter()
-        while True:
-            try:
-                data = await reader.read(65536)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            for frame in splitter.feed(data):
-                deviation.handle(side, frame, io)
-        other.transport.abort()
-

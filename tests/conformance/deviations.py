@@ -24,7 +24,8 @@ from codec import (
     ChannelCloseOk,
     ConnectionStartOk,
 )
-from tests.conformance.deviant import Deviation, Frame, Io, Message, encode
+from conformance.interpose.frames import Frame
+from tests.conformance.deviant import Deviation, Io, Message, encode
 
 
 class AckMultipleAsSingle(Deviation):

@@ -1,12 +1,12 @@
-"""HostileProxy: a TCP proxy in front of a broker that misbehaves on demand (issue 9, part 6).
+"""HostileProxy: the relay (`conformance.interpose`) in front of a broker, misbehaving on demand (issue 9, part 6).
 
 Responsibility: stand between the harness and a real broker (an `EmbeddedBroker`) and make
 the broker look wedged, dead, broken or wrong, so tests can show that the harness still ends
 every test with a clear verdict and the run with the right exit status.
 
 Rules:
-- Each accepted connection (a `Link`, numbered from 1) is forwarded to `upstream` under a
-  `Plan`. What the client sends is forwarded untouched (and parsed with the codec, to see
+- Each accepted connection (a link, numbered from 1; its `Hostility`) is forwarded to `upstream`
+  under a `Plan`. What the client sends is forwarded untouched (and parsed with the codec, to see
   requests); what the broker sends is cut into frames, so a plan can act on one frame.
 - Modes: PASS forwards; BLACKHOLE keeps both sockets open and drops everything, both ways;
   CLOSE resets the client's socket (RST) and closes the broker's; GARBAGE sends bytes that
@@ -27,15 +27,10 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import enum
-import socket
-import struct
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from codec import (
     NEED_DATA,
@@ -48,9 +43,19 @@ from codec import (
     QueueDeclareOk,
     encode_method,
 )
+from conformance.interpose.frames import Frame
+from conformance.interpose.relay import (
+    IN,
+    OUT,
+    Framed,
+    Interposer,
+    Link,
+    Plumbing,
+    Relay,
+    RelayThread,
+    Transform,
+)
 
-T = TypeVar("T")
-_HEADER = struct.Struct(">BHI")  # frame type, channel, payload size (0-9-1 §4.2.3)
 GARBAGE = b"\x01\x00\x01\x00\x00\x00\x02\xde\xad\xff"  # a method frame too short for its ids, bad end octet
 
 
@@ -97,20 +102,21 @@ class Action:
 
 
 @dataclass
-class Link:
-    """One proxied connection and where its plan stands."""
+class Hostility:
+    """One proxied connection (its relay `link`) and where its plan stands."""
 
-    number: int
+    link: Link
     plan: Plan
-    client: asyncio.StreamWriter
-    broker: asyncio.StreamWriter
     triggered: bool = False
     candidates: tuple[Plan, ...] = ()  # several plans: the first whose on_request fires wins
     passed: int = 0  # broker frames forwarded since the trigger
     silent: bool = False  # blackholed: nothing more either way
     requests: FrameReader = field(default_factory=lambda: FrameReader(frame_max=0, expect_protocol_header=True))
     parse_requests: bool = True
-    replies: bytes = b""
+
+    @property
+    def number(self) -> int:
+        return self.link.number
 
     def set_plan(self, plans: Plans) -> None:
         several = tuple(plans) if not isinstance(plans, Plan) else ()
@@ -133,40 +139,25 @@ class Link:
         return self.triggered and self.plan.mode is not Mode.PASS and self.passed >= self.plan.after_frames
 
 
-class HostileProxy:
+class HostileProxy(Interposer, RelayThread):
     """`with HostileProxy(("127.0.0.1", port), Plan(Mode.BLACKHOLE)) as proxy: proxy.url`."""
 
     def __init__(self, upstream: tuple[str, int], plan: Plans | Callable[[int], Plans] = PASS) -> None:
-        self.upstream = upstream
         self._plan = plan
         self._wedge: Plan | None = None
-        self.links: list[Link] = []
+        self.links: list[Hostility] = []
         self.actions: list[Action] = []
         self._acted = threading.Condition()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="hostile-proxy", daemon=True)
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
-
-    def start(self) -> HostileProxy:
-        self._thread.start()
-        server = self._call(asyncio.start_server(self._accept, "127.0.0.1", 0))
-        self._server, self.port = server, server.sockets[0].getsockname()[1]
-        return self
+        RelayThread.__init__(self, Relay(upstream, self, close_timeout=2), name="hostile-proxy")
 
     def switch(self, plan: Plans, *, existing: bool = True) -> None:
         """From now on, `plan` for new links and, unless `existing=False`, the open ones."""
         async def apply() -> None:
             self._plan = plan
-            for link in self.links if existing else ():
-                link.set_plan(plan)
+            for hostility in self.links if existing else ():
+                hostility.set_plan(plan)
 
-        self._call(apply())
+        self.call(apply())
 
     def wait_for_action(self, timeout: float, count: int = 1) -> list[Action]:
         """The actions so far, once there are at least `count` (or the timeout passed)."""
@@ -174,119 +165,65 @@ class HostileProxy:
             self._acted.wait_for(lambda: len(self.actions) >= count, timeout)
             return list(self.actions)
 
-    def close(self) -> None:
-        if not self._thread.is_alive():
-            return
-
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for link in self.links:
-                link.client.transport.abort()
-                link.broker.transport.abort()
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=2)
-
-        with contextlib.suppress(Exception):
-            self._call(stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
-
-    def __enter__(self) -> HostileProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _call(self, coro: Coroutine[object, object, T], timeout: float = 5.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    # -- on the proxy's loop ---------------------------------------------------------------
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), 5)
-        except (OSError, TimeoutError):
-            writer.transport.abort()
-            return
-        link = Link(len(self.links) + 1, PASS, writer, up_writer)
+    # -- on the relay's loop -----------------------------------------------------------------
+    def plumb(self, link: Link) -> Plumbing:
+        hostility = Hostility(link, PASS)
         if self._wedge is not None:
-            link.set_plan(self._wedge)
-            link.passed = self._wedge.after_frames
+            hostility.set_plan(self._wedge)
+            hostility.passed = self._wedge.after_frames
         else:
-            link.set_plan(self._plan(link.number) if callable(self._plan) else self._plan)
-        self.links.append(link)
-        await asyncio.gather(self._from_client(link, reader), self._from_broker(link, up_reader))
+            hostility.set_plan(self._plan(link.number) if callable(self._plan) else self._plan)
+        self.links.append(hostility)
+        return Plumbing(_FromClient(self, hostility), _FromBroker(self, hostility))
 
-    async def _from_client(self, link: Link, reader: asyncio.StreamReader) -> None:
-        while data := await _read(reader):
-            if link.silent:
-                continue
-            self._watch_requests(link, data)
-            link.broker.write(data)
-        if not link.silent:
-            link.broker.transport.abort()
-
-    def _watch_requests(self, link: Link, data: bytes) -> None:
-        if not link.parse_requests or link.triggered:
+    def watch_requests(self, hostility: Hostility, data: bytes) -> None:
+        if not hostility.parse_requests or hostility.triggered:
             return
-        link.requests.receive_data(data)
+        hostility.requests.receive_data(data)
         try:
-            while (frame := link.requests.next_frame()) is not NEED_DATA:
-                if isinstance(frame, MethodFrame) and link.trigger_on(frame.method):
-                    self._record(link, f"triggered by {frame.method.NAME} on channel {frame.channel}")
+            while (frame := hostility.requests.next_frame()) is not NEED_DATA:
+                if isinstance(frame, MethodFrame) and hostility.trigger_on(frame.method):
+                    self._record(hostility, f"triggered by {frame.method.NAME} on channel {frame.channel}")
                     return
         except CodecError:
-            link.parse_requests = False  # malformed on purpose (a framing test): stop looking
+            hostility.parse_requests = False  # malformed on purpose (a framing test): stop looking
 
-    async def _from_broker(self, link: Link, reader: asyncio.StreamReader) -> None:
-        while data := await _read(reader):
-            link.replies += data
-            for frame in _split(link):
-                self._on_broker_frame(link, frame)
-        if not link.silent:
-            link.client.transport.abort()
-
-    def _on_broker_frame(self, link: Link, frame: bytes) -> None:
-        if link.silent:
+    def on_broker_frame(self, hostility: Hostility, frame: Frame) -> None:
+        if hostility.silent:
             return
-        if not link.acting:
-            link.passed += link.triggered
-            link.client.write(frame)
+        link = hostility.link
+        if not hostility.acting:
+            hostility.passed += hostility.triggered
+            link.to_client(frame.raw)
             return
-        plan = link.plan
+        plan = hostility.plan
         if plan.wedge and self._wedge is None:
             self._spread(plan)
         if plan.mode is Mode.BLACKHOLE:
-            link.silent = True
-            self._record(link, f"blackholed from {_describe(frame)}")
+            hostility.silent = True
+            self._record(hostility, f"blackholed from {frame.describe()}")
         elif plan.mode is Mode.CLOSE:
-            link.silent = True
-            _reset(link.client)
-            link.broker.transport.abort()
-            self._record(link, f"reset the connection instead of sending {_describe(frame)}")
+            hostility.silent = True
+            link.reset_client()
+            link.abort(OUT)
+            self._record(hostility, f"reset the connection instead of sending {frame.describe()}")
         elif plan.mode is Mode.GARBAGE:
-            link.silent = True
-            link.client.write(plan.garbage)
-            self._record(link, f"sent {len(plan.garbage)} garbage octets instead of {_describe(frame)}")
+            hostility.silent = True
+            link.to_client(plan.garbage)
+            self._record(hostility, f"sent {len(plan.garbage)} garbage octets instead of {frame.describe()}")
         elif plan.mode is Mode.WRONG_METHOD:
-            link.client.write(self._rewritten(link, frame))
+            link.to_client(self._rewritten(hostility, frame))
         elif plan.mode is Mode.DELAY:
-            self._loop.call_later(plan.delay, _write_if_open, link.client, frame)
-            self._record(link, f"delayed {_describe(frame)} by {plan.delay:g} s")
+            link.send_later(plan.delay, IN, frame.raw)
+            self._record(hostility, f"delayed {frame.describe()} by {plan.delay:g} s")
 
-    def _rewritten(self, link: Link, frame: bytes) -> bytes:
-        decoded = _decode(frame)
-        replacement = link.plan.rewrite(decoded.method) if isinstance(decoded, MethodFrame) else None
-        if replacement is None or not isinstance(decoded, MethodFrame):
-            return frame
-        self._record(link, f"sent {replacement.NAME} instead of {decoded.method.NAME} on channel {decoded.channel}")
-        return encode_method(decoded.channel, replacement)
+    def _rewritten(self, hostility: Hostility, frame: Frame) -> bytes:
+        method = frame.method
+        replacement = hostility.plan.rewrite(method) if method is not None else None
+        if replacement is None or method is None:
+            return frame.raw
+        self._record(hostility, f"sent {replacement.NAME} instead of {method.NAME} on channel {frame.channel}")
+        return encode_method(frame.channel, replacement)
 
     def _spread(self, plan: Plan) -> None:
         """wedge=True: every link, open or new, now acts on this plan at once."""
@@ -295,63 +232,36 @@ class HostileProxy:
             other.set_plan(self._wedge)
             other.passed = plan.after_frames
 
-    def _record(self, link: Link, text: str) -> None:
+    def _record(self, hostility: Hostility, text: str) -> None:
         with self._acted:
-            self.actions.append(Action(link.number, link.plan.mode.value, text))
+            self.actions.append(Action(hostility.number, hostility.plan.mode.value, text))
             self._acted.notify_all()
 
 
-async def _read(reader: asyncio.StreamReader) -> bytes:
-    try:
-        return await reader.read(65536)
-    except OSError:
-        return b""
+class _FromClient(Transform):
+    """Requests are forwarded untouched (unless silenced) and watched for the plan's trigger."""
+
+    def __init__(self, proxy: HostileProxy, hostility: Hostility) -> None:
+        super().__init__(half_close=False)
+        self.proxy, self.hostility = proxy, hostility
+
+    def received(self, link: Link, direction: str, data: bytes) -> None:
+        if not self.hostility.silent:
+            self.proxy.watch_requests(self.hostility, data)
+            link.to_broker(data)
+
+    def ended(self, link: Link, direction: str) -> None:
+        if not self.hostility.silent:
+            link.abort(OUT)
 
 
-def _split(link: Link) -> list[bytes]:
-    """Whole frames (and a version-refusal protocol header) off the front of `link.replies`."""
-    frames, buf = [], link.replies
-    while True:
-        if buf.startswith(b"AMQP") and len(buf) >= 8:
-            frames.append(buf[:8])
-            buf = buf[8:]
-            continue
-        if len(buf) < _HEADER.size:
-            break
-        end = _HEADER.size + _HEADER.unpack_from(buf)[2] + 1
-        if len(buf) < end:
-            break
-        frames.append(buf[:end])
-        buf = buf[end:]
-    link.replies = buf
-    return frames
+class _FromBroker(Framed):
+    """Replies are cut into frames, each acted on by the plan (`HostileProxy.on_broker_frame`)."""
 
+    def __init__(self, proxy: HostileProxy, hostility: Hostility) -> None:
+        super().__init__(lambda frame: proxy.on_broker_frame(hostility, frame))
+        self.hostility = hostility
 
-def _decode(frame: bytes) -> object:
-    reader = FrameReader(frame_max=0)
-    reader.receive_data(frame)
-    try:
-        return reader.next_frame()
-    except CodecError:
-        return None
-
-
-def _describe(frame: bytes) -> str:
-    decoded = _decode(frame)
-    if isinstance(decoded, MethodFrame):
-        return f"{decoded.method.NAME} on channel {decoded.channel}"
-    return f"a frame of type {frame[0]}" if frame else "nothing"
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Close with RST (SO_LINGER 0): an abrupt end, not a FIN after the data."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
-
-
-def _write_if_open(writer: asyncio.StreamWriter, data: bytes) -> None:
-    if not writer.transport.is_closing():
-        writer.write(data)
+    def ended(self, link: Link, direction: str) -> None:
+        if not self.hostility.silent:
+            link.abort(IN)

@@ -23,7 +23,7 @@ from hypothesis.stateful import rule as machine_rule
 
 from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, Recorder
-from conformance.drivers.relay import RecordingRelay
+from conformance.drivers.relay import recording_relay
 from conformance.plugin.through_clients import relayed
 from conformance.suite.machine_client_confirms import ClientConfirmMachine
 from conformance.suite.machine_client_consuming import ClientCancelMachine, ClientPrefetchMachine
@@ -66,7 +66,7 @@ def drivers_for(library: str, url: str) -> Iterator[tuple[Callable[[], ClientDri
     host, port = url.rsplit("@", 1)[-1].split("/")[0].split(":")
     made: list[ClientDriver] = []
     recorder = Recorder()
-    with RecordingRelay(host, int(port), recorder) as relay:
+    with recording_relay(host, int(port), recorder) as relay:
         def make() -> ClientDriver:
             driver: ClientDriver = load_driver(library, DRIVER_TIMEOUT)
             driver.connect(relayed(url, relay.port))

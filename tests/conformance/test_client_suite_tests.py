@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from codec import ConfirmSelect, ConfirmSelectOk, TxCommit, TxCommitOk, TxRollback, TxRollbackOk, TxSelect
+from conformance.interpose.frames import Frame
 from reference_broker.server import EmbeddedBroker
-from tests.conformance.deviant import DeviantProxy, Deviation, Frame, Io, encode
+from tests.conformance.deviant import DeviantProxy, Deviation, Io, encode
 from tests.conformance.deviations import ReturnDropped
 from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture)
 from tests.conformance.test_through_clients import _run

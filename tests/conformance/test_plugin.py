@@ -1,7 +1,7 @@
 """End-to-end tests of the pytest plugin (conformance/plugin/hooks.py) on tiny synthetic suites.
 
 Each test writes a suite into pytester's directory and runs pytest in-process against the
-embedded reference broker (one for the module), or against `WedgeProxy`, a TCP proxy in front
+embedded reference broker (one for the module), or against `WedgeProxy`, the relay in front
 of it that stops answering once its trigger file exists. Every wait is scaled down
 (`--timeout-scale 0.1`), so a wedged broker costs about a second.
 """
@@ -9,11 +9,9 @@ of it that stops answering once its trigger file exists. Every wait is scaled do
 from __future__ import annotations
 
 import json
-import select
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import allure  # noqa: F401 - imported once here rather than by every in-process
 import hypothesis  # noqa: F401
 import pytest
 
+from conformance.interpose.relay import Interposer, Link, Plumbing, Relay, RelayThread, Transform
 from conformance.plugin.admin import NoAdmin
 from conformance.plugin.health import NameRegistry, find_leaks
 from conformance.results.records import read_table
@@ -220,53 +219,33 @@ def test_allure_labels_and_frame_log(pytester: pytest.Pytester, broker: Embedded
     assert "connection.start" in log and "channel.open-ok" in log
 
 
-class WedgeProxy:
-    """A TCP proxy to `upstream` that stops forwarding anything once `trigger` exists."""
+class _UntilTriggered(Transform):
+    """Forwards until `trigger` exists, then nothing; a wedged link passes no end on either."""
+
+    def __init__(self, trigger: Path) -> None:
+        super().__init__(half_close=False)
+        self.trigger = trigger
+
+    def received(self, link: Link, direction: str, data: bytes) -> None:
+        if not self.trigger.exists():
+            link.send(direction, data)
+
+    def ended(self, link: Link, direction: str) -> None:
+        if not self.trigger.exists():
+            link.abort()
+
+
+class WedgeProxy(Interposer, RelayThread):
+    """The relay to `upstream`, started at once, that stops forwarding anything once `trigger` exists."""
 
     def __init__(self, upstream: tuple[str, int], trigger: Path) -> None:
-        self.upstream, self.trigger = upstream, trigger
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.peers: dict[socket.socket, socket.socket | None] = {}
-        self.running = True
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.trigger = trigger
+        RelayThread.__init__(self, Relay(upstream, self, close_timeout=2), name="wedge-proxy")
+        self.start()
 
-    def _serve(self) -> None:
-        while self.running:
-            readable, _, _ = select.select([self.listener, *self.peers], [], [], 0.05)
-            for sock in readable:
-                if sock is self.listener:
-                    self._accept()
-                elif sock in self.peers:
-                    self._pump(sock)
-
-    def _accept(self) -> None:
-        client, _ = self.listener.accept()
-        upstream = None if self.trigger.exists() else socket.create_connection(self.upstream)
-        self.peers[client] = upstream
-        if upstream is not None:
-            self.peers[upstream] = client
-
-    def _pump(self, sock: socket.socket) -> None:
-        try:
-            data = sock.recv(65536)
-        except OSError:
-            data = b""
-        other = self.peers.get(sock)
-        if not data:
-            for s in (sock, other):
-                if s is not None:
-                    self.peers.pop(s, None)
-                    s.close()
-        elif other is not None and not self.trigger.exists():
-            other.sendall(data)
-
-    def close(self) -> None:
-        self.running = False
-        self.thread.join(2)
-        for sock in [self.listener, *self.peers]:
-            sock.close()
+    def plumb(self, link: Link) -> Plumbing:
+        transform = _UntilTriggered(self.trigger)
+        return Plumbing(transform, transform)
 
 
 @pytest.fixture

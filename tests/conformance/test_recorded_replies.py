@@ -33,12 +33,13 @@ from conformance.drivers.interface import (
     Returned,
 )
 from conformance.drivers.raw import BrokerAddress
-from conformance.drivers.relay import RecordingRelay
+from conformance.drivers.relay import recording_relay
+from conformance.interpose.frames import Frame
 from conformance.plugin.session import Names, Target
 from conformance.plugin.through_clients import relayed
 from conformance.suite import test_through_clients as suite
 from reference_broker.server import EmbeddedBroker
-from tests.conformance.deviant import DeviantProxy, Deviation, Frame, Io, encode
+from tests.conformance.deviant import DeviantProxy, Deviation, Io, encode
 from tests.conformance.deviations import Codes404And406Swapped
 from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture)
 from tests.conformance.test_through_clients import _run
@@ -98,7 +99,7 @@ WRONG = {"ACK-03": (Codes404And406Swapped, r"^ACK-03: .* closed the channel with
 def _fixtures(library: str, url: str, hide: bool) -> Iterator[dict[str, Any]]:
     """The fixtures a through-client check takes (the `client` fixture's relay and recorder)."""
     address, recorder, drivers = BrokerAddress.parse(url), Recorder(), []
-    with RecordingRelay(address.host, address.port, recorder) as relay:
+    with recording_relay(address.host, address.port, recorder) as relay:
         def client() -> Any:
             driver: ClientDriver = load_driver(library, 5.0)
             driver.connect(relayed(url, relay.port))

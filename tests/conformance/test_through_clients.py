@@ -17,7 +17,7 @@ import pytest
 from codec import ConnectionStartOk, MethodFrame
 from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import Recorder
-from conformance.drivers.relay import RecordingRelay
+from conformance.drivers.relay import recording_relay
 from conformance.plugin.through_clients import relayed
 from conformance.results.records import read_table
 from conformance.suite.machine_clients import run_client_ack_machine
@@ -38,7 +38,7 @@ def broker() -> EmbeddedBroker:
 @pytest.mark.parametrize("library", sorted(PRODUCTS))
 def test_the_broker_sees_the_library_s_client_properties(broker: EmbeddedBroker, library: str) -> None:
     recorder = Recorder()
-    with RecordingRelay(broker.host, broker.port, recorder) as relay:
+    with recording_relay(broker.host, broker.port, recorder) as relay:
         driver = load_driver(library, 5.0)
         driver.connect(relayed(broker.url, relay.port))
         ch = driver.open_channel()
@@ -108,7 +108,7 @@ def test_the_acks_machine_through_a_client_passes_only_a_conforming_broker(libra
     monkeypatch.setenv(ENV_SHRINK, "0")  # a failure matters here, not its minimal form
     recorder = Recorder()
     with EmbeddedBroker(faults=list(faults)) as running, \
-            RecordingRelay(running.host, running.port, recorder) as relay:
+            recording_relay(running.host, running.port, recorder) as relay:
         drivers = []
 
         def make() -> object:

@@ -38,7 +38,7 @@ from reference_broker.server import EmbeddedBroker
 from reports.audit_arrow import audit_table
 from reports.audit_context import recording_contexts
 from tests.record import programs
-from tests.record.relay_thread import RelayThread
+from tests.record.relay_thread import lake_relay
 
 PERSISTENT = BasicProperties(delivery_mode=2)
 GRACE_S = 1.0  # conformance.model.trace.Context.grace_us
@@ -95,7 +95,7 @@ def one_lost_on_an_open_channel(url: str, queue: str) -> None:
 
 def record(out: Path, program: Callable[[str, str], object], faults: list[str]) -> pa.Table:
     """The frames of `program` recorded through the relay in front of a reference broker with `faults`."""
-    with EmbeddedBroker(faults=faults) as broker, RelayThread(out, broker.host, broker.port) as relay:
+    with EmbeddedBroker(faults=faults) as broker, lake_relay(out, broker.host, broker.port) as relay:
         finished, result = programs.run_bounded(program, f"amqp://guest:guest@127.0.0.1:{relay.port}/",
                                                 f"amqpc-confirms-{uuid.uuid4().hex[:10]}", 20)
     assert finished and not isinstance(result, Exception), result

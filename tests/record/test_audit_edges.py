@@ -29,7 +29,7 @@ from reports.render import render_site
 from tests.conformance import deviations
 from tests.conformance.deviant import DeviantProxy, Deviation
 from tests.record import edge_programs, programs
-from tests.record.relay_thread import RelayThread
+from tests.record.relay_thread import lake_relay
 from tests.record.test_relay import method, tcp_packets
 
 RABBITMQ = ("127.0.0.1", 5672)
@@ -41,10 +41,10 @@ def record(out: Path, program: Callable[[str, str], object], deviation: type[Dev
     """Run `program` through the recording relay (and the deviation proxy, when given); its result."""
     queue = f"amqpc-edge-{uuid.uuid4().hex[:10]}"
     if deviation is None:
-        with RelayThread(out, *upstream) as relay:
+        with lake_relay(out, *upstream) as relay:
             finished, result = programs.run_bounded(program, f"amqp://guest:guest@127.0.0.1:{relay.port}/", queue, LIMIT)
     else:
-        with DeviantProxy(upstream, deviation) as proxy, RelayThread(out, "127.0.0.1", proxy.port) as relay:
+        with DeviantProxy(upstream, deviation) as proxy, lake_relay(out, "127.0.0.1", proxy.port) as relay:
             finished, result = programs.run_bounded(program, f"amqp://guest:guest@127.0.0.1:{relay.port}/", queue, LIMIT)
         assert proxy.actions, f"{deviation.name} never acted"
     assert finished, result

@@ -18,14 +18,14 @@ from reports.audit_arrow import audit_lake
 from tests.conftest import require
 from tests.garagemq_broker import GarageMQ, available
 from tests.record import programs
-from tests.record.relay_thread import RelayThread
+from tests.record.relay_thread import lake_relay
 
 PROGRAMS = ("pika_work_queue", "pika_confirms", "kombu_work_queue", "pyamqp_confirms", "cancelled_by_deletion")
 LIMIT = 12.0  # seconds per program; a wedged broker leaves the program blocked until the relay closes
 
 
 def _record(out: Path, host: str, port: int, name: str) -> tuple[bool, object]:
-    with RelayThread(out, host, port) as relay:
+    with lake_relay(out, host, port) as relay:
         url = f"amqp://guest:guest@127.0.0.1:{relay.port}/"
         return programs.run_bounded(getattr(programs, name), url, f"amqpc-audit-{uuid.uuid4().hex[:10]}", LIMIT)
 

@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 from codec import encode_frame
 from codec._generated import BasicDeliver, BasicQos, ChannelOpen
 from codec.frames import encode_method_payload
+from conformance.interpose.relay import Relay
+from conformance.record.lake_sink import LakeSink
 from conformance.record.pcap import import_capture
-from conformance.record.relay import RecordingRelay
 from conformance.results.lake import RecordingLake
 from conformance.results.records import read_table
 from reports.audit_arrow import audit_lake
@@ -47,7 +48,7 @@ def test_relay_forwards_every_byte_and_records_frames(tmp_path: Path) -> None:
         received: list[bytes] = []
         server, port = await _echo_upstream(received, server_bytes)
         lake = RecordingLake(tmp_path, f"amqp://127.0.0.1:{port}")
-        relay = RecordingRelay(lake, "127.0.0.1", port, flush_interval=0.05)
+        relay = Relay(("127.0.0.1", port), LakeSink(lake, flush_interval=0.05))
         _, listen = await relay.start("127.0.0.1", 0)
         reader, writer = await asyncio.open_connection("127.0.0.1", listen)
         for n in range(0, len(client_bytes), 5):  # any chunking
@@ -81,7 +82,7 @@ def test_relay_survives_a_reset_on_either_side(tmp_path: Path) -> None:
         received: list[bytes] = []
         server, port = await _echo_upstream(received, b"")
         lake = RecordingLake(tmp_path, f"amqp://127.0.0.1:{port}")
-        relay = RecordingRelay(lake, "127.0.0.1", port, flush_interval=0.05)
+        relay = Relay(("127.0.0.1", port), LakeSink(lake, flush_interval=0.05))
         _, listen = await relay.start("127.0.0.1", 0)
         for _ in range(3):
             _, writer = await asyncio.open_connection("127.0.0.1", listen)

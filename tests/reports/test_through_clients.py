@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 from codec import ConnectionStartOk
+from conformance.interpose.frames import Frame
 from conformance.results.records import ResultsWriter, RunRecord, TestRecord
 from reference_broker.server import EmbeddedBroker
 from reports.model import Cell, ReportData, Target
 from reports.through_clients import client_matrices, reasons_of, runs_to_explain
-from tests.conformance.deviant import DeviantProxy, Frame, Io
+from tests.conformance.deviant import DeviantProxy, Io
 from tests.conformance.deviations import AckMultipleAsSingle
 from tests.conftest import cli_env
 from tests.reports.test_browser import _QuietHandler, artifacts, browser  # noqa: F401  (the browser fixture)

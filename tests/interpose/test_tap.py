@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 from codec import BodyFrame, FrameReader
-from conformance.record.tap import StreamTap
+from conformance.interpose.tap import StreamTap
 from conformance.results.records import frame_fields
 
 

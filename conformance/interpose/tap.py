@@ -1,7 +1,7 @@
 """StreamTap: one direction of a recorded AMQP connection, bytes in, frame records out (sans-IO).
 
-Responsibility: cut a byte stream into frames and decode each with the project's codec
-(`codec.FrameReader`), turning it into the key fields of a frame record
+Responsibility: cut a byte stream into frames (`FrameCutter`) and decode each with the project's
+codec (`codec.FrameReader`), turning it into the key fields of a frame record
 (`conformance.results.records.frame_fields`). It never changes, holds back or reorders bytes: the
 relay forwards first and shows the tap a copy.
 
@@ -19,18 +19,15 @@ Rules:
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
-from codec import FrameReader
+from codec import FrameReader, FrameType
+from codec.constants import FRAME_HEADER, FRAME_HEADER_SIZE
 from codec.errors import CodecError
+from conformance.interpose.frames import MAX_FRAME, PROTOCOL_HEADER_SIZE, PROTOCOL_PREFIX, FrameCutter
 from conformance.results.records import body_digest, frame_fields
 
-_HEADER = struct.Struct(">BHI")
-PROTOCOL_PREFIX = b"AMQP"
-MAX_FRAME = 16 * 1024 * 1024  # larger than any frame_max a broker negotiates in practice
-FRAME_END = 0xCE
-BODY_FRAME = 3
+BODY_FRAME = FrameType.BODY.value
 
 
 class StreamTap:
@@ -39,9 +36,7 @@ class StreamTap:
     def __init__(self, direction: str, *, client_side: bool, mid_stream: bool = False,
                  max_frame: int = MAX_FRAME) -> None:
         self.direction = direction
-        self.max_frame = max_frame
-        self._buf = bytearray()
-        self._expect_header = client_side and not mid_stream
+        self._cutter = FrameCutter(header_first=client_side and not mid_stream, max_frame=max_frame)
         self._reader = FrameReader(frame_max=0)
         self.lost = False  # framing lost: nothing more is decoded
         self.frames = 0
@@ -51,42 +46,20 @@ class StreamTap:
         """The frame records (key fields plus `channel`) of the complete frames in `data` so far."""
         if self.lost:
             return []
-        self._buf += data
-        rows: list[dict[str, Any]] = []
-        while not self.lost:
-            row = self._next()
-            if row is None:
-                break
-            rows.append(row)
+        rows = [self._row(frame) for frame in self._cutter.feed(data)]
+        if self._cutter.lost:
+            rows.append(self.lose(self._cutter.lost))
         return rows
 
-    def _next(self) -> dict[str, Any] | None:
-        buf = self._buf
-        if self._expect_header:
-            if len(buf) < 8:
-                return None
-            self._expect_header = False
-            if bytes(buf[:4]) == PROTOCOL_PREFIX:
-                del buf[:8]
-                return {"channel": -1, "frame_type": "protocol-header"}
-        if len(buf) < 7:
-            return None
-        frame_type, channel, size = _HEADER.unpack_from(buf)
-        if size > self.max_frame:
-            return self.lose(f"frame of {size} octets is over {self.max_frame}: framing lost")
-        end = 7 + size
-        if len(buf) <= end:
-            return None
-        if buf[end] != FRAME_END:
-            return self.lose(f"frame-end octet {buf[end]:#04x}, expected 0xce: framing lost")
+    def _row(self, frame: bytes) -> dict[str, Any]:
+        if len(frame) == PROTOCOL_HEADER_SIZE and frame.startswith(PROTOCOL_PREFIX):
+            return {"channel": -1, "frame_type": "protocol-header"}
+        frame_type, channel, _ = FRAME_HEADER.unpack_from(frame)
         self.frames += 1
         if frame_type == BODY_FRAME:  # the codec hands a body back as it is: no need to run it
-            payload = bytes(buf[7:end])
-            del buf[: end + 1]
+            payload = frame[FRAME_HEADER_SIZE:-1]
             return {"frame_type": "body", "body_size": len(payload), "body_digest": body_digest(payload),
                     "channel": channel}
-        frame = bytes(buf[: end + 1])
-        del buf[: end + 1]
         self._reader.receive_data(frame)
         try:
             decoded = self._reader.next_frame()
@@ -102,5 +75,5 @@ class StreamTap:
         """Stop decoding this direction; the `gap` row that says why."""
         self.lost = True
         self.gaps += 1
-        self._buf.clear()
+        self._cutter.unframed()  # dropped: memory stays bounded
         return {"channel": -1, "frame_type": "gap", "reply_text": why}
