@@ -26,7 +26,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from conformance.catalogue.rules import AREAS, PROFILES, all_rules, rule
-from conformance.results.records import CLIENT_PROFILE
+from conformance.results.records import CLIENT_PROFILE, TestRecord
 from reports import jobs
 from reports.audit.findings import attach_evidence, report_violations
 from reports.audit.plan import PLANS, audit_findings
@@ -49,7 +49,6 @@ from reports.model import (
     Change,
     FailingTest,
     Flake,
-    Reply,
     ReportData,
     Rule,
     RunPoint,
@@ -209,7 +208,7 @@ def _rules(recent: list[Row]) -> list[Rule]:
 def _matrix(rows: list[Row], failing: list[FailingTest]) -> dict[str, dict[str, Cell]]:
     pages: dict[tuple[str, str], list[str]] = defaultdict(list)
     for test in failing:  # under the rules its failure names first, then the ones it left unjudged
-        for rule_id in dict.fromkeys([*test.failed_rules, *test.rule_ids]):
+        for rule_id in dict.fromkeys([*(test.failed_rules or ()), *test.rule_ids]):
             pages[rule_id, test.target].append(test.page)
     matrix: dict[str, dict[str, Cell]] = defaultdict(dict)
     for r in rows:
@@ -248,16 +247,14 @@ def _failing_tests(tests: DataFrame, latest: dict[str, dict[str, Any]], limit: i
     failing = []
     for r in rows:
         run = latest[r.run_id]
-        profile = run["profile"]
-        expected = _expected(r, profile)
-        failing.append(FailingTest(
-            page=page_for_test(r.run_id, r.test_id), run_id=r.run_id, target=run["target"], profile=profile,
-            test_id=r.test_id, rule_ids=list(r.rule_ids), area=r.area, verdict=r.verdict, outcome=r.outcome,
-            phase=r.phase, started=_utc(r.started), duration=r.duration,
-            reply=Reply(r.reply_scope, r.reply_code, r.reply_text, r.reply_class_id, r.reply_method_id),
-            message=r.message, hypothesis_seed=r.hypothesis_seed, minimal_example=r.minimal_example,
-            frames=r.frames, expected=expected, failed_rules=list(getattr(r, "failed_rules", None) or [])))
+        record = {name: value for name, value in r.asDict().items() if name in _RECORD_FIELDS}
+        record.update(started=_utc(r.started), failed_rules=list(record.get("failed_rules") or []))
+        failing.append(FailingTest(**record, page=page_for_test(r.run_id, r.test_id), target=run["target"],
+                                   profile=run["profile"], expected=_expected(r, run["profile"])))
     return failing
+
+
+_RECORD_FIELDS = frozenset(f.name for f in fields(TestRecord))  # the lake's columns a failing test keeps
 
 
 def _expected(r: Row, profile: str | None) -> list[tuple[str, str, str]]:
