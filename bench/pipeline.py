@@ -6,7 +6,7 @@ What it measures (same lake, same process, same checker code):
   ≈ 10 M frames, 50 000 channels) and T tests per run (default 10 000 → 1 M test results), in
   the layout and schema of `conformance.results.records`; violations are injected so every plan's
   findings are checked against the known count before its time is reported;
-- single process: `reports.audit_arrow.audit_lake` (pyarrow reads each run, the conformance
+- single process: `reports.audit.lake.audit_lake` (pyarrow reads each run, the conformance
   model judges each channel), and, interleaved with it in CPU seconds, the plain hand-written
   checkers it replaced (`bench/legacy_audit.py` loads them from git):
   `model_x_legacy_audit_per_core` = their CPU time / the model's (goal >= 0.8); DuckDB window
@@ -54,7 +54,7 @@ if __name__ == "__main__":  # `python bench/pipeline.py`: import the project, no
     sys.path.insert(0, str(_ROOT))
 
 from bench.legacy_audit import load as load_legacy_audit  # noqa: E402
-from reports.audit_arrow import audit_lake  # noqa: E402
+from reports.audit.lake import audit_lake  # noqa: E402
 from reports.synthetic import LakeShape, LakeStats, write_lake  # noqa: E402
 
 MASTERS = ("local[2]", "local[1]")
@@ -197,7 +197,7 @@ def spark_cases(master: str, root: Path, stats: LakeStats, args: argparse.Namesp
     from pyspark.sql import functions as F
 
     from reports import jobs
-    from reports.audit_spark import audit_by_run, audit_grouped, tag_sequence_findings
+    from reports.audit.plan import audit_by_run, audit_grouped, tag_sequence_findings
     from reports.spark import read_results, spark_session
 
     spark = spark_session(master, app_name="amqp-conformance bench", conf={"spark.driver.memory": "4g"})

@@ -1,7 +1,8 @@
 """Build the report: run the Spark jobs on a results directory, collect, render.
 
 Responsibility: `build_report(spark, results_dir, out)` reads the lake, runs the jobs of
-`reports.jobs` and the trace audit (`reports.audit_spark`), collects the small results into
+`reports.jobs` and the trace audit (`reports.audit.plan`, its findings shown with their frames by
+`reports.audit.findings`), collects the small results into
 `reports.model.ReportData` (with the clients x scenarios matrix of client-side runs,
 `reports.clients`) and the client x rule matrix of each broker run raw and through client
 libraries (`reports.through_clients`), pulls the frames of the failing tests, and writes the site with
@@ -12,9 +13,9 @@ Rules:
   frames of passing tests never leave Spark.
 - Failing test pages cover each target's latest run, verdicts `failed` and `broken`, at most
   `max_failure_pages` of them (oldest test ids first, the rest listed without a page).
-- The audit plan: "by-run" (default, shuffle-free, on the executors), "grouped" (per channel,
-  reads only through Spark), or "driver" (`audit_arrow.audit_lake` in this process: the same
-  checker with no Python worker to start; for a small lake on a local master, see `cli`).
+- The audit plan (`reports.audit.plan.PLANS`): "by-run" (default, shuffle-free, on the
+  executors), "grouped" (per channel, reads only through Spark), or "driver" (in this process:
+  the same checker with no Python worker to start; for a small lake on a local master, see `cli`).
 - Jobs a lake cannot need are not run: history and flakes when no target has two runs (both
   are empty then), the frames table when no test failed and the audit does not read it.
 """
@@ -25,7 +26,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -36,32 +37,27 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from conformance.catalogue.rules import AREAS, PROFILES, all_rules, rule
-from conformance.results.records import CLIENT_PROFILE
+from conformance.results.records import CLIENT_PROFILE, TestRecord
 from reports import jobs
-from reports.audit_arrow import audit_lake
-from reports.audit_spark import audit_by_run, audit_grouped
+from reports.audit.findings import attach_evidence, report_violations
+from reports.audit.plan import PLANS, audit_findings
 from reports.clients import collect_clients
 from reports.model import (
     HISTORY_RUNS,
     BaselineEntry,
     Cell,
     Change,
-    EvidenceFrame,
     FailingTest,
     Flake,
-    Reply,
     ReportData,
     Rule,
     RunPoint,
     Target,
-    Violation,
     page_for_test,
 )
 from reports.render import FrameLog, render_site
 from reports.spark import read_results
 from reports.through_clients import client_matrices, collect_reasons, reasons_of, runs_to_explain
-
-AUDIT_PLANS = ("by-run", "grouped", "driver")
 
 
 @dataclass
@@ -98,8 +94,8 @@ def build_report(spark: SparkSession, results_dir: str | Path, out: str | Path, 
 
 def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: str, max_failure_pages: int,
             audit_plan: str) -> ReportData:
-    if audit_plan not in AUDIT_PLANS:
-        raise ValueError(f"audit plan {audit_plan!r}: one of {', '.join(AUDIT_PLANS)}")
+    if audit_plan not in PLANS:
+        raise ValueError(f"audit plan {audit_plan!r}: one of {', '.join(PLANS)}")
     runs = [r.asDict() for r in jobs.runs_with_targets(lake.runs).collect()]
     repeated = max(Counter(r["target"] for r in runs).values(), default=0) > 1
     explained = runs_to_explain(runs)  # brokers run raw and through client libraries
@@ -113,13 +109,13 @@ def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: s
                            if repeated else []),
         "recent": lambda: _recent_verdicts(verdicts).collect(),
         "tests": lambda: lake.tests.count(),
-        "audit": lambda: _audit(spark, lake, results_dir, audit_plan),
+        "audit": lambda: audit_findings(spark, results_dir, audit_plan, lambda: lake.frames),
         "reasons": lambda: collect_reasons(lake.tests, explained) if explained else [],
     })
     latest = {r["run_id"]: r for r in runs if r["latest"]}
     failing = _failing_tests(lake.tests, latest, max_failure_pages)
-    violations = _violations(found["audit"], {r["run_id"]: r["target"] for r in runs},
-                             {(t.run_id, t.test_id): t for t in failing})
+    violations = report_violations(found["audit"], {r["run_id"]: r["target"] for r in runs},
+                                   {(t.run_id, t.test_id): t for t in failing})
     if violations:
         attach_evidence(lake.frames, violations)
     changes = [_change(r) for r in found["history"]]
@@ -146,18 +142,6 @@ def _concurrently(thunks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="report-job") as pool:
         futures = {name: pool.submit(thunk) for name, thunk in thunks.items()}
         return {name: future.result() for name, future in futures.items()}
-
-
-_AUDIT_ORDER = ("run_id", "test_id", "connection", "channel", "seq")
-
-
-def _audit(spark: SparkSession, lake: Lake, results_dir: str, plan: str) -> list[Row]:
-    """The trace audit's findings in (run, test, connection, channel, seq) order."""
-    if plan == "driver":
-        table = audit_lake(results_dir).sort_by([(c, "ascending") for c in _AUDIT_ORDER])
-        return [Row(**row) for row in table.to_pylist()]
-    audit = audit_grouped(lake.frames) if plan == "grouped" else audit_by_run(spark, results_dir)
-    return audit.orderBy(*_AUDIT_ORDER).collect()
 
 
 def _recent_verdicts(verdicts: DataFrame) -> DataFrame:
@@ -224,7 +208,7 @@ def _rules(recent: list[Row]) -> list[Rule]:
 def _matrix(rows: list[Row], failing: list[FailingTest]) -> dict[str, dict[str, Cell]]:
     pages: dict[tuple[str, str], list[str]] = defaultdict(list)
     for test in failing:  # under the rules its failure names first, then the ones it left unjudged
-        for rule_id in dict.fromkeys([*test.failed_rules, *test.rule_ids]):
+        for rule_id in dict.fromkeys([*(test.failed_rules or ()), *test.rule_ids]):
             pages[rule_id, test.target].append(test.page)
     matrix: dict[str, dict[str, Cell]] = defaultdict(dict)
     for r in rows:
@@ -263,16 +247,14 @@ def _failing_tests(tests: DataFrame, latest: dict[str, dict[str, Any]], limit: i
     failing = []
     for r in rows:
         run = latest[r.run_id]
-        profile = run["profile"]
-        expected = _expected(r, profile)
-        failing.append(FailingTest(
-            page=page_for_test(r.run_id, r.test_id), run_id=r.run_id, target=run["target"], profile=profile,
-            test_id=r.test_id, rule_ids=list(r.rule_ids), area=r.area, verdict=r.verdict, outcome=r.outcome,
-            phase=r.phase, started=_utc(r.started), duration=r.duration,
-            reply=Reply(r.reply_scope, r.reply_code, r.reply_text, r.reply_class_id, r.reply_method_id),
-            message=r.message, hypothesis_seed=r.hypothesis_seed, minimal_example=r.minimal_example,
-            frames=r.frames, expected=expected, failed_rules=list(getattr(r, "failed_rules", None) or [])))
+        record = {name: value for name, value in r.asDict().items() if name in _RECORD_FIELDS}
+        record.update(started=_utc(r.started), failed_rules=list(record.get("failed_rules") or []))
+        failing.append(FailingTest(**record, page=page_for_test(r.run_id, r.test_id), target=run["target"],
+                                   profile=run["profile"], expected=_expected(r, run["profile"])))
     return failing
+
+
+_RECORD_FIELDS = frozenset(f.name for f in fields(TestRecord))  # the lake's columns a failing test keeps
 
 
 def _expected(r: Row, profile: str | None) -> list[tuple[str, str, str]]:
@@ -293,49 +275,6 @@ def _expectation(rule_id: str, profile: str | None) -> str:
         return rule(rule_id).expect[profile or ""]
     except KeyError:
         return "unknown rule"
-
-
-def _violations(rows: list[Row], targets: dict[str, str], pages: dict[tuple[str, str], FailingTest]) -> list[Violation]:
-    violations = []
-    for r in rows:
-        test = pages.get((r.run_id, r.test_id))
-        v = Violation(targets.get(r.run_id, "?"), r.run_id, r.test_id, r.connection, r.channel, r.seq, r.kind,
-                      r.rule_id, r.severity, r.detail, test.page if test else None)
-        violations.append(v)
-        if test is not None:
-            test.violations.append(v)
-    violations.sort(key=lambda v: (_SEVERITY_ORDER.get(v.severity, 3), v.target, v.run_id, v.test_id, v.seq))
-    return violations
-
-
-_SEVERITY_ORDER = {"error": 0, "warning": 1, "unjudged": 2}
-EVIDENCE_RADIUS = 4  # frames either side of a finding's frame
-EVIDENCE_FINDINGS = 2000  # as many as the audit page shows
-_EVIDENCE_FIELDS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "queue", "prefetch_count",
-                    "reply_code", "reply_text")
-
-
-def attach_evidence(frames: DataFrame, violations: list[Violation]) -> None:
-    """Give each shown finding its frame window: the channel's frames within EVIDENCE_RADIUS of its seq."""
-    shown = [v for v in violations[:EVIDENCE_FINDINGS]]
-    if not shown:
-        return
-    keys = frames.sparkSession.createDataFrame(
-        sorted({(v.run_id, v.test_id, v.connection, v.channel, v.seq) for v in shown}),
-        "run_id STRING, test_id STRING, connection INT, channel INT, finding_seq INT")
-    fields = [c for c in _EVIDENCE_FIELDS if c in frames.columns]
-    rows = (frames.join(F.broadcast(keys), ["run_id", "test_id", "connection", "channel"])
-            .where(F.abs(F.col("seq") - F.col("finding_seq")) <= EVIDENCE_RADIUS)
-            .select("run_id", "test_id", "connection", "channel", "finding_seq", "seq", "direction", "frame_type",
-                    "method", *fields).collect())
-    windows: dict[tuple[str, str, int, int, int], list[EvidenceFrame]] = defaultdict(list)
-    for r in sorted(rows, key=lambda r: r.seq):
-        values = r.asDict()
-        text = " ".join(f"{k}={values[k]}" for k in fields if values[k] is not None)
-        windows[r.run_id, r.test_id, r.connection, r.channel, r.finding_seq].append(
-            EvidenceFrame(r.seq, r.direction, r.method or r.frame_type, text))
-    for v in shown:
-        v.window = windows.get((v.run_id, v.test_id, v.connection, v.channel, v.seq), [])
 
 
 def frame_logs(frames: DataFrame, failing: list[FailingTest]) -> list[FrameLog]:

@@ -5,7 +5,9 @@ renderer (`reports.render`) is tested without Spark and the collector (`reports.
 templates.
 
 Rules: no behaviour beyond naming (page slugs, target slugs) and the JSON summary; values
-are already computed (scores are fractions in [0, 1] or None when nothing counts).
+are already computed (scores are fractions in [0, 1] or None when nothing counts). A record of
+the results lake is not written out again: a failing test is its `TestRecord` plus the report's
+fields.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from conformance.results.records import TestRecord
 
 HISTORY_RUNS = 30
 VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "unjudged", "not-applicable",
@@ -141,28 +145,21 @@ class EvidenceFrame:
     fields: str  # the key fields, e.g. "delivery_tag=3 multiple"
 
 
-@dataclass
-class FailingTest:
+@dataclass(kw_only=True)
+class FailingTest(TestRecord):
+    """A failed or broken test of a target's latest run: its results record (the fields of
+    `conformance.results.records.TestRecord`, as the lake holds them) and what the report adds."""
+
     page: str
-    run_id: str
     target: str
-    profile: str | None
-    test_id: str
-    rule_ids: list[str]
-    area: str
-    verdict: str
-    outcome: str
-    phase: str
-    started: datetime
-    duration: float
-    reply: Reply
-    message: str | None
-    hypothesis_seed: str | None
-    minimal_example: str | None
-    frames: int
+    profile: str | None  # the run's base profile
     expected: list[tuple[str, str, str]] = field(default_factory=list)  # (rule, judging profile, expectation)
     violations: list[Violation] = field(default_factory=list)
-    failed_rules: list[str] = field(default_factory=list)  # the rules the failure saw broken
+
+    @property
+    def reply(self) -> Reply:
+        """The broker's last close, if any (false when there was none)."""
+        return Reply(self.reply_scope, self.reply_code, self.reply_text, self.reply_class_id, self.reply_method_id)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The pre-flight on Spark: a results lake's recorded frames reduced to aggregated shapes.
 
 Responsibility: one Spark job from the frames table to the few rows `conformance.preflight.judging`
-reads. Map side, shuffle-free like the audit's default plan (`reports.audit_spark`): run partition
+reads. Map side, shuffle-free like the audit's default plan (`reports.audit.plan`): run partition
 directories are packed into tasks, each task reads its runs with pyarrow, keeps the rows the
 shapes need (vectorised filter) and runs `conformance.preflight.shapes.RecordingShapes` over them
 in a `mapInArrow`. Reduce side: Spark aggregates the shape rows of all runs (counts, distinct
@@ -30,8 +30,7 @@ from pyspark.sql import functions as F
 from conformance.catalogue.profiles import detect
 from conformance.preflight.shapes import INPUT_COLUMNS, REPLIES, SHAPE_COLUMNS, RecordingShapes
 from conformance.results.records import SCHEMAS
-from reports.audit_arrow import run_sizes
-from reports.audit_spark import pack
+from reports.audit.lake import pack, run_sizes
 from reports.spark import read_results
 
 SHAPES = pa.schema([

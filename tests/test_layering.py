@@ -203,6 +203,22 @@ def test_no_pytest_in_the_results_kernel_or_the_reports() -> None:
     assert reach == []
 
 
+def test_only_the_audit_plan_and_findings_use_spark() -> None:
+    """The trace audit keeps the driver's side apart (issue 27): Spark plans in reports.audit.plan,
+    frame windows in reports.audit.findings; the work of a task (partition, context, lake, channel)
+    is pyarrow and the model, testable and runnable without Spark."""
+    for name, path in modules().items():
+        if not _in(name, "reports.audit") or name in ("reports.audit.plan", "reports.audit.findings"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                tops = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(t.split(".")[0] == "pyspark" for t in tops), (name, tops)
+    spark_side = {"reports.audit.plan", "reports.audit.findings"}
+    assert not [i for i in imports() if _in(i.source, "reports.audit") and i.source not in spark_side
+                and i.target in spark_side]
+
+
 def test_the_results_kernel_imports_no_other_part_of_the_harness() -> None:
     """conformance.results is the ground floor of the harness: it imports codec, the catalogue and
     the outcomes and frame record every driver shares, never the plugin, gate, client judge or reports."""

@@ -1,10 +1,10 @@
-"""The requeue-order state of one recorded channel lifetime (the data of `replay_requeue`).
+"""The requeue-order state of one recorded channel lifetime (the data of `recorded_queue_order`).
 
 Responsibility: plain data only: per queue, the model's ready lists of requeued messages
 (`queues.ClassicReady` and `queues.QuorumReady`: the queue type is not recorded), the requeues
 not yet known to have landed, and the deliveries that overtook what the model expected; per
 channel, which queue each delivery tag came from and each consumer's deliveries and
-settlements (its credit). The rules that use it are in `conformance.model.replay_requeue`.
+settlements (its credit). The rules that use it are in `conformance.model.recorded_queue_order`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Requeue:
     groups: list[list[Message]]
     racing: bool  # QOS-03: it races a channel limiter's resume (queues.py)
     settled: dict[str, int]  # per consumer: settlements sent before it
-    acked: dict[str, int]  # per consumer: the acks among them (acks may overtake it, see replay_requeue)
+    acked: dict[str, int]  # per consumer: the acks among them (acks may overtake it, see recorded_queue_order)
 
 
 @dataclass(slots=True)

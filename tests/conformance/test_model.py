@@ -1,13 +1,15 @@
 """The executable model (conformance.model) on its own: no broker, plain pytest and Hypothesis.
 
-Example tests pin each rule the model encodes; property tests fold random command logs
-through the model (the rabbit_fifo way) and check its invariants after every step.
+Example tests pin each rule the model encodes: delivery tags and acknowledgements, requeue and
+recover, cancel and queue deletion, publisher confirms. The prefetch rules are pinned in
+`test_model_prefetch.py`; `test_model_invariants.py` folds random command logs through the model
+(the rabbit_fifo way) and checks its invariants after every step.
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.catalogue.rules import PROFILES
@@ -18,7 +20,6 @@ from conformance.model import (
     Confirm,
     ConnectionClosed,
     Deliver,
-    GetEmpty,
     GetOk,
     Return,
     ServerCancel,
@@ -28,45 +29,7 @@ from conformance.model import (
     traits,
 )
 from conformance.model.traits import GlobalQos
-
-RABBIT_PROFILES = ("rabbitmq-4.3", "rabbitmq-4.0", "rabbitmq-3.12", "rabbitmq-3.10")
-
-
-def model(profile: str = "rabbitmq-4.3", *queues: tuple[str, str]) -> BrokerModel:
-    m = BrokerModel(profile)
-    m.open_channel(1)
-    m.open_channel(2)
-    for name, kind in queues or (("q", "classic"),):
-        m.declare_queue(name, kind)
-    return m
-
-
-def publish(m: BrokerModel, queue: str, *bodies: str, ch: int = 1) -> None:
-    for body in bodies:
-        m.publish(ch, "", queue, body.encode())
-
-
-def get(m: BrokerModel, queue: str = "q", ch: int = 1, no_ack: bool = False) -> GetOk | GetEmpty:
-    """basic.get taking the first allowed answer (deterministic for these tests)."""
-    allowed = sorted(m.get_outcomes(ch, queue), key=repr)
-    assert len(allowed) == 1, allowed
-    answer = allowed[0]
-    assert isinstance(answer, (GetOk, GetEmpty))
-    m.get(ch, queue, answer, no_ack=no_ack)
-    return answer
-
-
-def deliver_all(m: BrokerModel) -> list[tuple[int, Deliver]]:
-    """Take deliveries while any is due, the lowest allowed first."""
-    out = []
-    while m.due():
-        for ch in (1, 2):
-            allowed = sorted(m.deliveries(ch), key=repr)
-            if allowed:
-                m.deliver(ch, allowed[0])
-                out.append((ch, allowed[0]))
-                break
-    return out
+from tests.conformance.model_steps import RABBIT_PROFILES, deliver_all, get, model, publish
 
 
 def test_settle_tags_follows_ack_rules() -> None:
@@ -208,90 +171,6 @@ def test_nack_multiple_over_two_consumers_may_land_in_two_steps() -> None:
     assert {d.body for d in m.deliveries(1)} == {b"m1"}
 
 
-def test_per_consumer_prefetch_applies_to_new_consumers_only() -> None:
-    m = model()
-    publish(m, "q", "m1", "m2", "m3")
-    m.consume(1, "q", "c1")
-    m.qos(1, 1)
-    m.consume(1, "q", "c2")
-    deliveries = deliver_all(m)
-    assert len(deliveries) == 3  # c1 is unlimited (QOS-02)
-    assert sum(d.consumer_tag == "c2" for _, d in deliveries) <= 1
-
-
-@pytest.mark.parametrize("profile", ["rabbitmq-3.10", "rabbitmq-4.3"])
-def test_global_qos_is_channel_wide_only_before_4_3(profile: str) -> None:
-    m = model(profile)
-    publish(m, "q", "m1", "m2", "m3", "m4")
-    m.qos(1, 2, global_=True)
-    m.consume(1, "q", "c1")
-    m.consume(1, "q", "c2")
-    delivered = len(deliver_all(m))
-    assert delivered == (2 if profile == "rabbitmq-3.10" else 4)  # QOS-03
-
-
-def test_global_limit_counts_gets_and_recover_lowers_it() -> None:
-    m = model("rabbitmq-3.10")
-    publish(m, "q", "m1", "m2", "m3")
-    get(m)
-    m.qos(1, 2, global_=True)  # QOS-05: the get already counts
-    m.consume(1, "q", "c1")
-    assert len(deliver_all(m)) == 1
-    m.recover(1)  # QOS-05: recover subtracts the consumer's delivery only
-    assert len(deliver_all(m)) == 1
-
-
-def test_global_false_switches_a_global_limit_off_before_4_3() -> None:
-    m = model("rabbitmq-3.10")
-    publish(m, "q", "m1", "m2", "m3")
-    m.qos(1, 1, global_=True)
-    m.consume(1, "q", "c1")
-    assert len(deliver_all(m)) == 1
-    m.qos(1, 5, global_=False)  # rabbit_channel: unlimit_prefetch
-    assert len(deliver_all(m)) == 2
-
-
-def test_no_ack_consumers_are_paused_by_a_reached_global_limit() -> None:
-    m = model("rabbitmq-3.10")
-    publish(m, "q", "m1", "m2")
-    m.qos(1, 1, global_=True)
-    m.consume(1, "q", "manual")
-    deliver_all(m)
-    m.consume(1, "q", "auto", no_ack=True)
-    assert not m.due() and not m.deliveries(1)  # QOS-08
-    m.ack(1, 1)
-    assert m.deliveries(1)
-
-
-def test_quorum_consume_under_a_global_limit_is_540() -> None:
-    m = model("rabbitmq-3.10", ("qq", "quorum"))
-    m.qos(1, 1, global_=True)
-    assert m.consume(1, "qq", "c1") == ConnectionClosed(540, 60, 20)  # QOS-06
-
-
-def test_basic_get_ignores_prefetch() -> None:
-    m = model("rabbitmq-3.10")
-    publish(m, "q", "m1", "m2")
-    m.qos(1, 1, global_=True)
-    assert isinstance(get(m), GetOk) and isinstance(get(m), GetOk)  # QOS-07
-
-
-def test_lowering_a_limit_in_flight_allows_a_transient_overshoot() -> None:
-    m = model("rabbitmq-3.10")
-    m.qos(1, 3, global_=True)
-    m.consume(1, "q", "c1")
-    publish(m, "q", "m1", "m2", "m3")
-    m.qos(1, 1, global_=True)  # QOS-09: three were allowed when the change happened
-    for body in (b"m1", b"m2", b"m3"):
-        (delivery,) = m.deliveries(1)
-        assert delivery.body == body
-        m.deliver(1, delivery)
-        assert not m.due()  # only the first one had to come under the new limit
-    assert not m.deliveries(1)
-    m.quiesce()
-    assert not m.deliveries(1)
-
-
 def test_confirm_seqnos_start_at_select_and_settle_once() -> None:
     m = model()
     assert m.publish(1, "", "q", b"before").seqno is None  # PC-02
@@ -379,79 +258,3 @@ def test_reusing_a_live_tag_is_530_and_requeues_the_connection() -> None:
     assert m.consume(2, "q", "c1") == OK  # another channel: fine
     assert m.consume(1, "q", "c1") == ConnectionClosed(530, 60, 20)
     assert m.ready("q") == 1
-
-
-# -- property tests: fold random command logs through the model ------------------------------
-
-COMMANDS = st.lists(st.tuples(
-    st.sampled_from(["publish", "get", "consume", "cancel", "ack", "nack", "reject", "recover", "close",
-                     "qos", "deliver"]),
-    st.sampled_from([1, 2]), st.sampled_from(["c", "qq"]), st.integers(0, 6), st.booleans(),
-), max_size=40)
-
-
-def _run(m: BrokerModel, command: tuple[str, int, str, int, bool], counter: list[int]) -> None:
-    op, ch, queue, n, flag = command
-    if not m.is_open(ch):
-        m.open_channel(ch)
-    if op == "publish":
-        counter[0] += 1
-        m.publish(ch, "", queue, f"m{counter[0]}".encode())
-    elif op == "get":
-        answer = sorted(m.get_outcomes(ch, queue), key=repr)[0]
-        m.get(ch, queue, answer, no_ack=flag)
-    elif op == "consume":
-        counter[1] += 1
-        m.consume(ch, queue, f"c{counter[1]}", no_ack=flag)
-    elif op == "cancel":
-        tags = m.consumer_tags(ch)
-        if tags:
-            m.cancel(ch, tags[n % len(tags)])
-    elif op in ("ack", "nack", "reject"):
-        tags = m.unacked_tags(ch)
-        tag = tags[n % len(tags)] if tags and n else n
-        if op == "ack":
-            m.ack(ch, tag, flag)
-        elif op == "nack":
-            m.nack(ch, tag, flag, requeue=True)
-        else:
-            m.reject(ch, tag, requeue=flag)
-    elif op == "recover":
-        m.recover(ch, requeue=True)
-    elif op == "close":
-        m.close_channel(ch)
-    elif op == "qos":
-        m.qos(ch, n % 4, flag)
-    else:
-        allowed = sorted(m.deliveries(ch), key=repr)
-        if allowed:
-            m.deliver(ch, allowed[n % len(allowed)])
-
-
-def _check_invariants(m: BrokerModel) -> None:
-    seen: list[bytes] = []
-    for queue in m.queues():
-        seen += m.ready_bodies(queue)
-    for channel in m.state.channels.values():
-        tags = list(channel.unacked)
-        assert tags == sorted(tags) and all(0 < t < channel.next_tag for t in tags)  # ACK-01
-        seen += [u.message.body for u in channel.unacked.values()]
-        for consumer in channel.consumers.values():
-            held = sum(1 for u in channel.unacked.values() if u.consumer == consumer.tag)
-            assert consumer.outstanding == held
-            assert consumer.no_ack or consumer.prefetch == 0 or held <= consumer.prefetch  # QOS-02
-        assert channel.volume_low <= channel.volume
-    assert len(seen) == len(set(seen)), "a message is in two places at once"
-
-
-@pytest.mark.parametrize("profile", RABBIT_PROFILES)
-@settings(max_examples=60, deadline=None)
-@given(commands=COMMANDS)
-def test_model_invariants_hold_over_any_command_log(profile: str, commands: list[tuple[str, int, str, int, bool]]) -> None:
-    m = model(profile, ("c", "classic"), ("qq", "quorum"))
-    counter = [0, 0]
-    for command in commands:
-        _run(m, command, counter)
-        _check_invariants(m)
-        m.quiesce()
-        _check_invariants(m)

@@ -20,7 +20,7 @@ import pytest
 from conformance.preflight.behaviour import Behaviour, delivery_limit, returned_out
 from conformance.preflight.judging import judge, kind_of
 from conformance.preflight.replay import replay
-from reports.audit_arrow import run_partitions
+from reports.audit.lake import run_partitions
 from reports.preflight_cli import preflight_main
 from reports.preflight_spark import aggregate, shape_rows, shapes_of_run
 from reports.spark import spark_session

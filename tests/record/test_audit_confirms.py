@@ -35,13 +35,13 @@ from codec import (
 from conformance.drivers.raw import RawClient
 from conformance.suite.wire_steps import publish_burst, wait_channel_closed
 from reference_broker.server import EmbeddedBroker
-from reports.audit_arrow import audit_table
-from reports.audit_context import recording_contexts
+from reports.audit.context import recording_contexts
+from reports.audit.partition import audit_table
 from tests.record import programs
 from tests.record.relay_thread import lake_relay
 
 PERSISTENT = BasicProperties(delivery_mode=2)
-GRACE_S = 1.0  # conformance.model.trace.Context.grace_us
+GRACE_S = 1.0  # conformance.model.recorded_frames.Context.grace_us
 
 
 def _confirming(url: str, queue: str) -> tuple[RawClient, int]:

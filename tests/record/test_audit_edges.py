@@ -23,7 +23,7 @@ from codec._generated import BasicDeliver, BasicQos, ChannelOpen
 from conformance.record.pcap import import_capture
 from conformance.results.lake import RecordingLake
 from reference_broker.server import EmbeddedBroker
-from reports.audit_arrow import audit_lake
+from reports.audit.lake import audit_lake
 from reports.model import ReportData, Violation
 from reports.render import render_site
 from tests.conformance import deviations

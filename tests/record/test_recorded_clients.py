@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.audit_arrow import audit_lake
+from reports.audit.lake import audit_lake
 from tests.conftest import require
 from tests.garagemq_broker import GarageMQ, available
 from tests.record import programs

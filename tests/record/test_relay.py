@@ -20,7 +20,7 @@ from conformance.record.lake_sink import LakeSink
 from conformance.record.pcap import import_capture
 from conformance.results.lake import RecordingLake
 from conformance.results.records import read_table
-from reports.audit_arrow import audit_lake
+from reports.audit.lake import audit_lake
 
 HEADER = b"AMQP\x00\x00\x09\x01"
 

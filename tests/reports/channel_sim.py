@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from reports.audit import ChannelFrame
+from reports.audit.channel import ChannelFrame
 
 STEPS = ("qos", "consume", "deliver", "get", "ack", "nack", "reject", "ack_all", "recover", "select",
          "publish", "confirm", "tx_select", "tx_commit", "tx_rollback")

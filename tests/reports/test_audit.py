@@ -14,9 +14,11 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.model.recorded_frames import Context, Finding
 from conformance.results.records import PARTITION_KEY, SCHEMAS
-from reports.audit import ChannelFrame, Context, Finding, audit_channel
-from reports.audit_arrow import audit_group, audit_lake, audit_table
+from reports.audit.channel import ChannelFrame, audit_channel
+from reports.audit.lake import audit_lake
+from reports.audit.partition import audit_group, audit_table
 from tests.reports.channel_sim import CONFIRMS, REQUEUE, ChannelSim, steps, valid_traces
 
 F = ChannelFrame
@@ -247,7 +249,7 @@ def test_audit_lake_reads_a_run_of_several_part_files_like_one_table(tmp_path: P
 
 @given(st.lists(st.integers(1, 10_000), min_size=1, max_size=40), st.integers(1, 8))
 def test_audit_runs_are_packed_into_balanced_bins(sizes: list[int], slots: int) -> None:
-    from reports.audit_spark import pack
+    from reports.audit.lake import pack
 
     runs = [(f"r{i}", f"d{i}", size) for i, size in enumerate(sizes)]
     bins = pack(runs, slots)

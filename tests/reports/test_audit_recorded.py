@@ -7,12 +7,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from conformance.model.trace import Context, Deletion, recorded_traits
+from conformance.model.recorded_frames import Context, Deletion, recorded_traits
 from conformance.model.traits import GlobalQos
 from conformance.results.records import SCHEMAS
-from reports.audit import ChannelFrame, audit_channel
-from reports.audit_arrow import audit_table
-from reports.audit_context import recording_contexts
+from reports.audit.channel import ChannelFrame, audit_channel
+from reports.audit.context import recording_contexts
+from reports.audit.partition import audit_table
 
 F = ChannelFrame
 S = 1_000_000  # one second in microseconds

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from reports.audit_arrow import audit_lake
-from reports.audit_spark import audit_by_run, audit_grouped, tag_sequence_findings
+from reports.audit.lake import audit_lake
+from reports.audit.plan import audit_by_run, audit_grouped, tag_sequence_findings
 from reports.spark import read_results
 from tests.reports.conftest import Lake
 

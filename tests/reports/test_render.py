@@ -13,7 +13,6 @@ from reports.model import (
     Change,
     FailingTest,
     Flake,
-    Reply,
     ReportData,
     Rule,
     RunPoint,
@@ -34,10 +33,12 @@ def sample() -> tuple[ReportData, list[tuple[str, list[dict[str, object]]]]]:
     page = page_for_test("r2", f"suite/test_ack.py::test_x[{EVIL}]")
     violation = Violation(label, "r2", f"suite/test_ack.py::test_x[{EVIL}]", 1, 1, 2, "tag-sequence", "ACK-01",
                           "error", "delivery tag 3, expected 2", page)
-    failing = FailingTest(page, "r2", label, "rabbitmq-3.10", f"suite/test_ack.py::test_x[{EVIL}]", ["ACK-01"],
-                          "ack", "failed", "failed", "call", T0, 0.25, Reply("channel", 406, EVIL, 60, 80),
-                          f"expected 406 {EVIL}", "123", "state.ack(tag=3)", 3, [("ACK-01", "rabbitmq-3.10", "required")],
-                          [violation])
+    failing = FailingTest("r2", f"suite/test_ack.py::test_x[{EVIL}]", ["ACK-01"], "ack", "failed", "failed", "call", T0,
+                          0.25, reply_scope="channel", reply_code=406, reply_text=EVIL, reply_class_id=60,
+                          reply_method_id=80, message=f"expected 406 {EVIL}", hypothesis_seed="123",
+                          minimal_example="state.ack(tag=3)", frames=3, failed_rules=[], page=page, target=label,
+                          profile="rabbitmq-3.10", expected=[("ACK-01", "rabbitmq-3.10", "required")],
+                          violations=[violation])
     data = ReportData(
         generated=T0, results_dir="/r", runs=2, tests=2, areas=["ack"], targets=[target],
         rules=[Rule("ACK-01", "ack", "tags count", f"text {EVIL}", "RULES.md §1"),

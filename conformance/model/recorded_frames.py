@@ -1,12 +1,12 @@
-"""Recorded traffic as the model reads it: frame codes, the columnar input, findings, context.
+"""Recorded frames as the model reads them: frame codes, the columnar input, findings, context.
 
-Responsibility: the vocabulary of `conformance.model.observer` (the model judging one recorded
+Responsibility: the vocabulary of `conformance.model.recorded_channel` (the model judging one recorded
 channel): which recorded frames matter and as what (`frame_code`), the finding kinds with their
 rule ids and severities (`KINDS`), one or more channels' frames as parallel columns (`Columns`),
 what is known of the channel's connection (`Context`), and a finding (`Finding`).
 
 Rules:
-- Codes are direction-specific small ints, so the observer's hot loop dispatches through a list.
+- Codes are direction-specific small ints, so `recorded_channel`'s hot loop dispatches through a list.
 - A frame the recorder could not decode (frame type `gap`: an unknown method, a malformed frame,
   or a capture that starts mid-stream) makes what follows on its channel unjudgeable; the
   observer counts it (severity `unjudged`), it never guesses.
@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from conformance.model.traits import GlobalQos, Traits, traits
 
-# Direction-specific frame codes; everything else is irrelevant to the observer and dropped.
+# Direction-specific frame codes; everything else is irrelevant to the trace audit and dropped.
 (DELIVER_IN, GET_OK_IN, GET_OUT, ACK_OUT, NACK_OUT, REJECT_OUT, ACK_IN, NACK_IN, PUBLISH_OUT,
  CONFIRM_SELECT_OUT, QOS_OUT, CONSUME_OUT, CONSUME_OK_IN, RECOVER_OUT, OPEN_OUT, CLOSE_OUT, CLOSE_IN,
  CLOSE_OK_IN, TX_SELECT_OUT, TX_COMMIT_OUT, TX_ROLLBACK_OUT, REPLY_IN, REQUEST_OUT, BODY_IN, RAW_OUT,
@@ -71,7 +71,7 @@ KINDS: dict[str, tuple[str, str]] = {  # kind -> (rule id, severity)
 
 def frame_code(direction: str | None, frame_type: str | None, method: str | None,
                priority: int | None = None) -> int | None:
-    """The observer's code of one frame record, or None when the observer ignores it."""
+    """The code of one frame record, or None when the trace audit ignores it."""
     if method is None:
         if frame_type == "header":
             return PRIORITY_IN if direction == "in" and priority else None
@@ -103,7 +103,7 @@ class Finding(NamedTuple):
 
 
 class Columns(NamedTuple):
-    """One or more channels' frames as parallel lists (the observer's input), in seq order."""
+    """One or more channels' frames as parallel lists (`recorded_channel`'s input), in seq order."""
 
     code: Sequence[int]
     seq: Sequence[int]

@@ -2,7 +2,7 @@
 
 Responsibility: from the few frame records that describe a recording (connection.start and
 start-ok, queue.delete and its answer, basic.consume, recorder gaps) build each connection's
-`conformance.model.trace.Context`:
+`conformance.model.recorded_frames.Context`:
 - the broker's profile (`conformance.catalogue.profiles.detect` over the product, version and
   `emulates` claim of its connection.start) plus the capabilities it advertises
   (`recorded_traits`, DESIGN.md 11);
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conformance.catalogue.profiles import detect
-from conformance.model.trace import Context, Deletion, recorded_traits
+from conformance.model.recorded_frames import Context, Deletion, recorded_traits
 
 ConnectionKey = tuple[str, str, int]  # (run_id, test_id, connection)
 CONTEXT_COLUMNS = ("ts", "queue", "product", "version", "emulates", "capabilities", "nowait", "queue_type")

@@ -1,13 +1,15 @@
-"""The trace audit over Arrow: frame tables in, violation tables out, no Spark needed.
+"""The trace audit's work inside a Spark task: frame tables in, violation tables out (no Spark).
 
-Responsibility: adapt the model's observer (`reports.audit`) to pyarrow tables of frame
-records: compute each row's frame code with vectorised kernels, drop the rows it ignores
+Responsibility: what runs on the executors (and, for the `driver` plan, in this process): adapt
+the model (`conformance.model.recorded_channel.observe_channel`) to pyarrow tables of frame
+records. Compute each row's frame code with vectorised kernels, drop the rows the model ignores
 (content headers, heartbeats, connection methods), order the rest by (run, test, connection,
 channel, seq), cut them into channels and judge each with its connection's `Context`
-(`reports.audit_context`: the broker's profile and capabilities, the client's
+(`reports.audit.context`: the broker's profile and capabilities, the client's
 consumer_cancel_notify, queue deletions anywhere in the recording, mid-stream connections).
-`audit_lake` applies it run by run to a results directory: the single-process pipeline and
-the body of every Spark task of the shuffle-free plan (`reports.audit_spark`).
+The bodies of the Spark plans (`reports.audit.plan`, the driver's side) are here: `audit_bins`
+(a mapInArrow task of the shuffle-free plan: read whole run partitions, audit them one after the
+other) and `audit_group` (one channel: the applyInArrow body of the grouped plan).
 
 Rules:
 - A channel is keyed by (run_id, test_id, connection, channel): connection ids are unique
@@ -15,13 +17,13 @@ Rules:
 - Columns the results schema lacks (older lakes; see `OPTIONAL_COLUMNS`) turn their checks
   off; they are never invented.
 - Output rows follow `reports.schema.VIOLATIONS`, ordered like the input channels.
+- The functions shipped to the workers are module-level (importable by the Python workers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,8 +32,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from conformance.results.records import PARTITION_KEY
-from reports.audit import (
+from conformance.model.recorded_channel import observe_channel
+from conformance.model.recorded_frames import (
     BODY_IN,
     DEFAULT_CONTEXT,
     GAP,
@@ -39,10 +41,9 @@ from reports.audit import (
     RAW_OUT,
     Columns,
     Context,
-    audit_channel_columns,
     frame_code,
 )
-from reports.audit_context import CONTEXT_COLUMNS, ConnectionKey, recording_contexts
+from reports.audit.context import CONTEXT_COLUMNS, ConnectionKey, recording_contexts
 from reports.schema import VIOLATIONS
 
 KEY_COLUMNS = ("run_id", "test_id", "connection", "channel")
@@ -67,14 +68,14 @@ def input_columns(schema: pa.Schema) -> list[str]:
 
 
 def frame_codes(table: pa.Table) -> np.ndarray:
-    """Each row's frame code (`reports.audit.frame_code`), -1 where the audit ignores it."""
+    """Each row's frame code (`conformance.model.recorded_frames.frame_code`), -1 where the audit ignores it."""
     method = _Dictionary(table["method"])
     code_in = np.array([_code("in", m) for m in method.names] + [-1], dtype=np.int16)
     code_out = np.array([_code("out", m) for m in method.names] + [-1], dtype=np.int16)
     incoming = _Dictionary(table["direction"]).equal("in")
     codes: np.ndarray = np.where(incoming, code_in[method.indices], code_out[method.indices])
     frame_type = _Dictionary(table["frame_type"])
-    codes[frame_type.equal("raw") & ~incoming] = RAW_OUT  # opaque client bytes (reports.audit)
+    codes[frame_type.equal("raw") & ~incoming] = RAW_OUT  # opaque client bytes (recorded_frames.RAW_OUT)
     codes[frame_type.equal("gap")] = GAP  # undecodable: the rest of the channel is not judged
     if "body_digest" in table.column_names:  # message identity comes from the first body frame
         codes[frame_type.equal("body") & incoming] = BODY_IN
@@ -177,7 +178,7 @@ def _findings_table(cols: Columns, starts: list[int], keys: tuple[np.ndarray, ..
     for start, stop in pairwise(bounds):
         key = (runs[keys[0][start]], tests[keys[1][start]], int(keys[2][start]), int(keys[3][start]))
         context = contexts.get(key[:3], DEFAULT_CONTEXT) if contexts else DEFAULT_CONTEXT
-        findings = audit_channel_columns(cols, start, stop, context)
+        findings = observe_channel(cols, start, stop, context)
         if not findings:
             continue
         for f in findings:
@@ -196,7 +197,7 @@ _EMPTY = VIOLATIONS.empty_table()
 def audit_group(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | None = None) -> pa.Table:
     """Audit a table holding exactly one channel's frames (any order): the applyInArrow body.
 
-    `contexts` come from the whole recording (`reports.audit_context`); without them the
+    `contexts` come from the whole recording (`reports.audit.context`); without them the
     channel is judged with the default context. Plain Python lists throughout: for a group of
     a few hundred rows the vectorised path of `audit_table` costs more than it saves.
     """
@@ -224,7 +225,7 @@ def audit_group(frames: pa.Table, contexts: Mapping[ConnectionKey, Context] | No
                    *(column(n) for n in Columns._fields[8:]))
     key = tuple(data[name][0] for name in KEY_COLUMNS)
     context = (contexts or {}).get((key[0], key[1], key[2]), DEFAULT_CONTEXT)
-    findings = audit_channel_columns(cols, context=context)
+    findings = observe_channel(cols, context=context)
     if not findings:
         return _EMPTY
     rows = [(*key, f.seq, f.kind, f.rule_id, f.severity, f.detail) for f in findings]
@@ -238,40 +239,7 @@ def _cached_code(direction: str | None, frame_type: str | None, method: str | No
     return _CODES[key]
 
 
-# --- a results directory, run by run -------------------------------------------------------
-
-
-def run_partitions(root: str | Path) -> list[tuple[str, str]]:
-    """(run id, directory) of every run partition of `root`/frames (local path or URI)."""
-    fs, base = pafs.FileSystem.from_uri(_uri(root))
-    frames = f"{base.rstrip('/')}/frames"
-    if fs.get_file_info(frames).type != pafs.FileType.Directory:
-        return []
-    found = []
-    for info in fs.get_file_info(pafs.FileSelector(frames)):
-        if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{PARTITION_KEY}="):
-            run = info.base_name.split("=", 1)[1]
-            found.append((run, _join_uri(root, f"frames/{info.base_name}")))
-    return sorted(found)
-
-
-def run_sizes(root: str | Path) -> list[tuple[str, str, int]]:
-    """(run id, directory, bytes of its part files) of every run partition of `root`/frames."""
-    found = []
-    for run, directory in run_partitions(root):
-        fs, path = pafs.FileSystem.from_uri(directory)
-        infos = fs.get_file_info(pafs.FileSelector(path))
-        found.append((run, directory, sum(i.size or 0 for i in infos if i.type == pafs.FileType.File)))
-    return found
-
-
-def _uri(root: str | Path) -> str:
-    text = str(root)
-    return text if "://" in text else Path(text).resolve().as_uri()
-
-
-def _join_uri(root: str | Path, relative: str) -> str:
-    return f"{_uri(root).rstrip('/')}/{relative}"
+# --- run partitions (a mapInArrow task of the shuffle-free plan) --------------------------
 
 
 def read_run_frames(directory: str, *, use_threads: bool = True) -> pa.Table:
@@ -291,7 +259,9 @@ def audit_runs(directories: list[str], *, use_threads: bool = True) -> Iterator[
         yield audit_table(read_run_frames(directory, use_threads=use_threads))
 
 
-def audit_lake(root: str | Path) -> pa.Table:
-    """The single-process audit of a whole results directory."""
-    tables = list(audit_runs([d for _, d in run_partitions(root)]))
-    return pa.concat_tables(tables) if tables else VIOLATIONS.empty_table()
+def audit_bins(batches: Iterator[pa.RecordBatch], use_threads: bool = True) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow body: each row names the run partition directories of one bin."""
+    for batch in batches:
+        for directories in batch.column("directories").to_pylist():
+            for table in audit_runs(directories, use_threads=use_threads):
+                yield from table.to_batches()

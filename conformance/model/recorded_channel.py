@@ -1,11 +1,14 @@
-"""The model judging recorded traffic: one channel's frames in, findings out (the trace audit).
+"""One recorded channel rebuilt lifetime by lifetime: its frames in, findings out (the trace audit).
 
-Responsibility: replay one recorded channel (`trace.Columns`, seq order) through the model's own
-rules and report what the broker did that no rule allows. The decisions are the model's:
+Responsibility: replay one recorded channel (`recorded_frames.Columns`, seq order) through the
+model's own rules, one channel lifetime (channel.open to its close) after the other, each frame
+handed to the handler of its code (`recorded_lifetime`, `recorded_deliveries`,
+`recorded_queue_order` rebuild that lifetime's state), and report what the broker did that no
+rule allows. The decisions are the model's:
 `settle_tags` (ACK-03..06), `confirm_tags` (PC-02/04/05), the channel's tag counter (ACK-01),
 `prefetch.apply_qos` / `take_credit` / `release` (QOS-02/03/05), `redelivered_flag`
 (RQ-04), the cancel rules of `consumers` (CCN-01/02/04) and the timeout oracle (TMO-02,
-TMO-3x-2). This module only keeps what one channel lifetime has seen so far (`ChannelTrace`)
+TMO-3x-2). This module only keeps what one channel lifetime has seen so far (`ChannelLifetime`)
 and the bookkeeping a passive observer needs: it cannot see the queues, so it judges a
 delivery only by what this channel saw (a message requeued here must come back flagged).
 
@@ -38,10 +41,9 @@ Observers never raise on odd input: an unexpected frame is skipped, not fatal.
 
 from __future__ import annotations
 
-from conformance.model import replay, replay_delivery, replay_requeue
+from conformance.model import recorded_deliveries, recorded_lifetime, recorded_queue_order
 from conformance.model.channel import ChannelState
-from conformance.model.replay import ChannelTrace, Handler
-from conformance.model.trace import (
+from conformance.model.recorded_frames import (
     ACK_IN,
     ACK_OUT,
     BODY_IN,
@@ -82,36 +84,37 @@ from conformance.model.trace import (
     Context,
     Finding,
 )
+from conformance.model.recorded_lifetime import ChannelLifetime, Handler
 from conformance.model.traits import traits
 
 _DEFAULT_TRAITS = traits("rabbitmq-3.10")  # unknown broker: global=false per consumer, global=true not judged
 
 
-d = replay_delivery
-HANDLERS: list[Handler] = [replay.ignore] * N_CODES
+d, life = recorded_deliveries, recorded_lifetime
+HANDLERS: list[Handler] = [life.ignore] * N_CODES
 for _code, _handler in (
         (DELIVER_IN, d.deliver), (GET_OK_IN, d.get_ok), (GET_OUT, d.get), (ACK_OUT, d.client_ack),
         (NACK_OUT, d.client_ack), (REJECT_OUT, d.client_ack), (QOS_OUT, d.qos), (QOS_OK_IN, d.qos_ok),
         (CONSUME_OUT, d.consume),
         (CONSUME_OK_IN, d.consume_ok), (RECOVER_OUT, d.recover), (TX_SELECT_OUT, d.tx_select),
         (TX_COMMIT_OUT, d.tx_commit), (TX_ROLLBACK_OUT, d.tx_rollback), (BODY_IN, d.body),
-        (ACK_IN, replay.confirm), (NACK_IN, replay.confirm), (PUBLISH_OUT, replay.publish),
-        (CONFIRM_SELECT_OUT, replay.confirm_select), (CLOSE_OUT, replay.client_close),
-        (CLOSE_IN, replay.broker_close), (CLOSE_OK_IN, replay.close_ok), (REPLY_IN, replay.reply),
-        (REQUEST_OUT, replay.request), (CANCEL_OUT, replay.client_cancel), (CANCEL_OK_IN, replay.cancel_ok),
-        (CANCEL_IN, replay.broker_cancel), (DELETE_OUT, replay.delete), (DELETE_OK_IN, replay.delete_ok),
-        (PRIORITY_IN, replay_requeue.on_priority)):
+        (ACK_IN, life.confirm), (NACK_IN, life.confirm), (PUBLISH_OUT, life.publish),
+        (CONFIRM_SELECT_OUT, life.confirm_select), (CLOSE_OUT, life.client_close),
+        (CLOSE_IN, life.broker_close), (CLOSE_OK_IN, life.close_ok), (REPLY_IN, life.reply),
+        (REQUEST_OUT, life.request), (CANCEL_OUT, life.client_cancel), (CANCEL_OK_IN, life.cancel_ok),
+        (CANCEL_IN, life.broker_cancel), (DELETE_OUT, life.delete), (DELETE_OK_IN, life.delete_ok),
+        (PRIORITY_IN, recorded_queue_order.on_priority)):
     HANDLERS[_code] = _handler
 
 # After opaque raw bytes from the client: only what the broker alone decides is judged.
-OPAQUE_HANDLERS: list[Handler] = [replay.ignore] * N_CODES
-for _code, _handler in ((DELIVER_IN, replay.tag_only), (GET_OK_IN, replay.tag_only),
-                        (CLOSE_IN, replay.opaque_close), (CLOSE_OK_IN, replay.opaque_close)):
+OPAQUE_HANDLERS: list[Handler] = [life.ignore] * N_CODES
+for _code, _handler in ((DELIVER_IN, life.tag_only), (GET_OK_IN, life.tag_only),
+                        (CLOSE_IN, life.opaque_close), (CLOSE_OK_IN, life.opaque_close)):
     OPAQUE_HANDLERS[_code] = _handler
 
 
-def new_trace(context: Context, findings: list[Finding] | None = None) -> ChannelTrace:
-    trace = ChannelTrace(context, context.traits or _DEFAULT_TRAITS, ChannelState(0, 0))
+def new_lifetime(context: Context, findings: list[Finding] | None = None) -> ChannelLifetime:
+    trace = ChannelLifetime(context, context.traits or _DEFAULT_TRAITS, ChannelState(0, 0))
     # RQ-01/02 are rules of the recorded broker: a RabbitMQ profile (0-9-1 leaves the position open)
     trace.order_judged = context.traits is not None and context.traits.requeue_position
     if findings is not None:
@@ -130,20 +133,20 @@ def observe_channel(cols: Columns, start: int = 0, stop: int | None = None,
                         f"connection recorded mid-stream (or its framing lost): {stop - start} frame(s) of "
                         "this channel not judged",
                         UNJUDGED)]
-    trace = new_trace(context)
+    trace = new_lifetime(context)
     codes, table, ts = cols.code, HANDLERS, cols.ts
     for i in range(start, stop):
         code = codes[i]
         if code == OPEN_OUT:
             if i > start:  # the first row's trace is new: nothing to finish, nothing to renew
                 trace.last_ts = ts[i - 1] if ts is not None else 0
-                replay.finish(trace)
-                trace = new_trace(context, trace.findings)
+                life.finish(trace)
+                trace = new_lifetime(context, trace.findings)
                 table = HANDLERS
             continue
         if code == GAP:
             trace.last_ts = ts[i] if ts is not None else 0
-            replay.finish(trace)
+            life.finish(trace)
             why = (cols.reply_text[i] if cols.reply_text is not None else None) or "no reason recorded"
             trace.findings.append(Finding(cols.seq[i], "unjudged-gap", f"an undecodable frame ({why}): it and the "
                                           f"{stop - i - 1} frame(s) after it on this channel are not judged", UNJUDGED))
@@ -156,5 +159,5 @@ def observe_channel(cols: Columns, start: int = 0, stop: int | None = None,
             continue
         table[code](trace, cols, i)
     trace.last_ts = ts[stop - 1] if ts is not None and stop > start else 0
-    replay.finish(trace)
+    life.finish(trace)
     return trace.findings

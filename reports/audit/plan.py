@@ -1,41 +1,55 @@
-"""The trace audit on Spark: three plans over the same checkers, and the SQL tag check.
+"""The trace audit's Spark plans: what the driver decides, before any frame is read.
 
-Responsibility: run `reports.audit` on a results lake with Spark.
-- `audit_by_run` (the default): shuffle-free. Run partition directories are packed into a few
-  tasks; each task reads its runs with pyarrow and runs the plain-Python checker
-  (`audit_arrow.audit_runs`) in a `mapInArrow`. A channel never spans runs, so no data moves between tasks and every core
-  runs the checker at in-process speed. Executors must see the results directory (shared
-  storage on a cluster, see `reports.spark`).
+Responsibility: choose and build the DataFrame plan that audits a results lake; the work of each
+task (reading frames, replaying channels through the model) is `reports.audit.partition`'s.
+- `audit_by_run` (the default): shuffle-free. The run partition directories (`reports.audit.lake`)
+  are packed into a few tasks; each task reads its runs with pyarrow and audits them in a
+  `mapInArrow` (`partition.audit_bins`). A channel never spans runs, so no data moves between
+  tasks and every core runs the checker at in-process speed. Executors must see the results
+  directory (shared storage on a cluster, see `reports.spark`).
 - `audit_grouped`: any frames DataFrame (e.g. Spark Connect, or frames filtered in Spark):
-  `groupBy(channel key).applyInArrow` with the same checker; pays a shuffle.
+  `groupBy(channel key).applyInArrow` with the same checker (`partition.audit_group`); each
+  connection's context is computed first on the driver. Pays a shuffle.
+- `driver`: `reports.audit.lake.audit_lake` in this process, no Python worker to start (a small
+  lake on a local master).
 - `tag_sequence_findings`: the ACK-01 check as SQL window functions (no Python at all),
   kept equal to the checker's `tag-sequence` findings by a test.
+`audit_findings` runs the plan a report asked for and collects its findings in channel order.
 
-Rules: all plans return DataFrames with the `reports.schema.VIOLATIONS` columns; the functions
-shipped to the workers are module-level (importable by the Python workers).
+Rules: all plans return DataFrames with the `reports.schema.VIOLATIONS` columns (or their rows).
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection
+from functools import partial
+from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from reports.audit import KINDS, Context
-from reports.audit_arrow import (
-    AUDIT_COLUMNS,
-    KEY_COLUMNS,
-    OPTIONAL_COLUMNS,
-    audit_group,
-    audit_runs,
-    run_sizes,
-)
-from reports.audit_context import CONTEXT_COLUMNS, CONTEXT_METHODS, ConnectionKey, recording_contexts
+from conformance.model.recorded_frames import KINDS, Context
+from reports.audit.context import CONTEXT_COLUMNS, CONTEXT_METHODS, ConnectionKey, recording_contexts
+from reports.audit.lake import audit_lake, pack, run_sizes
+from reports.audit.partition import AUDIT_COLUMNS, KEY_COLUMNS, OPTIONAL_COLUMNS, audit_bins, audit_group
 from reports.schema import VIOLATIONS_DDL
+
+PLANS = ("by-run", "grouped", "driver")
+_FINDING_ORDER = ("run_id", "test_id", "connection", "channel", "seq")
+
+
+def audit_findings(spark: SparkSession, results_dir: str | Path, plan: str,
+                   frames: Callable[[], DataFrame]) -> list[Row]:
+    """The trace audit's findings with one of `PLANS`, in (run, test, connection, channel, seq) order.
+
+    `frames()`, the lake's frames DataFrame, is called by the grouped plan only."""
+    if plan == "driver":
+        table = audit_lake(results_dir).sort_by([(c, "ascending") for c in _FINDING_ORDER])
+        return [Row(**row) for row in table.to_pylist()]
+    audit = audit_grouped(frames()) if plan == "grouped" else audit_by_run(spark, str(results_dir))
+    return audit.orderBy(*_FINDING_ORDER).collect()
 
 
 def audit_by_run(spark: SparkSession, root: str, *, tasks: int | None = None, worker_threads: bool = False,
@@ -50,18 +64,8 @@ def audit_by_run(spark: SparkSession, root: str, *, tasks: int | None = None, wo
     if not runs:
         return spark.createDataFrame([], VIOLATIONS_DDL)
     bins = pack(runs, tasks or _parallelism(spark))
-    function = _audit_bins if worker_threads else _audit_bins_single_threaded
+    function = audit_bins if worker_threads else partial(audit_bins, use_threads=False)
     return _spread(spark, bins).mapInArrow(function, VIOLATIONS_DDL)
-
-
-def pack(runs: list[tuple[str, str, int]], slots: int) -> list[list[str]]:
-    """Run directories in at most `slots` bins of about equal total size (largest first)."""
-    bins: list[tuple[int, int, list[str]]] = [(0, n, []) for n in range(min(slots, len(runs)))]
-    for _, directory, size in sorted(runs, key=lambda r: -r[2]):
-        total, n, members = heapq.heappop(bins)
-        members.append(directory)
-        heapq.heappush(bins, (total + size, n, members))
-    return [members for _, _, members in sorted(bins, key=lambda b: b[1]) if members]
 
 
 def _parallelism(spark: SparkSession) -> int:
@@ -82,24 +86,10 @@ def _spread(spark: SparkSession, bins: list[list[str]]) -> DataFrame:
     return spark.createDataFrame(context.parallelize(rows, len(rows)), schema)
 
 
-def _audit_bins(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        for directories in batch.column("directories").to_pylist():
-            for table in audit_runs(directories):
-                yield from table.to_batches()
-
-
-def _audit_bins_single_threaded(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        for directories in batch.column("directories").to_pylist():
-            for table in audit_runs(directories, use_threads=False):
-                yield from table.to_batches()
-
-
 def audit_grouped(frames: DataFrame) -> DataFrame:
     """Audit any frames DataFrame: one applyInArrow group per channel (shuffles the frames).
 
-    Each connection's context (`reports.audit_context`) is computed first from the few rows
+    Each connection's context (`reports.audit.context`) is computed first from the few rows
     that describe the recording, collected to the driver and shipped with the function.
     """
     optional = [c for c in OPTIONAL_COLUMNS if c in frames.columns]

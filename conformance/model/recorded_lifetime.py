@@ -1,9 +1,14 @@
-"""What each recorded frame means to the model: the per-frame judgments of the observer.
+"""One channel lifetime rebuilt from its recorded frames: what the broker owes the client on it.
 
-Responsibility: the handlers `conformance.model.observer` dispatches to, one per frame code of
-`conformance.model.trace`, over the state of one channel lifetime (`ChannelTrace`). Every
-decision calls the model's rule where it is declared (see the observer's docstring); the
-handlers only map recorded fields onto those calls and word the findings.
+Responsibility: the state of one channel lifetime as the frames show it (`ChannelLifetime`: the
+model's channel, unacked deliveries, pending confirms, consumers, deletions, the broker's answer
+owed to an invalid ack) and the handlers `conformance.model.recorded_channel` dispatches to for
+the channel's requests and replies, its close (ACK-03, ERR-03, TMO-02), consumer cancels and
+queue deletions (CCN-01..04) and publisher confirms (PC-02/04/05/13); what was owed and never
+came is judged when the lifetime ends (`finish`). Deliveries and acks are rebuilt in
+`recorded_deliveries`, the queues' requeue order in `recorded_queue_order`. Every decision calls
+the model's rule where it is declared (see `recorded_channel`'s docstring); the handlers only map
+recorded fields onto those calls and word the findings.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from codec.constants import ReplyCode
 from conformance.model import timeouts
 from conformance.model.channel import ChannelState, confirm_tags
 from conformance.model.order import RequeueOrder
-from conformance.model.trace import (
+from conformance.model.recorded_frames import (
     ACK_IN,
     DELIVER_IN,
     GET_OK_IN,
@@ -35,7 +40,7 @@ ConsumeRequest = tuple[str | None, str | None, bool, int, bool]  # ctag, queue, 
 
 
 @dataclass(slots=True)
-class ChannelTrace:
+class ChannelLifetime:
     """Everything the broker promised on one channel lifetime, as seen in the frames."""
 
     context: Context
@@ -47,7 +52,7 @@ class ChannelTrace:
     awaiting_body: int = 0  # tag of the last delivery whose identity is still unknown
     awaiting_redelivered: bool = False  # that delivery's redelivered flag
     requeued: Counter[str] = field(default_factory=Counter)  # identities requeued on this channel
-    order: RequeueOrder = field(default_factory=RequeueOrder)  # RQ-01/02 (replay_requeue)
+    order: RequeueOrder = field(default_factory=RequeueOrder)  # RQ-01/02 (recorded_queue_order)
     order_judged: bool = False  # RQ-01/02 are the recorded broker's rules (a RabbitMQ profile)
     consume_requests: deque[ConsumeRequest] = field(default_factory=deque)
     qos_requests: deque[tuple[int, bool]] = field(default_factory=deque)  # (prefetch_count, global) until qos-ok
@@ -79,14 +84,14 @@ class ChannelTrace:
         self.not_judged[kind] = (first, count + 1, why)
 
 
-Handler = Callable[[ChannelTrace, Columns, int], None]
+Handler = Callable[[ChannelLifetime, Columns, int], None]
 TIMEOUT_SLACK_US = 50_000  # the recorder's clock is not the broker's: 50 ms either way
 
 
 # --- requests, replies and the broker's answer to invalid acks (ACK-03, ERR-03) -------------
 
 
-def request(s: ChannelTrace, c: Columns, i: int) -> None:
+def request(s: ChannelLifetime, c: Columns, i: int) -> None:
     if s.pending_error is not None and not nowait(c, i):  # a nowait request is never answered
         s.requests_after_error += 1
 
@@ -96,7 +101,7 @@ def nowait(c: Columns, i: int) -> bool:
     return c.nowait is not None and c.nowait[i] is True
 
 
-def reply(s: ChannelTrace, c: Columns, i: int) -> None:
+def reply(s: ChannelLifetime, c: Columns, i: int) -> None:
     error = s.pending_error
     if error is not None and s.requests_after_error:
         s.find(error.seq, error.kind,
@@ -105,11 +110,11 @@ def reply(s: ChannelTrace, c: Columns, i: int) -> None:
         s.pending_error = None
 
 
-def client_close(s: ChannelTrace, c: Columns, i: int) -> None:
+def client_close(s: ChannelLifetime, c: Columns, i: int) -> None:
     s.client_closed = True
 
 
-def broker_close(s: ChannelTrace, c: Columns, i: int) -> None:
+def broker_close(s: ChannelLifetime, c: Columns, i: int) -> None:
     error, s.pending_error = s.pending_error, None
     s.broker_closed = True
     s.deleting = None  # the close answers a pending request
@@ -122,7 +127,7 @@ def broker_close(s: ChannelTrace, c: Columns, i: int) -> None:
         _judge_timeout(s, c, i, timeouts.timeout_in_close_text(c.reply_text[i]))
 
 
-def _judge_timeout(s: ChannelTrace, c: Columns, i: int, value: int | None) -> None:
+def _judge_timeout(s: ChannelLifetime, c: Columns, i: int, value: int | None) -> None:
     """TMO-02 / TMO-3x-1: a timeout close needs an unacked delivery at least T old."""
     if value is None:
         return
@@ -154,7 +159,7 @@ def _delivery_row(c: Columns, i: int, tag: int) -> int | None:
     return None
 
 
-def close_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+def close_ok(s: ChannelLifetime, c: Columns, i: int) -> None:
     error, s.pending_error = s.pending_error, None
     if error is not None and not s.broker_closed:
         s.find(error.seq, error.kind, f"{error.detail}: the broker answered the client's channel.close "
@@ -163,7 +168,7 @@ def close_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     s.broker_closed = True  # the lifetime is over; only channel.open starts a new one
 
 
-def finish(s: ChannelTrace) -> None:
+def finish(s: ChannelLifetime) -> None:
     """The lifetime ended (a new channel.open, or the trace): what was owed and never came,
     and what could not be judged."""
     for kind, (seq, count, why) in s.not_judged.items():
@@ -187,7 +192,7 @@ def finish(s: ChannelTrace) -> None:
         s.deleting = None
 
 
-def _missing_confirms(s: ChannelTrace, end: int) -> None:
+def _missing_confirms(s: ChannelLifetime, end: int) -> None:
     """PC-05: a publish never confirmed on a channel that stayed open, for `grace_us` after it,
     until the recording ended. One pending when the channel closed (the client's channel.close,
     the broker's, or the connection's close) is not missing: pending confirms die with the
@@ -202,7 +207,7 @@ def _missing_confirms(s: ChannelTrace, end: int) -> None:
                f"recording ended: {shown}")
 
 
-def _owed_cancels(s: ChannelTrace, end: int) -> None:
+def _owed_cancels(s: ChannelLifetime, end: int) -> None:
     """CCN-02: a consumer whose queue was deleted gets basic.cancel when its connection asked
     (not judged, and counted, when the client's capabilities were not recorded)."""
     notify = s.context.cancel_notify
@@ -223,7 +228,7 @@ def _owed_cancels(s: ChannelTrace, end: int) -> None:
                 break
 
 
-def _capabilities_unknown(s: ChannelTrace, seq: int, what: str) -> None:
+def _capabilities_unknown(s: ChannelLifetime, seq: int, what: str) -> None:
     s.find(seq, "unjudged-capabilities", f"{what}: not judged, client capabilities not recorded "
                                          f"({s.context.notify_unknown})")
 
@@ -231,7 +236,7 @@ def _capabilities_unknown(s: ChannelTrace, seq: int, what: str) -> None:
 # --- consumers: cancel and deletion (CCN-01..04) --------------------------------------------
 
 
-def client_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
+def client_cancel(s: ChannelLifetime, c: Columns, i: int) -> None:
     ctag = c.consumer_tag[i]
     if ctag is not None and nowait(c, i):  # no cancel-ok will come: the request ends what is owed (CCN-02)
         s.cancelled.setdefault(ctag, int(c.ts[i]) if c.ts is not None else 0)
@@ -239,7 +244,7 @@ def client_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
     request(s, c, i)
 
 
-def cancel_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+def cancel_ok(s: ChannelLifetime, c: Columns, i: int) -> None:
     ctag = c.consumer_tag[i]
     if ctag is not None:  # CCN-04: nothing for it may follow
         s.channel.consumers.pop(ctag, None)
@@ -248,7 +253,7 @@ def cancel_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     reply(s, c, i)
 
 
-def broker_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
+def broker_cancel(s: ChannelLifetime, c: Columns, i: int) -> None:
     ctag = c.consumer_tag[i]
     if s.context.cancel_notify is False:  # CCN-01: only a client that asked gets basic.cancel
         s.find(c.seq[i], "cancel-unrequested", f"basic.cancel for consumer {ctag} on a connection that did not "
@@ -260,14 +265,14 @@ def broker_cancel(s: ChannelTrace, c: Columns, i: int) -> None:
         s.broker_cancelled.add(ctag)
 
 
-def delete(s: ChannelTrace, c: Columns, i: int) -> None:
+def delete(s: ChannelLifetime, c: Columns, i: int) -> None:
     queue = c.queue[i] if c.queue is not None else None
     if queue is not None and not nowait(c, i):  # nowait: no delete-ok is owed (CCN-02 still is)
         s.deleting = (c.seq[i], queue, c.ts[i] if c.ts is not None else 0)
     request(s, c, i)
 
 
-def delete_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+def delete_ok(s: ChannelLifetime, c: Columns, i: int) -> None:
     s.deleting = None
     reply(s, c, i)
 
@@ -275,19 +280,19 @@ def delete_ok(s: ChannelTrace, c: Columns, i: int) -> None:
 # --- publisher confirms (PC-01/02/04/05/13) -------------------------------------------------
 
 
-def confirm_select(s: ChannelTrace, c: Columns, i: int) -> None:
+def confirm_select(s: ChannelLifetime, c: Columns, i: int) -> None:
     s.channel.confirm = True  # PC-01: selecting again does not reset the counter
     request(s, c, i)
 
 
-def publish(s: ChannelTrace, c: Columns, i: int) -> None:
+def publish(s: ChannelLifetime, c: Columns, i: int) -> None:
     channel = s.channel
     if channel.confirm and not s.client_closed:  # PC-02: seqnos count publishes after select
         s.unconfirmed[channel.publish_seqno] = (c.seq[i], int(c.ts[i]) if c.ts is not None else 0)
         channel.publish_seqno += 1
 
 
-def confirm(s: ChannelTrace, c: Columns, i: int) -> None:
+def confirm(s: ChannelLifetime, c: Columns, i: int) -> None:
     tag = c.delivery_tag[i] or 0
     multiple = c.multiple[i] is True
     unconfirmed = s.unconfirmed
@@ -307,11 +312,11 @@ def confirm(s: ChannelTrace, c: Columns, i: int) -> None:
 # --- after opaque client bytes: only what the broker alone decides -------------------------
 
 
-def ignore(s: ChannelTrace, c: Columns, i: int) -> None:
+def ignore(s: ChannelLifetime, c: Columns, i: int) -> None:
     return None
 
 
-def tag_only(s: ChannelTrace, c: Columns, i: int) -> None:
+def tag_only(s: ChannelLifetime, c: Columns, i: int) -> None:
     tag = c.delivery_tag[i] or 0
     expected = s.channel.take_tag()  # ACK-01
     if tag != expected:
@@ -320,5 +325,5 @@ def tag_only(s: ChannelTrace, c: Columns, i: int) -> None:
         s.channel.next_tag = tag + 1
 
 
-def opaque_close(s: ChannelTrace, c: Columns, i: int) -> None:
+def opaque_close(s: ChannelLifetime, c: Columns, i: int) -> None:
     s.broker_closed = True

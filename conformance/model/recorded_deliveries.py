@@ -1,6 +1,6 @@
-"""Deliveries and acknowledgements as the model judges them in a recording (the observer's half).
+"""A channel's deliveries rebuilt from its recorded frames: tags, unacked messages, consumer credit.
 
-Responsibility: the observer's handlers for deliveries, basic.get, qos, consume and the
+Responsibility: the handlers of `conformance.model.recorded_channel` for deliveries, basic.get, qos, consume and the
 client's acks, nacks, rejects, recover and transactions (ACK-01, ACK-03..09, QOS-02/03/05/09,
 RQ-04, CCN-04). Each decision is the model's own function: the channel's tag counter, `settle_tags`,
 `prefetch.apply_qos` / `consumer_has_credit` / `on_delivery` / `release`, `redelivered_flag`.
@@ -8,17 +8,17 @@ RQ-04, CCN-04). Each decision is the model's own function: the channel's tag cou
 
 from __future__ import annotations
 
-from conformance.model import prefetch, replay_requeue
+from conformance.model import prefetch, recorded_queue_order
 from conformance.model.channel import Consumer, settle_tags
 from conformance.model.queues import redelivered_flag
-from conformance.model.replay import ChannelTrace, ConsumeRequest, nowait, reply, request
-from conformance.model.trace import ACK_OUT, KINDS, NACK_OUT, REJECT_OUT, Columns, Finding
+from conformance.model.recorded_frames import ACK_OUT, KINDS, NACK_OUT, REJECT_OUT, Columns, Finding
+from conformance.model.recorded_lifetime import ChannelLifetime, ConsumeRequest, nowait, reply, request
 from conformance.model.traits import GlobalQos
 
 # --- deliveries (ACK-01, QOS-02, RQ-04, CCN-04) ---------------------------------------------
 
 
-def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
+def deliver(s: ChannelLifetime, c: Columns, i: int) -> None:
     channel = s.channel
     tag = c.delivery_tag[i] or 0
     expected = channel.take_tag()
@@ -34,9 +34,9 @@ def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
     consumer = channel.consumers.get(ctag) if ctag is not None else None
     if s.order_judged:  # RQ-01/02
         if consumer is None:
-            replay_requeue.on_deliver(s, c, i, tag, ctag, None, 0, False)
+            recorded_queue_order.on_deliver(s, c, i, tag, ctag, None, 0, False)
         else:
-            replay_requeue.on_deliver(s, c, i, tag, ctag, consumer.queue, consumer.prefetch, consumer.no_ack)
+            recorded_queue_order.on_deliver(s, c, i, tag, ctag, consumer.queue, consumer.prefetch, consumer.no_ack)
     if consumer is None:
         s.outstanding[tag] = ctag
     elif not consumer.no_ack:
@@ -52,7 +52,7 @@ def deliver(s: ChannelTrace, c: Columns, i: int) -> None:
                                                 "of several queues may cross on their way to the channel")
 
 
-def _judge_channel_limit(s: ChannelTrace, c: Columns, i: int, classic: bool) -> None:
+def _judge_channel_limit(s: ChannelLifetime, c: Columns, i: int, classic: bool) -> None:
     """QOS-03/04: the channel's unacked consumer deliveries never pass its global limit. The
     limiter counts a delivery when it allows it, and the recorder sees no fewer unacked
     deliveries than it counts (`volume_low`): over the highest limit since it was switched on
@@ -71,31 +71,31 @@ def _judge_channel_limit(s: ChannelTrace, c: Columns, i: int, classic: bool) -> 
                                                      f"global prefetch {s.channel.global_limit}")
 
 
-def _tag_slip(s: ChannelTrace, c: Columns, i: int, what: str, tag: int, expected: int) -> None:
+def _tag_slip(s: ChannelLifetime, c: Columns, i: int, what: str, tag: int, expected: int) -> None:
     s.find(c.seq[i], "tag-sequence", f"{what} {tag}, expected {expected}")
     s.channel.next_tag = tag + 1
 
 
-def get_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+def get_ok(s: ChannelLifetime, c: Columns, i: int) -> None:
     tag = c.delivery_tag[i] or 0
     expected = s.channel.take_tag()
     if tag != expected:  # ACK-01: basic.get-ok shares the channel's counter
         _tag_slip(s, c, i, "basic.get-ok tag", tag, expected)
     _expect_identity(s, c, i, tag)
-    replay_requeue.on_get_ok(s, c, i, tag, s.get_queue)
+    recorded_queue_order.on_get_ok(s, c, i, tag, s.get_queue)
     if not s.get_no_ack:
         s.outstanding[tag] = None
     reply(s, c, i)
 
 
-def _expect_identity(s: ChannelTrace, c: Columns, i: int, tag: int) -> None:
+def _expect_identity(s: ChannelLifetime, c: Columns, i: int, tag: int) -> None:
     s.awaiting_body = tag if c.body_digest is not None else 0
     if s.awaiting_body:
         s.identity.pop(tag, None)
     s.awaiting_redelivered = c.redelivered[i] is True
 
 
-def body(s: ChannelTrace, c: Columns, i: int) -> None:
+def body(s: ChannelLifetime, c: Columns, i: int) -> None:
     tag, s.awaiting_body = s.awaiting_body, 0
     digest = c.body_digest[i] if c.body_digest is not None else None
     if not tag or digest is None:
@@ -103,7 +103,7 @@ def body(s: ChannelTrace, c: Columns, i: int) -> None:
     if tag in s.outstanding:
         s.identity[tag] = digest
     if s.order_judged:
-        replay_requeue.on_identity(s, c, i, digest)  # RQ-01/02
+        recorded_queue_order.on_identity(s, c, i, digest)  # RQ-01/02
     if s.requeued.get(digest, 0) > 0:  # (a Counter's missing key costs a call)
         s.requeued[digest] -= 1
         # delivered and returned once at least (here): the flag every queue type must set
@@ -112,20 +112,20 @@ def body(s: ChannelTrace, c: Columns, i: int) -> None:
                    f"delivery tag {tag} repeats a message requeued on this channel without redelivered=true")
 
 
-def get(s: ChannelTrace, c: Columns, i: int) -> None:
+def get(s: ChannelLifetime, c: Columns, i: int) -> None:
     s.get_no_ack = bool(c.no_ack[i]) if c.no_ack is not None else False
     s.get_queue = c.queue[i] if c.queue is not None else None
-    replay_requeue.on_get(s)
+    recorded_queue_order.on_get(s)
     request(s, c, i)
 
 
-def qos(s: ChannelTrace, c: Columns, i: int) -> None:
+def qos(s: ChannelLifetime, c: Columns, i: int) -> None:
     if c.prefetch_count is not None:  # applied when the broker answers (qos_ok)
         s.qos_requests.append((c.prefetch_count[i] or 0, bool(c.global_qos[i]) if c.global_qos is not None else False))
     request(s, c, i)
 
 
-def qos_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+def qos_ok(s: ChannelLifetime, c: Columns, i: int) -> None:
     """basic.qos takes effect when the broker handles it, before its qos-ok: what the client
     then holds unacked is what the new channel limit counts (QOS-05)."""
     if s.qos_requests:
@@ -141,14 +141,14 @@ def qos_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     reply(s, c, i)
 
 
-def _track_channel_limit(s: ChannelTrace, was_limited: bool) -> None:
+def _track_channel_limit(s: ChannelLifetime, was_limited: bool) -> None:
     limit = s.channel.global_limit
     if not limit or not was_limited:  # off, or switched on: earlier consumers' queue types are unknown (QOS-06)
         s.global_consumers.clear()
     s.global_bound = max(s.global_bound, limit) if limit and was_limited else limit  # QOS-09: a lowered limit
 
 
-def consume(s: ChannelTrace, c: Columns, i: int) -> None:
+def consume(s: ChannelLifetime, c: Columns, i: int) -> None:
     no_ack = bool(c.no_ack[i]) if c.no_ack is not None else False
     queue = c.queue[i] if c.queue is not None else None
     limit = s.channel.consumer_prefetch if c.prefetch_count is not None else 0
@@ -162,7 +162,7 @@ def consume(s: ChannelTrace, c: Columns, i: int) -> None:
     request(s, c, i)
 
 
-def consume_ok(s: ChannelTrace, c: Columns, i: int) -> None:
+def consume_ok(s: ChannelLifetime, c: Columns, i: int) -> None:
     ctag = c.consumer_tag[i]
     pending = s.consume_requests
     request = next((p for p in pending if p[0] == ctag), None) or (pending[0] if pending else None)
@@ -173,7 +173,7 @@ def consume_ok(s: ChannelTrace, c: Columns, i: int) -> None:
     reply(s, c, i)
 
 
-def _consumer_created(s: ChannelTrace, c: Columns, i: int, ctag: str, request: ConsumeRequest) -> None:
+def _consumer_created(s: ChannelLifetime, c: Columns, i: int, ctag: str, request: ConsumeRequest) -> None:
     _, queue, no_ack, limit, limited = request  # QOS-02: the consumer keeps the prefetch in force when created
     s.channel.consumers[ctag] = Consumer(ctag, queue or "", no_ack, limit)
     s.consumed[ctag] = (queue, c.ts[i] if c.ts is not None else 0, c.seq[i])
@@ -186,7 +186,7 @@ def _consumer_created(s: ChannelTrace, c: Columns, i: int, ctag: str, request: C
 # --- consumer acknowledgements (ACK-03..09) -------------------------------------------------
 
 
-def client_ack(s: ChannelTrace, c: Columns, i: int) -> None:
+def client_ack(s: ChannelLifetime, c: Columns, i: int) -> None:
     if s.pending_error is not None or s.client_closed:
         return  # the broker is about to close the channel anyway
     tag = c.delivery_tag[i] or 0
@@ -205,7 +205,7 @@ def client_ack(s: ChannelTrace, c: Columns, i: int) -> None:
         s.tx_settled.extend((t, outstanding.pop(t), requeue) for t in tags)
         return
     if s.order_judged:  # RQ-01/02
-        replay_requeue.on_settled(s, c, i, [(t, outstanding[t]) for t in tags], requeue, code == ACK_OUT)
+        recorded_queue_order.on_settled(s, c, i, [(t, outstanding[t]) for t in tags], requeue, code == ACK_OUT)
     channel, traits = s.channel, s.traits
     for t in tags:
         ctag = outstanding.pop(t)
@@ -220,36 +220,36 @@ def _ack_text(code: int, tag: int, multiple: bool) -> str:
     return f"{name} delivery-tag={tag}{' multiple' if multiple else ''}"
 
 
-def _settle(s: ChannelTrace, tag: int, ctag: str | None, requeue: bool) -> None:
+def _settle(s: ChannelLifetime, tag: int, ctag: str | None, requeue: bool) -> None:
     if ctag is not None:
         prefetch.release_one(s.channel, ctag, s.traits)  # QOS-05
     if s.identity:
         _requeue_identity(s, tag, requeue)
 
 
-def _requeue_identity(s: ChannelTrace, tag: int, requeue: bool) -> None:
+def _requeue_identity(s: ChannelLifetime, tag: int, requeue: bool) -> None:
     digest = s.identity.pop(tag, None)
     if requeue and digest is not None:  # ACK-07: back to its queue, delivered once more
         s.requeued[digest] += 1
 
 
-def recover(s: ChannelTrace, c: Columns, i: int) -> None:
+def recover(s: ChannelLifetime, c: Columns, i: int) -> None:
     if s.pending_error is None and not s.client_closed:
-        replay_requeue.on_settled(s, c, i, list(s.outstanding.items()), True)  # RQ-01/02
+        recorded_queue_order.on_settled(s, c, i, list(s.outstanding.items()), True)  # RQ-01/02
         for tag, ctag in s.outstanding.items():  # ACK-09: requeue everything unacked
             _settle(s, tag, ctag, True)
         s.outstanding.clear()
     request(s, c, i)
 
 
-def tx_select(s: ChannelTrace, c: Columns, i: int) -> None:
+def tx_select(s: ChannelLifetime, c: Columns, i: int) -> None:
     s.tx = True
     request(s, c, i)
 
 
-def tx_commit(s: ChannelTrace, c: Columns, i: int) -> None:
+def tx_commit(s: ChannelLifetime, c: Columns, i: int) -> None:
     for requeued in (False, True):  # RQ-01/02: the commit's requeues as one operation (the rest: acks)
-        replay_requeue.on_settled(s, c, i, [(t, ctag) for t, ctag, r in s.tx_settled if r is requeued], requeued,
+        recorded_queue_order.on_settled(s, c, i, [(t, ctag) for t, ctag, r in s.tx_settled if r is requeued], requeued,
                                   not requeued)
     for tag, ctag, requeue in s.tx_settled:  # ACK-08: settlements take effect at commit
         _settle(s, tag, ctag, requeue)
@@ -257,7 +257,7 @@ def tx_commit(s: ChannelTrace, c: Columns, i: int) -> None:
     request(s, c, i)
 
 
-def tx_rollback(s: ChannelTrace, c: Columns, i: int) -> None:
+def tx_rollback(s: ChannelLifetime, c: Columns, i: int) -> None:
     if s.tx_settled:  # ACK-08: rolled-back acks are outstanding again
         merged = {**s.outstanding, **{t: ctag for t, ctag, _ in s.tx_settled}}
         s.outstanding = dict(sorted(merged.items()))

@@ -1,6 +1,7 @@
-"""Where requeued messages come back, as the model judges it in a recording (RQ-01, RQ-02).
+"""Each queue's requeue order rebuilt from one channel's recorded frames (RQ-01, RQ-02).
 
-Responsibility: the observer's half of the requeue-order rules. A queue's requeued messages are
+Responsibility: where requeued messages come back, the requeue-order rules of
+`conformance.model.recorded_channel`. A queue's requeued messages are
 kept in the model's own ready lists (`queues.ClassicReady`, RQ-01: back at the original
 position; `queues.QuorumReady`, RQ-02: a returns FIFO served first), fed with the recorded
 requeues (nack/reject requeue=true, basic.recover, tx.commit; one landing group per consumer
@@ -42,13 +43,13 @@ from __future__ import annotations
 from conformance.model.order import Arriving, Overtaking, QueueOrder, Requeue
 from conformance.model.prefetch import requeue_races_resume
 from conformance.model.queues import Message
-from conformance.model.replay import ChannelTrace
-from conformance.model.trace import Columns
+from conformance.model.recorded_frames import Columns
+from conformance.model.recorded_lifetime import ChannelLifetime
 
 _KINDS = ("classic", "quorum")  # the order of `QueueOrder.models`
 
 
-def _queue(s: ChannelTrace, name: str | None, c: Columns) -> QueueOrder | None:
+def _queue(s: ChannelLifetime, name: str | None, c: Columns) -> QueueOrder | None:
     if not name:
         return None
     order = s.order.queues.get(name)
@@ -68,11 +69,11 @@ def _queue(s: ChannelTrace, name: str | None, c: Columns) -> QueueOrder | None:
     return order
 
 
-def _judged(s: ChannelTrace) -> bool:
+def _judged(s: ChannelLifetime) -> bool:
     return s.order_judged
 
 
-def on_deliver(s: ChannelTrace, c: Columns, i: int, tag: int, ctag: str | None, queue: str | None,
+def on_deliver(s: ChannelLifetime, c: Columns, i: int, tag: int, ctag: str | None, queue: str | None,
                prefetch: int, no_ack: bool) -> None:
     """A basic.deliver: which requeues are known to have landed before it left its queue."""
     order = s.order
@@ -93,7 +94,7 @@ def on_deliver(s: ChannelTrace, c: Columns, i: int, tag: int, ctag: str | None, 
     _arriving(s, c, i, queue, known)
 
 
-def on_get_ok(s: ChannelTrace, c: Columns, i: int, tag: int, queue: str | None) -> None:
+def on_get_ok(s: ChannelLifetime, c: Columns, i: int, tag: int, queue: str | None) -> None:
     if queue is None or not _judged(s):
         s.order.arriving = None
         return
@@ -102,21 +103,21 @@ def on_get_ok(s: ChannelTrace, c: Columns, i: int, tag: int, queue: str | None) 
     _arriving(s, c, i, queue, s.order.get_known)
 
 
-def _arriving(s: ChannelTrace, c: Columns, i: int, queue: str, known: int) -> None:
+def _arriving(s: ChannelLifetime, c: Columns, i: int, queue: str, known: int) -> None:
     if c.priority is not None and (c.priority[i] or 0) > 0:
         s.order.priorities = True  # a message row carrying its properties (harness recordings)
     s.order.arriving = (queue, known, c.redelivered[i] is not True, c.delivery_tag[i] or 0, c.seq[i])
 
 
-def on_get(s: ChannelTrace) -> None:
+def on_get(s: ChannelLifetime) -> None:
     s.order.get_known = s.order.requeues  # basic.get is handled after every requeue sent before it
 
 
-def on_priority(s: ChannelTrace, c: Columns, i: int) -> None:
+def on_priority(s: ChannelLifetime, c: Columns, i: int) -> None:
     s.order.priorities = True
 
 
-def on_identity(s: ChannelTrace, c: Columns, i: int, digest: str) -> None:
+def on_identity(s: ChannelLifetime, c: Columns, i: int, digest: str) -> None:
     """The arriving delivery's message is known: judge its place (RQ-01/RQ-02)."""
     order, arriving = s.order, s.order.arriving
     order.arriving = None
@@ -177,7 +178,7 @@ _RULES = {"classic": "a classic queue (RQ-01: back at its original position)",
           "quorum": "a quorum queue (RQ-02: returned messages in the order returned)"}
 
 
-def _prove(s: ChannelTrace, q: QueueOrder, digest: str) -> None:
+def _prove(s: ChannelLifetime, q: QueueOrder, digest: str) -> None:
     """A message comes that an earlier delivery overtook: once every queue type the queue may be
     is proven wrong, that earlier delivery broke RQ-01/RQ-02."""
     for overtaking in list(q.overtakings):
@@ -191,7 +192,7 @@ def _prove(s: ChannelTrace, q: QueueOrder, digest: str) -> None:
                                          f"({digest} among them), which {which}")
 
 
-def on_settled(s: ChannelTrace, c: Columns, i: int, settled: list[tuple[int, str | None]], requeue: bool,
+def on_settled(s: ChannelLifetime, c: Columns, i: int, settled: list[tuple[int, str | None]], requeue: bool,
                ack: bool = False) -> None:
     """Consumer deliveries settled by the client (ack/nack/reject/recover, tx.commit); with
     `requeue` they go back to their queues as one operation; `ack`: settled by basic.ack."""
