@@ -199,7 +199,7 @@ def test_unroutable_mandatory_is_returned_then_confirmed(connect: Connect, names
     client.rpc(ch, ExchangeDeclare(exchange=exchange, exchange_type="direct"), ExchangeDeclareOk)
     publish_burst(client, ch, ["nowhere"], exchange=exchange, body=b"returned", mandatory=True)
     first = client.expect(ch, timeout=target.timeout(5))  # in arrival order: the return first
-    assert first.method == BasicReturn(312, "NO_ROUTE", exchange, "nowhere")
+    assert first.method == BasicReturn(ReplyCode.NO_ROUTE.value, "NO_ROUTE", exchange, "nowhere")
     assert first.body == b"returned"
     second = client.expect(ch, timeout=target.timeout(5))
     assert second.method == BasicAck(delivery_tag=1, multiple=False)

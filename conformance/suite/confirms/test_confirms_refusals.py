@@ -96,7 +96,7 @@ def test_commit_or_rollback_outside_tx_is_406(connect: Connect, method: TxCommit
     ch = client.channel()
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, method, TxCommitOk, TxRollbackOk)
-    assert outcome(closed.value) == ("channel", 406, 90, method.METHOD_ID)
+    assert outcome(closed.value) == ("channel", ReplyCode.PRECONDITION_FAILED, method.CLASS_ID, method.METHOD_ID)
 
 
 @pytest.mark.rules("PC-11")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from codec import ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.suite.steps.replies import assert_text, refused
@@ -44,9 +45,9 @@ def test_the_owner_changing_the_exclusive_flag_is_405(connect: Connect, names: N
     client.rpc(client.channel(), QueueDeclare(queue=queue, **first), QueueDeclareOk)
     closed = refused(client, client.channel(), QueueDeclare(queue=queue, **second), QueueDeclareOk, target)
     assert isinstance(closed, ChannelClosed), f"a channel error was expected: {closed}"
-    if not target.profile.rabbitmq and closed.code == 406:
+    if not target.profile.rabbitmq and closed.code == ReplyCode.PRECONDITION_FAILED:
         return  # the plain spec's variant: the flag's own inequivalence
-    assert (closed.code, closed.class_id, closed.method_id) == (405, 50, 10), closed
+    assert (closed.code, closed.class_id, closed.method_id) == (ReplyCode.RESOURCE_LOCKED, *METHOD_IDS["queue.declare"]), closed
     assert_text(target, closed, locked_text(queue, target))  # as ERR-01 limits it
     if not first.get("exclusive"):
         client.rpc(client.channel(), QueueDeclare(queue=queue, passive=True), QueueDeclareOk)
@@ -61,7 +62,7 @@ def test_another_connections_exclusive_queue_is_405_and_a_passive_owner_declare_
     owner.rpc(client_ch, QueueDeclare(queue=queue, exclusive=True), QueueDeclareOk)
     owner.rpc(owner.channel(), QueueDeclare(queue=queue, passive=True), QueueDeclareOk)  # lax: no flag check
     closed = refused(other, other.channel(), QueueDeclare(queue=queue, exclusive=True), QueueDeclareOk, target)
-    assert isinstance(closed, ChannelClosed) and closed.code == 405, closed
+    assert isinstance(closed, ChannelClosed) and closed.code == ReplyCode.RESOURCE_LOCKED, closed
     assert_text(target, closed, locked_text(queue, target))  # as ERR-01 limits it
 
 
@@ -77,8 +78,8 @@ def test_an_unknown_exchange_type(connect: Connect, names: Names, target: Target
     closed = refused(client, client.channel(), ExchangeDeclare(exchange=exchange, exchange_type=kind),
                      ExchangeDeclareOk, target)
     expect = target.profile.expect("DCL-02")
-    channel_406: tuple[type[Exception], int, str] = (ChannelClosed, 406, f"PRECONDITION_FAILED - unknown exchange type '{kind}'")
-    connection_503: tuple[type[Exception], int, str] = (ConnectionClosed, 503, f"COMMAND_INVALID - unknown exchange type '{kind}'")
+    channel_406: tuple[type[Exception], int, str] = (ChannelClosed, ReplyCode.PRECONDITION_FAILED, f"PRECONDITION_FAILED - unknown exchange type '{kind}'")
+    connection_503: tuple[type[Exception], int, str] = (ConnectionClosed, ReplyCode.COMMAND_INVALID, f"COMMAND_INVALID - unknown exchange type '{kind}'")
     allowed = [channel_406]
     if target.profile.name == "rabbitmq-3.12":
         allowed.append(connection_503)  # 3.12.x to 3.13.2
@@ -90,4 +91,4 @@ def test_an_unknown_exchange_type(connect: Connect, names: Names, target: Target
         raise AssertionError(f"got {type(closed).__name__} {closed.code} {closed.text!r}; expected ({expect}): "
                              + " or ".join(f"{scope.__name__} {code}{f' {text!r}' if text else ''}"
                                            for scope, code, text in wanted))
-    assert (closed.class_id, closed.method_id) == (40, 10), closed
+    assert (closed.class_id, closed.method_id) == METHOD_IDS["exchange.declare"], closed

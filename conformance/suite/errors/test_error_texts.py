@@ -80,7 +80,7 @@ def test_not_found_text(connect: Connect, names: Names, target: Target, method: 
     m = make[method]
     client = connect()
     closed = provoke(client, client.channel(), send(m), 0.2)
-    assert outcome(closed) == ("channel", 404, m.CLASS_ID, m.METHOD_ID)
+    assert outcome(closed) == ("channel", ReplyCode.NOT_FOUND, m.CLASS_ID, m.METHOD_ID)
     assert_text(target, closed, f"NOT_FOUND - no queue '{queue}' in vhost '{target.vhost}'")
 
 
@@ -103,7 +103,7 @@ def test_exclusive_queue_of_another_connection_is_405(connect: Connect, names: N
                                   "basic.consume": BasicConsume(queue=queue), "basic.get": BasicGet(queue=queue)}
     m = methods[method]
     closed = provoke(client, client.channel(), send(m), 0.2)
-    assert outcome(closed) == ("channel", 405, m.CLASS_ID, m.METHOD_ID)
+    assert outcome(closed) == ("channel", ReplyCode.RESOURCE_LOCKED, m.CLASS_ID, m.METHOD_ID)
     assert_text(target, closed, f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{queue}' "
                 f"in vhost '{target.vhost}'. It could be originally declared on another connection or the "
                 "exclusive property value does not match that of the original declaration.")

@@ -178,7 +178,7 @@ def test_hard_errors_on_a_channel_close_the_connection(connect: Connect, names: 
 
 
 def _truncated(ch: int) -> bytes:
-    return encode_frame(1, ch, struct.pack(">HH", 60, 10) + b"\x00")  # basic.qos needs 7 octets
+    return encode_frame(1, ch, struct.pack(">HH", *METHOD_IDS["basic.qos"]) + b"\x00")  # basic.qos needs 7 octets
 
 
 def _bad_table_type(ch: int) -> bytes:

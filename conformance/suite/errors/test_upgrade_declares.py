@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from codec import QueueDeclare, QueueDeclareOk
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.suite.steps.replies import assert_text, refused
@@ -31,7 +32,7 @@ def test_a_classic_queue_version(connect: Connect, names: Names, target: Target,
         return
     closed = refused(client, client.channel(), declare, QueueDeclareOk, target)
     assert isinstance(closed, ChannelClosed), f"a channel error was expected: {closed}"
-    assert (closed.code, closed.class_id, closed.method_id) == (406, 50, 10), closed
+    assert (closed.code, closed.class_id, closed.method_id) == (ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["queue.declare"]), closed
     assert_text(target, closed, f"PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue '{queue}' in vhost "
                                 f"'{target.vhost}': \"unsupported queue version '{version}'\"")
 

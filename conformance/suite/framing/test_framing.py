@@ -32,7 +32,7 @@ from codec import (
     encode_heartbeat,
     encode_method,
 )
-from codec.constants import ReplyCode
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import BrokerAddress, ConnectionClosed, ConnectionLost, RawClient, Recorder
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import judged_elsewhere
@@ -73,7 +73,7 @@ def assert_refused(target: Target, result: Handshake, text: str | None) -> None:
                                  f"(10/31); the broker ended the socket ({result.ended}) without it")
         return
     close = result.close
-    assert (close.reply_code, close.class_id, close.method_id) == (530, 10, 31), close
+    assert (close.reply_code, close.class_id, close.method_id) == (ReplyCode.NOT_ALLOWED, *METHOD_IDS["connection.tune-ok"]), close
     if text is not None and target.profile.expect("FRM-01") == "required":
         assert close.reply_text == text, close.reply_text
 
@@ -222,7 +222,7 @@ def test_after_a_client_close_the_socket_is_left_to_the_client(connect: Connect,
     client = connect(heartbeat=0)
     ch = client.channel()
     publish = encode_content(ch, BasicPublish(routing_key=names.queue("nowhere")), body=bytes(4000))
-    client.send_raw(encode_method(0, ConnectionClose(200, "bye", 0, 0)) + publish * 50)
+    client.send_raw(encode_method(0, ConnectionClose(ReplyCode.REPLY_SUCCESS, "bye", 0, 0)) + publish * 50)
     client.send_raw(publish * 50)  # still writing after its close
     client.expect(0, ConnectionCloseOk, timeout=target.timeout(5))
     end = socket_end(client, target.timeout(1))
@@ -270,7 +270,7 @@ def test_a_heartbeat_on_a_channel_is_505(connect: Connect, target: Target) -> No
     client.send_raw(encode_frame(8, ch, b""), channel=ch)
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
-    expected = 501 if target.profile.expect("HB-01").startswith("variant:") else 505
+    expected = ReplyCode.FRAME_ERROR if target.profile.expect("HB-01").startswith("variant:") else ReplyCode.UNEXPECTED_FRAME
     assert outcome(closed.value) == ("connection", expected, 0, 0)
 
 

@@ -24,6 +24,7 @@ from codec import (
     QueueDeclareOk,
     encode_content,
 )
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.catalogue.rules import REQUIRED
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model.priorities import classic_order, quorum_order
@@ -122,6 +123,6 @@ def test_a_bad_x_max_priority_is_406(connect: Connect, names: Names, target: Tar
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, QueueDeclare(queue=queue, durable=True, arguments=args), QueueDeclareOk,
                    timeout=target.timeout(5))
-    assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (406, 50, 10)
+    assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["queue.declare"])
     what = f"queue '{queue}' in vhost '{target.vhost}'"
     assert_text(target, closed.value, f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for {what}{reason}")

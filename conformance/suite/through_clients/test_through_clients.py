@@ -17,6 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from codec import BasicReturn, ChannelClose
+from codec.constants import ReplyCode
 from conformance.drivers.interface import (
     BrokerCancelled,
     ChannelClosed,
@@ -103,7 +104,7 @@ def test_an_unknown_tag_closes_the_channel_406(client: Client, names: Names, tar
         assert isinstance(closed, ChannelClosedEvent)
         shown = closed.code
     code = replies.code(shown, ChannelClose, ch)
-    assert code == 406, f"ACK-03: basic.ack of unknown tag 99 closed the channel with {code}{_hidden(shown)}, " \
+    assert code == ReplyCode.PRECONDITION_FAILED, f"ACK-03: basic.ack of unknown tag 99 closed the channel with {code}{_hidden(shown)}, " \
         "not 406 PRECONDITION_FAILED"
 
 
@@ -202,7 +203,7 @@ def test_tx_commit_on_a_channel_without_tx_select_is_406(client: Client, names: 
     ch = driver.open_channel()
     with pytest.raises(ChannelClosed) as closed:
         driver.tx_commit(ch)
-    assert closed.value.code == 406
+    assert closed.value.code == ReplyCode.PRECONDITION_FAILED
 
 
 @pytest.mark.clients("pika", "amqp", why="aio-pika chooses confirms when it opens a channel: confirm.select on a "
@@ -214,7 +215,7 @@ def test_confirm_select_on_a_tx_channel_is_406(client: Client, names: Names, tar
     driver.tx_select(ch)
     with pytest.raises(ChannelClosed) as closed:
         driver.confirm_select(ch)
-    assert closed.value.code == 406
+    assert closed.value.code == ReplyCode.PRECONDITION_FAILED
 
 
 # -- mandatory publish returned (PC-06) ------------------------------------------------------------
@@ -223,7 +224,7 @@ def _returned(driver: ClientDriver, ch: int, routing_key: str, target: Target, r
     assert isinstance(event, Returned), "no basic.return reached the library's return callback"
     assert (event.channel, event.exchange, event.routing_key, event.body) == (ch, "", routing_key, b"back")
     code = replies.code(event.reply_code, BasicReturn, ch, matching=lambda sent: sent.body == b"back")
-    assert code == 312, f"PC-06: basic.return reply code {code}{_hidden(event.reply_code)}, not 312 NO_ROUTE"
+    assert code == ReplyCode.NO_ROUTE, f"PC-06: basic.return reply code {code}{_hidden(event.reply_code)}, not 312 NO_ROUTE"
     return event
 
 

@@ -37,6 +37,7 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
+from codec.constants import ReplyCode
 from conformance.drivers.raw import ChannelClosed
 from conformance.model import queues as queues_model
 from conformance.model import timeouts as model
@@ -268,7 +269,7 @@ class TimeoutWire(ModelMachine):
         due = [h for h in self.held.get((conn, ch), {}).values() if h.short and not h.timed_out]
         reasons = [h for h in due if conn == "nocap" or h.consumer is None or h.consumer not in self.consumers]
         assert reasons, f"channel.close on {conn}/{ch} with no timeout that closes it (TMO-03/TMO-4.3-3): {closed}"
-        assert (closed.code, closed.class_id, closed.method_id) == (406, 0, 0), \
+        assert (closed.code, closed.class_id, closed.method_id) == (ReplyCode.PRECONDITION_FAILED, 0, 0), \
             f"timeout channel.close: {closed}, expected 406 (0/0) (TMO-4.3-3)"
         assert closed.text == model.close_text(ch, model.SENTINEL_4_3), \
             f"timeout channel.close text {closed.text!r} (TMO-4.3-3)"
