@@ -31,11 +31,12 @@ if str(ROOT) not in sys.path:
 
 from conformance.catalogue.profiles import detect  # noqa: E402
 from conformance.drivers.raw import RawClient  # noqa: E402
-from conformance.suite.machine_base import MachineTarget, ModelMachine, run_machine  # noqa: E402
-from conformance.suite.test_machine_cancel import CancelMachine  # noqa: E402
-from conformance.suite.test_machine_confirms import ConfirmMachine  # noqa: E402
-from conformance.suite.test_machine_prefetch import PrefetchMachine  # noqa: E402
-from conformance.suite.test_machines import AckMachine, RequeueMachine  # noqa: E402
+from conformance.suite.ack.test_machine_ack import AckMachine  # noqa: E402
+from conformance.suite.cancel.test_machine_cancel import CancelMachine  # noqa: E402
+from conformance.suite.confirms.test_machine_confirms import ConfirmMachine  # noqa: E402
+from conformance.suite.qos.test_machine_prefetch import PrefetchMachine  # noqa: E402
+from conformance.suite.requeue.test_machine_requeue import RequeueMachine  # noqa: E402
+from conformance.suite.steps.machine_base import MachineTarget, ModelMachine, run_machine  # noqa: E402
 
 MACHINES: tuple[type[ModelMachine], ...] = (AckMachine, RequeueMachine, PrefetchMachine, ConfirmMachine,
                                             CancelMachine)

@@ -48,7 +48,7 @@ from typing import Any
 from conformance.embedded import BY_NAME, ENV, FAULTS, Fault
 from conformance.results.records import PARTITION_KEY, TABLES
 from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
-from conformance.suite.machine_support import ENV_BUDGET
+from conformance.suite.steps.machine_support import ENV_BUDGET
 
 FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one", "confirm_duplicated",
                "no_cancel_on_queue_delete", "partial_timeout_returns_all", "soft_errors_close_connection",

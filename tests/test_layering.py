@@ -293,3 +293,15 @@ def test_the_checker_sees_imports() -> None:
     assert ("conformance.embedded", "reference_broker.server") in pairs
     assert ("reports.build", "conformance.catalogue.rules") in pairs
     assert any(i.nested for i in imports())
+
+
+def test_the_suite_areas_share_only_the_steps() -> None:
+    """conformance/suite: an area's tests and machine import the shared steps (conformance.suite.steps)
+    and their own area, never another area nor a test module, so a suite file moves or splits alone."""
+    def area(module: str) -> str:
+        return module.split(".")[2] if module.count(".") >= 2 else ""
+
+    inner = [i for i in edges_from("conformance.suite") if i.target.startswith("conformance.suite.")]
+    bad = [i for i in inner
+           if i.target.rsplit(".", 1)[-1].startswith("test_") or area(i.target) not in ("steps", area(i.source))]
+    assert bad == []

@@ -23,8 +23,11 @@ Rules (DESIGN.md decision 13: a baseline accepts a failure, not a test):
   the test is one of its `tests` (none given: any test), and, when it has a `message`, that
   regex is found (`re.search`) in what the failure said about that rule. A test pattern is
   "file.py::name[params]", "file.py::name" (every parametrisation), or the same without
-  "file.py::"; the file is only a hint: a pattern also matches the same test name in another
-  file (a suite file split or moved), unless another test of the run matches it exactly.
+  "file.py::"; "name" is the test's name in its file (a class's tests: "Class::name").
+- A pattern names tests by their name and the entry's rule; its file is only a hint (suite
+  files are split and moved between releases, and a user's baseline outlives that): among the
+  run's tests of that name that check the rule, those in a file of that name are meant when
+  there are any, else all of them (the test moved to another file, or its file was split).
 - A `failed` test is `expected` when every rule it saw broken is matched by an applicable
   deviation; any other failure stays unexpected and fails the gate (exit 1).
 - A deviation (or one of its test patterns) whose covered tests ran, none failed naming its rule
@@ -184,18 +187,21 @@ def _strings(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 def matches(pattern: str, nodeid: str, exact: bool = False) -> bool:
     """Whether a baseline test pattern names this test (see the module rules); `exact` also
-    requires the pattern's file, when it names one."""
+    requires the pattern's file, when it names one (by its name: "conformance/suite/x.py::t"
+    and "x.py::t" name the same file)."""
     key = test_key(nodeid)
     name = key.partition("::")[2] or key
-    if exact or "::" not in pattern:
-        return pattern in {key, key.split("[", 1)[0], name, name.split("[", 1)[0]}
+    if "::" not in pattern:
+        return pattern in {name, name.split("[", 1)[0]}
+    if exact:
+        return test_key(pattern) in {key, key.split("[", 1)[0]}
     wanted = pattern.partition("::")[2]
     return wanted in {name, name.split("[", 1)[0]}
 
 
 def covered_by(pattern: str, nodeids: Iterable[str]) -> set[str]:
-    """The tests of a run a pattern names: by file and name when that file has the test, else by
-    name alone (the file is a hint: the test was moved or its file split)."""
+    """The tests among `nodeids` a pattern names: by file and name when that file has the test,
+    else by name alone (the file is a hint: the test was moved or its file split)."""
     nodeids = list(nodeids)
     exact = {n for n in nodeids if matches(pattern, n, exact=True)}
     return exact or {n for n in nodeids if matches(pattern, n)}
@@ -242,7 +248,6 @@ def judgement_json(baseline: Baseline, judgement: Judgement) -> str:
 def judge(tests: Sequence[TestEvidence], baseline: Baseline | None, profile: str | None) -> Judgement:
     """Apply `baseline` to a run's tests (see the module rules)."""
     result = Judgement({t.nodeid: t.verdict for t in tests})
-    nodeids = [t.nodeid for t in tests]
     for deviation in baseline.deviations if baseline is not None else ():
         if not deviation.applies_to(profile):
             continue
@@ -250,8 +255,8 @@ def judge(tests: Sequence[TestEvidence], baseline: Baseline | None, profile: str
         if not covered:
             result.unexercised.append(deviation)
         seen: list[str] = []
-        for pattern in deviation.tests or (None,):
-            names = covered_by(pattern, nodeids) if pattern is not None else None
+        for pattern in deviation.tests or (None,):  # by name and rule, the file a hint (module rules)
+            names = covered_by(pattern, [t.nodeid for t in covered]) if pattern is not None else None
             unit = [t for t in covered if names is None or t.nodeid in names]
             for test in unit:
                 if deviation.matches_failure(test):

@@ -41,19 +41,19 @@ from conformance.mutation import (
     timed_control,
 )
 from conformance.suite import SUITE_DIR
-from conformance.suite.machine_support import ENV_BUDGET
+from conformance.suite.steps.machine_support import ENV_BUDGET
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation
 from tests.conformance.deviations import BY_NAME, DEVIATIONS
 
 MAX_STEPS = 10
 MACHINES = {  # area -> its model machine test
-    "ack": "test_machines.py::test_acknowledgements_match_the_model",
-    "requeue": "test_machines.py::test_requeue_order_and_redelivered_match_the_model",
-    "qos": "test_machine_prefetch.py::test_prefetch_limits_match_the_model",
-    "confirms": "test_machine_confirms.py::test_publisher_confirms_match_the_model",
-    "cancel": "test_machine_cancel.py::test_cancel_notification_matches_the_model",
-    "timeout": "test_machine_timeout.py::test_timeout_precedence_and_reactions_match_the_model",
+    "ack": "ack/test_machine_ack.py::test_acknowledgements_match_the_model",
+    "requeue": "requeue/test_machine_requeue.py::test_requeue_order_and_redelivered_match_the_model",
+    "qos": "qos/test_machine_prefetch.py::test_prefetch_limits_match_the_model",
+    "confirms": "confirms/test_machine_confirms.py::test_publisher_confirms_match_the_model",
+    "cancel": "cancel/test_machine_cancel.py::test_cancel_notification_matches_the_model",
+    "timeout": "timeout/test_machine_timeout.py::test_timeout_precedence_and_reactions_match_the_model",
 }
 
 

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def evidence(name: str, verdict: str, *rules: str, area: str = "ack") -> TestEvidence:
-    return TestEvidence(f"conformance/suite/test_ack.py::{name}", verdict, area, rules or ("ACK-03",))
+    return TestEvidence(f"conformance/suite/ack/test_ack.py::{name}", verdict, area, rules or ("ACK-03",))
 
 
 def test_baseline_minimal_and_full_entries_parse() -> None:
@@ -82,13 +82,15 @@ def test_baseline_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_baseline_test_patterns() -> None:
-    nodeid = "conformance/suite/test_qos.py::test_limits[global]"
+    nodeid = "conformance/suite/qos/test_qos.py::test_limits[global]"
     for pattern in ("test_qos.py::test_limits[global]", "test_qos.py::test_limits", "test_limits", "test_limits[global]"):
-        assert matches(pattern, nodeid), pattern
+        assert matches(pattern, nodeid) and matches(pattern, nodeid, exact=True), pattern
     for pattern in ("test_limits[per-consumer]", "test_lim"):
         assert not matches(pattern, nodeid), pattern
-    for pattern in ("test_ack.py::test_limits", "suite/test_qos.py::test_limits"):  # the file is only a hint
+    for pattern in ("test_ack.py::test_limits", "qos/test_ack.py::test_limits"):  # the file is only a hint
         assert matches(pattern, nodeid) and not matches(pattern, nodeid, exact=True), pattern
+    for pattern in ("conformance/suite/test_qos.py::test_limits", "suite/qos/test_qos.py::test_limits[global]"):
+        assert matches(pattern, nodeid, exact=True), pattern  # the file by its name, wherever it was
 
 
 def test_baseline_pattern_survives_a_file_move() -> None:
@@ -97,7 +99,8 @@ def test_baseline_pattern_survives_a_file_move() -> None:
     moved = [evidence("x", "passed"), TestEvidence("conformance/suite/timeout/test_sac.py::test_stall", "failed",
                                                    "timeout", ("TMO-4.3-7",))]
     assert covered_by("test_timeout_sac.py::test_stall", [t.nodeid for t in moved]) == {moved[1].nodeid}
-    both = ["conformance/suite/test_confirms.py::test_t", "conformance/suite/test_through_clients.py::test_t"]
+    both = ["conformance/suite/confirms/test_confirms.py::test_t",
+            "conformance/suite/through_clients/test_through_clients.py::test_t"]
     assert covered_by("test_confirms.py::test_t", both) == {both[0]}
     baseline = parse_baseline('[[deviation]]\nrule = "TMO-4.3-7"\nreason = "r"\n'
                               'tests = ["test_timeout_sac.py::test_stall"]')
@@ -107,7 +110,7 @@ def test_baseline_pattern_survives_a_file_move() -> None:
 def test_judge_matches_the_failure_not_the_test() -> None:
     """A machine checks many rules: an entry for one of them accepts a failure of that rule only."""
     rules = ("TMO-03", "TMO-4.3-2", "TMO-4.3-5")
-    of_5 = TestEvidence("conformance/suite/test_machine_timeout.py::test_m", "failed", "timeout", rules,
+    of_5 = TestEvidence("conformance/suite/timeout/test_machine_timeout.py::test_m", "failed", "timeout", rules,
                         failures={"TMO-4.3-5": "ready messages not delivered: [a: 3 ready] (TMO-4.3-5)"})
     of_03 = TestEvidence(of_5.nodeid, "failed", "timeout", rules,
                          failures={"TMO-03": "basic.cancel for c1, whose timeout is not due (TMO-03)"})
@@ -124,7 +127,7 @@ def test_judge_matches_the_failure_not_the_test() -> None:
 
 
 def test_judge_message_pattern_narrows_an_entry() -> None:
-    race = TestEvidence("conformance/suite/test_timeout_sac.py::test_stall", "failed", "timeout", ("TMO-4.3-7",),
+    race = TestEvidence("conformance/suite/timeout/test_timeout_sac.py::test_stall", "failed", "timeout", ("TMO-4.3-7",),
                         failures={"TMO-4.3-7": "no basic.cancel for the second consumer within 3.2 s"})
     other = TestEvidence(race.nodeid, "failed", "timeout", ("TMO-4.3-7",),
                          failures={"TMO-4.3-7": "channel.close 406 instead of basic.cancel"})
@@ -183,7 +186,7 @@ def test_judge_per_test_patterns() -> None:
 def test_judge_a_failure_of_another_rule_neither_matches_nor_saves_an_entry() -> None:
     """A machine whose failure names ACK-09 (basic.recover answered 540) neither matches an ACK-01 entry
     nor keeps it from being an XPASS when a test of ACK-01 passed: failures name their rules."""
-    machine = TestEvidence("conformance/suite/test_machines.py::test_m", "failed", "ack", ("ACK-01", "ACK-09"),
+    machine = TestEvidence("conformance/suite/ack/test_machine_ack.py::test_m", "failed", "ack", ("ACK-01", "ACK-09"),
                            failures={"ACK-09": "basic.recover requeue=True: broker gave ConnectionClosed(540, 60, 110)"})
     tags = evidence("tags", "passed", "ACK-01")
     baseline = parse_baseline('[[deviation]]\nrule = "ACK-01"\nreason = "machines stop at basic.recover"\n')
@@ -274,7 +277,7 @@ def test_an_entry_for_one_rule_of_a_machine_does_not_accept_a_failure_of_another
     import sys
 
     from conformance.results.records import read_table
-    from conformance.suite import test_machine_timeout
+    from conformance.suite.timeout import test_machine_timeout
 
     suite = tmp_path / "suite"  # the timeout machine alone
     suite.mkdir()

@@ -25,11 +25,14 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, Recorder
 from conformance.drivers.relay import recording_relay
 from conformance.plugin.through_clients import relayed
-from conformance.suite.machine_client_confirms import ClientConfirmMachine
-from conformance.suite.machine_client_consuming import ClientCancelMachine, ClientPrefetchMachine
-from conformance.suite.machine_client_requeue import ClientRequeueMachine
-from conformance.suite.machine_clients import ClientMachine, client_step, run_client_machine
-from conformance.suite.machine_support import ENV_BUDGET, ENV_SHRINK
+from conformance.suite.steps.machine_support import ENV_BUDGET, ENV_SHRINK
+from conformance.suite.through_clients.machine_client_confirms import ClientConfirmMachine
+from conformance.suite.through_clients.machine_client_consuming import (
+    ClientCancelMachine,
+    ClientPrefetchMachine,
+)
+from conformance.suite.through_clients.machine_client_requeue import ClientRequeueMachine
+from conformance.suite.through_clients.machine_clients import ClientMachine, client_step, run_client_machine
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture)
 

@@ -29,8 +29,9 @@ from codec import (
 )
 from conformance.catalogue.rules import AREAS, rule
 from conformance.mutation import Outcome
-from conformance.suite.machine_base import MachineTarget, run_machine
-from conformance.suite.test_machines import AckMachine, RequeueMachine
+from conformance.suite.ack.test_machine_ack import AckMachine
+from conformance.suite.requeue.test_machine_requeue import RequeueMachine
+from conformance.suite.steps.machine_base import MachineTarget, run_machine
 from reference_broker.server import EmbeddedBroker
 from tests.conformance import deviation_matrix
 from tests.conformance.deviant import DeviantProxy, Deviation
@@ -123,7 +124,7 @@ def test_a_deviation_met_while_a_test_prepares_is_a_failure_of_its_rule(tmp_path
     from conformance.results.records import read_table
     from conformance.suite import SUITE_DIR
 
-    outcome = deviation_matrix.run(BY_NAME["first_confirm_nacked"], tmp_path, [f"{SUITE_DIR}/test_ack.py"],
+    outcome = deviation_matrix.run(BY_NAME["first_confirm_nacked"], tmp_path, [f"{SUITE_DIR}/ack/test_ack.py"],
                                    "first-nack", scale=1.0, time_limit=240.0)
     tests = read_table(tmp_path, "tests", "first-nack").to_pylist()
     verdicts = {t["verdict"] for t in tests}
@@ -139,7 +140,7 @@ def test_a_required_method_answered_with_540_fails_the_gate(tmp_path: Path) -> N
     from conformance.results.records import read_table
     from conformance.suite import SUITE_DIR
 
-    outcome = deviation_matrix.run(BY_NAME["qos_not_implemented"], tmp_path, [f"{SUITE_DIR}/test_qos.py"],
+    outcome = deviation_matrix.run(BY_NAME["qos_not_implemented"], tmp_path, [f"{SUITE_DIR}/qos/test_qos.py"],
                                    "qos-540", scale=1.0, time_limit=240.0)
     tests = read_table(tmp_path, "tests", "qos-540").to_pylist()
     verdicts = {t["verdict"] for t in tests}

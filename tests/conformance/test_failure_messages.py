@@ -79,16 +79,16 @@ def test_a_close_that_never_came_names_what_the_broker_sent_instead() -> None:
 PROGRESS = re.compile(r"^[.FEsxX]+\s*(\[\s*\d+%\])?$")  # pytest -q's progress line: dots, not cuts
 FAULTS = ["double_ack_accepted", "soft_errors_close_connection", "redelivered_not_set"]
 NODES = {  # test -> what its failure must say
-    "test_ack.py::test_double_ack_is_an_unknown_tag[plain]":
+    "ack/test_ack.py::test_double_ack_is_an_unknown_tag[plain]":
         ("ACK-04", "no channel.close from the broker where the rule requires one", "queue.declare-ok"),
-    "test_errors.py::test_soft_errors_close_only_their_channel[404]":
+    "errors/test_errors.py::test_soft_errors_close_only_their_channel[404]":
         ("ERR-02", "got ('connection', 404, 50, 10), expected ('channel', 404 NOT_FOUND, 50 QUEUE, 10)",
          "at index 0: got 'connection', expected 'channel'"),
-    "test_requeue.py::test_classic_requeue_restores_the_original_position[channel-close]":
+    "requeue/test_requeue.py::test_classic_requeue_restores_the_original_position[channel-close]":
         ("RQ-01", "the redelivered flag of each message", "b'm1': got False, expected True"),
-    "test_requeue.py::test_redelivered_is_false_first_and_true_after_a_return[reject-classic]":
+    "requeue/test_requeue.py::test_redelivered_is_false_first_and_true_after_a_return[reject-classic]":
         ("RQ-04", "came back with redelivered=false", "must come back with redelivered=true"),
-    "test_ack.py::test_nack_multiple_requeue_puts_every_message_back[up-to-3]":
+    "ack/test_ack_settle.py::test_nack_multiple_requeue_puts_every_message_back[up-to-3]":
         ("ACK-07", "b'm1' (tag 4), b'm2' (tag 5), b'm3' (tag 6) came back with redelivered=false", "ACK-06 broken"),
 }
 
@@ -105,9 +105,9 @@ def test_failures_through_the_plugin_are_whole_and_say_what_happened(tmp_path: P
                              capture_output=True, text=True, timeout=240, check=False)
     assert run.returncode == 1, run.stdout[-3000:]
     tests = {row["test_id"].split("/")[-1]: row for row in read_table(tmp_path, "tests", "messages").to_pylist()}
-    assert set(tests) == set(NODES), sorted(tests)
+    assert set(tests) == {node.split("/")[-1] for node in NODES}, sorted(tests)
     for node, (rule_id, *said) in NODES.items():
-        row = tests[node]
+        row = tests[node.split("/")[-1]]
         message = row["message"] or ""
         assert row["verdict"] == "failed" and rule_id in row["failed_rules"], (node, row["verdict"], message)
         assert not TRUNCATION.search(message), (node, message)

@@ -38,9 +38,9 @@ from tests.conftest import cli_env
 pytest_plugins = ["pytester"]
 
 SCALE = "0.1"  # every wait of the harness is 0.5 s
-SMOKE = f"{SUITE_DIR}/test_smoke_ack.py::test_unknown_tag_closes_the_channel_with_406"
-ACK_02 = f"{SUITE_DIR}/test_ack.py::test_tags_are_64_bit_without_wrap_or_truncation"
-CLI_SELECTION = ["--select", "ACK-02", "ACK-10"]  # test_ack.py: 2 x ACK-02, ACK-10; test_machines.py: ACK-01..10
+SMOKE = f"{SUITE_DIR}/ack/test_smoke_ack.py::test_unknown_tag_closes_the_channel_with_406"
+ACK_02 = f"{SUITE_DIR}/ack/test_ack.py::test_tags_are_64_bit_without_wrap_or_truncation"
+CLI_SELECTION = ["--select", "ACK-02", "ACK-10"]  # test_ack.py: 2 x ACK-02; test_ack_settle.py: ACK-10; test_machine_ack.py: ACK-01..10
 
 
 @pytest.fixture(scope="module")
@@ -125,19 +125,19 @@ class Case:
 
 
 CASES = [
-    Case("test_smoke_ack.py::test_unknown_tag_closes_the_channel_with_406", Mode.PASS, "", "triggered"),
-    Case("test_ack.py::test_cancel_leaves_deliveries_unacked_on_the_channel", Mode.BLACKHOLE,
+    Case("ack/test_smoke_ack.py::test_unknown_tag_closes_the_channel_with_406", Mode.PASS, "", "triggered"),
+    Case("ack/test_ack_settle.py::test_cancel_leaves_deliveries_unacked_on_the_channel", Mode.BLACKHOLE,
          f"NoReply: no reply within 0.5 s {WAITING}", "blackholed from queue.declare-ok on channel 1"),
-    Case("test_ack.py::test_tag_0_multiple_acks_everything_outstanding_and_never_fails", Mode.CLOSE,
+    Case("ack/test_ack.py::test_tag_0_multiple_acks_everything_outstanding_and_never_fails", Mode.CLOSE,
          f"ConnectionLost: connection closed: the broker ended it without connection.close {WAITING}",
          "reset the connection instead of sending queue.declare-ok on channel 1"),
-    Case("test_ack.py::test_tag_0_without_multiple_is_an_unknown_tag", Mode.GARBAGE,
+    Case("ack/test_ack.py::test_tag_0_without_multiple_is_an_unknown_tag", Mode.GARBAGE,
          f"ConnectionLost: undecodable frame from the broker {WAITING}: 501 FRAME_ERROR: frame end octet 0xff",
          "sent 10 garbage octets instead of queue.declare-ok on channel 1"),
-    Case("test_ack.py::test_tags_are_64_bit_without_wrap_or_truncation[2^32+1]", Mode.WRONG_METHOD,
+    Case("ack/test_ack.py::test_tags_are_64_bit_without_wrap_or_truncation[2^32+1]", Mode.WRONG_METHOD,
          f"UnexpectedMethod: unexpected exchange.declare-ok on channel 1 {WAITING}",
          "sent exchange.declare-ok instead of queue.declare-ok on channel 1"),
-    Case("test_ack.py::test_ack_mode_is_chosen_per_consume_and_per_get", Mode.DELAY,
+    Case("ack/test_ack_settle.py::test_ack_mode_is_chosen_per_consume_and_per_get", Mode.DELAY,
          f"NoReply: no reply within 0.5 s {WAITING}", "delayed queue.declare-ok on channel 1 by 2 s"),
 ]
 

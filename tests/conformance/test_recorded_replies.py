@@ -1,7 +1,8 @@
-"""Reply codes through client libraries that hide them (conformance/suite/recorded_replies.py, issue 26).
+"""Reply codes through client libraries that hide them (issue 26,
+conformance/suite/through_clients/recorded_replies.py).
 
 The through-client checks of a reply code (ACK-03's channel.close 406, PC-06's basic.return 312,
-conformance/suite/test_through_clients.py) assert the exact code; where the library does not show
+conformance/suite/through_clients/test_through_clients.py) assert the exact code; where the library does not show
 it they read the code the broker sent from the relay's recorded frames. Shown here: each check
 fails a broker that sends the wrong code (the proxy deviations codes_404_406_swapped and
 return_code_313), naming its rule, through the library's own view and through a view without
@@ -37,7 +38,7 @@ from conformance.drivers.relay import recording_relay
 from conformance.interpose.frames import Frame
 from conformance.plugin.session import Names, Target
 from conformance.plugin.through_clients import relayed
-from conformance.suite import test_through_clients as suite
+from conformance.suite.through_clients import test_through_clients as suite
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation, Io, encode
 from tests.conformance.deviations import Codes404And406Swapped

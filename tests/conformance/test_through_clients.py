@@ -20,8 +20,8 @@ from conformance.drivers.interface import Recorder
 from conformance.drivers.relay import recording_relay
 from conformance.plugin.through_clients import relayed
 from conformance.results.records import read_table
-from conformance.suite.machine_clients import run_client_ack_machine
-from conformance.suite.machine_support import ENV_SHRINK
+from conformance.suite.steps.machine_support import ENV_SHRINK
+from conformance.suite.through_clients.machine_clients import run_client_ack_machine
 from reference_broker.server import EmbeddedBroker
 from tests.conftest import cli_env
 

@@ -33,7 +33,7 @@ from codec import (
     encode_method,
 )
 from conformance.drivers.raw import RawClient
-from conformance.suite.wire_steps import publish_burst, wait_channel_closed
+from conformance.suite.steps.wire import publish_burst, wait_channel_closed
 from reference_broker.server import EmbeddedBroker
 from reports.audit.context import recording_contexts
 from reports.audit.partition import audit_table

@@ -14,7 +14,7 @@ from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 
 FAULT = "streams_time_out"
-NODE = "test_timeout.py::test_classic_queues_and_streams_never_time_out[stream]"
+NODE = "timeout/test_timeout_quorum.py::test_classic_queues_and_streams_never_time_out[stream]"
 
 
 @pytest.mark.timeout(300)

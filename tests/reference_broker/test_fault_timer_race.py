@@ -16,7 +16,7 @@ from codec import BasicCancel, BasicConsume, BasicDeliver, BasicQos, ChannelOpen
 from conformance.gate.baseline import load_baseline
 from conformance.plugin.evidence import TestEvidence
 from conformance.results.records import read_table
-from conformance.suite import test_timeout_sac
+from conformance.suite.timeout import test_timeout_sac
 from reference_broker.core import Effect, Meta, StartTimer
 from reference_broker.server import EmbeddedBroker
 from tests.conftest import cli_env
@@ -157,7 +157,7 @@ def test_the_4_3_6_baseline_accepts_a_late_cancel_only_when_a_command_brought_it
 
     def failed(violation: AssertionError) -> TestEvidence:
         text = f"{type(violation).__name__}: {violation}"
-        return TestEvidence("conformance/suite/test_timeout_sac.py::test_sac_stalls_once_every_consumer_timed_out",
+        return TestEvidence("conformance/suite/timeout/test_timeout_sac.py::test_sac_stalls_once_every_consumer_timed_out",
                             "failed", "timeout", ("TMO-4.3-7",), text, failures={"TMO-4.3-7": text})
 
     assert entry.matches_failure(failed(test_timeout_sac.late_timeout("b", 3.2, 0.01, 1.0)))  # the race

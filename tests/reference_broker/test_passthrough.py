@@ -38,7 +38,7 @@ from codec.frames import encode_header_payload
 from codec.spec import PROPERTIES
 from codec.wire_properties import WireProperties, decode_image, headers_table, table_entries
 from conformance.drivers.raw import RawClient
-from conformance.suite.test_messages import RABBITMQ_TYPES
+from conformance.suite.messages.test_messages import RABBITMQ_TYPES
 from reference_broker.server import EmbeddedBroker
 from tests.codec.strategies import domain_strategy, typed_tables
 from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture)

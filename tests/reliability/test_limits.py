@@ -5,8 +5,8 @@ goes back to its queue, and the broker carries a thousand connections at once.
 The default limits themselves have wire tests in the conformance suite, which runs against
 this broker too: FRM-01/FRM-02 `test_framing.py::test_frame_min_size_is_the_lowest_frame_max`
 and `::test_frames_before_tune_ok_are_limited_to_frame_min_size`, FRM-03
-`::test_a_payload_over_frame_max_is_a_fatal_501`, ERR-04 `test_errors.py::
-test_channel_max_exceeded_is_530`, PC-12 `test_confirms.py::
+`::test_a_payload_over_frame_max_is_a_fatal_501`, ERR-04 `test_error_texts.py::
+test_channel_max_exceeded_is_530`, PC-12 `test_confirms_refusals.py::
 test_body_over_the_default_max_message_size_is_406`, HB-01 `test_framing.py::
 test_a_silent_client_is_dropped_after_two_to_three_intervals`. The tests here configure the
 broker's own limits and attack them: headers announcing huge frames, idle sockets, floods.

@@ -36,7 +36,7 @@ from codec import (
 )
 from codec.fast_tables import RABBITMQ_TABLES
 from conformance.drivers.raw import ConnectionClosed, ConnectionLost, RawClient, Recorder
-from conformance.suite.wire_steps import Handshake, handshake
+from conformance.suite.steps.wire import Handshake, handshake
 from reference_broker import auth
 from reference_broker.config import SHA512, BrokerConfig, ConfigError, load_config
 from reference_broker.server import EmbeddedBroker

@@ -1,0 +1,1 @@
+"""The ack area: delivery tags and acknowledgements over the wire, and the ack machine."""

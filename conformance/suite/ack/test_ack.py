@@ -1,0 +1,279 @@
+"""Acknowledgements over the wire, the delivery tags: ACK-01..06 and ACK-08 (the tags, unknown
+and double acks, multiple and tag 0, settling in a transaction). ACK-07, ACK-09, ACK-10 and the
+seed sentences S001-01..03: test_ack_settle.py.
+
+Rules:
+- Errors are compared by scope, reply code and class/method id; the reply text is asserted
+  only where the rule is about it (ACK-03's "PRECONDITION_FAILED - unknown delivery tag <N>",
+  on the RabbitMQ profiles; a plain AMQP 0-9-1 broker's text is not checked).
+- Whether a delivery was settled is observed through the queue: a delivery still unacked when
+  its channel closes is requeued (RQ-03), so the ready count after the close tells settled
+  (gone) from outstanding (back). basic.ack/nack/reject have no reply, so a round trip after
+  them (a passive queue.declare) surfaces the channel.close they provoke.
+- basic.nack is a RabbitMQ extension: on the amqp-0-9-1 profile those cases are `not-applicable`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from codec import (
+    BasicAck,
+    BasicNack,
+    BasicReject,
+    TxCommit,
+    TxCommitOk,
+    TxRollback,
+    TxRollbackOk,
+    TxSelect,
+    TxSelectOk,
+)
+from codec.constants import METHOD_IDS, ReplyCode
+from conformance.drivers.raw import ChannelClosed, RawClient
+from conformance.plugin.session import Names, Target
+from conformance.plugin.verdicts import not_applicable
+from conformance.suite.steps.queues import (
+    RETURN_S,
+    Connect,
+    Publisher,
+    assert_ready_elsewhere,
+    assert_redelivered,
+    bodies,
+    consume,
+    declare,
+    filled,
+    get,
+    get_all,
+    messages,
+    ready,
+    require_nack,
+    settle,
+    tag_of,
+    take,
+)
+
+UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
+SETTLE_METHOD_IDS = {kind: METHOD_IDS[f"basic.{kind}"] for kind in ("ack", "reject", "nack")}
+
+
+def closed_on(client: RawClient, ch: int, queue: str) -> ChannelClosed:
+    """The channel.close that earlier methods on `ch` provoked, surfaced by a round trip."""
+    with pytest.raises(ChannelClosed) as info:
+        ready(client, ch, queue)
+    return info.value
+
+
+def assert_unknown_tag(closed: ChannelClosed, tag: int, kind: str, target: Target, rule_id: str) -> None:
+    """ACK-03: channel.close 406, class 60, the settling method's id; the text on RabbitMQ."""
+    assert (closed.scope, closed.code, closed.class_id, closed.method_id) == (
+        "channel", ReplyCode.PRECONDITION_FAILED, *SETTLE_METHOD_IDS[kind]), closed
+    if target.profile.expect(rule_id) == "required":
+        assert closed.text == UNKNOWN_TAG.format(tag)
+
+
+# -- ACK-01, ACK-02: the tags ------------------------------------------------------------------
+@pytest.mark.rules("ACK-01")
+def test_tags_count_per_channel_from_1_across_get_and_consumers(connect: Connect, names: Names,
+                                                                 target: Target) -> None:
+    client = connect()
+    ch, other = client.channel(), client.channel()
+    q1, q2, q3 = (declare(client, ch, names.queue(label)) for label in ("a", "b", "c"))
+    publisher = Publisher(client)
+    publisher.publish(q1, messages(3))
+    publisher.publish(q2, messages(3))
+    publisher.publish(q3, messages(1))
+    other_tags = [tag_of(get(client, other, q2))]
+    tags = [tag_of(get(client, ch, q1)), tag_of(get(client, ch, q1, no_ack=True))]
+    consume(client, ch, q1)  # manual ack, one message left
+    tags += [d.tag for d in take(client, ch, 1)]
+    consume(client, ch, q2, no_ack=True)  # a second consumer, no-ack: two messages left
+    tags += [d.tag for d in take(client, ch, 2)]
+    other_tags.append(tag_of(get(client, other, q3)))
+    if target.profile.expect("ACK-01") == "required":
+        assert tags == [1, 2, 3, 4, 5]
+        assert other_tags == [1, 2]
+    else:
+        for seq in (tags, other_tags):
+            assert all(t > 0 for t in seq) and seq == sorted(set(seq)), seq
+
+
+@pytest.mark.rules("ACK-02")
+@pytest.mark.parametrize("tag", [2**32 + 1, 2**63 - 1], ids=["2^32+1", "2^63-1"])
+def test_tags_are_64_bit_without_wrap_or_truncation(connect: Connect, names: Names, target: Target,
+                                                    tag: int) -> None:
+    client, ch, queue = filled(connect, names, 1)
+    assert tag_of(get(client, ch, queue)) == 1
+    client.send(ch, BasicAck(delivery_tag=tag))  # a 32-bit truncation of 2^32+1 would ack tag 1
+    assert_unknown_tag(closed_on(client, ch, queue), tag, "ack", target, "ACK-02")
+    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(RETURN_S))  # tag 1 was not acked: requeued
+
+
+# -- ACK-03, ACK-04: unknown and double acks -------------------------------------------------
+@pytest.mark.rules("ACK-03")
+@pytest.mark.parametrize("kind", ["ack", "reject", "nack"])
+@pytest.mark.parametrize("case", ["never-issued", "already-settled", "other-channel"])
+def test_unknown_tag_closes_the_channel_406(connect: Connect, names: Names, target: Target, kind: str,
+                                            case: str) -> None:
+    if kind == "nack":
+        require_nack(target.profile)
+    client, ch, queue = filled(connect, names, 1)
+    bad = 5
+    if case == "already-settled":
+        bad = tag_of(get(client, ch, queue))
+        client.send(ch, BasicAck(delivery_tag=bad))
+    elif case == "other-channel":
+        owner = client.channel()
+        bad = tag_of(get(client, owner, queue))
+    client.send(ch, settle(kind, bad))
+    assert_unknown_tag(closed_on(client, ch, queue), bad, kind, target, "ACK-03")
+    if case == "other-channel":  # the owning channel is untouched and still holds the delivery
+        client.send(owner, BasicAck(delivery_tag=bad))
+        assert ready(client, owner, queue) == 0
+
+
+@pytest.mark.rules("ACK-03", "RQ-03")
+def test_unknown_tag_requeues_the_channels_deliveries(connect: Connect, names: Names, target: Target) -> None:
+    client, ch, queue = filled(connect, names, 2)
+    assert [d.tag for d in get_all(client, ch, queue)] == [1, 2]
+    client.send(ch, BasicAck(delivery_tag=9))
+    assert_unknown_tag(closed_on(client, ch, queue), 9, "ack", target, "ACK-03")
+    assert_ready_elsewhere(connect, {queue: 2}, target.timeout(RETURN_S))  # back once the channel is gone
+    assert_redelivered(get_all(client, client.channel(), queue), [b"m1", b"m2"])
+
+
+@pytest.mark.rules("ACK-04")
+@pytest.mark.parametrize("tx", [False, True], ids=["plain", "tx"])
+def test_double_ack_is_an_unknown_tag(connect: Connect, names: Names, target: Target, tx: bool) -> None:
+    client, ch, queue = filled(connect, names, 1)
+    if tx:
+        client.rpc(ch, TxSelect(), TxSelectOk)
+    tag = tag_of(get(client, ch, queue))
+    client.send(ch, BasicAck(delivery_tag=tag))
+    client.send(ch, BasicAck(delivery_tag=tag))
+    assert_unknown_tag(closed_on(client, ch, queue), tag, "ack", target, "ACK-04")
+
+
+# -- ACK-05, ACK-06: multiple and tag 0 ------------------------------------------------------
+@pytest.mark.rules("ACK-05")
+def test_multiple_settles_every_tag_up_to_n_from_get_and_all_consumers(connect: Connect, names: Names,
+                                                                        target: Target) -> None:
+    client = connect()
+    ch = client.channel()
+    q1, q2 = declare(client, ch, names.queue("a")), declare(client, ch, names.queue("b"))
+    publisher = Publisher(client)
+    publisher.publish(q1, messages(3))
+    publisher.publish(q2, messages(2))
+    assert tag_of(get(client, ch, q1)) == 1
+    consume(client, ch, q1)
+    assert [d.tag for d in take(client, ch, 2)] == [2, 3]
+    consume(client, ch, q2)
+    assert [d.tag for d in take(client, ch, 2)] == [4, 5]
+    client.send(ch, BasicAck(delivery_tag=4, multiple=True))
+    assert ready(client, ch, q2) == 0  # round trip: the ack was handled without error
+    client.close_channel(ch)
+    assert_ready_elsewhere(connect, {q1: 0, q2: 1}, target.timeout(RETURN_S))
+
+
+@pytest.mark.rules("ACK-05")
+@pytest.mark.parametrize("case", ["already-settled", "above-highest"])
+def test_multiple_needs_n_outstanding_and_settles_nothing_otherwise(connect: Connect, names: Names,
+                                                                   target: Target, case: str) -> None:
+    client, ch, queue = filled(connect, names, 3)
+    assert [d.tag for d in get_all(client, ch, queue)] == [1, 2, 3]
+    if case == "already-settled":
+        client.send(ch, BasicAck(delivery_tag=2))
+        bad, left = 2, 2
+    else:
+        bad, left = 7, 3
+    client.send(ch, BasicAck(delivery_tag=bad, multiple=True))
+    assert_unknown_tag(closed_on(client, ch, queue), bad, "ack", target, "ACK-05")
+    assert_ready_elsewhere(connect, {queue: left}, target.timeout(RETURN_S))  # tags below N were not settled
+
+
+@pytest.mark.rules("ACK-05", "ACK-07")
+def test_nack_multiple_settles_up_to_n(connect: Connect, names: Names, target: Target) -> None:
+    require_nack(target.profile)
+    client, ch, queue = filled(connect, names, 3)
+    assert len(get_all(client, ch, queue)) == 3
+    client.send(ch, BasicNack(delivery_tag=2, multiple=True, requeue=False))
+    assert ready(client, ch, queue) == 0  # discarded, not requeued
+    client.close_channel(ch)
+    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(RETURN_S))  # m3 back with the channel (RQ-03)
+    assert bodies(get_all(client, client.channel(), queue)) == [b"m3"]
+
+
+@pytest.mark.rules("ACK-06")
+def test_tag_0_multiple_acks_everything_outstanding_and_never_fails(connect: Connect, names: Names, target: Target) -> None:
+    client, ch, queue = filled(connect, names, 2)
+    client.send(ch, BasicAck(delivery_tag=0, multiple=True))  # nothing outstanding yet
+    assert ready(client, ch, queue) == 2  # answered: the channel is still open
+    q2 = declare(client, ch, names.queue("b"))
+    Publisher(client).publish(q2, messages(1))
+    consume(client, ch, q2)
+    take(client, ch, 1)
+    assert len(get_all(client, ch, queue)) == 2
+    client.send(ch, BasicAck(delivery_tag=0, multiple=True))
+    assert ready(client, ch, queue) == 0
+    client.close_channel(ch)
+    assert_ready_elsewhere(connect, {queue: 0, q2: 0}, target.timeout(RETURN_S))
+
+
+@pytest.mark.rules("ACK-06")
+def test_tag_0_without_multiple_is_an_unknown_tag(connect: Connect, names: Names, target: Target) -> None:
+    if target.profile.expect("ACK-06") != "required":
+        not_applicable("delivery-tag 0 with multiple=false is not specified by AMQP 0-9-1")
+    client, ch, queue = filled(connect, names, 1)
+    assert tag_of(get(client, ch, queue)) == 1  # something is outstanding, still an error
+    client.send(ch, BasicAck(delivery_tag=0))
+    assert_unknown_tag(closed_on(client, ch, queue), 0, "ack", target, "ACK-06")
+
+
+# -- ACK-08: transactions --------------------------------------------------------------------
+@pytest.mark.rules("ACK-08")
+@pytest.mark.parametrize("kind", ["ack", "reject", "nack"])
+def test_unknown_tag_in_tx_fails_at_ack_time_not_at_commit(connect: Connect, names: Names,
+                                                            target: Target, kind: str) -> None:
+    if kind == "nack":
+        require_nack(target.profile)
+    client, ch, _queue = filled(connect, names, 1)
+    client.rpc(ch, TxSelect(), TxSelectOk)
+    client.send(ch, settle(kind, 7))
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, TxCommit(), TxCommitOk)
+    # the failing method is the ack itself (60/80..120), not tx.commit (90/20)
+    assert_unknown_tag(closed.value, 7, kind, target, "ACK-08")
+
+
+@pytest.mark.rules("ACK-08")
+@pytest.mark.parametrize("steps, left", [
+    (("ack",), 1),  # never committed: still outstanding when the channel closes
+    (("ack", "commit"), 0),
+    (("ack", "rollback"), 1),  # rollback makes the delivery unacked again
+    (("ack", "rollback", "ack", "commit"), 0),  # ... so it can be acked again
+], ids=["uncommitted", "commit", "rollback", "rollback-reack"])
+def test_tx_ack_is_settled_at_commit_and_restored_by_rollback(connect: Connect, names: Names, target: Target,
+                                                               steps: tuple[str, ...], left: int) -> None:
+    client, ch, queue = filled(connect, names, 1)
+    client.rpc(ch, TxSelect(), TxSelectOk)
+    tag = tag_of(get(client, ch, queue))
+    for step in steps:
+        if step == "ack":
+            client.send(ch, BasicAck(delivery_tag=tag))
+        elif step == "commit":
+            client.rpc(ch, TxCommit(), TxCommitOk)
+        else:
+            client.rpc(ch, TxRollback(), TxRollbackOk)
+    assert ready(client, ch, queue) == 0
+    client.close_channel(ch)
+    assert_ready_elsewhere(connect, {queue: left}, target.timeout(RETURN_S))
+
+
+@pytest.mark.rules("ACK-08")
+def test_tx_reject_requeues_only_at_commit(connect: Connect, names: Names) -> None:
+    client, ch, queue = filled(connect, names, 1)
+    client.rpc(ch, TxSelect(), TxSelectOk)
+    tag = tag_of(get(client, ch, queue))
+    client.send(ch, BasicReject(delivery_tag=tag, requeue=True))
+    assert get(client, ch, queue) is None  # deferred: not back in the queue yet
+    client.rpc(ch, TxCommit(), TxCommitOk)
+    assert_redelivered(get(client, ch, queue), b"m1")

@@ -1,0 +1,1 @@
+"""The cancel area: consumer cancellation and its notification, and the cancel machine."""

@@ -1,0 +1,1 @@
+"""The errors area: channel and connection errors, their reply codes and texts, and declarations."""

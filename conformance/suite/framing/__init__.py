@@ -1,0 +1,1 @@
+"""The framing area: framing, tuning, connection end and heartbeats over the wire."""

@@ -1,0 +1,289 @@
+"""Framing, tuning, connection end and heartbeats over the wire (RULES.md §7: FRM-01..03,
+NET-01, HB-01).
+
+Tune/start-ok tests drive the handshake by hand (`steps.wire.handshake`), several at once,
+because RabbitMQ 3.10.8 refuses a bad handshake silently: it resets the socket after a 3 s
+delay without connection.close (live). That is made explicit per profile below.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from codec import (
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicPublish,
+    BodyFrame,
+    ChannelOpen,
+    ChannelOpenOk,
+    ConnectionClose,
+    ConnectionCloseOk,
+    HeartbeatFrame,
+    QueueDeclare,
+    QueueDeclareOk,
+    encode_content,
+    encode_frame,
+    encode_header,
+    encode_heartbeat,
+    encode_method,
+)
+from codec.constants import METHOD_IDS, ReplyCode
+from conformance.drivers.raw import BrokerAddress, ConnectionClosed, ConnectionLost, RawClient, Recorder
+from conformance.plugin.session import Names, Target
+from conformance.plugin.verdicts import judged_elsewhere
+from conformance.suite.steps.wire import (
+    Handshake,
+    frame_min_size,
+    handshakes,
+    inbound,
+    outcome,
+    publish_burst,
+    pump,
+    socket_end,
+    start_ok_for,
+    sync,
+)
+
+Connect = Callable[..., RawClient]
+RABBITMQ_TUNE = (2047, 131072, 60)  # channel_max, frame_max, heartbeat (FRM-01 defaults)
+
+
+def silent_refusal(target: Target) -> bool:
+    """RabbitMQ 3.10.8 (live): a refused tune-ok gets no connection.close; the socket is reset
+    ~3 s later. The 530 text only reaches the broker log ("failed to negotiate connection
+    parameters: negotiated frame_max = 4095 is lower than the minimum allowed value (4096)").
+    The catalogue still says `required` for rabbitmq-3.10 (reported)."""
+    return target.profile.name == "rabbitmq-3.10"
+
+
+def assert_refused(target: Target, result: Handshake, text: str | None) -> None:
+    """A refused tune-ok: never open-ok; connection.close 530 (10/31) with `text`, or on the
+    profiles that allow it, the socket's end without connection.close."""
+    assert not result.open_ok, f"the broker accepted a tune-ok it must refuse: {result}"
+    if result.close is None:
+        assert result.ended is not None, f"neither a close nor the socket's end: {result}"
+        if not (silent_refusal(target) or target.profile.expect("FRM-01").startswith("variant:")):
+            # raised, not asserted: pytest's introspection of this condition would quote the profile
+            raise AssertionError(f"the refused tune-ok must be answered with connection.close 530 NOT_ALLOWED "
+                                 f"(10/31); the broker ended the socket ({result.ended}) without it")
+        return
+    close = result.close
+    assert (close.reply_code, close.class_id, close.method_id) == (ReplyCode.NOT_ALLOWED, *METHOD_IDS["connection.tune-ok"]), close
+    if text is not None and target.profile.expect("FRM-01") == "required":
+        assert close.reply_text == text, close.reply_text
+
+
+# -- FRM-01 ----------------------------------------------------------------------------------
+@pytest.mark.rules("FRM-01")
+def test_tune_offers_the_default_limits(connect: Connect, target: Target) -> None:
+    tune = connect().tune
+    assert tune is not None
+    if target.profile.expect("FRM-01") == "required":
+        assert (tune.channel_max, tune.frame_max, tune.heartbeat) == RABBITMQ_TUNE
+    else:
+        assert tune.frame_max == 0 or tune.frame_max >= 4096, tune
+
+
+@pytest.mark.rules("FRM-01")
+def test_tune_ok_within_the_bounds_opens(connect: Connect, target: Target, recorder: Recorder) -> None:
+    offered = connect().tune
+    assert offered is not None
+    low = frame_min_size(target.profile)
+    cases = [{"frame_max": low}, {"frame_max": offered.frame_max}, {"channel_max": 1},
+             {"channel_max": offered.channel_max}, {"heartbeat": 0}]
+    results = handshakes(target.url, recorder, target.timeout(5), [{"tune_ok": c} for c in cases])
+    for case, result in zip(cases, results, strict=True):
+        assert result.open_ok, f"tune-ok {case} refused: {result}"
+
+
+@pytest.mark.rules("FRM-01")
+def test_tune_ok_out_of_bounds_is_530(target: Target, recorder: Recorder) -> None:
+    low = frame_min_size(target.profile)
+    high_frame, high_channel = 131072, 2047  # the defaults offered (test_tune_offers_...)
+    cases: list[tuple[dict[str, int], str | None]] = [
+        ({"frame_max": low - 1}, f"negotiated frame_max = {low - 1} is lower than the minimum allowed value ({low})"),
+        ({"frame_max": high_frame + 1},
+         f"negotiated frame_max = {high_frame + 1} is higher than the maximum allowed value ({high_frame})"),
+        ({"frame_max": 0}, f"negotiated frame_max = 0 is higher than the maximum allowed value ({high_frame})"),
+        ({"channel_max": high_channel + 1}, f"negotiated channel_max = {high_channel + 1} is higher than the "
+                                            f"maximum allowed value ({high_channel})"),
+        ({"channel_max": 0}, None),  # HEAD adds " (no limit)" after the 0; the catalogue does not say
+    ]
+    results = handshakes(target.url, recorder, target.timeout(6), [{"tune_ok": c} for c, _ in cases])
+    for (case, text), result in zip(cases, results, strict=True):
+        assert result.tune is not None, f"{case}: no connection.tune"
+        assert_refused(target, result, None if text is None else f"NOT_ALLOWED - {text}")
+        if result.close is not None and text is None:
+            assert result.close.reply_text.startswith("NOT_ALLOWED - negotiated channel_max = 0"), result.close
+
+
+# -- FRM-02 ----------------------------------------------------------------------------------
+@pytest.mark.rules("FRM-02")
+def test_frame_min_size_is_the_lowest_frame_max(target: Target, recorder: Recorder) -> None:
+    low = frame_min_size(target.profile)
+    exact, below = handshakes(target.url, recorder, target.timeout(6),
+                              [{"tune_ok": {"frame_max": low}}, {"tune_ok": {"frame_max": low - 1}}])
+    assert exact.open_ok, f"frame_max = FRAME_MIN_SIZE ({low}) refused: {exact}"
+    assert_refused(target, below, f"NOT_ALLOWED - negotiated frame_max = {low - 1} is lower than the "
+                                  f"minimum allowed value ({low})")
+
+
+@pytest.mark.rules("FRM-02")
+def test_frames_before_tune_ok_are_limited_to_frame_min_size(target: Target, recorder: Recorder) -> None:
+    """A start-ok whose payload is exactly FRAME_MIN_SIZE is read; one octet more is refused
+    (no connection.tune; the connection ends, with or without connection.close)."""
+    low = frame_min_size(target.profile)
+    address = BrokerAddress.parse(target.url)
+    exact, over = handshakes(target.url, recorder, target.timeout(6), [
+        {"start_ok": start_ok_for(address, payload_size=low)},
+        {"start_ok": start_ok_for(address, payload_size=low + 1)}])
+    assert exact.tune is not None and exact.open_ok, exact
+    assert over.tune is None and not over.open_ok, f"an oversized start-ok was accepted: {over}"
+    if over.close is not None:
+        assert over.close.reply_code == ReplyCode.FRAME_ERROR, over.close
+    else:
+        assert over.ended is not None, f"the broker neither refused nor ended the handshake: {over}"
+
+
+# -- FRM-03 ----------------------------------------------------------------------------------
+def _payload_limit(target: Target, frame_max: int) -> int:
+    """FRM-03: RabbitMQ accepts payloads up to frame_max; the plain spec up to frame_max - 8."""
+    return frame_max - 8 if target.profile.expect("FRM-03").startswith("variant:") else frame_max
+
+
+@pytest.mark.rules("FRM-03")
+def test_a_payload_of_frame_max_is_accepted(connect: Connect, names: Names, target: Target) -> None:
+    frame_max = frame_min_size(target.profile)
+    limit = _payload_limit(target, frame_max)
+    client = connect(frame_max=frame_max)
+    ch = client.channel()
+    queue = names.queue()
+    client.rpc(ch, QueueDeclare(queue=queue), QueueDeclareOk)
+    client.send_raw(encode_method(ch, BasicPublish(routing_key=queue)) + encode_header(ch, limit)
+                    + encode_frame(3, ch, bytes(limit)), channel=ch)
+    got = client.rpc(ch, BasicGet(queue=queue, no_ack=True), BasicGetOk, BasicGetEmpty)
+    assert isinstance(got.method, BasicGetOk) and len(got.body) == limit
+
+
+@pytest.mark.rules("FRM-03")
+def test_a_payload_over_frame_max_is_a_fatal_501(connect: Connect, names: Names, target: Target) -> None:
+    frame_max = frame_min_size(target.profile)
+    over = _payload_limit(target, frame_max) + 1
+    client = connect(frame_max=frame_max)
+    ch = client.channel()
+    client.send_raw(encode_method(ch, BasicPublish(routing_key=names.prefix)) + encode_header(ch, over)
+                    + encode_frame(3, ch, bytes(over)), channel=ch)
+    with pytest.raises(ConnectionClosed) as closed:
+        sync(client, ch)
+    assert outcome(closed.value) == ("connection", ReplyCode.FRAME_ERROR, 0, 0)
+
+
+@pytest.mark.rules("FRM-03")
+def test_the_broker_splits_bodies_by_frame_max(connect: Connect, names: Names, target: Target) -> None:
+    frame_max = frame_min_size(target.profile)
+    client = connect(frame_max=frame_max)
+    ch = client.channel()
+    queue = names.queue()
+    client.rpc(ch, QueueDeclare(queue=queue), QueueDeclareOk)
+    publish_burst(client, ch, [queue], body=bytes(3 * frame_max))
+    got = client.rpc(ch, BasicGet(queue=queue, no_ack=True), BasicGetOk, BasicGetEmpty)
+    assert len(got.body) == 3 * frame_max
+    sizes = [len(f.payload) for f in inbound(client, ch) if isinstance(f, BodyFrame)]
+    assert sizes and max(sizes) <= frame_max - 8, sizes
+
+
+# -- NET-01 ----------------------------------------------------------------------------------
+@pytest.mark.rules("NET-01")
+def test_after_a_broker_close_the_socket_ends_with_eof_or_reset(connect: Connect, target: Target) -> None:
+    client = connect()
+    ch = client.channel()
+    client.send(ch, ChannelOpen())  # 504: the broker closes the connection
+    with pytest.raises(ConnectionClosed) as closed:
+        client.expect(ch, ChannelOpenOk, timeout=target.timeout(5))
+    assert closed.value.code == ReplyCode.CHANNEL_ERROR  # the driver has answered close-ok
+    end = socket_end(client, target.timeout(5))
+    assert end in ("eof", "reset"), f"after close-ok the socket did not end cleanly: {end}"
+    client.close()  # and the driver treats it as the normal end: no exception
+
+
+# -- NET-02 ----------------------------------------------------------------------------------
+@pytest.mark.rules("NET-02")
+def test_after_a_client_close_the_socket_is_left_to_the_client(connect: Connect, names: Names,
+                                                               target: Target) -> None:
+    """Publishes still in flight behind the close: close-ok arrives, the socket stays open (no
+    EOF, no reset) for the second we watch it, since the heartbeat is off (30 s on RabbitMQ)."""
+    if not target.profile.rabbitmq:
+        judged_elsewhere(target.profile, "NET-02")
+    client = connect(heartbeat=0)
+    ch = client.channel()
+    publish = encode_content(ch, BasicPublish(routing_key=names.queue("nowhere")), body=bytes(4000))
+    client.send_raw(encode_method(0, ConnectionClose(ReplyCode.REPLY_SUCCESS, "bye", 0, 0)) + publish * 50)
+    client.send_raw(publish * 50)  # still writing after its close
+    client.expect(0, ConnectionCloseOk, timeout=target.timeout(5))
+    end = socket_end(client, target.timeout(1))
+    assert client.sock is not None
+    client.sock.close()
+    client.sock = None  # closed here: the driver has nothing left to close
+    assert end == "open", f"the broker ended the socket after close-ok instead of leaving it to the client: {end}"
+
+
+# -- HB-01 ----------------------------------------------------------------------------------
+HB_SLACK = 0.3  # seconds on top of heartbeat/2 for scheduling
+HB_WINDOW = 1.9  # long enough to see two consecutive broker heartbeats even at 1 s spacing
+
+
+@pytest.mark.rules("HB-01")
+def test_the_broker_sends_heartbeats_every_half_interval(connect: Connect, target: Target) -> None:
+    """heartbeat=1 (far below the 60 s offered: the client's value rules, no bounds); while
+    idle the broker must send a heartbeat whenever it sent nothing for 0.5 s."""
+    client = connect(heartbeat=1)
+    start = time.monotonic()
+    while time.monotonic() - start < HB_WINDOW:  # our own heartbeats keep the connection alive
+        client.send_raw(encode_heartbeat(), channel=0)
+        pump(client, 0.4)
+    end = time.monotonic()
+    beats = [r.ts for r in client.recorder.frames
+             if r.connection == client.id and r.direction == "in" and isinstance(r.frame, HeartbeatFrame)]
+    silences = [round(b - a, 2) for a, b in zip([start, *beats], [*beats, end], strict=True)]
+    want = 0.5 if target.profile.rabbitmq else 1.0  # the spec: a heartbeat per interval
+    assert max(silences) <= want + target.timeout(HB_SLACK), (
+        f"longest broker silence {max(silences)} s with heartbeat=1 (want ≤ {want} s + slack); "
+        f"silences between heartbeats: {silences}")
+
+
+@pytest.mark.rules("HB-01")
+@pytest.mark.parametrize("heartbeat", [0, 120], ids=["disabled", "above-offered"])
+def test_the_heartbeat_is_the_clients_value(connect: Connect, heartbeat: int) -> None:
+    client = connect(heartbeat=heartbeat)  # no bounds: the connection opens
+    sync(client, client.channel())
+
+
+@pytest.mark.rules("HB-01")
+def test_a_heartbeat_on_a_channel_is_505(connect: Connect, target: Target) -> None:
+    client = connect()
+    ch = client.channel()
+    client.send_raw(encode_frame(8, ch, b""), channel=ch)
+    with pytest.raises(ConnectionClosed) as closed:
+        sync(client, ch)
+    expected = ReplyCode.FRAME_ERROR if target.profile.expect("HB-01").startswith("variant:") else ReplyCode.UNEXPECTED_FRAME
+    assert outcome(closed.value) == ("connection", expected, 0, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.rules("HB-01")
+def test_a_silent_client_is_dropped_after_two_to_three_intervals(connect: Connect, target: Target) -> None:
+    """The client never sends a byte after open-ok. RabbitMQ 3.10.8 (live) resets the socket
+    3.0 s later with heartbeat=1, without connection.close (confirms HB-01's [INF])."""
+    client = connect(heartbeat=1)
+    start = time.monotonic()
+    with pytest.raises((ConnectionLost, ConnectionClosed)) as ended:
+        client.expect(0, ChannelOpenOk, timeout=target.timeout(6))
+    elapsed = time.monotonic() - start
+    assert 1.5 <= elapsed <= 3.0 + target.timeout(1.0), f"dropped after {elapsed:.2f} s"
+    if target.profile.rabbitmq:
+        assert isinstance(ended.value, ConnectionLost), f"expected no connection.close: {ended.value}"

@@ -1,0 +1,128 @@
+"""Priority queues (PRI-01 classic with x-max-priority, PRI-02 quorum), judged by the model's
+delivery order (conformance.model.priorities) for the profile.
+
+Messages are published in one write behind a confirm barrier (all enqueued before the first get),
+then taken one by one with basic.get; each body is its publish index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from codec import (
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    encode_content,
+)
+from codec.constants import METHOD_IDS, ReplyCode
+from conformance.catalogue.rules import REQUIRED
+from conformance.drivers.raw import ChannelClosed, RawClient
+from conformance.model.priorities import classic_order, quorum_order
+from conformance.plugin.session import Names, Target
+from conformance.plugin.verdicts import judged_elsewhere
+from conformance.suite.steps.replies import assert_text
+from conformance.suite.steps.wire import Confirms
+
+Connect = Callable[..., RawClient]
+PRIORITIES: list[int | None] = [None, 5, 1, 10, 5, 200, 0, 9, 3, None, 31, 40, 4, 2]
+
+
+def publish_all(client: RawClient, ch: int, queue: str, priorities: list[int | None], target: Target) -> None:
+    """One publish per priority, body = its index, in one write; confirmed before returning."""
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
+    data = b"".join(encode_content(ch, BasicPublish(routing_key=queue), BasicProperties(priority=p, delivery_mode=2),
+                                   b"%d" % i, client.frame_max) for i, p in enumerate(priorities))
+    client.send_raw(data, channel=ch)
+    Confirms.expecting(1, len(priorities)).collect(client, ch, target.timeout(10))
+
+
+def get_all(client: RawClient, ch: int, queue: str, no_ack: bool = True) -> list[int]:
+    got: list[int] = []
+    while isinstance((reply := client.rpc(ch, BasicGet(queue=queue, no_ack=no_ack), BasicGetOk, BasicGetEmpty)).method,
+                     BasicGetOk):
+        got.append(int(reply.body))
+    return got
+
+
+def _version(target: Target) -> tuple[int, int]:
+    name = target.profile.name.removeprefix("rabbitmq-")
+    major, minor = name.split(".")
+    return int(major), int(minor)
+
+
+# -- PRI-01 ----------------------------------------------------------------------------------
+@pytest.mark.rules("PRI-01")
+@pytest.mark.parametrize("max_priority", [10, None], ids=["x-max-priority-10", "no-priorities"])
+def test_classic_queue_serves_the_highest_priority_first(connect: Connect, names: Names, target: Target,
+                                                         max_priority: int | None) -> None:
+    client = connect()
+    ch = client.channel()
+    queue = names.queue("prio")
+    args = {} if max_priority is None else {"x-max-priority": max_priority}
+    client.rpc(ch, QueueDeclare(queue=queue, exclusive=True, arguments=args), QueueDeclareOk)
+    publish_all(client, ch, queue, PRIORITIES, target)
+    assert get_all(client, ch, queue) == classic_order(PRIORITIES, max_priority)
+
+
+@pytest.mark.rules("PRI-01", "RQ-01")
+def test_classic_requeue_goes_back_to_its_place_in_its_level(connect: Connect, names: Names,
+                                                             target: Target) -> None:
+    if target.profile.expect("PRI-01") != REQUIRED:  # no priorities (0-9-1): RQ-01 alone leaves the position open
+        judged_elsewhere(target.profile, "PRI-01")
+    client = connect()
+    ch = client.channel()
+    queue = names.queue("prio")
+    client.rpc(ch, QueueDeclare(queue=queue, exclusive=True, arguments={"x-max-priority": 10}), QueueDeclareOk)
+    publish_all(client, ch, queue, PRIORITIES, target)
+    taken = [int(client.rpc(ch, BasicGet(queue=queue), BasicGetOk).body) for _ in range(5)]
+    client.send(ch, BasicNack(delivery_tag=0, multiple=True, requeue=True))
+    order = classic_order(PRIORITIES, 10)
+    assert taken == order[:5]
+    assert get_all(client, ch, queue) == order
+
+
+# -- PRI-02 ----------------------------------------------------------------------------------
+@pytest.mark.rules("PRI-02")
+def test_quorum_queue_priorities(connect: Connect, names: Names, target: Target) -> None:
+    if not target.profile.rabbitmq:
+        judged_elsewhere(target.profile, "PRI-02")
+    client = connect()
+    ch = client.channel()
+    queue = names.queue("qprio")
+    client.rpc(ch, QueueDeclare(queue=queue, durable=True, arguments={"x-queue-type": "quorum"}), QueueDeclareOk)
+    publish_all(client, ch, queue, PRIORITIES, target)
+    assert get_all(client, ch, queue) == quorum_order(PRIORITIES, _version(target))
+
+
+BAD_MAX_PRIORITY = {"256": (256, "{max_value_exceeded,256}"), "negative": (-1, "{value_negative,-1}"),
+                    "text": ("x", '"expected integer, got longstr"')}
+
+
+@pytest.mark.rules("PRI-01")
+@pytest.mark.parametrize("case", [*BAD_MAX_PRIORITY, "on-quorum"])
+def test_a_bad_x_max_priority_is_406(connect: Connect, names: Names, target: Target, case: str) -> None:
+    client = connect()
+    ch = client.channel()
+    queue = names.queue("badprio")
+    if case == "on-quorum":
+        args: dict[str, object] = {"x-queue-type": "quorum", "x-max-priority": 10}
+        reason = " of queue type rabbit_quorum_queue"
+    else:
+        value, term = BAD_MAX_PRIORITY[case]
+        args, reason = {"x-max-priority": value}, f": {term}"
+    with pytest.raises(ChannelClosed) as closed:
+        client.rpc(ch, QueueDeclare(queue=queue, durable=True, arguments=args), QueueDeclareOk,
+                   timeout=target.timeout(5))
+    assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["queue.declare"])
+    what = f"queue '{queue}' in vhost '{target.vhost}'"
+    assert_text(target, closed.value, f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for {what}{reason}")

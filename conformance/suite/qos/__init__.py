@@ -1,0 +1,1 @@
+"""The qos area: prefetch limits (basic.qos) over the wire, and the prefetch machine."""

@@ -1,0 +1,49 @@
+"""Model-vs-broker machine for requeueing (issue 4).
+
+RequeueMachine: where requeued messages go back and their redelivered flag, on a classic and a
+quorum queue, through reject, nack, recover and channel close. Steps read like a client program;
+the model (conformance.model) says what the broker must answer; machine_base settles and compares
+after every step.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from conformance.plugin.session import Target
+from conformance.suite.steps import machine_steps as do
+from conformance.suite.steps.machine_base import run_machine, step
+from conformance.suite.steps.machine_consuming import (
+    DELIVERY,
+    ConsumingMachine,
+    machine_target,
+)
+
+
+class RequeueMachine(ConsumingMachine):
+    """RQ-01..04 on a classic and a quorum queue (returns via reject, nack, recover, close)."""
+
+    def setup_queues(self) -> tuple[str, ...]:
+        self.declare("classic")
+        if not self.model.traits.quorum_queues:
+            return ("classic",)
+        self.declare("quorum", "quorum")
+        return ("classic", "quorum")
+
+    @rule(delivery=DELIVERY, how=st.sampled_from(["nack", "reject"]))
+    @step
+    def requeue(self, delivery: tuple[int, int] | None, how: str) -> None:
+        if delivery is None:
+            return
+        ch, tag = delivery
+        do.settle(self, ch, how, tag, False, True)  # ACK-07, RQ-01/RQ-02
+
+
+REQUEUE_RULES = ("RQ-01", "RQ-02", "RQ-03", "RQ-04", "ACK-07", "ACK-09")
+
+
+@pytest.mark.rules(*REQUEUE_RULES)
+def test_requeue_order_and_redelivered_match_the_model(target: Target) -> None:
+    run_machine(RequeueMachine, machine_target(target), examples=120, steps=10)

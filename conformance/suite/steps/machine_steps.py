@@ -1,0 +1,138 @@
+"""The client actions the machines share, each done on the wire and in the model, then compared.
+
+Responsibility: one function per client action (publish, get, consume, cancel, qos, ack, nack,
+reject, recover, channel close). Each sends the method with the raw driver, computes what the
+model says, asserts both agree on the outcome (scope, code, class/method id), and recovers from
+a broker close (reopens the channel or reconnects) so the run can go on.
+Rules: ACK-03..07 and ACK-09 (outcomes of settlement), ACK-10 (cancel keeps deliveries),
+CCN-03 (cancel is always answered), QOS-02/03 (qos-ok), QOS-07 (basic.get), RQ-03 (what a
+closed channel requeues is the model's business: it is checked by the counts and deliveries
+that follow).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codec import (
+    BasicAck,
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicNack,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicQosOk,
+    BasicRecover,
+    BasicRecoverOk,
+    BasicReject,
+    ChannelClose,
+    ChannelCloseOk,
+)
+from conformance.drivers.raw import DriverError
+from conformance.model import OK, GetEmpty, GetOk, GetOutcome, Published
+from conformance.suite.steps.machine_base import ModelMachine
+
+
+def publish(m: ModelMachine, key: Any, exchange: str, routing_key: str, *, mandatory: bool = False,
+            persistent: bool = False) -> Published:
+    """basic.publish (no reply; the next settle or ping shows its effects)."""
+    client, number = m.client(key)
+    body = m.body()
+    props = BasicProperties(delivery_mode=2 if persistent else 1)
+    real_key = m.real.get(routing_key, routing_key) if exchange == "" else routing_key
+    real_exchange = m.exchanges.get(exchange, exchange)
+    client.send(number, BasicPublish(exchange=real_exchange, routing_key=real_key, mandatory=mandatory), props, body)
+    return m.model.publish(key, exchange, routing_key, body, mandatory=mandatory)
+
+
+def get(m: ModelMachine, key: Any, queue: str, no_ack: bool = False) -> GetOutcome:
+    """basic.get: the answer must be one the model allows (RQ-01/02/04, ACK-01, QOS-07)."""
+    client, number = m.client(key)
+    allowed = m.model.get_outcomes(key, queue)
+    observed: GetOutcome
+    try:
+        reply = client.rpc(number, BasicGet(queue=m.real.get(queue, queue), no_ack=no_ack), BasicGetOk, BasicGetEmpty,
+                           timeout=m.target.timeout(m.SETTLE_SECONDS))
+        g = reply.method
+        observed = GetOk(g.delivery_tag, g.redelivered, reply.body) if isinstance(g, BasicGetOk) else GetEmpty()
+    except DriverError as exc:
+        observed = m.closed_outcome(key, exc)  # type: ignore[assignment]
+    assert observed in allowed, f"basic.get {queue}: broker gave {observed}, the rules allow " \
+        f"{sorted(allowed, key=repr)} (ACK-01 tag, RQ-01/RQ-02 order, RQ-04 redelivered, QOS-07)"
+    m.model.get(key, queue, observed, no_ack=no_ack)
+    if not isinstance(observed, (GetOk, GetEmpty)):
+        m.recover_from(key, observed)
+    return observed
+
+
+def qos(m: ModelMachine, key: Any, prefetch_count: int, global_: bool = False) -> None:
+    observed = m.call(key, BasicQos(prefetch_count=prefetch_count, global_=global_), BasicQosOk)
+    m.expect_outcome(f"basic.qos prefetch_count={prefetch_count} global={global_}", observed,
+                     m.model.qos(key, prefetch_count, global_), "QOS-01/QOS-06")
+    m.recover_from(key, observed)
+
+
+def consume(m: ModelMachine, key: Any, queue: str, tag: str, *, no_ack: bool = False) -> None:
+    method = BasicConsume(queue=m.real.get(queue, queue), consumer_tag=tag, no_ack=no_ack)
+    observed = m.call(key, method, BasicConsumeOk)
+    m.expect_outcome(f"basic.consume {queue} tag={tag}", observed, m.model.consume(key, queue, tag, no_ack=no_ack),
+                     "CCN-07/QOS-06")
+    m.recover_from(key, observed)
+
+
+def cancel(m: ModelMachine, key: Any, tag: str) -> None:
+    """basic.cancel: cancel-ok even for unknown tags (CCN-03); deliveries stay (ACK-10)."""
+    client, number = m.client(key)
+    try:
+        client.send(number, BasicCancel(consumer_tag=tag))
+        reply = client.expect(number, BasicCancelOk, timeout=m.target.timeout(m.SETTLE_SECONDS))
+    except DriverError as exc:
+        observed = m.closed_outcome(key, exc)
+        m.expect_outcome(f"basic.cancel {tag}", observed, m.model.cancel(key, tag), "CCN-03")
+        return
+    assert isinstance(reply.method, BasicCancelOk), f"basic.cancel {tag!r}: {reply.method} (CCN-03)"
+    assert reply.method.consumer_tag == tag, \
+        f"basic.cancel-ok names {reply.method.consumer_tag!r}, not {tag!r} (CCN-03)"
+    # what arrived before cancel-ok came while the consumer existed (CCN-04: nothing after it)
+    m.drain_channel(key, [])
+    m.expect_outcome(f"basic.cancel {tag}", OK, m.model.cancel(key, tag))
+
+
+def settle(m: ModelMachine, key: Any, how: str, tag: int, multiple: bool = False, requeue: bool = True) -> None:
+    """basic.ack / basic.nack / basic.reject with any tag (ACK-03..07)."""
+    if how == "ack":
+        observed = m.call_async(key, BasicAck(delivery_tag=tag, multiple=multiple))
+        expected = m.model.ack(key, tag, multiple)
+    elif how == "nack":
+        observed = m.call_async(key, BasicNack(delivery_tag=tag, multiple=multiple, requeue=requeue))
+        expected = m.model.nack(key, tag, multiple, requeue)
+    else:
+        observed = m.call_async(key, BasicReject(delivery_tag=tag, requeue=requeue))
+        expected = m.model.reject(key, tag, requeue)
+    m.expect_outcome(f"basic.{how} delivery_tag={tag} multiple={multiple} requeue={requeue}", observed, expected,
+                     "ACK-03/ACK-04/ACK-05/ACK-06/ACK-07")
+    m.recover_from(key, observed)
+
+
+def recover(m: ModelMachine, key: Any, requeue: bool = True) -> None:
+    """basic.recover (ACK-09): requeue=true recovers, requeue=false is connection.close 540."""
+    observed = m.call(key, BasicRecover(requeue=requeue), BasicRecoverOk)
+    m.expect_outcome(f"basic.recover requeue={requeue}", observed, m.model.recover(key, requeue), "ACK-09")
+    m.recover_from(key, observed)
+
+
+def close_channel(m: ModelMachine, key: Any) -> None:
+    """Client channel.close and reopen under the same number (RQ-03: unacked go back)."""
+    client, number = m.client(key)
+    m.drain_channel(key, [])
+    client.rpc(number, ChannelClose(200, "bye", 0, 0), ChannelCloseOk, timeout=m.target.timeout(m.SETTLE_SECONDS))
+    m.drain_channel(key, [])
+    m.model.close_channel(key)
+    conn, _ = m.channels[key]
+    m.open(key, conn, number)

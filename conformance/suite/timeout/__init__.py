@@ -1,0 +1,1 @@
+"""The timeout area: consumer delivery-acknowledgement timeouts, and the timeout machine."""
