@@ -17,7 +17,10 @@ Rules:
   FlakyStrategyDefinition, whatever the broker answered).
 - Budget: each machine test has a wall-clock budget, shrinking included (`AMQPC_MACHINE_BUDGET`
   seconds, default `DEFAULT_BUDGET`, not scaled: a budget is what the user waits). Shrinking stops
-  when it is spent and the smallest failure found by then is reported, as a failure (never
+  when it is spent, or once the smallest failure is stable (`STABLE_EXAMPLES` examples have run
+  since a failure with fewer steps was last seen: against a deviating broker each example waits
+  for frames that never come, and a search that no longer finds smaller failures only spends
+  the user's time); the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
 - Every machine test, over the raw driver (machine_base) or through a client library
   (machine_clients), runs by `run_within_budget` and ends each example by `example_ended`: the
@@ -59,6 +62,7 @@ ENV_EXAMPLES = "AMQPC_MACHINE_EXAMPLES"
 ENV_SHRINK = "AMQPC_MACHINE_SHRINK"
 ENV_BUDGET = "AMQPC_MACHINE_BUDGET"
 DEFAULT_BUDGET = 60.0  # s per machine test against a deviating broker, shrinking included
+STABLE_EXAMPLES = 20  # examples since the smallest failure last got fewer steps: shrinking ends
 PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrapping
 
 
@@ -98,20 +102,19 @@ class Budget:
     def spent(self) -> bool:
         return time.perf_counter() > self.deadline
 
-    def __radd__(self, now: float) -> float:
-        """`now + budget`: the shrinker's deadline (see `limit_shrinking`) is the budget's."""
-        return max(now, self.deadline)
-
     @contextlib.contextmanager
-    def limit_shrinking(self) -> Iterator[None]:
-        """Hypothesis stops shrinking at `perf_counter() + MAX_SHRINKING_SECONDS` (taken when
-        shrinking starts) and reports the smallest failure found by then: make that moment the
-        budget's end. Generation is bounded by the example count."""
+    def limit_shrinking(self, smallest: Smallest) -> Iterator[None]:
+        """Hypothesis stops shrinking once `finish_shrinking_deadline < perf_counter()`, the
+        deadline being `perf_counter() + MAX_SHRINKING_SECONDS` taken when shrinking starts, and
+        reports the smallest failure found by then: that deadline becomes `ShrinkEnd`, which has
+        passed when the budget is spent or the smallest failure is stable. Generation is bounded
+        by the example count."""
         def report(text: str) -> None:  # Hypothesis's warning assumes its own 5 minutes; ours is the note
             if not text.startswith("WARNING: Hypothesis has spent more than five minutes"):
                 hypothesis_report(text)
 
-        with mock.patch.object(engine, "MAX_SHRINKING_SECONDS", self), mock.patch.object(engine, "report", report):
+        with mock.patch.object(engine, "MAX_SHRINKING_SECONDS", _ShrinkSeconds(self, smallest)), \
+                mock.patch.object(engine, "report", report):
             yield
 
     def report(self) -> None:
@@ -124,16 +127,25 @@ class Budget:
 class Smallest:
     """The smallest failing example a machine test saw: its error, program and frames. It is
     what the test reports when Hypothesis cannot replay a failure (a broker whose timing
-    differs between runs makes Hypothesis raise `Flaky`): a failure, never `broken`."""
+    differs between runs makes Hypothesis raise `Flaky`): a failure, never `broken`. It is
+    `stable` once `STABLE_EXAMPLES` examples have run since it last got fewer steps."""
 
     def __init__(self) -> None:
         self.best: tuple[int, BaseException, Program, str] | None = None
+        self.examples = 0  # examples offered so far
+        self.improved_at = 0  # the example that last gave a failure with fewer steps
 
     def offer(self, program: Program, frames: FrameLog) -> None:
         """Called from a machine's teardown, while its failure (if any) propagates."""
+        self.examples += 1
         exc = sys.exc_info()[1]
         if isinstance(exc, AssertionError | DriverError) and (self.best is None or program.rules < self.best[0]):
             self.best = (program.rules, exc, program, repr(frames))
+            self.improved_at = self.examples
+
+    @property
+    def stable(self) -> bool:
+        return self.best is not None and self.examples - self.improved_at >= STABLE_EXAMPLES
 
     @contextlib.contextmanager
     def instead_of_flaky(self) -> Iterator[None]:
@@ -152,10 +164,33 @@ class Smallest:
             raise failure from flaky
 
 
+class _ShrinkSeconds:
+    """What `limit_shrinking` puts in Hypothesis's MAX_SHRINKING_SECONDS: added to the moment
+    shrinking starts, it gives the `ShrinkEnd` Hypothesis compares `perf_counter()` with."""
+
+    def __init__(self, budget: Budget, smallest: Smallest) -> None:
+        self.budget, self.smallest = budget, smallest
+
+    def __radd__(self, _now: float) -> ShrinkEnd:
+        return ShrinkEnd(self.budget, self.smallest)
+
+
+@dataclass(frozen=True)
+class ShrinkEnd:
+    """The end of shrinking: passed (`end < now`) when the budget is spent or the smallest failure
+    is stable (module rules)."""
+
+    budget: Budget
+    smallest: Smallest
+
+    def __lt__(self, _now: float) -> bool:
+        return self.budget.spent or self.smallest.stable
+
+
 def run_within_budget(factory: Callable[[], RuleBasedStateMachine], budget: Budget, smallest: Smallest, *,
                       examples: int, steps: int) -> None:
     """`factory()` as a Hypothesis test within `budget`; Flaky becomes the smallest failure seen."""
-    with budget.limit_shrinking(), smallest.instead_of_flaky():
+    with budget.limit_shrinking(smallest), smallest.instead_of_flaky():
         run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
 
 
@@ -165,6 +200,8 @@ def example_ended(budget: Budget | None, smallest: Smallest | None, program: Pro
     notes are what the failure reports)."""
     if smallest is not None:
         smallest.offer(program, frames)
+        if smallest.stable and current_build_context().is_final:
+            note(f"shrinking stopped: no failure with fewer steps in the last {STABLE_EXAMPLES} examples")
     if budget is not None:
         budget.report()
     note(program)
