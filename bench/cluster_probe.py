@@ -170,8 +170,8 @@ def scenario_c() -> None:
     info = queue_info(1, "clu.c")
     tl.note(f"clu.c: {info}")
     from bench.cluster_tools import mgmt
-    members = mgmt(1, "queues/%2F/clu.c").get("members", [])
-    other = next(int(m[len("rabbitc")]) for m in members if not m.startswith("rabbitc1@"))
+    info_c = mgmt(1, "queues/%2F/clu.c")
+    other = next(int(m.split("@")[0][-1]) for m in info_c.get("members", []) if m != info_c.get("leader"))
     c.rpc(ch, ConfirmSelect(False), ConfirmSelectOk)
     publish(c, ch, "clu.c", b"before")
     cch = c.channel()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shlex
 import subprocess
 import time
 import urllib.request
@@ -27,8 +29,13 @@ from codec import (
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, DriverError, RawClient
 
 ROOT = Path(__file__).resolve().parents[1]
-PORT0, MGMT0 = 5750, 15750
-VERSION = "4.3"
+# Another cluster (e.g. `python -m reference_broker --nodes 3 --port 5780 --management-port 15780`):
+# AMQPC_PROBE_PORT=5780 AMQPC_PROBE_ADMIN=http://127.0.0.1:15780 AMQPC_PROBE_NODE_CONTROL=
+# "python -m reference_broker.node_control http://guest:guest@127.0.0.1:15780 {index} {action}"
+PORT0 = int(os.environ.get("AMQPC_PROBE_PORT", "5751")) - 1  # node i listens on PORT0 + i
+MGMT0 = 15750
+ADMIN = os.environ.get("AMQPC_PROBE_ADMIN")  # one management API for every node
+NODE_CONTROL = os.environ.get("AMQPC_PROBE_NODE_CONTROL", "scripts/rabbitmq4.sh node 4.3 {index} {action}")
 
 
 class Timeline:
@@ -48,7 +55,7 @@ def client(i: int, cancel_notify: bool = True) -> RawClient:
 
 
 def mgmt(i: int, path: str) -> Any:
-    request = urllib.request.Request(f"http://127.0.0.1:{MGMT0 + i}/api/{path}")
+    request = urllib.request.Request(f"{ADMIN or f'http://127.0.0.1:{MGMT0 + i}'}/api/{path}")
     request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
@@ -56,7 +63,7 @@ def mgmt(i: int, path: str) -> Any:
 
 def node(i: int, action: str, tl: Timeline) -> subprocess.Popen[bytes]:
     tl.note(f"node {i} {action}: command started")
-    return subprocess.Popen([str(ROOT / "scripts/rabbitmq4.sh"), "node", VERSION, str(i), action],
+    return subprocess.Popen(shlex.split(NODE_CONTROL.format(index=i, action=action)), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
