@@ -87,7 +87,7 @@ def connection_detached(core: BrokerState, conn: int) -> None:
     if cluster is not None:
         cluster.conn_node.pop(conn, None)
         for held in cluster.held:
-            if held.confirm is not None and held.confirm[0] == conn:
+            if held.confirm is not None and held.confirm[0].conn == conn:
                 held.confirm = None
 
 
@@ -115,7 +115,7 @@ def hold_confirm(core: BrokerState, ch: Channel, seqno: int, accepted: bool | No
     holding, cluster.holding = cluster.holding, []
     waits = bool(seqno) and accepted is not False and core.rules.confirm_waits_for_majority()
     for held in holding:
-        held.confirm = (ch.conn, ch.number, seqno) if waits else None
+        held.confirm = (ch, seqno) if waits else None
     cluster.held += holding
     return waits
 
@@ -124,4 +124,4 @@ def unconfirmed(core: BrokerState, ch: Channel) -> list[int]:
     """The channel's seqnos held for a majority: a multiple=true ack must not cover them."""
     if core.cluster is None:
         return []
-    return [h.confirm[2] for h in core.cluster.held if h.confirm is not None and h.confirm[:2] == (ch.conn, ch.number)]
+    return [h.confirm[1] for h in core.cluster.held if h.confirm is not None and h.confirm[0] is ch]

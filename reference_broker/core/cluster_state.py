@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reference_broker.core.state import Message, Queue
+from reference_broker.core.state import Channel, Message, Queue
 
 
 @dataclass(slots=True, eq=False)
 class Held:
     """A publish a quorum queue without a majority holds (CLU-07): enqueued, and its confirm
-    released, when a majority is back. `confirm`: (connection, channel, seqno) or None."""
+    released, when a majority is back. `confirm`: (the publishing channel, seqno) or None; the
+    channel object itself, so that a channel opened again under its number gets no stray ack."""
 
     queue: Queue
     message: Message
-    confirm: tuple[int, int, int] | None = None
+    confirm: tuple[Channel, int] | None = None
 
 
 @dataclass(eq=False)

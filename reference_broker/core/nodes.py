@@ -110,12 +110,12 @@ def _release_held(core: BrokerState, meta: Meta, cluster: Cluster) -> list[Effec
             held.queue.enqueue(held.message, core.rules.priority_level(held.queue, held.message))
     released = [h for h in cluster.held if h not in kept]
     cluster.held = kept
-    waiting = {h.confirm for h in kept if h.confirm is not None}
-    for confirm in dict.fromkeys(h.confirm for h in released if h.confirm is not None):
-        conn = core.connections.get(confirm[0])
-        ch = conn.channels.get(confirm[1]) if conn is not None else None
-        if confirm not in waiting and ch is not None and not ch.closing:
-            ch.confirms_ready.append(confirm[2])
+    waiting = {(id(h.confirm[0]), h.confirm[1]) for h in kept if h.confirm is not None}
+    confirms = {(id(h.confirm[0]), h.confirm[1]): h.confirm for h in released if h.confirm is not None}
+    for key, (ch, seqno) in confirms.items():
+        conn = core.connections.get(ch.conn)
+        if key not in waiting and conn is not None and conn.channels.get(ch.number) is ch and not ch.closing:
+            ch.confirms_ready.append(seqno)
     for queue in {id(h.queue): h.queue for h in released}.values():
         effects += delivery.dispatch(core, meta, queue)
     return effects

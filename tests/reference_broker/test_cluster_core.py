@@ -232,3 +232,17 @@ def test_a_cluster_keeps_nothing_on_disk_and_has_one_to_nine_nodes() -> None:
         with pytest.raises(ConfigError):
             BrokerConfig(**bad).validate()  # type: ignore[arg-type]
     assert Sim().core.cluster is None  # a single node: nothing of the cluster applies
+
+
+def test_a_held_confirm_goes_to_its_channel_only_and_not_to_one_opened_again_under_its_number() -> None:
+    sim = Cluster()
+    sim.join(1, 1)
+    sim.queue("qc", **{"x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    sim.do(1, 1, ConfirmSelect())
+    sim.stop(2)
+    sim.send(1, "qc", b"held")
+    sim.do(1, 1, ChannelClose(200, "bye", 0, 0))
+    sim.open(1)
+    sim.do(1, 1, ConfirmSelect())
+    assert not methods(sim.start(2), BasicAck)
+    assert sim.count(1, "qc") == 1  # the message itself was enqueued
