@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML file with any BrokerConfig key")
     p.add_argument("--host", help="listen address (default 127.0.0.1; 0.0.0.0 only when asked)")
     p.add_argument("--port", type=int, help="AMQP port (default 5673)")
+    p.add_argument("--nodes", type=int, help="run as a cluster of N nodes on consecutive ports from --port "
+                   "(issue 30; the management API's PUT /api/nodes/{node} stops and starts them)")
     p.add_argument("--management-port", type=int, help="serve the management API subset on this port")
     p.add_argument("--data-dir", help="keep durable definitions and persistent messages here (SQLite)")
     p.add_argument("--timeout-mode", choices=["4.3", "legacy"], help="consumer-timeout rules")
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, host=args.host, port=args.port, timeout_mode=args.timeout_mode,
                              legacy_ruleset=args.legacy_ruleset, management_port=args.management_port,
-                             data_dir=args.data_dir)
+                             data_dir=args.data_dir, nodes=args.nodes)
         config.faults = [*config.faults, *(args.faults or []), *faults.from_environment()]
         faults.check(config.faults)
     except ValueError as exc:  # ConfigError, or an unknown fault

@@ -52,6 +52,7 @@ class BrokerConfig:
     tick_interval: int = 60_000  # ms, legacy channel tick (TMO-02)
     global_qos: bool = False  # 4.3 default: global=true treated per consumer (QOS-03)
     management_port: int | None = None
+    nodes: int = 1  # a cluster of this many nodes on consecutive ports from `port` (issue 30)
     data_dir: str | None = None  # durable storage (SQLite, WAL); None: nothing survives a restart
     faults: list[str] = field(default_factory=list)  # reference_broker.faults; never on by default
     product: str = "amqp-conformance reference broker"
@@ -82,6 +83,10 @@ class BrokerConfig:
         if self.capabilities is not None and not (
                 isinstance(self.capabilities, dict) and all(isinstance(v, bool) for v in self.capabilities.values())):
             raise ConfigError("capabilities must be a table of name = true|false")
+        if not 1 <= self.nodes <= 9:
+            raise ConfigError("nodes must be 1..9")
+        if self.nodes > 1 and self.data_dir:
+            raise ConfigError("a cluster (nodes > 1) keeps nothing on disk: no data_dir")
         if self.consumer_timeout <= 0:
             raise ConfigError("consumer_timeout must be a positive integer (ms)")
         if self.frame_max and self.frame_max < self.frame_min_size:

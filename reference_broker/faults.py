@@ -242,6 +242,21 @@ FAULTS: tuple[Fault, ...] = (
           {"answered": lambda method: method.NAME != "basic.get"}),
     Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values",
           {"delivered_properties": _reencoded}),
+    # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
+    Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
+          "consumers of a stopped node's classic queues are dropped silently, even with the capability",
+          {"cancel_on_node_down": _const(False)}),
+    Fault("cluster_ack_for_stopped_queue", "cluster", "CLU-03",
+          "a publish routed to a stopped node's classic queue is confirmed (and lost), not nacked",
+          {"nack_for_stopped_queue": _const(False)}),
+    Fault("cluster_failover_drops_unacked", "cluster", "CLU-05",
+          "a quorum queue's leader change loses the unacked deliveries: settling them does nothing",
+          {"lost_at_failover": lambda held: held}),
+    Fault("cluster_delivers_without_majority", "cluster", "CLU-07", "a quorum queue without a majority still delivers",
+          {"delivers_without_majority": _const(True)}),
+    Fault("cluster_confirms_without_majority", "cluster", "CLU-07",
+          "publishes to a quorum queue without a majority are confirmed at once",
+          {"confirm_waits_for_majority": _const(False)}),
 )
 BY_NAME = {f.name: f for f in FAULTS}
 

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from reference_broker import auth
 from reference_broker.core.state import Queue
+from reference_broker.management_cluster import CLUSTER_ROUTES, placement
 from reference_broker.management_http import (
     NOT_FOUND,
     OBJECT,
@@ -93,7 +94,7 @@ def queue_json(server: BrokerServer, q: Queue) -> dict[str, Any]:
             "messages": q.ready_count() + q.checked_out, "messages_ready": q.ready_count(),
             "messages_unacknowledged": q.checked_out, "consumers": len(q.consumers),
             "consumer_details": consumers, "policy": policy,
-            "effective_policy_definition": core.policy_definition(q), "node": "reference@localhost"}
+            "effective_policy_definition": core.policy_definition(q), **placement(server, q)}
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -305,6 +306,7 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("DELETE", "/api/permissions/{vhost}/{user}", delete_permission, "admin"),
     ("GET", "/api/global-parameters/consumer_timeout", get_global, "policymaker"),
     ("PUT", "/api/global-parameters/consumer_timeout", put_global, "policymaker"),
+    *CLUSTER_ROUTES,
 ]
 ACCESS = {(method, path): access for method, path, _handler, access in ROUTES}
 

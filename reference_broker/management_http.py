@@ -28,6 +28,11 @@ class BrokerServer(Protocol):
 
     config: BrokerConfig
     core: BrokerCore
+    node_ports: dict[int, int]
+
+    async def stop_node(self, node: int) -> bool: ...
+
+    async def start_node(self, node: int) -> bool: ...
 
     def execute(self, outputs: Sequence[Any]) -> None: ...
 

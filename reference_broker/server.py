@@ -47,8 +47,9 @@ def now_ms() -> int:
 
 
 class _ClientProtocol(asyncio.Protocol):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, node: int = 1) -> None:
         self.server = server
+        self.node = node  # the cluster node whose listener accepted it (1 on a single node)
         self.transport: asyncio.Transport | None = None
         self.engine: ServerConnection | None = None
 
@@ -103,7 +104,8 @@ class BrokerServer:
         self.clients: dict[int, _ClientProtocol] = {}
         self.timers: dict[tuple[object, ...], asyncio.TimerHandle] = {}
         self._next_conn = 0
-        self._server: asyncio.base_events.Server | None = None
+        self.listeners: dict[int, asyncio.base_events.Server] = {}  # node -> its listener (1 on a single node)
+        self.node_ports: dict[int, int] = {}
         self._ticker: asyncio.TimerHandle | None = None
         self._management: Any = None  # aiohttp AppRunner when the management API runs
         self.address: tuple[str, int] = ("", 0)
@@ -115,15 +117,52 @@ class BrokerServer:
         loop = self._loop = asyncio.get_running_loop()
         if self.config.data_dir:
             self._open_store()
-        self._server = await loop.create_server(lambda: _ClientProtocol(self), self.config.host,
-                                                self.config.port, reuse_address=True)
-        host, port = self._server.sockets[0].getsockname()[:2]
+        host, port = await self._listen(1, self.config.port)
+        for node in range(2, self.config.nodes + 1):  # a cluster: consecutive ports (issue 30)
+            await self._listen(node, port + node - 1 if self.config.port else 0)
         self.address = (host, port)
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)
         log.info("listening on %s:%d (rules of RabbitMQ %s)", host, port, self.config.emulates)
         if self.config.management_port is not None:
             await self._start_management()
         return host, port
+
+    async def _listen(self, node: int, port: int) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(lambda: _ClientProtocol(self, node), self.config.host, port,
+                                            reuse_address=True)
+        self.listeners[node] = listener
+        host, self.node_ports[node] = listener.sockets[0].getsockname()[:2]
+        if self.config.nodes > 1:
+            log.info("node %d listening on %s:%d", node, host, self.node_ports[node])
+        return host, self.node_ports[node]
+
+    async def stop_node(self, node: int) -> bool:
+        """A cluster node stops: its listener closes, its connections end as a dying node's do
+        (aborted, no connection.close), then the core hears of it. False: not running."""
+        listener = self.listeners.pop(node, None) if self.config.nodes > 1 else None
+        if listener is None:
+            return False
+        listener.close()
+        for conn_id, client in list(self.clients.items()):
+            if client.node == node and client.engine is not None:
+                engine, client.engine = client.engine, None  # connection_lost has nothing left to do
+                self.unregister(conn_id)
+                self.execute(engine.transport_lost(now_ms()))
+                if client.transport is not None:
+                    client.transport.abort()
+        await listener.wait_closed()
+        self.execute([*self.core.node_down(Meta(now_ms()), node), *self.core.flush()])
+        log.info("node %d stopped", node)
+        return True
+
+    async def start_node(self, node: int) -> bool:
+        """A stopped cluster node starts again on its port. False: running, or no such node."""
+        if node in self.listeners or node not in self.node_ports:
+            return False
+        await self._listen(node, self.node_ports[node])
+        self.execute([*self.core.node_up(Meta(now_ms()), node), *self.core.flush()])
+        return True
 
     async def _start_management(self) -> None:
         self._management = web.AppRunner(build_app(self), access_log=None)
@@ -178,12 +217,14 @@ class BrokerServer:
             await self._management.cleanup()
         for handle in self.timers.values():
             handle.cancel()
-        if self._server is not None:
-            self._server.close()
-            for client in list(self.clients.values()):
-                if client.transport is not None:
-                    client.transport.abort()
-            await self._server.wait_closed()
+        listeners, self.listeners = list(self.listeners.values()), {}
+        for listener in listeners:
+            listener.close()
+        for client in list(self.clients.values()):
+            if client.transport is not None:
+                client.transport.abort()
+        for listener in listeners:
+            await listener.wait_closed()
         if self.store is not None:
             self.store.close()
 
@@ -191,6 +232,7 @@ class BrokerServer:
         self._next_conn += 1
         engine = ServerConnection(self._next_conn, self.core, peer)
         self.clients[engine.id] = client
+        self.core.connection_attached(engine.id, client.node)
         return engine
 
     def unregister(self, conn_id: int) -> None:

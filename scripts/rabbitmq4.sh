@@ -9,6 +9,8 @@
 #   scripts/rabbitmq4.sh env    [4.3|4.0|all]   print the URLs as shell assignments
 #   scripts/rabbitmq4.sh ctl    4.3|4.0 ARGS...  rabbitmqctl against that node, e.g. for the harness:
 #       AMQPC_RABBITMQCTL="scripts/rabbitmq4.sh ctl 4.3" amqp-conformance run --broker-admin rabbitmqctl ...
+#   scripts/rabbitmq4.sh cluster up|down|status|env|ctl 4.3 ...   a cluster of NEW nodes beside the
+#   scripts/rabbitmq4.sh node 4.3 I stop|start|kill              single one (rabbitmq4-cluster.sh)
 #
 # Rules:
 # - The chroots live OUTSIDE the clone, in AMQPC_CHROOT_DIR (default
@@ -179,7 +181,8 @@ down_one() {
     fi
     rm -f "$PIDFILE"
     if port_open "$AMQP_PORT"; then die "$NODE still listens on $AMQP_PORT"; fi
-    mountpoint -q "$ROOT/proc" && umount "$ROOT/proc" || true
+    # The cluster's nodes share the chroot's /proc.
+    ( cluster_running "$1" ) || { mountpoint -q "$ROOT/proc" && umount "$ROOT/proc" || true; }
     log "$NODE stopped"
 }
 
@@ -208,6 +211,9 @@ with_lock() {
     exec 9>&-
 }
 
+# shellcheck source=scripts/rabbitmq4-cluster.sh
+. "$(dirname "${BASH_SOURCE[0]}")/rabbitmq4-cluster.sh"
+
 cmd=${1:-}
 target=${2:-all}
 rc=0
@@ -219,6 +225,10 @@ case "$cmd" in
     env) for v in $(versions "$target"); do env_one "$v"; done ;;
     ctl) config "$target"; [ -f "$STAMP" ] || die "$target: no chroot (scripts/rabbitmq4.sh up $target)"
          shift 2; exec "${IN_CHROOT[@]}" rabbitmqctl -n "$NODE" "$@" ;;
-    *) echo "usage: $0 {build|up|down|status|env} [4.3|4.0|all] | ctl 4.3|4.0 ARGS..." >&2; exit 4 ;;
+    cluster) shift; cluster_main "$@" ;;
+    node) [ $# -eq 4 ] || die "usage: $0 node 4.3|4.0 INDEX stop|start|kill"
+          cluster_locked "$2" node_control "$2" "$3" "$4" ;;
+    *) echo "usage: $0 {build|up|down|status|env} [4.3|4.0|all] | ctl 4.3|4.0 ARGS..." \
+            "| cluster {up [N]|down|status|env|ctl I ARGS} 4.3|4.0 | node 4.3|4.0 I stop|start|kill" >&2; exit 4 ;;
 esac
 exit "$rc"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference_broker.config import BrokerConfig
+from reference_broker.core.cluster_state import Cluster
 from reference_broker.core.journal import StoreOp
 from reference_broker.core.rules import Rules
 from reference_broker.core.state import Channel, Connection, Exchange, Queue, Unacked, VHost
@@ -53,10 +54,13 @@ class BrokerState:
     store_seq: int = 0  # the last store id given to a message
     defs_dirty: bool = False  # durable definitions may have changed since the last flush
     awaiting_store: dict[tuple[int, int], Channel] = field(default_factory=dict)  # confirms/commit-ok held
+    cluster: Cluster | None = None  # several nodes (core/cluster.py); None: a single node
 
     def __post_init__(self) -> None:
         if self.journal is None and self.config.data_dir:
             self.journal = []
+        if self.config.nodes > 1:
+            self.cluster = Cluster(self.config.nodes)
         for name in self.config.vhosts:
             self.add_vhost(name)
 

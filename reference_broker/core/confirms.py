@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from codec import BasicAck, BasicNack, Method
+from reference_broker.core import cluster
 from reference_broker.core.broker_state import BrokerState
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.state import Channel
@@ -37,6 +38,7 @@ def send_confirms(core: BrokerState, ch: Channel) -> list[Effect]:
         held = core.rules.ack_cutoff(nacks)
         if ch.confirms_waiting:  # never cover a seqno still waiting for the store
             held = [*held, ch.confirms_waiting[0][1]]
+        held = [*held, *cluster.unconfirmed(core, ch)]  # nor one held for a majority (CLU-07)
         out += _coalesce(ch, acks, held, lambda tag, multi: BasicAck(tag, multi))
     out = core.rules.confirm_effects(out)
     if nacks and not ch.closing:

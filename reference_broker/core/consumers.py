@@ -21,7 +21,7 @@ from codec import (
     BasicQosOk,
     ReplyCode,
 )
-from reference_broker.core import durability, permissions, streams, texts, timeouts
+from reference_broker.core import cluster, durability, permissions, streams, texts, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import after_consumer_change, checkout, dead_letter, dispatch
 from reference_broker.core.effects import Effect, Send
@@ -46,6 +46,7 @@ def basic_consume(core: BrokerState, meta: Meta, ch: Channel, m: BasicConsume,
         return _reply_consume(core, ch, m)
     queue = resolve_queue(core, ch, m.queue)
     _check_read(core, ch, queue.name)
+    cluster.ensure_available(core, queue)  # CLU-04
     vhost = queue.vhost
     tag = m.consumer_tag
     if not tag:
@@ -125,6 +126,7 @@ def basic_get(core: BrokerState, meta: Meta, ch: Channel, m: BasicGet,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
     _check_read(core, ch, queue.name)
+    cluster.ensure_available(core, queue)  # CLU-04
     if queue.kind == STREAM:
         raise streams.refused(queue, "basic.get")
     if queue.kind == QUORUM and queue.arguments.get("x-single-active-consumer") is True:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from codec import BasicCancel, BasicDeliver, BasicProperties
-from reference_broker.core import durability, streams, timeouts
+from reference_broker.core import cluster, durability, streams, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send, StartTimer
 from reference_broker.core.routing import binding_matches
@@ -67,6 +67,9 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
     accepted = True
     for queue in queues:
         message = Message(exchange, routing_key, properties, body)
+        if (verdict := cluster.divert(core, queue, message)) is not None:  # CLU-03, CLU-07
+            accepted = accepted and verdict
+            continue
         if queue.kind == STREAM:  # an append-only log: no TTL, no length limit here
             streams.append(core, meta, queue, message)
             effects += dispatch(core, meta, queue)
@@ -141,6 +144,8 @@ def dispatch(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
     """Deliver ready messages to consumers with capacity (see the module rules)."""
     if queue.kind == STREAM:
         return streams.dispatch(core, meta, queue, DISPATCH_BATCH)
+    if not cluster.serving(core, queue):
+        return []  # CLU-07: no majority
     effects: list[Effect] = []
     budget = DISPATCH_BATCH
     while queue.consumers and queue.ready_count():

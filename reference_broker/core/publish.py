@@ -9,7 +9,7 @@ delivery tag without incrementing it (ACK-01's quirk).
 from __future__ import annotations
 
 from codec import BasicAck, BasicDeliver, BasicProperties, BasicPublish, BasicReturn, ReplyCode
-from reference_broker.core import durability, permissions, texts
+from reference_broker.core import cluster, durability, permissions, texts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import route_and_enqueue
 from reference_broker.core.effects import Effect, Send
@@ -92,7 +92,8 @@ def publish_now(core: BrokerState, meta: Meta, ch: Channel, exchange: str, routi
                         props, body)
         ack = Send(ch.conn, ch.number, BasicAck(seqno, False)) if seqno else None
         effects, collect = core.rules.unroutable_return(effects, returned, ack)
-    if (seqno or ch.confirm) and collect and not core.rules.confirm_lost(seqno, accepted):
+    waits = cluster.hold_confirm(core, ch, seqno, accepted)  # CLU-07: no majority, no confirm
+    if (seqno or ch.confirm) and collect and not waits and not core.rules.confirm_lost(seqno, accepted):
         if accepted is False:
             ch.nacks_ready.append(seqno)
         elif not durability.defer_confirm(core, ch, seqno, puts_before):  # PC-07: on disk first

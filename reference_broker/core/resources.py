@@ -34,7 +34,7 @@ from codec import (
     QueueUnbindOk,
     ReplyCode,
 )
-from reference_broker.core import durability, permissions, streams, texts, timeouts
+from reference_broker.core import cluster, durability, permissions, streams, texts, timeouts
 from reference_broker.core.arguments import MAX_SUPPORTED_PRIORITY, check_non_negative_int
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
@@ -239,6 +239,8 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
             queue = Queue(name, v.name, kind, m.durable, ch.conn if m.exclusive else None,
                           m.auto_delete, dict(m.arguments))
             v.queues[name] = queue
+            cluster.place(core, ch.conn, queue)
+    cluster.ensure_available(core, queue)  # CLU-04
     ch.last_queue = queue.name
     ready = streams.message_count(queue) if queue.kind == STREAM else queue.ready_count()
     return _reply(ch, m.nowait, QueueDeclareOk(queue.name, ready, declared_consumer_count(core, queue)))
@@ -273,6 +275,7 @@ def queue_purge(core: BrokerState, meta: Meta, ch: Channel, m: QueuePurge,
                 props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
     permissions.check(core, ch, "read", "queue", queue.name)
+    cluster.ensure_available(core, queue)  # CLU-04
     if queue.kind == STREAM:
         raise streams.refused(queue, "queue.purge")
     durability.forget_all(core, queue.ready_messages())

@@ -57,12 +57,14 @@ from reference_broker import faults
 from reference_broker.config import BrokerConfig
 from reference_broker.core import (
     channels,
+    cluster,
     confirms,
     consumers,
     delivery,
     durability,
     expiry,
     flow,
+    nodes,
     publish,
     resources,
     settings,
@@ -183,7 +185,20 @@ class BrokerCore(BrokerState):
         channels.connection_opened(self, conn_id, vhost, user, client_properties, channel_max, name)
 
     def connection_closed(self, meta: Meta, conn_id: int) -> list[Effect]:
+        cluster.connection_detached(self, conn_id)
         return channels.connection_closed(self, meta, conn_id)
+
+    # -- a cluster's nodes (core/cluster.py, core/nodes.py) ------------------------------------
+    def connection_attached(self, conn_id: int, node: int) -> None:
+        """The transport accepted `conn_id` on `node`'s listener."""
+        cluster.connection_attached(self, conn_id, node)
+
+    def node_down(self, meta: Meta, node: int) -> list[Effect]:
+        """The node stopped; the transport has ended the connections it had."""
+        return nodes.node_down(self, meta, node)
+
+    def node_up(self, meta: Meta, node: int) -> list[Effect]:
+        return nodes.node_up(self, meta, node)
 
     def stored(self, position: int) -> list[Effect]:
         """The store made the journal durable up to `position`: release waiting confirms

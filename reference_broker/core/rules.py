@@ -132,6 +132,10 @@ def _answered(_method: Any) -> bool:
     return True  # every method the broker implements gets its reply (or a 540 for one it does not)
 
 
+def _true() -> bool:
+    return True
+
+
 def _pause(consumer: Consumer, tag: int) -> None:
     consumer.timed_out.add(tag)  # TMO-4.3-2: no new messages until it is settled
 
@@ -189,3 +193,9 @@ class Rules:
     # -- the connection engine (NET-02, MSG-01) ---------------------------------------------
     ends_socket_after_close_ok: Callable[[], bool] = _false  # NET-02: the client ends it
     delivered_properties: Callable[[BasicProperties], BasicProperties] = _same  # MSG-01: as published
+    # -- a cluster's nodes (CLU-01..07, core/cluster.py) -----------------------------------
+    cancel_on_node_down: Callable[[bool], bool] = _same  # CLU-01: basic.cancel with the capability
+    nack_for_stopped_queue: Callable[[], bool] = _true  # CLU-03: a stopped classic queue refuses
+    lost_at_failover: Callable[[list[Unacked]], list[Unacked]] = _none  # CLU-05: nothing is lost
+    delivers_without_majority: Callable[[], bool] = _false  # CLU-07
+    confirm_waits_for_majority: Callable[[], bool] = _true  # CLU-07

@@ -138,6 +138,8 @@ class Queue:
     deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms
     timer_at: int | None = None  # when the queue's timeout timer is armed for
     log: list[Message] = field(default_factory=list)  # stream queues: every message, by offset
+    node: int = 1  # cluster (core/cluster.py): a classic queue's node, a quorum queue's leader
+    members: tuple[int, ...] = ()  # cluster: a quorum queue's member nodes
     _lanes: dict[int, Lane] = field(default_factory=dict)  # priority level -> its ready messages
     _levels: list[int] = field(default_factory=list)  # the lanes' levels, highest first
     _returns: deque[Message] = field(default_factory=deque)  # quorum returns first

@@ -23,6 +23,10 @@ def no_exchange(name: str, vhost: str) -> str:
     return f"no {x(name, vhost)}"
 
 
+def stopped(name: str, vhost: str) -> str:
+    return f"{q(name, vhost)} process is stopped by supervisor"  # CLU-04: its node is down
+
+
 def unknown_tag(tag: int) -> str:
     return f"unknown delivery tag {tag}"  # ACK-03
 

@@ -65,7 +65,8 @@ from codec import (
     QueueDeclareOk,
     encode_method,
 )
-from tests.reliability.fuzz_cases import STAGES, Case, Limits, shares, strategies
+from tests.reliability.fuzz_cases import shares, strategies
+from tests.reliability.fuzz_frames import STAGES, Case, Limits
 
 Address = tuple[str, int]
 PLAIN = b"\x00guest\x00guest"

@@ -32,7 +32,8 @@ from reference_broker.protocol.connection import ServerConnection, Write
 from tests.conftest import require
 from tests.reliability.conftest import StartBroker
 from tests.reliability.fuzz import ROOT, fuzz, run_case, run_with_subprocess
-from tests.reliability.fuzz_cases import Case, strategies
+from tests.reliability.fuzz_cases import strategies
+from tests.reliability.fuzz_frames import Case
 
 SEED = int(os.environ.get("AMQPC_FUZZ_SEED", "20251122"))  # fixed: the default run is repeatable
 OPENED = (PROTOCOL_HEADER + encode_method(0, ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US"))

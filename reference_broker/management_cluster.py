@@ -1,0 +1,70 @@
+"""The management API of a cluster (issue 30): the nodes, where a queue lives, and an extension
+to stop and start a node.
+
+Rules:
+- GET /api/nodes: RabbitMQ's list of nodes, each {"name", "running", "type": "disc"}, plus
+  the extension "amqp_port" (a single node lists itself as running).
+- PUT /api/nodes/{node} {"running": false|true} (extension, administrator): stops or starts
+  node 1..N of `reference-broker --nodes N`; it answers 204 once the node has stopped (its
+  listener closed, its connections ended, the core told) or listens again; 400 on a bad body,
+  404 for no such node, 409 when the node already is in that state.
+- A queue's JSON names its node as RabbitMQ does: "node" (a classic queue's node, a quorum
+  queue's leader), and for quorum queues "leader", "members" and "online".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from reference_broker.core.state import QUORUM, Queue
+from reference_broker.management_http import NOT_FOUND, BrokerServer, bad_request, json_body, server_of
+
+SINGLE = "reference@localhost"
+
+
+def placement(server: BrokerServer, queue: Queue) -> dict[str, Any]:
+    cluster = server.core.cluster
+    if cluster is None:
+        return {"node": SINGLE}
+    found: dict[str, Any] = {"node": cluster.name(queue.node)}
+    if queue.kind == QUORUM:
+        found.update(leader=cluster.name(queue.node), members=[cluster.name(n) for n in queue.members],
+                     online=[cluster.name(n) for n in queue.members if cluster.running(n)])
+    return found
+
+
+async def nodes(request: web.Request) -> web.Response:
+    server = server_of(request)
+    cluster = server.core.cluster
+    if cluster is None:
+        return web.json_response([{"name": SINGLE, "running": True, "type": "disc",
+                                   "amqp_port": server.node_ports.get(1)}])
+    return web.json_response([{"name": cluster.name(n), "running": cluster.running(n), "type": "disc",
+                               "amqp_port": server.node_ports.get(n)} for n in range(1, cluster.size + 1)])
+
+
+async def put_node(request: web.Request) -> web.Response:
+    server = server_of(request)
+    body = await json_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("running"), bool):
+        return bad_request('want {"running": true|false}')
+    try:
+        node = int(request.match_info["node"])
+    except ValueError:
+        node = 0
+    cluster = server.core.cluster
+    if cluster is None or not 1 <= node <= cluster.size:
+        return web.json_response(NOT_FOUND, status=404)
+    done = await (server.start_node(node) if body["running"] else server.stop_node(node))
+    if not done:
+        state = "running" if body["running"] else "stopped"
+        return web.json_response({"error": "conflict", "reason": f"node {node} is {state} already"}, status=409)
+    return web.Response(status=204)
+
+
+CLUSTER_ROUTES: list[tuple[str, str, Any, str]] = [
+    ("GET", "/api/nodes", nodes, "login"),
+    ("PUT", "/api/nodes/{node}", put_node, "admin"),
+]
