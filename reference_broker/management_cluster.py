@@ -14,6 +14,7 @@ Rules:
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -56,7 +57,7 @@ async def put_node(request: web.Request) -> web.Response:
         node = 0
     cluster = server.core.cluster
     if cluster is None or not 1 <= node <= cluster.size:
-        return web.json_response(NOT_FOUND, status=404)
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     done = await (server.start_node(node) if body["running"] else server.stop_node(node))
     if not done:
         state = "running" if body["running"] else "stopped"

@@ -75,6 +75,7 @@ from conformance.drivers.silence import SILENCES
 __all__ = ["DEFAULT_CAPABILITIES", "BrokerAddress", "ChannelClosed", "Closed", "ConnectionClosed", "ConnectionLost",
            "DriverError", "FrameRecord", "NoReply", "RawClient", "Recorder", "UnexpectedMethod"]
 _CONNECTION_IDS = itertools.count(1)
+PROBE = 0.2  # s: the round trip that tells a silent method from a broker that stopped answering
 
 
 def next_connection_id() -> int:
@@ -293,16 +294,19 @@ class RawClient:
 
     def _answers_a_new_channel(self) -> bool:
         """After a silence: does the broker still answer this connection? A spare channel (the
-        highest number the connection allows) is opened and closed, each within 2 s."""
+        highest number the connection allows) is opened and closed, each within `PROBE` s (a
+        round trip: a broker that is slow or wedged as a whole is not taken for a silent one)."""
         if self.sock is None or self.lost or self.connection_closed is not None or SILENCES.test is None:
             return False
         spare = (self.tune.channel_max if self.tune is not None and self.tune.channel_max else 2047)
         if spare in self.inbox or spare in self.closed_channels:
             return False
-        look = min(self.timeout, 2.0)
-        try:
-            self.rpc(spare, ChannelOpen(), ChannelOpenOk, timeout=look)
-            self.rpc(spare, ChannelClose(ReplyCode.REPLY_SUCCESS, "bye", 0, 0), ChannelCloseOk, timeout=look)
+        look = min(self.timeout, PROBE)
+        try:  # looks, not waits: the probe itself never learns nor probes
+            self.send(spare, ChannelOpen())
+            self.expect(spare, ChannelOpenOk, timeout=look, look=True)
+            self.send(spare, ChannelClose(ReplyCode.REPLY_SUCCESS, "bye", 0, 0))
+            self.expect(spare, ChannelCloseOk, timeout=look, look=True)
         except DriverError:
             return False
         finally:

@@ -20,21 +20,24 @@ from reference_broker.server import EmbeddedBroker
 BROKER = ("127.0.0.1", 5672, "/")
 
 
-def test_a_silence_is_known_only_once_learned_and_only_inside_a_test() -> None:
+def test_a_silence_is_known_once_two_tests_met_it_and_only_inside_a_test() -> None:
     silences = Silences()
     silences.learn(BROKER, "basic.get", 5.0)  # no test running: nothing learned
-    silences.check(BROKER, "basic.get", "basic.get-ok on channel 1")
     silences.test = "test_a"
+    silences.check(BROKER, "basic.get", "basic.get-ok on channel 1")
     silences.learn(BROKER, "basic.get", 5.0)
+    silences.check(BROKER, "basic.get", "x")  # one test met it (a conforming broker may be late once): still waited for
+    silences.learn(BROKER, "basic.get", 5.0)  # the same test again: still one test
+    silences.check(BROKER, "basic.get", "x")
+    silences.test = "test_b"
+    silences.learn(BROKER, "basic.get", 5.0)  # a second test: learned
     silences.check(BROKER, "basic.qos", "basic.qos-ok on channel 1")  # another method: still waited for
     silences.check(("127.0.0.1", 5673, "/"), "basic.get", "x")  # another broker: still waited for
-    with pytest.raises(Unanswered, match=r"no reply to basic.get \(waiting for x\), as earlier in this test"):
-        silences.check(BROKER, "basic.get", "x")
-    silences.test = "test_b"
-    with pytest.raises(Unanswered, match=r"as in 1 earlier test of this run: the broker answered none within 5.0 s"):
+    with pytest.raises(Unanswered, match=r"no reply to basic.get \(waiting for x\), as in 1 earlier test of this run"):
         silences.check(BROKER, "basic.get", "x")
     silences.test = "test_c"
-    with pytest.raises(Unanswered, match="as in 2 earlier tests of this run") as caught:
+    with pytest.raises(Unanswered, match=r"as in 2 earlier tests of this run: the broker answered none within 5\.0 s") \
+            as caught:
         silences.check(BROKER, "basic.get", "x")
     assert isinstance(caught.value, NoReply)  # a driver outcome: the test's verdict is `failed`
     silences.forget()
@@ -52,18 +55,21 @@ def learning() -> Iterator[None]:
         SILENCES.forget()
 
 
-def test_the_driver_waits_once_for_a_method_the_broker_drops(learning: None) -> None:
+def test_the_driver_stops_waiting_for_a_method_the_broker_drops(learning: None) -> None:
     with EmbeddedBroker(faults=["get_unanswered"]) as broker, RawClient(broker.url, timeout=1.0) as client:
         ch = client.channel()
         queue = client.rpc(ch, QueueDeclare(queue="", exclusive=True), QueueDeclareOk).method.queue
-        client.send(ch, BasicGet(queue=queue, no_ack=True))
-        started = time.monotonic()
-        with pytest.raises(NoReply) as first:
-            client.expect(ch, BasicGetOk, BasicGetEmpty)
-        assert not isinstance(first.value, Unanswered) and time.monotonic() - started >= 1.0
+        for test in ("test_one", "test_two"):  # two tests meet the silence, each after a whole wait
+            SILENCES.test = test
+            client.send(ch, BasicGet(queue=queue, no_ack=True))
+            started = time.monotonic()
+            with pytest.raises(NoReply) as waited:
+                client.expect(ch, BasicGetOk, BasicGetEmpty)
+            assert not isinstance(waited.value, Unanswered) and time.monotonic() - started >= 1.0
         assert client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk)  # the channel still works
+        SILENCES.test = "test_three"
         client.send(ch, BasicGet(queue=queue, no_ack=True))  # sent again: the broker sees the same traffic
-        with pytest.raises(Unanswered, match=r"no reply to basic.get .*as earlier in this test"):
+        with pytest.raises(Unanswered, match=r"no reply to basic.get .*as in 2 earlier tests"):
             client.expect(ch, BasicGetOk, BasicGetEmpty)  # raised before any read (silence.check)
         assert client.poll(ch, BasicGetOk, duration=0.1) is None  # a look is never cut short
 
@@ -79,17 +85,16 @@ def test_a_clean_broker_teaches_nothing(learning: None) -> None:
 
 @pytest.mark.timeout(300)
 def test_through_the_suite_later_tests_fail_at_once_with_their_own_verdict(tmp_path: Path) -> None:
-    """QOS-07's tests against the fault, one worker: the first wait is made, the later tests fail
-    without it, each with its own `failed` verdict naming QOS-07."""
+    """The qos area against the fault, one worker: the first two tests that send basic.get wait
+    for its reply, the later ones fail without it, each with its own `failed` verdict naming QOS-07."""
     with EmbeddedBroker(faults=["get_unanswered"]) as broker:
         run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                               "-o", "addopts=", "--broker-url", broker.url, "--results-dir", str(tmp_path),
-                              "--run-id", "silence", "-m", "rules", "--pyargs", "conformance.suite", "-k",
-                              "basic_get_ignores_prefetch"],
+                              "--run-id", "silence", "-m", "area_qos", "--pyargs", "conformance.suite"],
                              capture_output=True, text=True, timeout=240, check=False)
     assert run.returncode == 1, run.stdout[-3000:]
     rows = read_table(tmp_path, "tests", "silence").to_pylist()
-    assert len(rows) >= 2 and {r["verdict"] for r in rows} == {"failed"}, rows
-    assert all("QOS-07" in r["failed_rules"] for r in rows)
-    skipped = [r for r in rows if "so this wait was not made again" in r["message"]]
-    assert len(skipped) == len(rows) - 1, [r["message"] for r in rows]
+    failed = [r for r in rows if r["verdict"] == "failed"]
+    assert "broken" not in {r["verdict"] for r in rows} and all("QOS-07" in r["failed_rules"] for r in failed), rows
+    skipped = [r for r in failed if "so this wait was not made again" in r["message"]]
+    assert 1 <= len(skipped) <= len(failed) - 2, [r["message"] for r in failed]  # two tests waited, later ones not

@@ -18,7 +18,7 @@ Rules:
 - Budget: each machine test has a wall-clock budget, shrinking included (`AMQPC_MACHINE_BUDGET`
   seconds, default `DEFAULT_BUDGET`, not scaled: a budget is what the user waits). Shrinking stops
   when it is spent, or once the smallest failure is stable (`STABLE_EXAMPLES` examples have run
-  since a failure with fewer steps was last seen: against a deviating broker each example waits
+  since a smaller failing example was last seen: against a deviating broker each example waits
   for frames that never come, and a search that no longer finds smaller failures only spends
   the user's time); the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
@@ -62,7 +62,7 @@ ENV_EXAMPLES = "AMQPC_MACHINE_EXAMPLES"
 ENV_SHRINK = "AMQPC_MACHINE_SHRINK"
 ENV_BUDGET = "AMQPC_MACHINE_BUDGET"
 DEFAULT_BUDGET = 60.0  # s per machine test against a deviating broker, shrinking included
-STABLE_EXAMPLES = 20  # examples since the smallest failure last got fewer steps: shrinking ends
+STABLE_EXAMPLES = 60  # examples since the smallest failure last got smaller: shrinking ends
 PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrapping
 
 
@@ -128,20 +128,26 @@ class Smallest:
     """The smallest failing example a machine test saw: its error, program and frames. It is
     what the test reports when Hypothesis cannot replay a failure (a broker whose timing
     differs between runs makes Hypothesis raise `Flaky`): a failure, never `broken`. It is
-    `stable` once `STABLE_EXAMPLES` examples have run since it last got fewer steps."""
+    `stable` once `STABLE_EXAMPLES` examples have run since a smaller failure (fewer steps, or as
+    many with smaller values) was last seen."""
 
     def __init__(self) -> None:
         self.best: tuple[int, BaseException, Program, str] | None = None
         self.examples = 0  # examples offered so far
-        self.improved_at = 0  # the example that last gave a failure with fewer steps
+        self.improved_at = 0  # the example that last gave a smaller failure
+        self.size: tuple[int, int] | None = None  # the smallest failure's steps and length as written
 
     def offer(self, program: Program, frames: FrameLog) -> None:
         """Called from a machine's teardown, while its failure (if any) propagates."""
         self.examples += 1
         exc = sys.exc_info()[1]
-        if isinstance(exc, AssertionError | DriverError) and (self.best is None or program.rules < self.best[0]):
+        if not isinstance(exc, AssertionError | DriverError):
+            return
+        if self.best is None or program.rules < self.best[0]:
             self.best = (program.rules, exc, program, repr(frames))
-            self.improved_at = self.examples
+        size = (program.rules, len(repr(program)))  # fewer steps, or the same steps with smaller values
+        if self.size is None or size < self.size:
+            self.size, self.improved_at = size, self.examples
 
     @property
     def stable(self) -> bool:
@@ -201,7 +207,7 @@ def example_ended(budget: Budget | None, smallest: Smallest | None, program: Pro
     if smallest is not None:
         smallest.offer(program, frames)
         if smallest.stable and current_build_context().is_final:
-            note(f"shrinking stopped: no failure with fewer steps in the last {STABLE_EXAMPLES} examples")
+            note(f"shrinking stopped: no smaller failure in the last {STABLE_EXAMPLES} examples")
     if budget is not None:
         budget.report()
     note(program)
