@@ -14,10 +14,10 @@ Rules:
   failed under that rule.
 - A rule's verdict in a run is the worst of its tests' verdicts under it, in the order
   `conformance.plugin.verdicts.RULE_WORST_FIRST` (failed > broken > non-strict > unimplemented >
-  needs-admin > unjudged > passed > not-applicable > not-claimed): a rule is passed only when all
+  needs-admin > needs-cluster > unjudged > passed > not-applicable > not-claimed): a rule is passed only when all
   its checks ran.
 - Score = passed / (passed + failed + non-strict + unimplemented): not-applicable and not-claimed rules,
-  rules whose checks were not run for want of `--broker-admin` (needs-admin), not judged ones and
+  rules whose checks were not run for want of `--broker-admin` (needs-admin) or of a cluster (needs-cluster), not judged ones and
   broken ones (the harness's fault, not the broker's) are left out. Null when nothing counts.
 - Runs of a target are ordered by (started, run_id). The matrix shows each target's latest run.
 - A regression is passed in run A, failed in the next run B of the same target. A flip is a
@@ -39,7 +39,7 @@ VERDICT_ORDER = RULE_WORST_FIRST  # worst first
 SCORED = tuple(v.value for v in SCORED_VERDICTS)
 TARGET_COLUMNS = ("product", "version", "profile", "client")
 LETTERS = {"passed": "P", "failed": "F", "non-strict": "N", "unimplemented": "U", "needs-admin": "A",
-           UNJUDGED: "J", "not-applicable": "-", "not-claimed": "c", "broken": "B"}
+           "needs-cluster": "K", UNJUDGED: "J", "not-applicable": "-", "not-claimed": "c", "broken": "B"}
 
 
 def target_label() -> Column:

@@ -21,8 +21,8 @@ from typing import Any
 from conformance.results.records import TestRecord
 
 HISTORY_RUNS = 30
-VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "unjudged", "not-applicable",
-            "not-claimed", "broken")
+VERDICTS = ("passed", "failed", "non-strict", "unimplemented", "needs-admin", "needs-cluster", "unjudged",
+            "not-applicable", "not-claimed", "broken")
 
 
 def slug(text: str) -> str:

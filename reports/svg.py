@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from xml.sax.saxutils import escape
 
 VERDICT_COLOURS = {"passed": "#2e9d49", "failed": "#d23c3c", "non-strict": "#e39b25", "unimplemented": "#8a8fa3",
-                   "needs-admin": "#b4b8c2", "unjudged": "#c7d2e6",
+                   "needs-admin": "#b4b8c2", "needs-cluster": "#aab4c8", "unjudged": "#c7d2e6",
                    "not-applicable": "#c9cdd6", "not-claimed": "#e4d9b8", "broken": "#7b3fb5"}
 SERIES_COLOURS = ("#2563eb", "#d9480f", "#0f9d58", "#9c27b0", "#00838f", "#b7950b", "#6d4c41", "#c2185b")
 

@@ -136,6 +136,14 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-id", default=None, metavar="ID", help="id of this run in the results")
     parser.add_argument("--suite", type=Path, default=None, metavar="DIR",
                         help="run the rule tests in DIR instead of the shipped suite")
+    parser.add_argument("--cluster-node", action="append", default=[], metavar="URL",
+                        help="another node of the broker's cluster, amqp://... (repeat; --broker-url is node 1); the "
+                             "cluster tests need them and --node-control (else needs-cluster); 'embedded' without "
+                             "--broker-url: the embedded reference broker as a 3-node cluster with its own node control")
+    parser.add_argument("--node-control", default=None, metavar="COMMAND",
+                        help="stops or starts one node and returns when it is down or up: placeholders {url}, "
+                             "{index} (1 = --broker-url, then the --cluster-node order) and {action} (stop|start), "
+                             "e.g. 'scripts/rabbitmq4.sh node 4.3 {index} {action}'")
     parser.add_argument("--report", action="store_true", help="also build the HTML report into DIR/report (Spark)")
 
 
@@ -145,7 +153,8 @@ def run_run(args: argparse.Namespace, report: Callable[[Path, Path], int] | None
                          args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
                          args.run_id, args.suite, args.report, test_timeout=args.test_timeout,
                          run_timeout=args.run_timeout, capabilities=tuple(args.capability),
-                         extension_profile=args.extension_profile)
+                         extension_profile=args.extension_profile, cluster_nodes=tuple(args.cluster_node),
+                         node_control=args.node_control)
     return runner.run(options, report=report)
 
 

@@ -13,7 +13,7 @@ Rules:
   which get a testcase even when the test was written for other rules; under its other rules
   it is `unjudged`. Unexpected `failed` → `<failure>` with what the failure said about that
   rule; `broken` → `<error>`; `expected` and `unjudged`, `non-strict`, `unimplemented`,
-  `needs-admin`, `not-applicable` → `<skipped>` with the outcome as its type; `xpass` → a pass,
+  `needs-admin`, `needs-cluster`, `not-applicable` → `<skipped>` with the outcome as its type; `xpass` → a pass,
   or a `<failure type="xpass">` with a strict baseline; `passed` → no child.
 - The verdict is also the property `verdict` of the testcase; `<system-out>` holds, per
   test, its node id, verdict, message, the broker's close (reply), a model machine's minimal
@@ -36,9 +36,10 @@ from conformance.plugin.evidence import TestEvidence
 from conformance.results.verdicts import UNJUDGED
 
 # worst first: the first outcome present among a rule's tests is the rule's result
-PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "needs-admin", UNJUDGED, "passed",
-              "not-applicable", "not-claimed")
-_SKIPPED = {EXPECTED, UNJUDGED, "non-strict", "unimplemented", "needs-admin", "not-applicable", "not-claimed"}
+PRECEDENCE = ("failed", "broken", EXPECTED, XPASS, "non-strict", "unimplemented", "needs-admin", "needs-cluster",
+              UNJUDGED, "passed", "not-applicable", "not-claimed")
+_SKIPPED = {EXPECTED, UNJUDGED, "non-strict", "unimplemented", "needs-admin", "needs-cluster", "not-applicable",
+            "not-claimed"}
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 

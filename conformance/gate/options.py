@@ -2,7 +2,8 @@
 
 Rules: every bad option is found by `prepare` before the broker or pytest starts, and raised
 as `UsageError` with one line (exit status 4): a bad URL, profile, client, admin, baseline,
-selector, job count, timeout scale, budget, run id, suite or output directory.
+selector, job count, timeout scale, budget, run id, suite, output directory, cluster node
+or node control.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from conformance.drivers.registry import suite_clients
 from conformance.gate.baseline import Baseline, BaselineError, Judgement, load_baseline
 from conformance.plugin.admin import parse_admin
 from conformance.plugin.evidence import TestEvidence
+from conformance.plugin.nodes import parse_cluster
 
 DEFAULT_OUT = Path("amqp-conformance-results")
 ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')
@@ -56,6 +58,8 @@ class RunOptions:
     run_timeout: float | None = None
     capabilities: tuple[str, ...] = ()  # declared beyond what the broker advertises
     extension_profile: str = NEWEST
+    cluster_nodes: tuple[str, ...] = ()  # --cluster-node: the other nodes, or ("embedded",)
+    node_control: str | None = None  # --node-control: the command template
 
 
 @dataclass
@@ -74,6 +78,7 @@ def prepare(options: RunOptions) -> Prepared:
         if options.broker_admin:
             parse_admin(options.broker_admin, options.broker_url or "")
         parse_selection(options.select)
+        parse_cluster(options.broker_url, options.cluster_nodes, options.node_control)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:

@@ -33,13 +33,14 @@ from conformance.catalogue.rules import AREAS
 from conformance.gate.baseline import EXPECTED, XPASS
 from conformance.gate.options import Outcome, Prepared
 from conformance.plugin.evidence import TestEvidence
-from conformance.results.verdicts import STATUS_TEXT, admin_hint
+from conformance.results.verdicts import STATUS_TEXT, admin_hint, cluster_hint
 from conformance.results.wording import plural
 
-OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "needs-admin", "not-applicable",
-            "not-claimed", "broken")
+OUTCOMES = ("passed", XPASS, "failed", EXPECTED, "non-strict", "unimplemented", "needs-admin", "needs-cluster",
+            "not-applicable", "not-claimed", "broken")
 STYLES = {"passed": "green", XPASS: "cyan", "failed": "bold red", EXPECTED: "yellow", "non-strict": "magenta",
-          "unimplemented": "blue", "needs-admin": "dim", "not-applicable": "dim", "not-claimed": "dim italic",
+          "unimplemented": "blue", "needs-admin": "dim", "needs-cluster": "dim", "not-applicable": "dim",
+          "not-claimed": "dim italic",
           "broken": "bold yellow"}
 REFRESH_PER_SECOND = 8
 LOG_EVERY = 50
@@ -159,9 +160,9 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
                       highlight=False, markup=False)
     for line in judged.intermittent_lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    needing_admin = sum(judged.outcome(t) == "needs-admin" for t in outcome.tests)
-    if needing_admin:
-        console.print(admin_hint(needing_admin), style="bold", highlight=False, markup=False, soft_wrap=True)
+    for wanting, hint in (("needs-admin", admin_hint), ("needs-cluster", cluster_hint)):
+        if needing := sum(judged.outcome(t) == wanting for t in outcome.tests):
+            console.print(hint(needing), style="bold", highlight=False, markup=False, soft_wrap=True)
     for line in _leak_lines(outcome.harness):
         console.print(line, style="yellow", highlight=False, markup=False)
     for line in time_lines(outcome.tests, outcome.seconds):

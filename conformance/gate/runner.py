@@ -18,6 +18,8 @@ Rules:
   the session: a test overrun makes that test `broken` (status 2) unless a fresh connection
   then fails too (broker down, status 3); a session overrun ends the run with status 3 and
   "broker down: watchdog: ..."; the stacks go to stderr.
+- `--cluster-node embedded` starts the embedded broker as a 3-node cluster and hands pytest its
+  nodes and node control; otherwise `--cluster-node`/`--node-control` pass through as given.
 - The embedded broker serves the management API too, and is the `--broker-admin` unless one
   is given, so admin-dependent rules run.
 - Output directory (`--out`): `results/` (the Parquet results lake, runs accumulate),
@@ -54,6 +56,13 @@ from conformance.gate.options import EnvironmentFailure, Outcome, Prepared, RunO
 from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
 from conformance.plugin.health import connect_failure
+from conformance.plugin.nodes import (
+    EMBEDDED_NODES,
+    ClusterSpec,
+    embedded_cluster,
+    parse_cluster,
+    wants_embedded,
+)
 from conformance.plugin.session import HARNESS
 from conformance.results.records import amend_run, redact_url
 from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
@@ -131,7 +140,7 @@ class RunCollector:
         return [*self.tests, *lost, *never]
 
 
-def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list[str]:
+def pytest_args(prepared: Prepared, url: str, admin: str, results: Path, cluster: ClusterSpec | None = None) -> list[str]:
     options = prepared.options
     args = [str(options.suite or SUITE_DIR), "-p", "conformance.catalogue.selection", "-p", "no:cacheprovider",
             "-o", "addopts=", "-q", "-rfE", "--tb=short",
@@ -147,22 +156,29 @@ def pytest_args(prepared: Prepared, url: str, admin: str, results: Path) -> list
             args += [name, repr(budget)]
     if prepared.jobs != "1":
         args += ["-n", prepared.jobs]
+    if cluster is not None:
+        args += [arg for node in cluster.urls[1:] for arg in ("--cluster-node", node)]
+        args += ["--node-control", cluster.control]
     return args
 
 
 @contextlib.contextmanager
-def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str]]:
-    """(url, admin, description) of the broker under test; starts the embedded one if no URL."""
+def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str, ClusterSpec | None]]:
+    """(url, admin, description, cluster) of the broker under test; starts the embedded one if no
+    URL (as a cluster with `--cluster-node embedded`)."""
     if options.broker_url:
-        yield options.broker_url, options.broker_admin or "none", redact_url(options.broker_url)
+        cluster = parse_cluster(options.broker_url, options.cluster_nodes, options.node_control)
+        yield options.broker_url, options.broker_admin or "none", redact_url(options.broker_url), cluster
         return
+    as_cluster = wants_embedded(options.cluster_nodes)
     try:
-        embedded = start_embedded(management_port=0)
+        embedded = start_embedded(management_port=0, **({"nodes": EMBEDDED_NODES} if as_cluster else {}))
     except Exception as exc:  # a port, a thread, the loop: the environment, not the user
         raise EnvironmentFailure(f"the embedded reference broker did not start: {type(exc).__name__}: {exc}") from None
     try:
         admin = options.broker_admin or embedded.management_url or "none"
-        yield embedded.url, admin, f"embedded reference broker at {redact_url(embedded.url)}"
+        yield (embedded.url, admin, f"embedded reference broker at {redact_url(embedded.url)}"
+               + (f" ({EMBEDDED_NODES} nodes)" if as_cluster else ""), embedded_cluster(embedded) if as_cluster else None)
     finally:
         embedded.stop()
 
@@ -178,7 +194,7 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
     options = prepared.options
     results = options.out / "results"
     started = time.monotonic()
-    with broker_target(options) as (url, admin, description):
+    with broker_target(options) as (url, admin, description, cluster):
         try:
             props = probe(url, 5.0 * options.timeout_scale)
         except (OSError, DriverError) as exc:
@@ -194,7 +210,7 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
         with LiveProgress(console, "amqp-conformance") as progress:
             collector = RunCollector(progress, prepared.baseline, profile)
             with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                code = int(pytest.main(pytest_args(prepared, url, admin, results), plugins=[collector]))
+                code = int(pytest.main(pytest_args(prepared, url, admin, results, cluster), plugins=[collector]))
     tests = collector.finished_tests()
     outcome = Outcome(EXIT_OK, tests, judge(tests, prepared.baseline, profile), profile, harness=collector.harness,
                       seconds=time.monotonic() - started)

@@ -1,7 +1,8 @@
 """The fixtures of the plugin (loaded with hooks.py through its `pytest_plugins`).
 
 - `target` (session): the broker under test (url, profile, timeout scale, admin); without
-  `--broker-url` an embedded reference broker starts on a free port for the session. If the
+  `--broker-url` an embedded reference broker starts on a free port for the session (as a
+  cluster of 3 nodes with `--cluster-node embedded`, its node control the session's cluster). If the
   broker does not answer, the broker is down (exit 3): a single process ends the run there
   (nothing ran yet); a pytest-xdist worker makes each of its broker tests `broken` instead.
 - `connect`: a factory of connected `RawClient`s sharing the test's frame `recorder`, closed
@@ -26,6 +27,7 @@ from conformance.embedded import start as start_embedded
 from conformance.plugin.admin import RestoringAdmin, parse_admin
 from conformance.plugin.classify import BROKEN_PREFIX
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
+from conformance.plugin.nodes import EMBEDDED_NODES, embedded_cluster
 from conformance.plugin.session import Names, Target, harness
 from conformance.plugin.verdicts import skip_unless_applies
 from conformance.results.records import redact_url
@@ -39,8 +41,10 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     url = config.getoption("--broker-url")
     embedded = None
     if not url:
-        embedded = start_embedded(management_port=0)
+        embedded = start_embedded(management_port=0, **({"nodes": EMBEDDED_NODES} if state.embedded_cluster else {}))
         url = embedded.url
+        if state.embedded_cluster:
+            state.cluster = embedded_cluster(embedded)
         if config.getoption("--broker-admin") == "none" and embedded.management_url:
             state.admin = parse_admin(embedded.management_url, url)  # the embedded broker's own API
     scale = config.getoption("--timeout-scale")

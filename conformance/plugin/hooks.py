@@ -10,7 +10,8 @@ Rules:
 - Fixtures: `target` (session: url, profile, timeout scale, admin), `connect` (factory of
   connected `RawClient`s sharing the test's frame `recorder`, closed at teardown),
   `names` (unique "amqpc." names; queues/exchanges named through it are deleted at
-  teardown), `admin` (the `--broker-admin` adapter; every change is undone at teardown).
+  teardown), `admin` (the `--broker-admin` adapter; every change is undone at teardown),
+  `cluster` (the broker's other nodes and their node control: `cluster`, `nodes`).
 - Every rule test gets a verdict (`classify`), counted per area in the terminal summary and,
   with `--results-dir`, written as records (`results`). With `--alluredir`, tests are
   labelled epic = area, feature = rule group, story = rule, and get their frame log attached.
@@ -50,8 +51,10 @@ from conformance.drivers.registry import client_version, suite_clients
 from conformance.drivers.silence import SILENCES
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import Unavailable, parse_admin
+from conformance.plugin.cluster import add_cluster_options
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
+from conformance.plugin.nodes import parse_cluster, wants_embedded
 from conformance.plugin.session import HARNESS, Harness, harness
 from conformance.plugin.verdicts import needs_admin
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
@@ -63,10 +66,12 @@ from conformance.results.verdicts import (
     Verdict,
     admin_hint,
     closing_line,
+    cluster_hint,
 )
 from conformance.suite import SUITE_DIR
 
-pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients"]  # the fixtures tests use (target, connect, names, admin)
+pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients",  # the fixtures tests use (target, connect, names, admin,
+                  "conformance.plugin.cluster"]  # cluster)
 AREA_MARKER = "area_"  # `-m area_qos` selects an area
 
 
@@ -86,6 +91,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
     group.addoption("--run-id", default=None, help="id of this run in the results (default: a new uuid)")
     add_watchdog_options(group)
+    add_cluster_options(group)
 
 
 STATE = pytest.StashKey[classify.TestState]()
@@ -114,13 +120,15 @@ def pytest_configure(config: pytest.Config) -> None:
         if url:
             BrokerAddress.parse(url)
         admin = parse_admin(config.getoption("--broker-admin"), url or "")
+        cluster = parse_cluster(url, config.getoption("--cluster-node"), config.getoption("--node-control"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     run_id = config.getoption("--run-id") or distributed.worker_run_id(config) or str(uuid.uuid4())
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
         raise pytest.UsageError(f"--run-id {run_id!r}: letters, digits, '.', '_' and '-' only")
     state = Harness(run_id, admin, allure=bool(config.getoption("allure_report_dir", None)),
-                    worker=distributed.is_worker(config))
+                    worker=distributed.is_worker(config), cluster=cluster,
+                    embedded_cluster=wants_embedded(config.getoption("--cluster-node")))
     results = config.getoption("--results-dir")
     if results and not config.option.collectonly:
         try:
@@ -371,9 +379,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("amqp-conformance verdicts")
     for line, markup in classify.summary_report(state.counts, state.broken, state.down, state.leaks):
         terminalreporter.write_line(line, **markup)
-    needing_admin = sum(n for (_, verdict), n in state.counts.items() if verdict is Verdict.NEEDS_ADMIN)
-    if needing_admin:
-        terminalreporter.write_line(admin_hint(needing_admin), bold=True)
+    for wanting, hint in ((Verdict.NEEDS_ADMIN, admin_hint), (Verdict.NEEDS_CLUSTER, cluster_hint)):
+        if needing := sum(n for (_, verdict), n in state.counts.items() if verdict is wanting):
+            terminalreporter.write_line(hint(needing), bold=True)
     if state.writer is not None:
         terminalreporter.write_line(f"results: {state.writer.root} (run={state.run_id})")
     totals: Counter[str] = Counter()

@@ -18,6 +18,7 @@ from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import BrokerAddress
 from conformance.plugin.admin import AdminAdapter
 from conformance.plugin.health import HealthProbe, LeakReport, NameRegistry
+from conformance.plugin.nodes import ClusterSpec
 from conformance.plugin.watchdog import Watchdog
 from conformance.results.records import ResultsWriter, RunRecord
 from conformance.results.verdicts import Verdict
@@ -88,6 +89,8 @@ class Harness:
     worker: bool = False  # a pytest-xdist worker: the controller writes the run record
     remote_tests: int = 0  # test records written by pytest-xdist workers
     watchdog: Watchdog | None = None
+    cluster: ClusterSpec | None = None  # the broker's cluster (--cluster-node, --node-control), issue 30
+    embedded_cluster: bool = False  # --cluster-node embedded: the embedded broker starts as a cluster
 
 
 HARNESS = pytest.StashKey[Harness]()

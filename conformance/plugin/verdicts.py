@@ -6,7 +6,8 @@ Rules: `passed` and `failed` come from the test outcome; a test reaches `unimple
 `not-applicable` (the profile has no such behaviour) by `not_applicable()`, `not-claimed`
 (a RabbitMQ extension the broker does not claim) by `not_claimed()`, and
 `needs-admin` (not run: the check needs `--broker-admin` and the run has none) by
-`needs_admin()`. A test with nothing to assert under its profile's expectation calls
+`needs_admin()`, `needs-cluster` (not run: a cluster test and the run names no cluster) by
+`needs_cluster()`. A test with nothing to assert under its profile's expectation calls
 `judged_elsewhere()`: a variant that leaves the behaviour open (the spec does not say) is
 `not-applicable` with the variant's text, so no profile leaves a test without a verdict. Harness
 or environment failures (our exceptions, a wedged broker) are `broken`, never `failed`.
@@ -48,6 +49,10 @@ def non_strict(reason: str) -> NoReturn:
 
 def needs_admin(reason: str) -> NoReturn:
     pytest.skip(SKIP_PREFIX[Verdict.NEEDS_ADMIN] + reason)
+
+
+def needs_cluster(reason: str) -> NoReturn:
+    pytest.skip(SKIP_PREFIX[Verdict.NEEDS_CLUSTER] + reason)
 
 
 def judged_elsewhere(profile: Profile, rule_id: str) -> NoReturn:

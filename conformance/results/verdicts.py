@@ -4,7 +4,7 @@ The kernel every part shares (the pytest plugin, the client judge, the gate, the
 pytest here. A suite test reaches a non-binary verdict through `conformance.plugin.verdicts`
 (`unimplemented()`, `not_applicable()`, ...), which skips with the prefixes of `SKIP_PREFIX`;
 `conformance.plugin.classify` reads them back with `verdict_of_skip`.
-- The score counts `SCORED` only: a check that did not run (`needs-admin`), does not apply
+- The score counts `SCORED` only: a check that did not run (`needs-admin`, `needs-cluster`), does not apply
   (`not-applicable`) or could not be judged (`broken`) is left out of it.
 - A rule's verdict is the worst of its tests' verdicts, in `WORST_FIRST` order: a rule is
   `passed` only when every applicable check of it ran and passed. A `failed` test counts as
@@ -33,6 +33,7 @@ class Verdict(enum.StrEnum):
     NON_STRICT = "non-strict"
     UNIMPLEMENTED = "unimplemented"
     NEEDS_ADMIN = "needs-admin"
+    NEEDS_CLUSTER = "needs-cluster"  # a cluster test without --cluster-node and --node-control (issue 30)
     NOT_APPLICABLE = "not-applicable"
     NOT_CLAIMED = "not-claimed"  # a RabbitMQ extension the broker does not claim (DESIGN.md decision 11)
     BROKEN = "broken"
@@ -45,14 +46,16 @@ STATUS_TEXT = {EXIT_OK: "no unexpected result", EXIT_FAILED: "unexpected failure
 
 # worst first: a rule's verdict is the first of these among its tests' verdicts
 WORST_FIRST = (Verdict.FAILED, Verdict.BROKEN, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED, Verdict.NEEDS_ADMIN,
-               Verdict.PASSED, Verdict.NOT_APPLICABLE, Verdict.NOT_CLAIMED)
+               Verdict.NEEDS_CLUSTER, Verdict.PASSED, Verdict.NOT_APPLICABLE, Verdict.NOT_CLAIMED)
 UNJUDGED = "unjudged"  # a rule of a failed test whose failure names other rules: neither passed nor failed
-RULE_WORST_FIRST: tuple[str, ...] = (*(v.value for v in WORST_FIRST[:5]), UNJUDGED, *(v.value for v in WORST_FIRST[5:]))
+RULE_WORST_FIRST: tuple[str, ...] = (*(v.value for v in WORST_FIRST[:6]), UNJUDGED, *(v.value for v in WORST_FIRST[6:]))
 SCORED = (Verdict.PASSED, Verdict.FAILED, Verdict.NON_STRICT, Verdict.UNIMPLEMENTED)  # score = passed / these
-LABELS: dict[str, str] = {Verdict.NEEDS_ADMIN: "not run: needs admin", UNJUDGED: "not judged"}  # for people, where the value is not enough
+LABELS: dict[str, str] = {Verdict.NEEDS_ADMIN: "not run: needs admin", Verdict.NEEDS_CLUSTER: "not run: needs cluster",
+                          UNJUDGED: "not judged"}  # for people, where the value is not enough
 
 SKIP_PREFIX = {Verdict.UNIMPLEMENTED: "unimplemented: ", Verdict.NOT_APPLICABLE: "not-applicable: ",
                Verdict.NON_STRICT: "non-strict: ", Verdict.NEEDS_ADMIN: "needs-admin: ",
+               Verdict.NEEDS_CLUSTER: "needs-cluster: ",
                Verdict.NOT_CLAIMED: "not-claimed: "}
 
 
@@ -66,6 +69,13 @@ def admin_hint(tests: int) -> str:
     return (f"not run: {plural(tests, 'test')} {'needs' if tests == 1 else 'need'} --broker-admin; rerun with "
             "--broker-admin http://user:pass@host:15672 (the management API) or --broker-admin rabbitmqctl "
             "(on the broker's machine)")
+
+
+def cluster_hint(tests: int) -> str:
+    """The console's line when `tests` tests were not run for want of a cluster (issue 30)."""
+    return (f"not run: {plural(tests, 'test')} {'needs' if tests == 1 else 'need'} a cluster; rerun with "
+            "--cluster-node amqp://… (each other node) and --node-control 'COMMAND {index} {action}' (stops or "
+            "starts one node), or --cluster-node embedded against the embedded reference broker")
 
 
 def closing_line(counts: dict[str, int], profile: str | None, status: int) -> str:

@@ -1,0 +1,126 @@
+"""Brokers judged as clusters (issue 30): `--cluster-node` and `--node-control`, the `needs-cluster`
+verdict, the cluster area on `reference_broker --nodes 3`, against each of its cluster faults, and
+on the live 3-node RabbitMQ 4.3.6 cluster of `scripts/rabbitmq4.sh cluster up 4.3 3`.
+
+The option checks and a plain run (needs-cluster) are quick and in `make test`; the runs that stop
+nodes are marked `broker_cluster` (the reference broker, its faults) and `rabbitmq43cluster` (the
+live cluster: skipped when it does not answer, a failure under AMQPC_STRICT=1), both in
+`make test-cluster-brokers`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.drivers.raw import DriverError, RawClient
+from conformance.plugin.nodes import ClusterSpec, embedded_cluster, parse_cluster
+from conformance.results.records import read_table
+from conformance.suite import SUITE_DIR
+from reference_broker.faults import FAULTS
+from reference_broker.server import EmbeddedBroker
+from tests.conftest import cli_env, require
+
+ROOT = Path(__file__).resolve().parents[2]
+LIVE = [os.environ.get(f"AMQPC_RMQ43_C{i}_URL", f"amqp://guest:guest@127.0.0.1:{5750 + i}/") for i in (1, 2, 3)]
+LIVE_CONTROL = "scripts/rabbitmq4.sh node 4.3 {index} {action}"
+CLUSTER_TESTS = 5
+# the test of each cluster fault's rule (conformance/suite/cluster)
+FAULT_TESTS = {
+    "cluster_no_cancel_on_node_down": "test_cluster.py::test_consumers_of_a_stopped_nodes_classic_queue_are_cancelled",
+    "cluster_ack_for_stopped_queue": "test_cluster.py::test_a_stopped_nodes_classic_queue_nacks_publishes_and_answers_404",
+    "cluster_failover_drops_unacked":
+        "test_cluster_quorum.py::test_a_quorum_leaders_failure_keeps_consumers_and_unacked_deliveries",
+    "cluster_delivers_without_majority":
+        "test_cluster_quorum.py::test_a_quorum_queue_without_a_majority_neither_delivers_nor_confirms",
+    "cluster_confirms_without_majority":
+        "test_cluster_quorum.py::test_a_quorum_queue_without_a_majority_neither_delivers_nor_confirms",
+}
+
+
+def run(tmp: Path, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--out", str(tmp / "out"), *args],
+                          cwd=cwd or tmp, capture_output=True, text=True, timeout=timeout, env=cli_env())
+
+
+def verdicts(tmp: Path) -> list[str]:
+    return [row["verdict"] for row in read_table(tmp / "out" / "results", "tests").to_pylist()]
+
+
+# -- options (make test) ----------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "says"), [
+    (["--broker-url", "amqp://h/", "--cluster-node", "amqp://h2/", "--node-control", "ctl {index}"], "{action}"),
+    (["--broker-url", "amqp://h/", "--cluster-node", "http://h2:15672", "--node-control", "ctl {action}"], "amqp://"),
+    (["--broker-url", "amqp://h/", "--cluster-node", "amqp://h2/"], "go together"),
+    (["--cluster-node", "amqp://h2/", "--node-control", "ctl {action}"], "needs --broker-url"),
+    (["--broker-url", "amqp://h/", "--cluster-node", "embedded"], "without --broker-url"),
+])
+def test_bad_cluster_options_are_one_line_and_exit_4(tmp_path: Path, args: list[str], says: str) -> None:
+    done = run(tmp_path, *args, "--select", "cluster")
+    assert done.returncode == 4, done.stderr
+    assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_node_control_template_fills_each_word() -> None:
+    spec = parse_cluster("amqp://a/", ["amqp://b/"], "docker {action} 'rmq-{index}' --format '{{.Name}}' {url}")
+    assert isinstance(spec, ClusterSpec)
+    assert spec.command(2, "stop") == ["docker", "stop", "rmq-2", "--format", "{{.Name}}", "amqp://b/"]
+
+
+def test_a_plain_run_shows_the_cluster_tests_as_needs_cluster(tmp_path: Path) -> None:
+    done = run(tmp_path, "--select", "cluster", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert verdicts(tmp_path) == ["needs-cluster"] * CLUSTER_TESTS
+    assert "need a cluster; rerun with --cluster-node" in done.stdout, done.stdout
+
+
+# -- the reference broker as a cluster, its faults (make test-cluster-brokers) --------------------
+@pytest.mark.broker_cluster
+@pytest.mark.timeout(300)
+def test_the_reference_broker_as_a_cluster_passes(tmp_path: Path) -> None:
+    done = run(tmp_path, "--cluster-node", "embedded", "--select", "cluster")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert verdicts(tmp_path) == ["passed"] * CLUSTER_TESTS
+
+
+@pytest.mark.broker_cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fault", sorted(FAULT_TESTS))
+def test_each_cluster_fault_fails_as_its_rule(tmp_path: Path, fault: str) -> None:
+    (rule,) = [f.rule for f in FAULTS if f.name == fault]
+    with EmbeddedBroker(faults=[fault], management_port=0, nodes=3) as broker:
+        spec = embedded_cluster(broker)
+        nodes = [arg for url in spec.urls[1:] for arg in ("--cluster-node", url)]
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
+                               "-o", "addopts=", "--broker-url", spec.urls[0], *nodes, "--node-control", spec.control,
+                               "--results-dir", str(tmp_path), "--run-id", "fault",
+                               f"{SUITE_DIR}/cluster/{FAULT_TESTS[fault]}"],
+                              capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 1, done.stdout[-3000:]
+    (row,) = read_table(tmp_path, "tests", "fault").to_pylist()
+    assert (row["verdict"], list(row["failed_rules"])) == ("failed", [rule]), row["message"]
+
+
+def test_every_cluster_fault_has_its_test() -> None:
+    assert sorted(FAULT_TESTS) == sorted(f.name for f in FAULTS if f.area == "cluster")
+
+
+# -- the live 3-node RabbitMQ 4.3.6 cluster (make test-cluster-brokers) ----------------------------
+@pytest.mark.rabbitmq43cluster
+@pytest.mark.timeout(600)
+def test_the_live_rabbitmq_4_3_cluster_passes(tmp_path: Path) -> None:
+    for url in LIVE:
+        try:
+            with RawClient(url, timeout=5.0):
+                pass
+        except (OSError, DriverError) as exc:
+            require(False, f"RabbitMQ 4.3.6 cluster node {url} (scripts/rabbitmq4.sh cluster up 4.3 3): {exc}")
+    nodes = [arg for url in LIVE[1:] for arg in ("--cluster-node", url)]
+    done = run(tmp_path, "--broker-url", LIVE[0], *nodes, "--node-control", LIVE_CONTROL, "--select", "cluster",
+               cwd=ROOT, timeout=580)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert verdicts(tmp_path) == ["passed"] * CLUSTER_TESTS
