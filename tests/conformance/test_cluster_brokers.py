@@ -19,7 +19,7 @@ import pytest
 
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.plugin.nodes import ClusterSpec, embedded_cluster, parse_cluster
-from conformance.results.records import read_table
+from conformance.results.records import read_table, redact_url
 from conformance.suite import SUITE_DIR
 from reference_broker.faults import FAULTS
 from reference_broker.server import EmbeddedBroker
@@ -85,6 +85,11 @@ def test_the_reference_broker_as_a_cluster_passes(tmp_path: Path) -> None:
     done = run(tmp_path, "--cluster-node", "embedded", "--select", "cluster")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert verdicts(tmp_path) == ["passed"] * CLUSTER_TESTS
+    (record,) = read_table(tmp_path / "out" / "results", "runs").to_pylist()
+    nodes = record["cluster_nodes"]  # the report's target row names them (without the password)
+    assert len(nodes) == 3 and all(n.startswith("amqp://guest@127.0.0.1:") for n in nodes), nodes
+    stopped = [row["stopped_nodes"] for row in read_table(tmp_path / "out" / "results", "tests").to_pylist()]
+    assert all(s and set(s) <= {1, 2, 3} for s in stopped), stopped  # every cluster test stops a node
 
 
 @pytest.mark.broker_cluster
@@ -103,6 +108,8 @@ def test_each_cluster_fault_fails_as_its_rule(tmp_path: Path, fault: str) -> Non
     assert done.returncode == 1, done.stdout[-3000:]
     (row,) = read_table(tmp_path, "tests", "fault").to_pylist()
     assert (row["verdict"], list(row["failed_rules"])) == ("failed", [rule]), row["message"]
+    assert row["stopped_nodes"], row  # the failing test's page names the node it stopped
+    assert read_table(tmp_path, "runs", "fault").to_pylist()[0]["cluster_nodes"] == [redact_url(u) for u in spec.urls]
 
 
 def test_every_cluster_fault_has_its_test() -> None:
