@@ -173,7 +173,8 @@ def _targets(runs: list[dict[str, Any]], scores: list[Row], areas: list[Row]) ->
             profile_detail=run["profile_detail"], client_version=run.get("client_version"),
             runs=counted[run["target"]], score=score.score if score else None,
             counts={v: getattr(score, v) for v in jobs.VERDICT_ORDER} if score else {},
-            areas=area_scores.get(run["run_id"], {}), baseline=_baseline_entries(run, runs)))
+            areas=area_scores.get(run["run_id"], {}), baseline=_baseline_entries(run, runs),
+            cluster_nodes=list(run.get("cluster_nodes") or [])))
     return targets
 
 

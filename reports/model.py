@@ -55,6 +55,7 @@ class Target:
     profile_detail: str | None = None  # why that profile: base, claims, rules each adds (one per line)
     client_version: str | None = None  # the client library's version, when the run recorded it
     baseline: list[BaselineEntry] = field(default_factory=list)  # the latest run's baseline entries
+    cluster_nodes: list[str] = field(default_factory=list)  # a cluster run: its nodes (URLs without the password)
 
     @property
     def slug(self) -> str:

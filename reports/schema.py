@@ -27,6 +27,7 @@ _SPARK_TYPES: dict[str, T.DataType] = {
     "boolean": T.BooleanType(),
     "timestamp": T.TimestampType(),
     "array<string>": T.ArrayType(T.StringType(), containsNull=True),
+    "array<int>": T.ArrayType(T.IntegerType(), containsNull=True),
 }
 
 

@@ -28,6 +28,7 @@ from conformance.results.verdicts import HarnessError
 
 CONTROL_SECONDS = 120.0  # one stop or start (RabbitMQ 4.3.6 via rabbitmqctl: 5-8 s measured)
 ANSWER_SECONDS = 30.0  # after a start: until the node accepts an AMQP connection
+STOPPED_NODES = pytest.StashKey[list[int]]()  # on the test item: the nodes its `Cluster` stopped, in order
 
 
 def add_cluster_options(group: Any) -> None:
@@ -110,6 +111,7 @@ def cluster(target: Target, names: Names, recorder: Recorder, request: pytest.Fi
         needs_cluster("needs the broker's other nodes and a node control: --cluster-node URL (repeat) and "
                       "--node-control 'COMMAND {index} {action}'")
     made = Cluster(spec, target.timeout_scale, recorder)
+    request.node.stash[STOPPED_NODES] = made.history  # the test's record names them (`stopped_nodes`)
     yield made
     problems = made.restore()
     if problems:

@@ -121,7 +121,8 @@ class WorkerSide:
             "tests": state.writer.tests_written if state.writer is not None else 0,
         }
         if run is not None:
-            output.update(product=run.product, version=run.version, profile=run.profile, broker_url=run.broker_url)
+            output.update(product=run.product, version=run.version, profile=run.profile, broker_url=run.broker_url,
+                          cluster_nodes=run.cluster_nodes)
         elif state.target is not None:
             output["profile"] = state.target.profile.name
         session.config.workeroutput[OUTPUT_KEY] = output  # type: ignore[attr-defined]
@@ -152,7 +153,7 @@ class ControllerSide:
             state.down = str(output["down"])
         state.remote_tests += int(output.get("tests") or 0)
         if state.run is not None:
-            for key in ("product", "version", "profile", "broker_url"):
+            for key in ("product", "version", "profile", "broker_url", "cluster_nodes"):
                 if output.get(key) and (key == "broker_url" or getattr(state.run, key) is None):
                     setattr(state.run, key, output[key])
 

@@ -27,7 +27,7 @@ from conformance.embedded import start as start_embedded
 from conformance.plugin.admin import RestoringAdmin, parse_admin
 from conformance.plugin.classify import BROKEN_PREFIX
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
-from conformance.plugin.nodes import EMBEDDED_NODES, embedded_cluster
+from conformance.plugin.nodes import EMBEDDED_NODES, cluster_urls, embedded_cluster
 from conformance.plugin.session import Names, Target, harness
 from conformance.plugin.verdicts import skip_unless_applies
 from conformance.results.records import redact_url
@@ -71,6 +71,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         state.run.profile_detail = "\n".join([f"judged as {profile.display}", *profile.explain()])
         if embedded is not None:
             state.run.broker_url = f"embedded {redact_url(url)}"
+            state.run.cluster_nodes = cluster_urls(state.cluster)
     yield made
     close_quietly(state.probe)
     if state.down is None:

@@ -51,10 +51,10 @@ from conformance.drivers.registry import client_version, suite_clients
 from conformance.drivers.silence import SILENCES
 from conformance.plugin import classify, distributed, evidence
 from conformance.plugin.admin import Unavailable, parse_admin
-from conformance.plugin.cluster import add_cluster_options
+from conformance.plugin.cluster import STOPPED_NODES, add_cluster_options
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
-from conformance.plugin.nodes import parse_cluster, wants_embedded
+from conformance.plugin.nodes import cluster_urls, parse_cluster, wants_embedded
 from conformance.plugin.session import HARNESS, Harness, harness
 from conformance.plugin.verdicts import needs_admin
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
@@ -139,7 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
         state.run = RunRecord(run_id, redact_url(url) if url else "embedded", config.getoption("--client"),
                               harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
                               admin=redact_url(config.getoption("--broker-admin")),
-                              client_version=client_version(config.getoption("--client")))
+                              client_version=client_version(config.getoption("--client")),
+                              cluster_nodes=cluster_urls(cluster))
     if not config.option.collectonly:
         state.watchdog = Watchdog(budgets, lambda reason, session: _watchdog_expired(state, reason, session))
     config.stash[HARNESS] = state
@@ -321,6 +322,7 @@ def _finish(item: pytest.Item, report: pytest.TestReport, test: classify.TestSta
         return
     seed_option = item.config.getoption("hypothesis_seed", None)
     record = classify.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option)
+    record.stopped_nodes = list(item.stash.get(STOPPED_NODES, ())) or None
     if state.target is not None:
         record.judged_by = _judged_by(state.target.profile, [*test.failures, *rule_ids])
     state.writer.add_test(record, frames)

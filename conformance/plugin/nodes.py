@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.drivers.raw import BrokerAddress, DriverError, RawClient
+from conformance.results.records import redact_url
 
 EMBEDDED = "embedded"
 EMBEDDED_NODES = 3
@@ -93,6 +94,11 @@ def embedded_cluster(broker: Any) -> ClusterSpec:
     control = (f"{shlex.quote(sys.executable)} -m reference_broker.node_control "
                f"{shlex.quote(str(broker.management_url))} {{index}} {{action}}")
     return ClusterSpec(urls, control)
+
+
+def cluster_urls(spec: ClusterSpec | None) -> list[str] | None:
+    """The nodes of a run as its record keeps them (`RunRecord.cluster_nodes`): URLs without the password."""
+    return None if spec is None else [redact_url(url) for url in spec.urls]
 
 
 def run_node_control(spec: ClusterSpec, index: int, action: str, seconds: float) -> str | None:

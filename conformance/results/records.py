@@ -50,7 +50,7 @@ class Column(NamedTuple):
     """One column: its name, its kind (a Spark type name) and whether it may be null."""
 
     name: str
-    kind: str  # string | int | bigint | double | boolean | timestamp | array<string>
+    kind: str  # string | int | bigint | double | boolean | timestamp | array<string> | array<int>
     nullable: bool = True
 
 
@@ -72,6 +72,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("exit_status", "int"),
         Column("tests", "int"),
         Column("baseline", "string"),  # `run --baseline`: the entries and what this run matched (JSON), else null
+        Column("cluster_nodes", "array<string>"),  # a cluster run: its node URLs without the password (older lakes: null)
     ),
     "tests": (
         Column("run_id", "string", False),
@@ -96,6 +97,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("failed_rules", "array<string>"),  # a failed verdict: the rules it saw broken (older lakes: null)
         # per rule of the test: "RULE PROFILE EXPECTATION", the profile that judged it (base or extension)
         Column("judged_by", "array<string>"),
+        Column("stopped_nodes", "array<int>"),  # a cluster test: the nodes it stopped, in order (1 = --broker-url)
     ),
     "frames": (
         Column("run_id", "string", False),
@@ -145,6 +147,7 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "array<string>": pa.list_(pa.string()),
+    "array<int>": pa.list_(pa.int32()),
 }
 
 
@@ -201,6 +204,7 @@ class RunRecord:
     tests: int | None = None
     client_version: str | None = None
     baseline: str | None = None
+    cluster_nodes: list[str] | None = None
 
 
 @dataclass
@@ -228,6 +232,7 @@ class TestRecord:
     frames: int = 0
     failed_rules: list[str] | None = None
     judged_by: list[str] | None = None
+    stopped_nodes: list[int] | None = None
 
 
 _METHOD_KEYS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",

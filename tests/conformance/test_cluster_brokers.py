@@ -1,5 +1,6 @@
 """Brokers judged as clusters (issue 30): `--cluster-node` and `--node-control`, the `needs-cluster`
-verdict, the cluster area on `reference_broker --nodes 3`, against each of its cluster faults, and
+verdict, the cluster area on `reference_broker --nodes 3`, against each of its cluster faults, the
+cancel machine's node stops there (with and without the fault it kills), and
 on the live 3-node RabbitMQ 4.3.6 cluster of `scripts/rabbitmq4.sh cluster up 4.3 3`.
 
 The option checks and a plain run (needs-cluster) are quick and in `make test`; the runs that stop
@@ -19,7 +20,7 @@ import pytest
 
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.plugin.nodes import ClusterSpec, embedded_cluster, parse_cluster
-from conformance.results.records import read_table
+from conformance.results.records import read_table, redact_url
 from conformance.suite import SUITE_DIR
 from reference_broker.faults import FAULTS
 from reference_broker.server import EmbeddedBroker
@@ -85,6 +86,11 @@ def test_the_reference_broker_as_a_cluster_passes(tmp_path: Path) -> None:
     done = run(tmp_path, "--cluster-node", "embedded", "--select", "cluster")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert verdicts(tmp_path) == ["passed"] * CLUSTER_TESTS
+    (record,) = read_table(tmp_path / "out" / "results", "runs").to_pylist()
+    nodes = record["cluster_nodes"]  # the report's target row names them (without the password)
+    assert len(nodes) == 3 and all(n.startswith("amqp://guest@127.0.0.1:") for n in nodes), nodes
+    stopped = [row["stopped_nodes"] for row in read_table(tmp_path / "out" / "results", "tests").to_pylist()]
+    assert all(s and set(s) <= {1, 2, 3} for s in stopped), stopped  # every cluster test stops a node
 
 
 @pytest.mark.broker_cluster
@@ -92,17 +98,39 @@ def test_the_reference_broker_as_a_cluster_passes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fault", sorted(FAULT_TESTS))
 def test_each_cluster_fault_fails_as_its_rule(tmp_path: Path, fault: str) -> None:
     (rule,) = [f.rule for f in FAULTS if f.name == fault]
-    with EmbeddedBroker(faults=[fault], management_port=0, nodes=3) as broker:
+    done, urls = run_on_an_embedded_cluster(tmp_path, [fault], f"cluster/{FAULT_TESTS[fault]}")
+    assert done.returncode == 1, done.stdout[-3000:]
+    (row,) = read_table(tmp_path, "tests", "fault").to_pylist()
+    assert (row["verdict"], list(row["failed_rules"])) == ("failed", [rule]), row["message"]
+    assert row["stopped_nodes"], row  # the failing test's page names the node it stopped
+    assert read_table(tmp_path, "runs", "fault").to_pylist()[0]["cluster_nodes"] == [redact_url(u) for u in urls]
+
+
+@pytest.mark.broker_cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("faults", "verdict"), [([], "passed"), (["cluster_no_cancel_on_node_down"], "failed")])
+def test_the_cancel_machine_stops_a_queues_node_with_a_cluster(tmp_path: Path, faults: list[str], verdict: str) -> None:
+    """With a cluster the cancel machine also stops the node of a classic queue it consumes from:
+    the consumers' basic.cancel is owed (CCN-02), so a broker that drops them silently fails."""
+    done, _ = run_on_an_embedded_cluster(tmp_path, faults, "cancel/test_machine_cancel.py")
+    (row,) = read_table(tmp_path, "tests", "fault").to_pylist()
+    assert row["verdict"] == verdict, done.stdout[-3000:]
+    if faults:
+        assert list(row["failed_rules"]) == ["CCN-02"], row["message"]
+        assert "stop_the_remote_queues_node()" in row["minimal_example"], row["minimal_example"]
+
+
+def run_on_an_embedded_cluster(tmp_path: Path, faults: list[str],
+                               selection: str) -> tuple[subprocess.CompletedProcess[str], tuple[str, ...]]:
+    """pytest on `selection` (under the suite) against a 3-node embedded reference broker with `faults`."""
+    with EmbeddedBroker(faults=faults, management_port=0, nodes=3) as broker:
         spec = embedded_cluster(broker)
         nodes = [arg for url in spec.urls[1:] for arg in ("--cluster-node", url)]
         done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                                "-o", "addopts=", "--broker-url", spec.urls[0], *nodes, "--node-control", spec.control,
-                               "--results-dir", str(tmp_path), "--run-id", "fault",
-                               f"{SUITE_DIR}/cluster/{FAULT_TESTS[fault]}"],
+                               "--results-dir", str(tmp_path), "--run-id", "fault", f"{SUITE_DIR}/{selection}"],
                               capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 1, done.stdout[-3000:]
-    (row,) = read_table(tmp_path, "tests", "fault").to_pylist()
-    assert (row["verdict"], list(row["failed_rules"])) == ("failed", [rule]), row["message"]
+    return done, spec.urls
 
 
 def test_every_cluster_fault_has_its_test() -> None:

@@ -6,6 +6,13 @@ live, already cancelled, broker-cancelled and never-used tags, sometimes racing 
 deletion. The model (consumers.py) says which broker basic.cancel must come (CCN-02), which
 may come (a client cancel raced it, CCN-03), and that nothing is delivered to a consumer after
 its cancel-ok (CCN-04).
+
+ClusterCancelMachine (a run with a cluster, issue 30): the same machine and a durable classic
+queue q3 declared on node 2 (the connections are on node 1); a step stops node 2 while a
+consumer consumes from q3 and starts it again. The model counts that as q3 deleted and declared
+again (CLU-01/02: its consumers are cancelled, basic.cancel where consumer_cancel_notify is on,
+and stay gone; its transient messages are lost). Without a cluster the machine is CancelMachine,
+unchanged, so its examples (seeded by run_machine's factory) are the same.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from codec import BasicCancel, BasicCancelOk, QueueDelete, QueueDeleteOk
+from codec import BasicCancel, BasicCancelOk, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
 from conformance.drivers.raw import DriverError
 from conformance.model import OK
-from conformance.plugin.session import Target
+from conformance.plugin.cluster import Cluster
+from conformance.plugin.nodes import ClusterSpec
+from conformance.plugin.session import Target, harness
 from conformance.suite.steps import machine_steps as do
 from conformance.suite.steps.machine_base import (
     CONTROL,
@@ -138,9 +147,45 @@ class CancelMachine(ModelMachine):
             f"basic.cancel-ok names {reply.method.fields()}, not {tag!r}"
 
 
+class ClusterCancelMachine(CancelMachine):
+    """CancelMachine with a classic queue on node 2 whose node a step stops and starts (CLU-01/02)."""
+
+    REMOTE = "q3"  # on node 2
+    NODE = 2
+
+    def __init__(self, target: MachineTarget, cluster: ClusterSpec) -> None:
+        super().__init__(target)
+        self.cluster = Cluster(cluster, target.timeout_scale, self.recorder)
+        real = self.real.setdefault(self.REMOTE, f"{self.prefix}.{self.REMOTE}")
+        self.declared[self.REMOTE] = ("classic", True, {})
+        home = self.cluster.connect(self.NODE)  # a classic queue lives on the node that declares it
+        home.rpc(home.channel(), QueueDeclare(queue=real, durable=True, arguments={"x-queue-type": "classic"}),
+                 QueueDeclareOk)
+        home.close()
+        self.model.declare_queue(self.REMOTE)
+
+    @rule()
+    @step
+    def stop_the_remote_queues_node(self) -> None:
+        if not any(self.model.consumer_queue(*c) == self.REMOTE for c in self.live_consumers()):
+            return
+        self.cluster.stop(self.NODE)
+        self.model.delete_queue(self.REMOTE)  # CLU-01: its consumers are cancelled (CCN-02's basic.cancel)
+        self.cluster.start(self.NODE)
+        self.model.declare_queue(self.REMOTE)  # CLU-02: back, durable, without its consumers
+
+    def cleanup(self) -> None:
+        self.cluster.restore()
+        super().cleanup()
+
+
 CANCEL_RULES = ("CCN-02", "CCN-03", "CCN-04", "CCN-07")
 
 
 @pytest.mark.rules(*CANCEL_RULES)
-def test_cancel_notification_matches_the_model(target: Target) -> None:
-    run_machine(CancelMachine, machine_target(target), examples=120, steps=10)
+def test_cancel_notification_matches_the_model(target: Target, request: pytest.FixtureRequest) -> None:
+    cluster = harness(request.config).cluster
+    if cluster is None or len(cluster.urls) < ClusterCancelMachine.NODE:
+        run_machine(CancelMachine, machine_target(target), examples=120, steps=10)
+    else:  # with a cluster: node stops too (issue 30)
+        run_machine(ClusterCancelMachine, machine_target(target), examples=120, steps=10, cluster=cluster)
