@@ -6,7 +6,7 @@ pyarrow schema whose Spark DDL is derived from it.
 
 Rules:
 - No results column is declared here: every results StructType comes from `COLUMNS`; a new
-  field goes into `conformance/plugin/results.py` and shows up here unchanged.
+  field goes into `conformance/results/records.py` and shows up here unchanged.
 - Read schemas carry the hive partition column `run` (`PARTITION_KEY`, a string) after the
   data columns, as `conformance.results.records.read_table` does.
 - Only pyspark's *type* classes are imported: no JVM is needed to build a schema.
