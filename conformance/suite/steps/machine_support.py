@@ -17,8 +17,8 @@ Rules:
   FlakyStrategyDefinition, whatever the broker answered).
 - Budget: each machine test has a wall-clock budget, shrinking included (`AMQPC_MACHINE_BUDGET`
   seconds, default `DEFAULT_BUDGET`, not scaled: a budget is what the user waits). Shrinking stops
-  when it is spent, or once the smallest failure is stable (`STABLE_EXAMPLES` examples have run
-  since a smaller failing example was last seen: against a deviating broker each example waits
+  when it is spent, or once the smallest failure is stable (`STABLE_EXAMPLES` examples have run,
+  or `STABLE_SECONDS` have passed, since a smaller failing example was last seen: against a deviating broker each example waits
   for frames that never come, and a search that no longer finds smaller failures only spends
   the user's time); the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
@@ -63,6 +63,7 @@ ENV_SHRINK = "AMQPC_MACHINE_SHRINK"
 ENV_BUDGET = "AMQPC_MACHINE_BUDGET"
 DEFAULT_BUDGET = 60.0  # s per machine test against a deviating broker, shrinking included
 STABLE_EXAMPLES = 60  # examples since the smallest failure last got smaller: shrinking ends
+STABLE_SECONDS = 10.0  # or seconds since then (not scaled: what the user waits), whichever comes first
 PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrapping
 
 
@@ -128,13 +129,14 @@ class Smallest:
     """The smallest failing example a machine test saw: its error, program and frames. It is
     what the test reports when Hypothesis cannot replay a failure (a broker whose timing
     differs between runs makes Hypothesis raise `Flaky`): a failure, never `broken`. It is
-    `stable` once `STABLE_EXAMPLES` examples have run since a smaller failure (fewer steps, or as
-    many with smaller values) was last seen."""
+    `stable` once `STABLE_EXAMPLES` examples have run, or `STABLE_SECONDS` have passed, since a
+    smaller failure (fewer steps, or as many with smaller values) was last seen."""
 
     def __init__(self) -> None:
         self.best: tuple[int, BaseException, Program, str] | None = None
         self.examples = 0  # examples offered so far
         self.improved_at = 0  # the example that last gave a smaller failure
+        self.improved_time = 0.0  # and when (perf_counter)
         self.size: tuple[int, int] | None = None  # the smallest failure's steps and length as written
 
     def offer(self, program: Program, frames: FrameLog) -> None:
@@ -147,11 +149,12 @@ class Smallest:
             self.best = (program.rules, exc, program, repr(frames))
         size = (program.rules, len(repr(program)))  # fewer steps, or the same steps with smaller values
         if self.size is None or size < self.size:
-            self.size, self.improved_at = size, self.examples
+            self.size, self.improved_at, self.improved_time = size, self.examples, time.perf_counter()
 
     @property
     def stable(self) -> bool:
-        return self.best is not None and self.examples - self.improved_at >= STABLE_EXAMPLES
+        return self.best is not None and (self.examples - self.improved_at >= STABLE_EXAMPLES
+                                          or time.perf_counter() - self.improved_time >= STABLE_SECONDS)
 
     @contextlib.contextmanager
     def instead_of_flaky(self) -> Iterator[None]:
@@ -207,7 +210,8 @@ def example_ended(budget: Budget | None, smallest: Smallest | None, program: Pro
     if smallest is not None:
         smallest.offer(program, frames)
         if smallest.stable and current_build_context().is_final:
-            note(f"shrinking stopped: no smaller failure in the last {STABLE_EXAMPLES} examples")
+            note(f"shrinking stopped: no smaller failure in the last {STABLE_EXAMPLES} examples or "
+                 f"{STABLE_SECONDS:g} s")
     if budget is not None:
         budget.report()
     note(program)
