@@ -155,7 +155,7 @@ def pytest_args(prepared: Prepared, url: str, admin: str, results: Path, cluster
         if budget is not None:
             args += [name, repr(budget)]
     if prepared.jobs != "1":
-        args += ["-n", prepared.jobs]
+        args += ["-n", prepared.jobs]  # long tests first, one at a time (conformance.plugin.schedule)
     if cluster is not None:
         args += [arg for node in cluster.urls[1:] for arg in ("--cluster-node", node)]
         args += ["--node-control", cluster.control]

@@ -22,6 +22,8 @@ Rules:
   timeout), so across workers they run alone: every broker test holds a shared lock, an
   admin test an exclusive one (`BrokerLock`, flock on files in a directory the controller
   creates; writers are not starved). Without `fcntl` (Windows) there is no lock.
+- In xdist's `load` mode the controller's scheduler starts the long tests first, spread over
+  the workers, and hands out the rest one at a time (`conformance.plugin.schedule`).
 - Nothing here is active without pytest-xdist; the hooks are optional hooks.
 """
 
@@ -36,7 +38,7 @@ from typing import IO, Any
 
 import pytest
 
-from conformance.plugin import evidence
+from conformance.plugin import evidence, schedule
 from conformance.plugin.session import Harness
 from conformance.results.verdicts import Verdict
 
@@ -142,6 +144,12 @@ class ControllerSide:
 
     def pytest_unconfigure(self) -> None:
         shutil.rmtree(self.lock_dir, ignore_errors=True)
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a first-result hook)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if not schedule.wanted(config):
+            return None  # xdist's own scheduler for every other mode or chunk size
+        return schedule.make_scheduler(config, log)  # the model machines first, on different workers
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

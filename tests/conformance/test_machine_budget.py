@@ -9,6 +9,7 @@ from hypothesis.internal.conjecture import engine
 
 from conformance.drivers.raw import Recorder
 from conformance.suite.steps.machine_support import (
+    HURRIED_SETTLE_SECONDS,
     STABLE_EXAMPLES,
     Budget,
     FrameLog,
@@ -60,3 +61,40 @@ def test_shrinking_ends_when_the_budget_is_spent_or_the_smallest_is_stable() -> 
         _offer(smallest, 1, failed=False)
     assert end < 13.0
     assert ShrinkEnd(Budget(0.0), Smallest()) < 0.0  # a spent budget ends it with no failure at all
+
+
+def test_a_failure_seen_with_hurried_waits_moves_the_stop_but_is_never_reported() -> None:
+    """Hurried shrinking: a shrink candidate's failure (hurried waits) counts as smaller for the
+    stop criterion, while what is reported on `Flaky` stays a failure seen with full waits."""
+    smallest = Smallest()
+    _offer(smallest, 6, failed=True)  # found while generating: full waits
+    _offer_hurried(smallest, 2)
+    assert smallest.size is not None and smallest.size[0] == 2  # the search moved on
+    assert smallest.best is not None and smallest.best[0] == 6  # the report did not
+
+
+def _offer_hurried(smallest: Smallest, steps: int) -> None:
+    try:
+        raise AssertionError(f"{steps} steps, hurried")
+    except AssertionError:
+        smallest.offer(_program(steps), FrameLog(Recorder()), hurried=True)
+
+
+def test_a_machine_shrinks_with_hurried_waits_and_reports_a_full_wait_failure() -> None:
+    """Against a broker that settles only the named tag of a multiple ack, the acks machine's
+    candidates wait `HURRIED_SETTLE_SECONDS`; the failure it reports was replayed with the full
+    settle (its message says so) and is small."""
+    import pytest
+
+    from conformance.suite.ack.test_machine_ack import AckMachine
+    from conformance.suite.steps.machine_base import ModelMachine, run_machine
+    from conformance.suite.steps.machine_support import MachineTarget
+    from reference_broker.server import EmbeddedBroker
+
+    with EmbeddedBroker(faults=["multi_ack_only_named"]) as broker, pytest.raises(AssertionError) as failure:
+        run_machine(AckMachine, MachineTarget(broker.url, "rabbitmq-4.3"), examples=120, steps=10)
+    message = str(failure.value)
+    notes = "\n".join(getattr(failure.value, "__notes__", ()))
+    assert f"after {ModelMachine.SETTLE_SECONDS:.1f} s" in message, message
+    assert f"after {HURRIED_SETTLE_SECONDS:.1f} s" not in message, message
+    assert 1 <= notes.count("\nstate.") - notes.count("state.teardown()") <= 4, notes

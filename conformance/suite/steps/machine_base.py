@@ -70,6 +70,7 @@ from conformance.model import (
 )
 from conformance.suite.steps.machine_support import (
     ENV_EXAMPLES,
+    HURRIED_SETTLE_SECONDS,
     Budget,
     FrameLog,
     MachineClient,
@@ -146,6 +147,7 @@ class ModelMachine(RuleBasedStateMachine):
         self.prefix = f"amqpc.m.{uuid.uuid4().hex[:10]}"
         self.body_ids = itertools.count(1)
         self.busy = False
+        self.hurried = False  # this example waited less than in full (settle_seconds)
         self.control_conn = "A"
         self.program = Program(type(self).__name__)
 
@@ -274,7 +276,8 @@ class ModelMachine(RuleBasedStateMachine):
     # -- settling ----------------------------------------------------------------------------
     def sync(self) -> None:
         """Check what arrived, wait for what must come, and sync queue counts (module doc)."""
-        deadline = time.monotonic() + self.target.timeout(self.SETTLE_SECONDS)
+        settle = self.settle_seconds()
+        deadline = time.monotonic() + settle
         flushed = False
         while True:
             blocked = self.drain()
@@ -294,9 +297,17 @@ class ModelMachine(RuleBasedStateMachine):
                     break
                 waiting = mismatch
             if time.monotonic() > deadline:
-                raise Violation(f"after {self.target.timeout(self.SETTLE_SECONDS):.1f} s: {waiting}")
+                raise Violation(f"after {settle:.1f} s: {waiting}")
             self.read(deadline)
         self.model.quiesce()
+
+    def settle_seconds(self) -> float:
+        """How long `sync` waits for what must still come: in full, or hurried while a failure
+        is being shrunk (machine_support rules: hurried shrinking)."""
+        if self.smallest is not None and self.smallest.hurry():
+            self.hurried = True
+            return self.target.timeout(HURRIED_SETTLE_SECONDS)
+        return self.target.timeout(self.SETTLE_SECONDS)
 
     def flush(self) -> bool:
         """A round trip on each connection: what the broker wrote to it before is read now, not
@@ -403,7 +414,7 @@ class ModelMachine(RuleBasedStateMachine):
                 self.final_check()
         finally:
             self.cleanup()
-            example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder))
+            example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
 
     def cleanup(self) -> None:
         deletes: list[Method] = [QueueDelete(queue=q) for q in self.real.values()]

@@ -22,6 +22,13 @@ Rules:
   for frames that never come, and a search that no longer finds smaller failures only spends
   the user's time); the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
+- Hurried shrinking: once a failure has been seen, the candidates Hypothesis tries while
+  shrinking it wait `HURRIED_SETTLE_SECONDS` (scaled) instead of the full settle for what must
+  still come (a delivery, a cancel, a queue count): against a deviating broker each failing
+  candidate otherwise waits out the full settle. Only the search is hurried, never a verdict:
+  Hypothesis's final replay of the smallest candidate waits in full, and a failure seen only
+  with the hurried wait never becomes the reported one (if the final replay passes, the
+  smallest failure seen with full waits is reported, as for `Flaky`).
 - Every machine test, over the raw driver (machine_base) or through a client library
   (machine_clients), runs by `run_within_budget` and ends each example by `example_ended`: the
   same budget, the same smallest failure reported when Hypothesis cannot replay one (`Flaky`),
@@ -64,6 +71,7 @@ ENV_BUDGET = "AMQPC_MACHINE_BUDGET"
 DEFAULT_BUDGET = 60.0  # s per machine test against a deviating broker, shrinking included
 STABLE_EXAMPLES = 60  # examples since the smallest failure last got smaller: shrinking ends
 STABLE_SECONDS = 10.0  # or seconds since then (not scaled: what the user waits), whichever comes first
+HURRIED_SETTLE_SECONDS = 0.25  # a shrink candidate's settle (module rules: hurried shrinking)
 PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrapping
 
 
@@ -139,13 +147,18 @@ class Smallest:
         self.improved_time = 0.0  # and when (perf_counter)
         self.size: tuple[int, int] | None = None  # the smallest failure's steps and length as written
 
-    def offer(self, program: Program, frames: FrameLog) -> None:
-        """Called from a machine's teardown, while its failure (if any) propagates."""
+    def hurry(self) -> bool:
+        """True while Hypothesis shrinks a failure already seen, except in its final replay."""
+        return self.best is not None and not current_build_context().is_final
+
+    def offer(self, program: Program, frames: FrameLog, hurried: bool = False) -> None:
+        """Called from a machine's teardown, while its failure (if any) propagates; a failure
+        seen with hurried waits moves the stop criterion, never what is reported."""
         self.examples += 1
         exc = sys.exc_info()[1]
         if not isinstance(exc, AssertionError | DriverError):
             return
-        if self.best is None or program.rules < self.best[0]:
+        if not hurried and (self.best is None or program.rules < self.best[0]):
             self.best = (program.rules, exc, program, repr(frames))
         size = (program.rules, len(repr(program)))  # fewer steps, or the same steps with smaller values
         if self.size is None or size < self.size:
@@ -203,12 +216,13 @@ def run_within_budget(factory: Callable[[], RuleBasedStateMachine], budget: Budg
         run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
 
 
-def example_ended(budget: Budget | None, smallest: Smallest | None, program: Program, frames: FrameLog) -> None:
+def example_ended(budget: Budget | None, smallest: Smallest | None, program: Program, frames: FrameLog,
+                  hurried: bool = False) -> None:
     """At an example's teardown, while its failure (if any) propagates: offer it as the smallest,
     say when the budget cut shrinking short, and note its program and frames (the final run's
     notes are what the failure reports)."""
     if smallest is not None:
-        smallest.offer(program, frames)
+        smallest.offer(program, frames, hurried)
         if smallest.stable and current_build_context().is_final:
             note(f"shrinking stopped: no smaller failure in the last {STABLE_EXAMPLES} examples or "
                  f"{STABLE_SECONDS:g} s")
