@@ -1,8 +1,8 @@
 """The proxy-deviation matrix: the suite, and the model machines alone, through each deviation (issue 21).
 
 `python -m tests.conformance.deviation_matrix` (`make mutation-proxy`) first runs a control: the
-same selection (the suite of the deviations' areas, else their machines alone) through the
-proxy applying no deviation, which must pass cleanly (`conformance.mutation`'s control rules);
+same selections (the suite of each deviation's area, one run per area, else their machines
+alone) through the proxy applying no deviation, which must pass cleanly (`conformance.mutation`'s control rules);
 when it does not, the campaign stops with exit 2. Then, for each deviation of `deviations.py`,
 an embedded reference broker behind a `DeviantProxy` applying it, and:
 1. the shipped suite of the deviation's area through the proxy (`amqp-conformance`'s pytest
@@ -13,8 +13,9 @@ an embedded reference broker behind a `DeviantProxy` applying it, and:
 2. unless `--no-machines-alone`, the model machine of that area alone (no example test): it
    must fail naming one of those rules, with its shrunk example at most `MAX_STEPS` steps,
    nothing broken.
-It prints the control (its outcome and wall time, the date and the git commit) and both
-tables (rules and tests failed, which machine, shrunk steps, wall time) and writes
+It prints the control (its outcome and wall time, the date and the git commit), both
+tables (rules and tests failed, which machine, shrunk steps, wall time) and each deviation's
+suite run timed against the clean run of its area (issue 31: at most twice), and writes
 `--out/deviations.json`. Exit 0 when every deviation is killed and every machine alone found
 its area's deviations within `MAX_STEPS`; 1 otherwise; 2 when the control failed; 4 on bad options.
 """
@@ -85,21 +86,47 @@ def suite_selection(deviation: type[Deviation], scope: str) -> list[str]:
 def run_control(deviations: list[type[Deviation]], out: Path, args: argparse.Namespace) -> Control:
     """The campaign's control: its selection through the proxy applying no deviation, which must pass.
 
-    With the suite runs: the suite of every deviation's area in one run (scope all: the whole
-    suite), allowed the time limit times its number of areas, with `--suite-budget`; else the
-    machines alone of those areas; nothing when the campaign runs no test."""
+    With the suite runs: the suite of each deviation's area, one clean run per area (scope all:
+    the whole suite once), each allowed the time limit, with `--suite-budget`, so that every
+    deviation's run has a clean run of the same selection to be timed against (`time_ratios`);
+    else the machines alone of those areas; nothing when the campaign runs no test."""
     areas = list(dict.fromkeys(d.area for d in deviations))
     if not args.no_suite:
-        chosen = [] if args.scope == "all" else areas
-        selection, budget = [str(SUITE_DIR), "-m", area_marker(chosen)], args.suite_budget
+        groups = [[]] if args.scope == "all" else [[a] for a in areas]
+        selections = [(g, [str(SUITE_DIR), "-m", area_marker(g)]) for g in groups]
+        budget = args.suite_budget
     elif not args.no_machines_alone and any(a in MACHINES for a in areas):
         chosen = [a for a in areas if a in MACHINES]
-        selection, budget = [f"{SUITE_DIR}/{MACHINES[a]}" for a in chosen], None
+        selections, budget = [(chosen, [f"{SUITE_DIR}/{MACHINES[a]}" for a in chosen])], None
     else:
         return Control([], 0.0)
-    outcome = Outcome(CONTROL, ",".join(chosen) or "all", [], 0, 0.0, args.time_limit * max(1, len(chosen)))
-    return timed_control(lambda: [run_through(outcome, Deviation, out, selection, f"proxy-{CONTROL}",
-                                              scale=args.timeout_scale, budget=budget)])
+
+    def runs() -> list[Outcome]:
+        return [run_through(Outcome(CONTROL, ",".join(group) or "all", [], 0, 0.0, args.time_limit * max(1, len(group))),
+                            Deviation, out, selection, f"proxy-{CONTROL}-{index}", scale=args.timeout_scale,
+                            budget=budget)
+                for index, (group, selection) in enumerate(selections)]
+
+    return timed_control(runs)
+
+
+def time_ratios(suite: list[Outcome], control: Control) -> list[dict[str, object]]:
+    """Each deviation's suite run against the clean run of the same selection (issue 31: a deviating
+    broker costs no more than twice a clean one), slowest ratio first."""
+    clean = {o.area: o.seconds for o in control.runs}
+    rows = [{"deviation": o.fault, "area": o.area, "seconds": round(o.seconds, 1),
+             "clean_seconds": round(clean[key], 1), "ratio": round(o.seconds / clean[key], 2)}
+            for o in suite for key in [o.area if o.area in clean else "all"] if key in clean and clean[key] > 0]
+    return sorted(rows, key=lambda r: -float(str(r["ratio"])))
+
+
+def print_ratios(rows: list[dict[str, object]]) -> None:
+    if not rows:
+        return
+    print("time against the clean run of the same selection (slowest first):")
+    for r in rows:
+        print(f"  {r['deviation']:<34} {r['area']:<9} {r['seconds']:>6} s  clean {r['clean_seconds']:>6} s  "
+              f"{r['ratio']}x")
 
 
 def machine_alone(outcome: Outcome) -> str:
@@ -166,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     control = run_control(deviations, out, args)
     print_control(control, stamp)
     suite, alone = run_matrix(deviations, out, args) if not control.why_not else ([], [])
-    summary = {**stamp, "control": control.summary(),
+    ratios = time_ratios(suite, control)
+    print_ratios(ratios)
+    summary = {**stamp, "control": control.summary(), "time_ratios": ratios,
                "suite": [{**asdict(o), "killed": o.killed, "why_not": o.why_not} for o in suite],
                "machines_alone": [{**asdict(o), "found": not machine_alone(o), "why_not": machine_alone(o)}
                                   for o in alone]}

@@ -106,9 +106,10 @@ def test_a_failing_control_stops_the_matrix_with_exit_2(tmp_path: Path, monkeypa
     monkeypatch.setattr(deviation_matrix, "run_through", run_through)
     argv = ["--deviations", "prefetch_plus_one", "requeue_to_tail", "--out", str(tmp_path)]
     assert deviation_matrix.main(argv) == 2
-    assert ran == [(Deviation, "qos,requeue")]
+    assert ran == [(Deviation, "qos"), (Deviation, "requeue")]  # one clean run per area
     summary = json.loads((tmp_path / "deviations.json").read_text())
-    assert summary["control"]["why_not"] == "qos,requeue: 1 test(s) broken: test_qos.py::test_x"
+    assert summary["control"]["why_not"] == ("qos: 1 test(s) broken: test_qos.py::test_x; "
+                                             "requeue: 1 test(s) broken: test_qos.py::test_x")
     assert summary["suite"] == [] and summary["machines_alone"] == [] and summary["commit"]
 
 
@@ -147,3 +148,12 @@ def test_a_required_method_answered_with_540_fails_the_gate(tmp_path: Path) -> N
     assert outcome.exit_code == 1 and "failed" in verdicts, (outcome, verdicts)
     assert "unimplemented" not in verdicts and "broken" not in verdicts, verdicts
     assert any("540" in (t["message"] or "") for t in tests if t["verdict"] == "failed")
+
+
+def test_each_deviation_is_timed_against_the_clean_run_of_its_area() -> None:
+    from conformance.mutation import Control
+
+    control = Control([Outcome("control", "ack", [], 0, 20.0), Outcome("control", "qos", [], 0, 10.0)], 30.0)
+    suite = [Outcome("a", "ack", ["ACK-05"], 1, 30.0), Outcome("b", "qos", ["QOS-02"], 1, 25.0)]
+    rows = deviation_matrix.time_ratios(suite, control)
+    assert [(r["deviation"], r["clean_seconds"], r["ratio"]) for r in rows] == [("b", 10.0, 2.5), ("a", 20.0, 1.5)]
