@@ -138,7 +138,8 @@ class Smallest:
     what the test reports when Hypothesis cannot replay a failure (a broker whose timing
     differs between runs makes Hypothesis raise `Flaky`): a failure, never `broken`. It is
     `stable` once `STABLE_EXAMPLES` examples have run, or `STABLE_SECONDS` have passed, since a
-    smaller failure (fewer steps, or as many with smaller values) was last seen."""
+    failure with fewer steps was last seen (one with as many steps and smaller values does not
+    count: the shrinker finds those on and on, each a little smaller)."""
 
     def __init__(self) -> None:
         self.best: tuple[int, BaseException, Program, str] | None = None
@@ -160,8 +161,8 @@ class Smallest:
             return
         if not hurried and (self.best is None or program.rules < self.best[0]):
             self.best = (program.rules, exc, program, repr(frames))
-        size = (program.rules, len(repr(program)))  # fewer steps, or the same steps with smaller values
-        if self.size is None or size < self.size:
+        size = (program.rules, len(repr(program)))
+        if self.size is None or size[0] < self.size[0]:  # fewer steps (smaller values alone go on and on)
             self.size, self.improved_at, self.improved_time = size, self.examples, time.perf_counter()
 
     @property
