@@ -10,6 +10,7 @@ Rules:
 - A classic queue lives on the node that declares it, a quorum queue's leader too (RabbitMQ 4.x,
   the reference broker); the machine's connections are on node 1, so stopping node 2 never
   closes them.
+- The queue pool starts with the queues on node 2 (`start` consumes from the first).
 - The step runs only when its outcome is settled and shows something: a consumer of `remote`,
   or an unacked delivery from `remote` or from a quorum queue (CLU-01/02 and CLU-05 as in
   conformance.model.cluster); and at most `MAX_STOPS` times per example (a stop and a start of
@@ -85,7 +86,10 @@ class ClusterConsuming(ConsumingMachine):
         self.cluster = self.nodes.cluster(self.target.timeout_scale, self.recorder)
         pool = super().setup_queues()
         self.declare(REMOTE, durable=True)  # a durable classic queue on node 2 (`declare_on_broker`)
-        return (*pool, REMOTE)
+        # the queues on node 2 first: `start` consumes from the first, so most examples hold
+        # something the stop changes (a quorum queue first: the remote one is consumed by rules)
+        quorum = [q for q in pool if self.on_node.get(q) == "quorum"]
+        return (*quorum, REMOTE, *(q for q in pool if q not in quorum))
 
     def declare_on_broker(self, declare: QueueDeclare) -> None:
         logical = declare.queue.removeprefix(f"{self.prefix}.")
