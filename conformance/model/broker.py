@@ -9,14 +9,15 @@ observed: `deliveries(ch)` / `deliver(ch, d)`, `get_outcomes(...)` / `get(...)`,
 `owed_cancels()` say what must still come. Observations no rule allows raise `Violation`.
 Rules: see the modules - settlement (ACK-03..10, RQ-03), queues (RQ-01/02/04), dispatch
 (ACK-01, QOS-07/09, CCN-04), prefetch (QOS-02..08), publishing (PC-01..10), consumers
-(CCN-02/03/07, QOS-06). The model never imports the reference broker.
+(CCN-02/03/07, QOS-06), cluster (CLU-01/02/05: a node stop between two steps). The model never
+imports the reference broker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 
-from conformance.model import consumers, dispatch, prefetch, publishing, settlement
+from conformance.model import cluster, consumers, dispatch, prefetch, publishing, settlement
 from conformance.model.channel import ChannelKey, ChannelState
 from conformance.model.outcomes import (
     OK,
@@ -79,6 +80,18 @@ class BrokerModel:
     def purge_queue(self, name: str) -> int:
         return self.state.queues[name].ready.clear()
 
+    def node_stopped_and_started(self, classic: list[str], quorum: list[str]) -> None:
+        """A node stopped and started again (cluster.py): `classic` live on it (CLU-01/02), `quorum`
+        keep a majority (CLU-05)."""
+        cluster.node_stopped_and_started(self.state, classic, quorum)
+
+    def failed_over_ready(self, queue: str) -> int:
+        """Ready messages of `queue` that were unacked deliveries across a failover (CLU-05)."""
+        return cluster.failed_over_ready(self.state, queue)
+
+    def failed_over_held(self, ch: ChannelKey, consumer: str | None = None) -> int:
+        return cluster.failed_over_held(self.state, ch, consumer)
+
     def declare_fanout(self, exchange: str, queues: list[str]) -> None:
         self.state.fanouts[exchange] = list(queues)
 
@@ -135,6 +148,10 @@ class BrokerModel:
 
     def owed_cancels(self) -> dict[ChannelKey, frozenset[str]]:
         return consumers.owed_cancels(self.state)
+
+    def owed_cancel_rules(self) -> dict[str, dict[ChannelKey, frozenset[str]]]:
+        """`owed_cancels` by the rule that owes each: CCN-02 (queue deleted), CLU-01 (its node stopped)."""
+        return consumers.owed_cancel_rules(self.state)
 
     def may_reuse_tag(self, ch: ChannelKey, tag: str) -> bool:
         """False while the broker may or may not still know the tag (CCN-02 races)."""

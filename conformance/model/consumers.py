@@ -10,6 +10,8 @@ Rules:
   queue is channel.close 404 (60/20).
 - CCN-02: deleting a queue drops its consumers; on a connection that advertised
   consumer_cancel_notify the broker must send basic.cancel{tag}; without it, nothing.
+  CLU-01: the same when the node a classic queue lives on stops (`delete_queue` with
+  rule="CLU-01"); each owed cancel remembers the rule that owes it (`owed_cancel_rules`).
 - CCN-03: basic.cancel of an unknown or already cancelled tag is answered cancel-ok. A client
   cancel that races the broker's own cancel leaves that broker cancel optional.
 - CCN-04: a consumer receives nothing after its cancel-ok (it leaves the channel's consumers).
@@ -65,8 +67,9 @@ def cancel(state: BrokerState, key: ChannelKey, tag: str) -> Outcome:
     return OK
 
 
-def delete_queue(state: BrokerState, name: str) -> int:
-    """queue.delete: drop the queue and its consumers (CCN-02); returns the ready count."""
+def delete_queue(state: BrokerState, name: str, rule: str = "CCN-02") -> int:
+    """queue.delete: drop the queue and its consumers (CCN-02; `rule` CLU-01 when its node
+    stopped); returns the ready count."""
     queue = state.queues.pop(name)
     for channel in state.channels.values():
         for entry in channel.unacked.values():
@@ -79,6 +82,7 @@ def delete_queue(state: BrokerState, name: str) -> int:
             del channel.consumers[tag]
             table = state.owed_cancels if notify else state.limbo
             table.setdefault(channel.key, set()).add(tag)
+            state.cancel_causes[(channel.key, tag)] = rule
     return len(queue.ready)
 
 
@@ -99,3 +103,14 @@ def on_server_cancel(state: BrokerState, key: ChannelKey, observed: ServerCancel
 def owed_cancels(state: BrokerState) -> dict[ChannelKey, frozenset[str]]:
     """Broker basic.cancel notifications that must still arrive (CCN-02)."""
     return {k: frozenset(v) for k, v in state.owed_cancels.items() if v}
+
+
+def owed_cancel_rules(state: BrokerState) -> dict[str, dict[ChannelKey, frozenset[str]]]:
+    """The owed notifications (`owed_cancels`) by the rule that owes each: CCN-02 (its queue was
+    deleted) or CLU-01 (its queue's node stopped)."""
+    found: dict[str, dict[ChannelKey, set[str]]] = {}
+    for key, tags in state.owed_cancels.items():
+        for tag in sorted(tags):
+            rule = state.cancel_causes.get((key, tag), "CCN-02")
+            found.setdefault(rule, {}).setdefault(key, set()).add(tag)
+    return {rule: {k: frozenset(v) for k, v in by_key.items()} for rule, by_key in sorted(found.items())}

@@ -13,12 +13,14 @@ Rules:
 - QOS-07: basic.get ignores prefetch; get on a missing queue is 404 (channel.close, class 60
   method 70).
 - CCN-04: a cancelled consumer receives nothing (it is no longer in the channel's consumers).
+- CLU-05: a delivery beyond the prefetch of a consumer that holds deliveries from before a
+  failover names CLU-05 (the broker dropped them at the failover).
 """
 
 from __future__ import annotations
 
 from codec.constants import METHOD_IDS, ReplyCode
-from conformance.model import prefetch
+from conformance.model import cluster, prefetch
 from conformance.model.channel import ChannelKey, ChannelState, Consumer, Unacked
 from conformance.model.outcomes import ChannelClosed, Deliver, GetEmpty, GetOk, GetOutcome
 from conformance.model.queues import Message, QueueState
@@ -78,6 +80,8 @@ def _broken_rule(state: BrokerState, key: ChannelKey, delivery: Deliver, allowed
     """The rule an unexpected delivery breaks, the most specific the model can tell."""
     channel = state.channels.get(key)
     consumer = channel.consumers.get(delivery.consumer_tag) if channel is not None else None
+    if channel is not None and consumer is None and state.cancel_causes.get((key, delivery.consumer_tag)) == "CLU-01":
+        return "CLU-02: that consumer was removed when its queue's node stopped, and stays removed"
     if channel is None or consumer is None:
         return "CCN-04: no consumer with that tag on this channel (cancelled or never created)"
     mine = {d for d in allowed if d.consumer_tag == delivery.consumer_tag}
@@ -85,6 +89,10 @@ def _broken_rule(state: BrokerState, key: ChannelKey, delivery: Deliver, allowed
         queue = state.queues.get(consumer.queue)
         if queue is None or not len(queue.ready):
             return "RQ-03/RQ-05: no ready message in its queue to deliver"
+        crossed = cluster.failed_over_held(state, key, consumer.tag)
+        if crossed and not prefetch.consumer_has_credit(consumer):
+            return (f"CLU-05: beyond the consumer's prefetch {consumer.prefetch}, as if its {crossed} unacked "
+                    "deliveries from before the node stop had left it: they stay checked out across the failover")
         if not prefetch.consumer_has_credit(consumer):
             return f"QOS-02: beyond the consumer's prefetch {consumer.prefetch}"
         if channel.global_limit and state.traits.global_qos is not GlobalQos.PER_CONSUMER:
@@ -113,6 +121,7 @@ def _take(state: BrokerState, queue: QueueState, body: bytes) -> Message:
         if message.body == body:
             queue.ready.take(message)
             message.delivered += 1
+            message.failed_over = False  # taken again: a new checkout (CLU-05 attribution ends)
             return message
     raise Violation(f"{body!r} is not at the head of {queue.name} (RQ-01/RQ-02); "
                     f"ready: {queue.ready.bodies()}")

@@ -43,6 +43,7 @@ class Message:
     seq: int  # the queue's acceptance order: the classic requeue position (RQ-01)
     delivered: int = 0  # times handed to a consumer or basic.get (acquired)
     returned: int = 0  # times requeued (delivery_count of quorum queues ≤3.13)
+    failed_over: bool = False  # unacked when a node stop moved its quorum queue's leader (CLU-05), until taken again
 
     def __lt__(self, other: Message) -> bool:
         return self.seq < other.seq
@@ -127,7 +128,10 @@ class ClassicReady:
         return count
 
     def bodies(self) -> list[bytes]:
-        return [m.body for m in sorted([*self.messages, *(m for g in self.landing for m in g)])]
+        return [m.body for m in self.all()]
+
+    def all(self) -> list[Message]:
+        return sorted([*self.messages, *(m for g in self.landing for m in g)])
 
 
 @dataclass(slots=True)
@@ -219,8 +223,10 @@ class QuorumReady:
         return count
 
     def bodies(self) -> list[bytes]:
-        landing = [m.body for g in self.landing for m in g]
-        return [m.body for b in self.returns for m in b] + landing + [m.body for m in self.main]
+        return [m.body for m in self.all()]
+
+    def all(self) -> list[Message]:
+        return [*(m for b in self.returns for m in b), *(m for g in self.landing for m in g), *self.main]
 
 
 Ready = ClassicReady | QuorumReady

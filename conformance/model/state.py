@@ -37,6 +37,7 @@ class BrokerState:
     connections: dict[Hashable, ConnectionState] = field(default_factory=dict)
     channels: dict[ChannelKey, ChannelState] = field(default_factory=dict)
     owed_cancels: dict[ChannelKey, set[str]] = field(default_factory=dict)  # CCN-02: must come
+    cancel_causes: dict[tuple[ChannelKey, str], str] = field(default_factory=dict)  # owed cancel -> its rule
     maybe_cancels: dict[ChannelKey, set[str]] = field(default_factory=dict)  # CCN-03 race: may come
     limbo: dict[ChannelKey, set[str]] = field(default_factory=dict)  # dropped silently, when unknown
     grace: dict[ChannelKey, int] = field(default_factory=dict)  # QOS-09: transient overshoot allowed

@@ -111,25 +111,27 @@ def test_each_cluster_fault_fails_as_its_rule(tmp_path: Path, fault: str) -> Non
 @pytest.mark.parametrize(("faults", "verdict"), [([], "passed"), (["cluster_no_cancel_on_node_down"], "failed")])
 def test_the_cancel_machine_stops_a_queues_node_with_a_cluster(tmp_path: Path, faults: list[str], verdict: str) -> None:
     """With a cluster the cancel machine also stops the node of a classic queue it consumes from:
-    the consumers' basic.cancel is owed (CCN-02), so a broker that drops them silently fails."""
+    the consumers' basic.cancel is owed (CLU-01), so a broker that drops them silently fails."""
     done, _ = run_on_an_embedded_cluster(tmp_path, faults, "cancel/test_machine_cancel.py")
     (row,) = read_table(tmp_path, "tests", "fault").to_pylist()
     assert row["verdict"] == verdict, done.stdout[-3000:]
     if faults:
-        assert list(row["failed_rules"]) == ["CCN-02"], row["message"]
+        assert list(row["failed_rules"]) == ["CLU-01"], row["message"]
         assert "stop_the_remote_queues_node()" in row["minimal_example"], row["minimal_example"]
 
 
-def run_on_an_embedded_cluster(tmp_path: Path, faults: list[str],
-                               selection: str) -> tuple[subprocess.CompletedProcess[str], tuple[str, ...]]:
-    """pytest on `selection` (under the suite) against a 3-node embedded reference broker with `faults`."""
+def run_on_an_embedded_cluster(tmp_path: Path, faults: list[str], selection: str,
+                               env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], tuple[str, ...]]:
+    """pytest on `selection` (under the suite) against a 3-node embedded reference broker with `faults`
+    (`env`: added to the environment, e.g. a machine budget)."""
     with EmbeddedBroker(faults=faults, management_port=0, nodes=3) as broker:
         spec = embedded_cluster(broker)
         nodes = [arg for url in spec.urls[1:] for arg in ("--cluster-node", url)]
         done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                                "-o", "addopts=", "--broker-url", spec.urls[0], *nodes, "--node-control", spec.control,
                                "--results-dir", str(tmp_path), "--run-id", "fault", f"{SUITE_DIR}/{selection}"],
-                              capture_output=True, text=True, timeout=240, check=False)
+                              capture_output=True, text=True, timeout=240, check=False,
+                              env={**os.environ, **(env or {})})
     return done, spec.urls
 
 

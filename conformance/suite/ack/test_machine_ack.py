@@ -4,6 +4,8 @@ AckMachine: basic.ack / nack / reject with any tag (0, unknown, double, multiple
 tag), basic.get and consumers sharing one tag counter, recover (both requeue values), cancel
 leaving deliveries, channel close. Steps read like a client program; the model (conformance.model)
 says what the broker must answer; machine_base settles and compares after every step.
+ClusterAckMachine (a run with a cluster, issue 30): the same and a classic queue on node 2 whose
+node a step stops and starts (machine_cluster: CLU-01/02); without a cluster AckMachine, unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from hypothesis.stateful import rule
 from conformance.plugin.session import Target
 from conformance.suite.steps import machine_steps as do
 from conformance.suite.steps.machine_base import run_machine, step
+from conformance.suite.steps.machine_cluster import ClusterConsuming, cluster_for
 from conformance.suite.steps.machine_consuming import (
     CHANNELS,
     DELIVERY,
@@ -49,9 +52,18 @@ class AckMachine(ConsumingMachine):
         do.recover(self, ch, requeue=False)  # ACK-09: connection.close 540, then RQ-03
 
 
+class ClusterAckMachine(ClusterConsuming, AckMachine):
+    """AckMachine and the node stop (CLU-01/02: cancels owed, orphaned tags still settle)."""
+
+
 ACK_RULES = ("ACK-01", "ACK-03", "ACK-04", "ACK-05", "ACK-06", "ACK-07", "ACK-09", "ACK-10", "RQ-03")
 
 
 @pytest.mark.rules(*ACK_RULES)
-def test_acknowledgements_match_the_model(target: Target) -> None:
-    run_machine(AckMachine, machine_target(target), examples=120, steps=10)
+def test_acknowledgements_match_the_model(target: Target, request: pytest.FixtureRequest) -> None:
+    machine = machine_target(target)
+    cluster = cluster_for(target, request, "CLU-01", "CLU-02")
+    if cluster is None:
+        run_machine(AckMachine, machine, examples=120, steps=10)
+    else:  # with a cluster: node stops too (issue 30)
+        run_machine(ClusterAckMachine, machine, examples=120, steps=10, cluster=cluster)

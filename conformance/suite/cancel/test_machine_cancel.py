@@ -9,10 +9,10 @@ its cancel-ok (CCN-04).
 
 ClusterCancelMachine (a run with a cluster, issue 30): the same machine and a durable classic
 queue q3 declared on node 2 (the connections are on node 1); a step stops node 2 while a
-consumer consumes from q3 and starts it again. The model counts that as q3 deleted and declared
-again (CLU-01/02: its consumers are cancelled, basic.cancel where consumer_cancel_notify is on,
-and stay gone; its transient messages are lost). Without a cluster the machine is CancelMachine,
-unchanged, so its examples (seeded by run_machine's factory) are the same.
+consumer consumes from q3 and starts it again (conformance.model.cluster: CLU-01/02, its consumers
+are cancelled, basic.cancel where consumer_cancel_notify is on, owed as CLU-01, and stay gone; its
+transient messages are lost). Without a cluster the machine is CancelMachine, unchanged, so its
+examples (seeded by run_machine's factory) are the same; with one the test also claims CLU-01/02.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from hypothesis.stateful import rule
 from codec import BasicCancel, BasicCancelOk, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
 from conformance.drivers.raw import DriverError
 from conformance.model import OK
-from conformance.plugin.cluster import Cluster
-from conformance.plugin.nodes import ClusterSpec
-from conformance.plugin.session import Target, harness
+from conformance.plugin.session import Target
 from conformance.suite.steps import machine_steps as do
 from conformance.suite.steps.machine_base import (
     CONTROL,
@@ -39,6 +37,7 @@ from conformance.suite.steps.machine_base import (
     run_machine,
     step,
 )
+from conformance.suite.steps.machine_cluster import MachineCluster, cluster_for
 from conformance.suite.steps.machine_consuming import machine_target
 
 CONNECTIONS = st.sampled_from(["A", "B"])  # A: consumer_cancel_notify, B: without it
@@ -153,9 +152,10 @@ class ClusterCancelMachine(CancelMachine):
     REMOTE = "q3"  # on node 2
     NODE = 2
 
-    def __init__(self, target: MachineTarget, cluster: ClusterSpec) -> None:
+    def __init__(self, target: MachineTarget, cluster: MachineCluster) -> None:
         super().__init__(target)
-        self.cluster = Cluster(cluster, target.timeout_scale, self.recorder)
+        self.nodes = cluster
+        self.cluster = cluster.cluster(target.timeout_scale, self.recorder)
         real = self.real.setdefault(self.REMOTE, f"{self.prefix}.{self.REMOTE}")
         self.declared[self.REMOTE] = ("classic", True, {})
         home = self.cluster.connect(self.NODE)  # a classic queue lives on the node that declares it
@@ -169,10 +169,9 @@ class ClusterCancelMachine(CancelMachine):
     def stop_the_remote_queues_node(self) -> None:
         if not any(self.model.consumer_queue(*c) == self.REMOTE for c in self.live_consumers()):
             return
-        self.cluster.stop(self.NODE)
-        self.model.delete_queue(self.REMOTE)  # CLU-01: its consumers are cancelled (CCN-02's basic.cancel)
+        self.nodes.stop(self.cluster, self.NODE)
         self.cluster.start(self.NODE)
-        self.model.declare_queue(self.REMOTE)  # CLU-02: back, durable, without its consumers
+        self.model.node_stopped_and_started([self.REMOTE], [])  # CLU-01: cancelled; CLU-02: back without them
 
     def cleanup(self) -> None:
         self.cluster.restore()
@@ -184,8 +183,9 @@ CANCEL_RULES = ("CCN-02", "CCN-03", "CCN-04", "CCN-07")
 
 @pytest.mark.rules(*CANCEL_RULES)
 def test_cancel_notification_matches_the_model(target: Target, request: pytest.FixtureRequest) -> None:
-    cluster = harness(request.config).cluster
-    if cluster is None or len(cluster.urls) < ClusterCancelMachine.NODE:
-        run_machine(CancelMachine, machine_target(target), examples=120, steps=10)
+    machine = machine_target(target)
+    cluster = cluster_for(target, request, "CLU-01", "CLU-02")
+    if cluster is None:
+        run_machine(CancelMachine, machine, examples=120, steps=10)
     else:  # with a cluster: node stops too (issue 30)
-        run_machine(ClusterCancelMachine, machine_target(target), examples=120, steps=10, cluster=cluster)
+        run_machine(ClusterCancelMachine, machine, examples=120, steps=10, cluster=cluster)

@@ -6,6 +6,9 @@ says which consumer may receive how much; a delivery beyond a limit, or a missin
 limit allows, fails the run. `global=true` is channel-wide where the profile honours it
 (rabbitmq-3.10/3.12/4.0) and per consumer on rabbitmq-4.3 (QOS-03); a limit changed while
 deliveries are in flight may be overshot briefly (QOS-09).
+ClusterPrefetchMachine (a run with a cluster, issue 30): the same and a classic queue on node 2
+whose node a step stops and starts (machine_cluster: CLU-01/02, its consumers' credit goes with
+them); without a cluster PrefetchMachine, unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from hypothesis.stateful import rule
 from conformance.plugin.session import Target
 from conformance.suite.steps import machine_steps as do
 from conformance.suite.steps.machine_base import run_machine, step
+from conformance.suite.steps.machine_cluster import ClusterConsuming, cluster_for
 from conformance.suite.steps.machine_consuming import CHANNELS, QUEUE, ConsumingMachine, machine_target
 
 
@@ -49,9 +53,18 @@ class PrefetchMachine(ConsumingMachine):
         do.qos(self, qos_ch, prefetch, global_)  # QOS-09: the change races the deliveries
 
 
+class ClusterPrefetchMachine(ClusterConsuming, PrefetchMachine):
+    """PrefetchMachine and the node stop (CLU-01/02)."""
+
+
 PREFETCH_RULES = ("QOS-02", "QOS-03", "QOS-04", "QOS-05", "QOS-07", "QOS-08", "QOS-09", "ACK-01")
 
 
 @pytest.mark.rules(*PREFETCH_RULES)
-def test_prefetch_limits_match_the_model(target: Target) -> None:
-    run_machine(PrefetchMachine, machine_target(target), examples=120, steps=10)
+def test_prefetch_limits_match_the_model(target: Target, request: pytest.FixtureRequest) -> None:
+    machine = machine_target(target)
+    cluster = cluster_for(target, request, "CLU-01", "CLU-02")
+    if cluster is None:
+        run_machine(PrefetchMachine, machine, examples=120, steps=10)
+    else:  # with a cluster: node stops too (issue 30)
+        run_machine(ClusterPrefetchMachine, machine, examples=120, steps=10, cluster=cluster)

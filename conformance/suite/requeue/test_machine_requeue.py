@@ -4,6 +4,10 @@ RequeueMachine: where requeued messages go back and their redelivered flag, on a
 quorum queue, through reject, nack, recover and channel close. Steps read like a client program;
 the model (conformance.model) says what the broker must answer; machine_base settles and compares
 after every step.
+ClusterRequeueMachine (a run with a cluster, issue 30): the quorum queue is declared on node 2 (its
+leader there), a classic queue lives there too, and a step stops and starts node 2: the quorum
+queue fails over keeping its consumers and unacked deliveries (CLU-05), the classic one loses
+its consumers (CLU-01/02; machine_cluster). Without a cluster RequeueMachine, unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from hypothesis.stateful import rule
 from conformance.plugin.session import Target
 from conformance.suite.steps import machine_steps as do
 from conformance.suite.steps.machine_base import run_machine, step
+from conformance.suite.steps.machine_cluster import ClusterConsuming, cluster_for
 from conformance.suite.steps.machine_consuming import (
     DELIVERY,
     ConsumingMachine,
@@ -41,9 +46,18 @@ class RequeueMachine(ConsumingMachine):
         do.settle(self, ch, how, tag, False, True)  # ACK-07, RQ-01/RQ-02
 
 
+class ClusterRequeueMachine(ClusterConsuming, RequeueMachine):
+    """RequeueMachine and the node stop (CLU-01/02, CLU-05 on the quorum queue)."""
+
+
 REQUEUE_RULES = ("RQ-01", "RQ-02", "RQ-03", "RQ-04", "ACK-07", "ACK-09")
 
 
 @pytest.mark.rules(*REQUEUE_RULES)
-def test_requeue_order_and_redelivered_match_the_model(target: Target) -> None:
-    run_machine(RequeueMachine, machine_target(target), examples=120, steps=10)
+def test_requeue_order_and_redelivered_match_the_model(target: Target, request: pytest.FixtureRequest) -> None:
+    machine = machine_target(target)
+    cluster = cluster_for(target, request, "CLU-01", "CLU-02", "CLU-05")
+    if cluster is None:
+        run_machine(RequeueMachine, machine, examples=120, steps=10)
+    else:  # with a cluster: node stops too (issue 30)
+        run_machine(ClusterRequeueMachine, machine, examples=120, steps=10, cluster=cluster)

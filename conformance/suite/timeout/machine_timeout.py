@@ -54,6 +54,16 @@ class Queue:
     arg: int | None  # x-consumer-timeout queue argument
     policy: int | None  # consumer-timeout policy
     ready: int = 0
+    failed_over: int = 0  # of the ready ones: at most this many were deliveries held across a failover (CLU-05)
+
+    def returned(self, item: Held) -> None:
+        """A live delivery comes back (a reject with requeue, or its channel's end: RQ-03)."""
+        self.ready += 1
+        self.failed_over += item.failed_over
+
+    def taken(self) -> None:
+        self.ready -= 1
+        self.failed_over = min(self.failed_over, self.ready)
 
 
 @dataclass
@@ -66,6 +76,7 @@ class Consumer:
     timed_out: set[int] = field(default_factory=set)  # TMO-4.3-5: paused while non-empty
     cancelled_by_broker: bool = False
     resumed: bool = False  # TMO-4.3-5: it was paused and its timed-out tags were all settled
+    failed_over: bool = False  # it held a live delivery when a node stop moved its queue's leader (CLU-05)
 
 
 @dataclass
@@ -76,6 +87,7 @@ class Held:
     consumer: str | None  # None: basic.get
     short: bool
     timed_out: bool = False
+    failed_over: bool = False  # live when a node stop moved its queue's leader (CLU-05: still checked out)
 
 
 class TimeoutWire(ModelMachine):
@@ -153,6 +165,8 @@ class TimeoutWire(ModelMachine):
             idle = self.eligible(name)
             if q.ready and idle:
                 rule = "TMO-4.3-5" if any(self.consumers[t].resumed for t in idle) else "TMO-4.3-2"
+                if any(self.consumers[t].failed_over for t in idle):
+                    rule = "CLU-05: they held deliveries across a failover, which settle and free them as before"
                 found.append(f"{name}: {q.ready} ready, consumers {idle} idle ({rule})")
         return found
 
@@ -160,7 +174,7 @@ class TimeoutWire(ModelMachine):
         """RQ-03: live deliveries go back; the channel's consumers go."""
         for item in self.held.pop((conn, ch), {}).values():
             if not item.timed_out:
-                self.queues[item.queue].ready += 1
+                self.queues[item.queue].returned(item)
         for tag in [t for t, c in self.consumers.items() if (c.conn, c.ch) == (conn, ch)]:
             del self.consumers[tag]
         if self.work.get(conn) == ch:
@@ -241,12 +255,15 @@ class TimeoutWire(ModelMachine):
         assert not consumer.timed_out, (
             f"delivery to {m.consumer_tag} in timeout state (timed-out tags {sorted(consumer.timed_out)} "
             "unsettled): TMO-4.3-2 says no new messages")
+        assert not self.failed_over_live(m.consumer_tag), (
+            f"delivery to {m.consumer_tag} beyond prefetch 1: its delivery from before the node stop stays checked "
+            "out across the failover (CLU-05)")
         assert self.live(m.consumer_tag) == 0, \
             f"delivery to {m.consumer_tag} beyond prefetch 1: a timed-out delivery stays counted (TMO-4.3-2)"
         queue = self.queues[consumer.queue]
         assert queue.ready > 0, \
             f"a delivery although the model has no ready message in {consumer.queue} (TMO-4.3-2: no redelivery)"
-        queue.ready -= 1
+        queue.taken()
         self.held[(conn, ch)][m.delivery_tag] = Held(consumer.queue, m.consumer_tag, consumer.short)
 
     def on_cancel(self, conn: str, ch: int, m: BasicCancel) -> None:
@@ -310,8 +327,22 @@ class TimeoutWire(ModelMachine):
             return "deliveries still arriving"
         want = {name: (q.ready, self.consumer_count(name)) for name, q in self.queues.items()}
         if counts != want:
-            return f"queues (ready, consumers) = {counts}, model {want} (TMO-4.3-2 returns, TMO-4.3-4 consumers)"
+            return f"queues (ready, consumers) = {counts}, model {want} {self.count_meaning(counts)}"
         return None
+
+    def count_meaning(self, counts: dict[str, tuple[int, int]]) -> str:
+        """What a count mismatch means: CLU-05 when the missing ready messages can be deliveries held
+        across a failover and returned since (the broker dropped them), else TMO-4.3-2/4."""
+        short = {name: q.ready - counts[name][0] for name, q in self.queues.items() if counts[name][0] < q.ready}
+        if short and all(missing <= self.queues[name].failed_over for name, missing in short.items()):
+            return ("(the missing ready messages were deliveries held when a node stop moved the queue's leader, "
+                    "returned since: CLU-05 keeps them checked out across the failover, so they come back)")
+        return "(TMO-4.3-2 returns, TMO-4.3-4 consumers)"
+
+    def failed_over_live(self, consumer: str) -> bool:
+        c = self.consumers[consumer]
+        return any(h.consumer == consumer and h.failed_over and not h.timed_out
+                   for h in self.held.get((c.conn, c.ch), {}).values())
 
     def consumer_count(self, queue: str) -> int:
         """queue.declare-ok's consumer_count for a quorum queue (model.queues, TMO-4.3-4)."""

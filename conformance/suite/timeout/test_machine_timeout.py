@@ -16,6 +16,9 @@ consumer has room; the queue's ready and consumer counts must match the model. "
 is exercised per consumer: a SHORT consumer's deliveries are returned while a LONG consumer's
 deliveries on the same channel and queue stay checked out (acking them later removes them).
 Waits are bounded (scaled by the target's timeout); rules are synchronous (DESIGN decision 5).
+ClusterTimeoutMachine (a run with a cluster, issue 30): the queues' leader on node 2 and a step that
+stops and starts it while deliveries are live (CLU-05: nothing changes); without a cluster
+TimeoutMachine, unchanged (run_machine's factory seeds its examples).
 The machine runs on the shared base (`machine_timeout.TimeoutWire`, a `ModelMachine`): picks
 resolved from its state, the program of steps, the budget and the frames of each example.
 """
@@ -46,6 +49,7 @@ from conformance.plugin.admin import RestoringAdmin, Unavailable
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.machine_base import CONTROL, MachineTarget, from_machine, run_machine, step
+from conformance.suite.steps.machine_cluster import MAX_STOPS, MachineCluster, cluster_for
 from conformance.suite.steps.timeouts import LONG, SHORT, can_set_global, exact
 from conformance.suite.timeout.machine_timeout import PROFILE, Consumer, Held, Queue, TimeoutWire
 
@@ -79,8 +83,7 @@ class TimeoutMachine(TimeoutWire):
             args: dict[str, Any] = {"x-queue-type": "quorum", "x-delivery-limit": 1000}  # RQ-06: not here
             if arg is not None:
                 args[model.ARGUMENT] = arg
-            self.clients["cap"].rpc(CONTROL, QueueDeclare(queue=queue.name, durable=True, arguments=args),
-                                    QueueDeclareOk)
+            self.declare_quorum(queue.name, args)
             if queue.policy is not None:
                 self.admin.put_policy("/", f"{queue.name}.tmo", exact(queue.name), {model.POLICY_KEY: queue.policy},
                                       "queues", 100)
@@ -90,6 +93,9 @@ class TimeoutMachine(TimeoutWire):
                 self.admin.adapter.set_global("consumer_timeout", self.original_global)
             else:
                 self.admin.set_global("consumer_timeout", global_)
+
+    def declare_quorum(self, name: str, arguments: dict[str, Any]) -> None:
+        self.clients["cap"].rpc(CONTROL, QueueDeclare(queue=name, durable=True, arguments=arguments), QueueDeclareOk)
 
     # -- rules ------------------------------------------------------------------------------------
     @rule(conn=CONNECTION, queue=QUEUE, arg=LEVEL, count=st.integers(0, 2))
@@ -125,7 +131,7 @@ class TimeoutMachine(TimeoutWire):
         reply = self.expect_reply(conn, ch, BasicGetOk, BasicGetEmpty)
         if reply is not None and isinstance(reply.method, BasicGetOk):
             assert q.ready > 0, f"basic.get-ok although the model has no ready message in {queue} (TMO-4.3-2)"
-            q.ready -= 1
+            q.taken()
             self.held[(conn, ch)][reply.method.delivery_tag] = Held(queue, None, self.is_short(queue, None))
         elif reply is not None:
             assert q.ready == 0, f"basic.get-empty although {q.ready} messages are ready in {queue} (TMO-4.3-2)"
@@ -148,7 +154,7 @@ class TimeoutMachine(TimeoutWire):
                 consumer.timed_out.discard(tag)
                 consumer.resumed = consumer.resumed or not consumer.timed_out
         elif reject:
-            self.queues[item.queue].ready += 1
+            self.queues[item.queue].returned(item)
         self.ping(conn, ch)
 
     @rule(tag=CONSUMER, cancel_ok=st.booleans())
@@ -177,6 +183,46 @@ class TimeoutMachine(TimeoutWire):
         self.channel_gone(conn, ch)
 
 
+class ClusterTimeoutMachine(TimeoutMachine):
+    """TimeoutMachine with its quorum queues declared on node 2 (their leader there) and a step that
+    stops and starts node 2 while deliveries are live: the queues fail over with a majority and
+    nothing changes (CLU-05): the consumers stay, their live deliveries stay checked out (no
+    redelivery, no more than prefetch 1) and are returned as before when rejected or their
+    channel ends."""
+
+    NODE = 2
+
+    def __init__(self, target: MachineTarget, admin: RestoringAdmin, can_policy: bool, can_global: bool,
+                 original_global: int | None, cluster: MachineCluster) -> None:
+        super().__init__(target, admin, can_policy, can_global, original_global)
+        self.nodes = cluster
+        self.cluster = cluster.cluster(target.timeout_scale, self.recorder)
+        self.stops = 0
+
+    def declare_quorum(self, name: str, arguments: dict[str, Any]) -> None:
+        home = self.cluster.connect(self.NODE)  # its leader is where it is declared
+        home.rpc(home.channel(), QueueDeclare(queue=name, durable=True, arguments=arguments), QueueDeclareOk)
+        home.close()
+
+    @rule()
+    @step
+    def stop_and_start_node_2(self) -> None:
+        live = [h for items in self.held.values() for h in items.values() if not h.timed_out]
+        if self.stops >= MAX_STOPS or not live:
+            return
+        self.stops += 1
+        self.nodes.stop(self.cluster, self.NODE)
+        self.cluster.start(self.NODE)
+        for item in live:
+            item.failed_over = True  # CLU-05: still checked out, its deadline kept (CLU-08)
+            if item.consumer in self.consumers:
+                self.consumers[item.consumer].failed_over = True
+
+    def cleanup(self) -> None:
+        self.cluster.restore()
+        super().cleanup()
+
+
 def admin_can_put_policy(admin: RestoringAdmin) -> bool:
     try:
         admin.get_policy("/", "amqpc.probe")
@@ -186,13 +232,19 @@ def admin_can_put_policy(admin: RestoringAdmin) -> bool:
 
 
 @pytest.mark.rules("TMO-03", "TMO-4.3-2", "TMO-4.3-3", "TMO-4.3-4", "TMO-4.3-5")
-def test_timeout_precedence_and_reactions_match_the_model(target: Target, admin: RestoringAdmin) -> None:
+def test_timeout_precedence_and_reactions_match_the_model(target: Target, admin: RestoringAdmin,
+                                                          request: pytest.FixtureRequest) -> None:
     if target.profile.name != PROFILE:
         not_applicable(f"the timeout machine models the 4.3 rules, not {target.profile.name}")
     can_global = can_set_global(admin)
     original = admin.get_global("consumer_timeout") if can_global else None
     if original is not None and original <= 10 * TimeoutWire.SETTLE_SECONDS * 1000:
         not_applicable(f"the broker's consumer_timeout ({original} ms) is too short for the machine's LONG level")
-    run_machine(TimeoutMachine, MachineTarget(target.url, target.profile.name, target.timeout_scale), examples=15,
-                steps=10, admin=admin, can_policy=admin_can_put_policy(admin), can_global=can_global,
-                original_global=original)
+    machine = MachineTarget(target.url, target.profile.name, target.timeout_scale)
+    arguments = {"admin": admin, "can_policy": admin_can_put_policy(admin), "can_global": can_global,
+                 "original_global": original}
+    cluster = cluster_for(target, request, "CLU-05")
+    if cluster is None:
+        run_machine(TimeoutMachine, machine, examples=15, steps=10, **arguments)
+    else:  # with a cluster: node stops too (issue 30)
+        run_machine(ClusterTimeoutMachine, machine, examples=15, steps=10, cluster=cluster, **arguments)
