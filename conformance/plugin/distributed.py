@@ -107,6 +107,10 @@ class WorkerSide:
         self.state = state
         self.lock = BrokerLock(Path(lock_dir)) if lock_dir and _has_fcntl() else None
 
+    @pytest.hookimpl(trylast=True)  # after the selection deselected what it does not run
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        schedule.admin_last(items)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
         fixtures = getattr(item, "fixturenames", ())

@@ -14,10 +14,16 @@ Rules:
   needs) and the pending tests in the order `arrange` gives. With `--maxschedchunk` or another
   `--dist` mode, xdist schedules as it always does; without pytest-xdist nothing changes.
 - `arrange` is pure: from the collected node ids and the number of workers it returns the
-  order of the tests: each worker's first two are the next heaviest test and the lightest one
-  left (so no heavy test waits behind another on one worker), then every other test, heaviest
-  first, collection order within a weight. Weights: a model machine 3, a test of the timeout
-  area (real timers) 2, any other 1.
+  order of the tests, by rank: the model machines outside the timeout area first (each
+  worker's first two tests are one of them and a short test, so no machine waits behind
+  another on one worker), then the other tests, then the timeout machine, then the rest of
+  the timeout area; collection order within a rank.
+- Why the timeout area comes last: its tests change broker-wide settings (the global consumer
+  timeout, through the `admin` fixture), so across workers each of them runs alone
+  (`distributed.BrokerLock`); one started while a machine runs makes every worker wait for
+  that machine (measured: 24 s stalls against a deviating broker). For the same reason a
+  worker's collection puts every test that uses `admin` last within its rank
+  (`admin_last`), so those outside the timeout area come after the short ones.
 - The verdicts do not depend on the order: every test sets up its own queues and connections.
 """
 
@@ -25,28 +31,33 @@ from __future__ import annotations
 
 from typing import Any
 
-MACHINE, TIMERS, PLAIN = 3, 2, 1
+MACHINE, PLAIN, TIMEOUT_MACHINE, TIMERS = 0, 1, 2, 3  # ranks, in the order they are handed out
 
 
-def weight(nodeid: str) -> int:
+def rank(nodeid: str) -> int:
     path = nodeid.split("::", 1)[0]
-    if path.rsplit("/", 1)[-1].startswith("test_machine_"):
-        return MACHINE
-    return TIMERS if "/timeout/" in path else PLAIN
+    machine = path.rsplit("/", 1)[-1].startswith("test_machine_")
+    if "/timeout/" in path:
+        return TIMEOUT_MACHINE if machine else TIMERS
+    return MACHINE if machine else PLAIN
 
 
 def arrange(nodeids: list[str], workers: int) -> list[int]:
     """The collection indices in the order to hand out (see the module's rules)."""
-    by_weight = sorted(range(len(nodeids)), key=lambda i: -weight(nodeids[i]))  # stable
-    if workers < 2 or len(nodeids) < 2 * workers:
-        return by_weight
-    heads = by_weight[:workers]
-    tails = by_weight[::-1][:workers]
-    if set(heads) & set(tails):  # fewer tests than two per worker of distinct weight: no pairs to make
-        return by_weight
-    first = [index for pair in zip(heads, tails, strict=True) for index in pair]
+    by_rank = sorted(range(len(nodeids)), key=lambda i: rank(nodeids[i]))  # stable
+    machines = [i for i in by_rank if rank(nodeids[i]) == MACHINE][:workers]
+    short = [i for i in by_rank if rank(nodeids[i]) == PLAIN][:len(machines)]
+    if workers < 2 or len(short) < len(machines):
+        return by_rank
+    first = [index for pair in zip(machines, short, strict=True) for index in pair]
     taken = set(first)
-    return first + [index for index in by_weight if index not in taken]
+    return first + [index for index in by_rank if index not in taken]
+
+
+def admin_last(items: list[Any]) -> None:
+    """A worker's collection, in place: the tests that use the `admin` fixture after the others
+    (stable; the same on every worker, as xdist requires)."""
+    items.sort(key=lambda item: "admin" in getattr(item, "fixturenames", ()))
 
 
 def make_scheduler(config: Any, log: Any) -> Any:

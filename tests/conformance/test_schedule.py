@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from conformance.plugin.schedule import MACHINE, PLAIN, TIMERS, arrange, weight
+from types import SimpleNamespace
+
+from conformance.plugin.schedule import MACHINE, PLAIN, TIMEOUT_MACHINE, TIMERS, admin_last, arrange, rank
 
 SUITE = [
     "conformance/suite/ack/test_ack.py::test_a",
@@ -11,6 +13,7 @@ SUITE = [
     "conformance/suite/qos/test_machine_prefetch.py::test_prefetch",
     "conformance/suite/requeue/test_machine_requeue.py::test_requeue",
     "conformance/suite/timeout/test_timeout.py::test_c[1]",
+    "conformance/suite/timeout/test_machine_timeout.py::test_timeouts",
     "conformance/suite/timeout/test_timeout.py::test_c[2]",
     "conformance/suite/cancel/test_machine_cancel.py::test_cancel",
     "conformance/suite/cancel/test_cancel.py::test_d",
@@ -20,21 +23,29 @@ SUITE = [
 ]
 
 
-def test_weights_name_the_machines_and_the_timer_tests() -> None:
-    assert [weight(n) for n in SUITE[:6]] == [PLAIN, MACHINE, PLAIN, MACHINE, MACHINE, TIMERS]
+def test_ranks_name_the_machines_and_the_timeout_area() -> None:
+    assert [rank(n) for n in SUITE[:8]] == [PLAIN, MACHINE, PLAIN, MACHINE, MACHINE, TIMERS, TIMEOUT_MACHINE, TIMERS]
 
 
-def test_each_worker_starts_with_a_heavy_test_and_a_light_one() -> None:
+def test_each_worker_starts_with_a_machine_and_a_short_test_and_the_timeout_area_comes_last() -> None:
     order = [SUITE[i] for i in arrange(SUITE, 3)]
     assert sorted(order) == sorted(SUITE)  # every test, once
     firsts = order[:6]  # xdist's first distribution: two tests per worker, in this order
-    heavy, light = firsts[0::2], firsts[1::2]
-    assert [weight(n) for n in heavy] == [MACHINE] * 3  # no machine waits behind another
-    assert all(weight(n) == PLAIN for n in light)
-    rest = [weight(n) for n in order[6:]]
-    assert rest == sorted(rest, reverse=True)  # then the heaviest first
+    assert [rank(n) for n in firsts[0::2]] == [MACHINE] * 3  # no machine waits behind another
+    assert [rank(n) for n in firsts[1::2]] == [PLAIN] * 3
+    ranks = [rank(n) for n in order[6:]]
+    assert ranks == sorted(ranks)  # then by rank: machines, short tests, the timeout machine, the timeout area
+    assert order[-3:] == [SUITE[6], SUITE[5], SUITE[7]]
 
 
-def test_too_few_tests_or_one_worker_keep_the_weight_order() -> None:
+def test_one_worker_or_too_few_short_tests_keep_the_rank_order() -> None:
     assert SUITE[arrange(SUITE, 1)[0]] == SUITE[1]
-    assert sorted(arrange(SUITE[:3], 4)) == [0, 1, 2]
+    machines_only = [n for n in SUITE if rank(n) == MACHINE]
+    assert arrange(machines_only, 2) == list(range(len(machines_only)))
+
+
+def test_a_workers_collection_puts_the_tests_using_admin_last() -> None:
+    items = [SimpleNamespace(name=n, fixturenames=f) for n, f in
+             [("a", ["target", "admin"]), ("b", ["target"]), ("c", ["admin"]), ("d", [])]]
+    admin_last(items)
+    assert [i.name for i in items] == ["b", "d", "a", "c"]

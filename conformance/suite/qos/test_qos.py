@@ -47,8 +47,8 @@ from conformance.suite.steps.queues import (
     per_consumer,
     ready,
     require_kind,
-    take,
-    take_one,
+    take_now,
+    take_one_now,
 )
 
 QUIET = 0.3  # seconds (scaled): how long "nothing more arrives" is watched
@@ -80,9 +80,9 @@ class QosBench:
     def drain(self, ch: int | None = None) -> list[Delivery]:
         return drain(self.client, self.ch if ch is None else ch, self.quiet)
 
-    def take(self, count: int, ch: int | None = None) -> list[Delivery]:
+    def take_now(self, count: int, ch: int | None = None) -> list[Delivery]:
         """Exactly the next `count` deliveries (each awaited within the client timeout)."""
-        return take(self.client, self.ch if ch is None else ch, count)
+        return take_now(self.client, self.ch if ch is None else ch, count)
 
     def assert_quiet(self, ch: int | None = None) -> None:
         """Nothing more is delivered within the (short, bounded) quiet window."""
@@ -139,7 +139,7 @@ def test_prefetch_count_caps_unacked_deliveries(bench: QosBench) -> None:
     queue = bench.queue(6)
     bench.qos(4)
     bench.consume(queue)
-    assert [d.tag for d in bench.take(4)] == [1, 2, 3, 4]
+    assert [d.tag for d in bench.take_now(4)] == [1, 2, 3, 4]
     bench.assert_quiet()
     assert ready(bench.client, bench.ch, queue) == 2
 
@@ -149,11 +149,11 @@ def test_acks_free_prefetch_capacity_one_by_one_or_several_at_once(bench: QosBen
     queue = bench.queue(10)
     bench.qos(4)
     bench.consume(queue)
-    assert [d.tag for d in bench.take(4)] == [1, 2, 3, 4]
+    assert [d.tag for d in bench.take_now(4)] == [1, 2, 3, 4]
     bench.ack(1)
-    assert [d.tag for d in bench.take(1)] == [5]  # one ack, one more delivery
+    assert [d.tag for d in bench.take_now(1)] == [5]  # one ack, one more delivery
     bench.ack(5, multiple=True)  # settles 2..5
-    assert [d.tag for d in bench.take(4)] == [6, 7, 8, 9]
+    assert [d.tag for d in bench.take_now(4)] == [6, 7, 8, 9]
     bench.assert_quiet()  # and no more than that, all along
     assert ready(bench.client, bench.ch, queue) == 1
 
@@ -165,9 +165,9 @@ def test_global_false_limits_each_consumer_separately(bench: QosBench) -> None:
     bench.qos(2)
     c1, c2 = bench.consume(q1), bench.consume(q2)
     if bench.target.profile.expect("QOS-02") == "required":
-        assert per_consumer(bench.take(4)) == {c1: 2, c2: 2}
+        assert per_consumer(bench.take_now(4)) == {c1: 2, c2: 2}
     else:  # AMQP 0-9-1: one limit shared by the channel's consumers
-        bench.take(2)
+        bench.take_now(2)
     bench.assert_quiet()
 
 
@@ -178,12 +178,12 @@ def test_global_false_applies_only_to_consumers_created_afterwards(bench: QosBen
     q1, q2 = bench.queue(5, "a"), bench.queue(5, "b")
     bench.qos(1)
     c1 = bench.consume(q1)
-    first = bench.take(1)
+    first = bench.take_now(1)
     bench.qos(3)  # existing consumer c1 keeps its limit of 1
     c2 = bench.consume(q2)
-    assert per_consumer(bench.take(3)) == {c2: 3}
+    assert per_consumer(bench.take_now(3)) == {c2: 3}
     bench.ack(first[0].tag)
-    assert per_consumer(bench.take(1)) == {c1: 1}
+    assert per_consumer(bench.take_now(1)) == {c1: 1}
     bench.assert_quiet()  # c1 never held more than 1, c2 never more than 3
 
 
@@ -193,7 +193,7 @@ def test_prefetch_count_0_means_unlimited(bench: QosBench) -> None:
     bench.qos(1)
     bench.qos(0)
     bench.consume(queue)
-    assert bodies(bench.take(12)) == messages(12)  # no acks needed for any of them
+    assert bodies(bench.take_now(12)) == messages(12)  # no acks needed for any of them
 
 
 # -- QOS-03..06: global=true -------------------------------------------------------------------
@@ -206,11 +206,11 @@ def test_global_true_scope_depends_on_the_version(bench: QosBench) -> None:
     bench.consume(q3, ch=other)  # no qos on this channel
     profile = bench.target.profile
     if profile.rabbitmq and profile.at_least("4.3"):  # treated as global=false (per consumer)
-        assert per_consumer(bench.take(4)) == {c1: 2, c2: 2}
-        assert len(bench.take(5, other)) == 5
+        assert per_consumer(bench.take_now(4)) == {c1: 2, c2: 2}
+        assert len(bench.take_now(5, other)) == 5
     elif global_qos_is_channel_wide(profile):  # one limit shared by the channel's consumers
-        bench.take(2)
-        assert len(bench.take(5, other)) == 5
+        bench.take_now(2)
+        assert len(bench.take_now(5, other)) == 5
     else:  # AMQP 0-9-1: shared by every consumer on the connection
         mine, others = len(bench.drain()), len(bench.drain(other))
         assert mine + others == 2, (
@@ -225,9 +225,9 @@ def test_per_consumer_and_channel_limits_are_enforced_together(bench: QosBench) 
     bench.qos(2, global_=False)
     bench.qos(3, global_=True)
     c1 = bench.consume(q1)
-    assert per_consumer(bench.take(2)) == {c1: 2}
+    assert per_consumer(bench.take_now(2)) == {c1: 2}
     c2 = bench.consume(q2)
-    assert per_consumer(bench.take(1)) == {c2: 1}
+    assert per_consumer(bench.take_now(1)) == {c2: 1}
     bench.assert_quiet()  # c1 stopped by its own limit (2), c2 by the channel's (3)
 
 
@@ -235,10 +235,10 @@ def test_per_consumer_and_channel_limits_are_enforced_together(bench: QosBench) 
 def test_new_global_limit_counts_unacked_consumer_deliveries(bench: QosBench) -> None:
     queue = bench.queue(1)
     bench.consume(queue)
-    bench.take(1)  # unlimited so far: one unacked delivery
+    bench.take_now(1)  # unlimited so far: one unacked delivery
     bench.qos(2, global_=True)
     bench.publisher.publish(queue, [b"m2", b"m3"])
-    assert bodies(bench.take(1)) == [b"m2"]
+    assert bodies(bench.take_now(1)) == [b"m2"]
     bench.assert_quiet()  # 1 + 1 = 2
 
 
@@ -248,7 +248,7 @@ def test_new_global_limit_counts_unacked_basic_get_deliveries(bench: QosBench) -
     assert len(get_all(bench.client, bench.ch, q1)) == 1
     bench.qos(2, global_=True)
     bench.consume(q2)
-    bench.take(1)
+    bench.take_now(1)
     bench.assert_quiet()  # the unacked basic.get delivery uses one of the two
 
 
@@ -257,11 +257,11 @@ def test_recover_lowers_the_global_count(bench: QosBench) -> None:
     queue = bench.queue(3)
     bench.qos(2, global_=True)
     bench.consume(queue)
-    assert bodies(bench.take(2)) == [b"m1", b"m2"]
+    assert bodies(bench.take_now(2)) == [b"m1", b"m2"]
     bench.client.rpc(bench.ch, BasicRecover(requeue=True), BasicRecoverOk)
     # the count went back to 0: two deliveries again. Which two is a race on RabbitMQ 3.10
     # (the limiter may resume the queue before the requeue lands, so m3 can come first).
-    assert len(bench.take(2)) == 2
+    assert len(bench.take_now(2)) == 2
     bench.assert_quiet()
     assert ready(bench.client, bench.ch, queue) == 1
 
@@ -294,7 +294,7 @@ def test_basic_get_ignores_prefetch(bench: QosBench, global_: bool) -> None:
     q1, q2 = bench.queue(2, "consume"), bench.queue(3, "get")
     bench.qos(1, global_=global_)
     bench.consume(q1)
-    bench.take(1)  # the limit is reached
+    bench.take_now(1)  # the limit is reached
     assert bodies(get_all(bench.client, bench.ch, q2)) == messages(3)  # manual-ack gets, all served
 
 
@@ -304,9 +304,9 @@ def test_no_ack_consumers_are_not_limited_and_do_not_count(bench: QosBench, glob
     q1, q2 = bench.queue(5, "noack"), bench.queue(5, "manual")
     bench.qos(2, global_=global_)
     free = bench.consume(q1, no_ack=True)
-    assert per_consumer(bench.take(5)) == {free: 5}
+    assert per_consumer(bench.take_now(5)) == {free: 5}
     limited = bench.consume(q2)
-    assert per_consumer(bench.take(2)) == {limited: 2}
+    assert per_consumer(bench.take_now(2)) == {limited: 2}
     bench.assert_quiet()
 
 
@@ -315,12 +315,12 @@ def test_no_ack_consumer_waits_while_the_global_limit_is_reached(bench: QosBench
     q1, q2 = bench.queue(1, "manual"), bench.queue(1, "noack")
     bench.qos(1, global_=True)
     bench.consume(q1)
-    held = take_one(bench.client, bench.ch)
+    held = take_one_now(bench.client, bench.ch)
     free = bench.consume(q2, no_ack=True)
     if global_qos_is_channel_wide(bench.target.profile):
         bench.assert_quiet()  # classic queue, channel limit reached by a manual-ack consumer
         bench.ack(held.tag)
-    assert per_consumer(bench.take(1)) == {free: 1}
+    assert per_consumer(bench.take_now(1)) == {free: 1}
 
 
 # -- QOS-09, QOS-10: changing the limit, the default --------------------------------------------
@@ -330,16 +330,16 @@ def test_lowering_the_limit_revokes_nothing_in_flight(bench: QosBench, global_: 
     queue = bench.queue(5)
     bench.qos(3, global_=global_)
     bench.consume(queue)
-    held = bench.take(3)
+    held = bench.take_now(3)
     bench.qos(1, global_=global_)  # below the 3 in flight: allowed, nothing is taken back
     assert ready(bench.client, bench.ch, queue) == 2
     for d in held:
         bench.ack(d.tag)
     profile = bench.target.profile
     if profile.rabbitmq and (not global_ or profile.at_least("4.3")):
-        bench.take(2)  # QOS-02: an existing consumer keeps the limit it was created with
+        bench.take_now(2)  # QOS-02: an existing consumer keeps the limit it was created with
     else:
-        bench.take(1)  # a channel (or connection) limit: the new value counts
+        bench.take_now(1)  # a channel (or connection) limit: the new value counts
     bench.assert_quiet()
 
 
@@ -349,11 +349,11 @@ def test_raising_a_global_limit_takes_effect_without_acks(bench: QosBench, new_l
     queue = bench.queue(4)
     bench.qos(1, global_=True)
     bench.consume(queue)
-    bench.take(1)
+    bench.take_now(1)
     bench.qos(new_limit, global_=True)
     profile = bench.target.profile
     if not (profile.rabbitmq and profile.at_least("4.3")):  # 4.3: per consumer, it keeps 1
-        bench.take(1 if new_limit == 2 else 3)
+        bench.take_now(1 if new_limit == 2 else 3)
     if new_limit or profile.at_least("4.3"):
         bench.assert_quiet()
 
@@ -362,5 +362,5 @@ def test_raising_a_global_limit_takes_effect_without_acks(bench: QosBench, new_l
 def test_default_prefetch_is_unlimited(bench: QosBench) -> None:
     queue = bench.queue(30)
     bench.consume(queue)
-    got = bench.take(30)  # no basic.qos, no acks: all of them
+    got = bench.take_now(30)  # no basic.qos, no acks: all of them
     assert bodies(got) == messages(30)

@@ -41,8 +41,8 @@ from conformance.suite.steps.queues import (
     require_kind,
     require_nack,
     settle,
-    take,
-    take_one,
+    take_now,
+    take_one_now,
     with_dead_letter_queue,
 )
 
@@ -104,12 +104,12 @@ def test_quorum_nack_multiple_returns_in_delivery_order(connect: Connect, names:
     client, ch, queue = filled(connect, names, 4, QUORUM, quorum_arguments(limit))
     client.rpc(ch, BasicQos(prefetch_count=4), BasicQosOk)
     consume(client, ch, queue)
-    assert bodies(take(client, ch, 4)) == messages(4)
+    assert bodies(take_now(client, ch, 4)) == messages(4)
     Publisher(client).publish(queue, [b"m5"])  # ready, held back by the prefetch limit
     client.send(ch, BasicNack(delivery_tag=3, multiple=True, requeue=True))
-    again = take(client, ch, 3)  # capacity 3 while m4 stays unacked
+    again = take_now(client, ch, 3)  # capacity 3 while m4 stays unacked
     client.send(ch, BasicAck(delivery_tag=4))
-    again.append(take_one(client, ch))
+    again.append(take_one_now(client, ch))
     if returns_go_first(target, limit):
         assert bodies(again) == [b"m1", b"m2", b"m3", b"m5"]
     else:
@@ -144,7 +144,7 @@ def test_unacked_deliveries_are_requeued_when_their_channel_goes(connect: Connec
     require_kind(target.profile, kind)
     victim, ch, queue = filled(connect, names, 2, kind)
     consume(victim, ch, queue)
-    assert not any(d.redelivered for d in take(victim, ch, 2))
+    assert not any(d.redelivered for d in take_now(victim, ch, 2))
     observer = connect()
     och = observer.channel()
     consume(observer, och, queue)  # nothing ready yet: it waits for the requeued messages
@@ -161,7 +161,7 @@ def test_unacked_deliveries_are_requeued_when_their_channel_goes(connect: Connec
         victim.send(ch, BasicAck(delivery_tag=99))
         with pytest.raises(ChannelClosed):
             ready(victim, ch, queue)
-    assert_redelivered(take(observer, och, 2), [b"m1", b"m2"], in_order=False)
+    assert_redelivered(take_now(observer, och, 2), [b"m1", b"m2"], in_order=False)
 
 
 @pytest.mark.rules("RQ-03")
@@ -169,7 +169,7 @@ def test_no_ack_deliveries_are_lost_when_the_channel_goes(connect: Connect, name
                                                           target: Target) -> None:
     client, ch, queue = filled(connect, names, 2)
     consume(client, ch, queue, no_ack=True)
-    take(client, ch, 2)
+    take_now(client, ch, 2)
     client.close_channel(ch)
     och = client.channel()
     consume(client, och, queue)
@@ -188,7 +188,7 @@ def test_redelivered_is_false_first_and_true_after_a_return(connect: Connect, na
         require_nack(target.profile)
     client, ch, queue = filled(connect, names, 1, kind)
     consume(client, ch, queue)
-    first = take_one(client, ch)
+    first = take_one_now(client, ch)
     assert not first.redelivered
     if how == "channel.close":
         client.close_channel(ch)
@@ -196,7 +196,7 @@ def test_redelivered_is_false_first_and_true_after_a_return(connect: Connect, na
         consume(client, ch, queue)
     else:  # 4.3 quorum: a nack leaves delivery_count at 0, but acquired_count > 0 decides
         client.send(ch, settle(how, first.tag, requeue=True))
-    assert_redelivered(take_one(client, ch), b"m1")
+    assert_redelivered(take_one_now(client, ch), b"m1")
 
 
 # -- RQ-05: x-delivery-count / x-acquired-count ------------------------------------------------
@@ -210,15 +210,15 @@ def test_quorum_delivery_count_headers_on_consumer_redeliveries(connect: Connect
                                                                 target: Target) -> None:
     client, ch, queue = filled(connect, names, 1, QUORUM)
     consume(client, ch, queue)
-    seen = [take_one(client, ch)]
+    seen = [take_one_now(client, ch)]
     client.send(ch, settle("reject", seen[-1].tag, requeue=True))
-    seen.append(take_one(client, ch))
+    seen.append(take_one_now(client, ch))
     client.send(ch, settle("nack", seen[-1].tag, requeue=True))
-    seen.append(take_one(client, ch))
+    seen.append(take_one_now(client, ch))
     client.close_channel(ch)
     ch = client.channel()
     consume(client, ch, queue)
-    seen.append(take_one(client, ch))
+    seen.append(take_one_now(client, ch))
     counts, acquired = header_counts(seen)
     if target.profile.at_least("4.3"):  # failed attempts only: reject and channel close count
         assert counts == [None, 1, 1, 2]
@@ -262,12 +262,12 @@ class Bouncer:
         Publisher(client).publish(self.queue, [b"m1"])
         consume(client, self.dch, dlq)
         consume(client, self.ch, self.queue)
-        self.current = take_one(client, self.ch)
+        self.current = take_one_now(client, self.ch)
 
     def bounce(self, how: str) -> None:
         """Return the current delivery and expect it back on the queue's consumer."""
         self.client.send(self.ch, settle(how, self.current.tag, requeue=True))
-        self.current = take_one(self.client, self.ch)
+        self.current = take_one_now(self.client, self.ch)
         assert self.current.body == b"m1" and self.current.redelivered
 
     def bounce_out(self, how: str) -> None:
@@ -276,7 +276,7 @@ class Bouncer:
         self.assert_dead_lettered()
 
     def assert_dead_lettered(self) -> None:
-        dead = take_one(self.client, self.dch)
+        dead = take_one_now(self.client, self.dch)
         assert dead.body == b"m1"
         assert dead.headers["x-death"][0]["reason"] == "delivery_limit"
         assert_quiet(self.client, self.ch, self.target.timeout(0.2), "redelivery past the limit")
@@ -331,7 +331,7 @@ def test_quorum_channel_close_counts_toward_the_limit(connect: Connect, names: N
                                                       target: Target) -> None:
     bouncer = Bouncer(connect, names, target, 0)
     bouncer.client.close_channel(bouncer.ch)  # a failed attempt: 1 > 0
-    dead = take_one(bouncer.client, bouncer.dch)
+    dead = take_one_now(bouncer.client, bouncer.dch)
     assert dead.body == b"m1" and dead.headers["x-death"][0]["reason"] == "delivery_limit"
     ch = bouncer.client.channel()
     assert get(bouncer.client, ch, bouncer.queue) is None
@@ -347,10 +347,10 @@ def test_classic_queue_has_no_delivery_limit(connect: Connect, names: Names, tar
     Publisher(client).publish(queue, [b"m1"])
     consume(client, dch, dlq)
     consume(client, ch, queue)
-    seen = [take_one(client, ch)]
+    seen = [take_one_now(client, ch)]
     for _ in range(22):  # beyond the quorum default of 20
         client.send(ch, BasicReject(delivery_tag=seen[-1].tag, requeue=True))
-        seen.append(take_one(client, ch))
+        seen.append(take_one_now(client, ch))
     assert all(d.body == b"m1" for d in seen) and all(d.redelivered for d in seen[1:])
     assert_quiet(client, dch, target.timeout(0.2), "dead-lettering of a classic-queue message")
     if not target.profile.at_least("3.12"):  # 3.10.8: classic queues add no x-delivery-count
@@ -366,8 +366,8 @@ def test_requeued_message_is_redelivered_at_once(connect: Connect, names: Names,
     client, ch, queue = filled(connect, names, 1, kind)
     client.rpc(ch, BasicQos(prefetch_count=1), BasicQosOk)
     consume(client, ch, queue)
-    first = take_one(client, ch)
+    first = take_one_now(client, ch)
     client.send(ch, BasicReject(delivery_tag=first.tag, requeue=True))
     # no other action: the requeue itself makes m1 ready and frees the consumer's slot
-    again = take_one(client, ch)
+    again = take_one_now(client, ch)
     assert (again.body, again.redelivered) == (b"m1", True), "the requeued message's body and redelivered flag"

@@ -132,6 +132,7 @@ class ModelMachine(RuleBasedStateMachine):
     budget: Budget | None = None
     smallest: Smallest | None = None
     SETTLE_SECONDS: ClassVar[float] = 2.0
+    HURRIED_SECONDS: ClassVar[float] = HURRIED_SETTLE_SECONDS  # a shrink candidate's settle (settle_seconds)
 
     def __init__(self, target: MachineTarget) -> None:
         super().__init__()
@@ -309,7 +310,7 @@ class ModelMachine(RuleBasedStateMachine):
         is being shrunk (machine_support rules: hurried shrinking)."""
         if self.smallest is not None and self.smallest.hurry():
             self.hurried = True
-            return self.target.timeout(HURRIED_SETTLE_SECONDS)
+            return self.target.timeout(self.HURRIED_SECONDS)
         return self.target.timeout(self.SETTLE_SECONDS)
 
     def flush(self) -> bool:

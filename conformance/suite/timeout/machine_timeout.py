@@ -95,6 +95,7 @@ class TimeoutWire(ModelMachine):
     (confirm mode) on "cap", and the timeout state model; see the module rules."""
 
     SETTLE_SECONDS: ClassVar[float] = 3.0  # per step, scaled: SHORT timeouts fire well within it
+    HURRIED_SECONDS: ClassVar[float] = 1.0  # while a failure is shrunk (machine_base.settle_seconds): 5 x SHORT
 
     def __init__(self, target: MachineTarget) -> None:
         super().__init__(target)
@@ -295,7 +296,8 @@ class TimeoutWire(ModelMachine):
     def settle(self) -> None:
         """Quiescence: every SHORT delivery fired, no ready message waits for an eligible
         consumer, and the queues' counts match (bounded wait, then a failure naming what)."""
-        deadline = time.monotonic() + self.target.timeout(self.SETTLE_SECONDS)
+        settle = self.settle_seconds()
+        deadline = time.monotonic() + settle
         while True:
             self.process()
             waiting = self.waiting_for()
@@ -304,7 +306,7 @@ class TimeoutWire(ModelMachine):
             if time.monotonic() > deadline:
                 for name, number, method in self.held_deliveries():
                     self.on_deliver(name, number, method)  # raises what makes it wrong
-                raise AssertionError(f"after {self.target.timeout(self.SETTLE_SECONDS):.1f} s: {waiting}")
+                raise AssertionError(f"after {settle:.1f} s: {waiting}")
             self.read(deadline)
 
     def waiting_for(self) -> str | None:
