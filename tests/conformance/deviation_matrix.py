@@ -59,20 +59,22 @@ MACHINES = {  # area -> its model machine test
 
 
 def run(deviation: type[Deviation], out: Path, selection: list[str], run_id: str, *, scale: float,
-        time_limit: float, budget: float | None = None) -> Outcome:
+        time_limit: float, budget: float | None = None, jobs: int = 1) -> Outcome:
     """One pytest run of `selection` through a fresh broker and a proxy applying `deviation`, judged strictly."""
     outcome = Outcome(deviation.name, deviation.area, list(deviation.rules), 0, 0.0, time_limit)
-    return run_through(outcome, deviation, out, selection, run_id, scale=scale, budget=budget)
+    return run_through(outcome, deviation, out, selection, run_id, scale=scale, budget=budget, jobs=jobs)
 
 
 def run_through(outcome: Outcome, deviation: type[Deviation], out: Path, selection: list[str], run_id: str, *,
-                scale: float, budget: float | None) -> Outcome:
+                scale: float, budget: float | None, jobs: int = 1) -> Outcome:
     """Run `selection` through a proxy applying `deviation` (the base class: none) and judge it into `outcome`."""
     forget_run(out, run_id)
     with EmbeddedBroker(management_port=0) as broker, DeviantProxy((broker.host, broker.port), deviation) as proxy:
         cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                "-o", "addopts=", "--broker-url", proxy.url, "--broker-admin", broker.management_url or "none",
                "--timeout-scale", str(scale), "--results-dir", str(out), "--run-id", run_id, *selection]
+        if jobs > 1:  # pytest-xdist, as `amqp-conformance run --jobs N` (conformance.plugin.schedule)
+            cmd += ["-n", str(jobs)]
         env = {k: v for k, v in os.environ.items() if k not in ("AMQPC_BROKER_URL", "AMQPC_BROKER_FAULTS")}
         if budget:
             env[ENV_BUDGET] = str(budget)
@@ -104,7 +106,7 @@ def run_control(deviations: list[type[Deviation]], out: Path, args: argparse.Nam
     def runs() -> list[Outcome]:
         return [run_through(Outcome(CONTROL, ",".join(group) or "all", [], 0, 0.0, args.time_limit * max(1, len(group))),
                             Deviation, out, selection, f"proxy-{CONTROL}-{index}", scale=args.timeout_scale,
-                            budget=budget)
+                            budget=budget, jobs=args.jobs)
                 for index, (group, selection) in enumerate(selections)]
 
     return timed_control(runs)
@@ -152,6 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite-budget", type=float, default=20.0,
                         help="machine budget (s) in the suite runs, where a kill matters more than its shrinking; "
                              "the machines alone keep theirs (default 60 s)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="pytest-xdist workers per suite run and control run, as `amqp-conformance run --jobs` "
+                             "(default 1: one process)")
     parser.add_argument("--no-suite", action="store_true", help="only the machines alone")
     parser.add_argument("--no-machines-alone", action="store_true", help="only the suite runs")
     return parser
@@ -164,7 +169,8 @@ def run_matrix(deviations: list[type[Deviation]], out: Path, args: argparse.Name
     for deviation in deviations:
         if not args.no_suite:
             suite.append(run(deviation, out, suite_selection(deviation, args.scope), f"proxy-{deviation.name}",
-                             scale=args.timeout_scale, time_limit=args.time_limit, budget=args.suite_budget))
+                             scale=args.timeout_scale, time_limit=args.time_limit, budget=args.suite_budget,
+                             jobs=args.jobs))
         if not args.no_machines_alone and deviation.area in MACHINES:
             alone.append(run(deviation, out, [f"{SUITE_DIR}/{MACHINES[deviation.area]}"],
                              f"proxy-machine-{deviation.name}", scale=args.timeout_scale, time_limit=args.time_limit))
