@@ -5,8 +5,10 @@ A partial broker answers some methods and silently ignores others (no reply, no 
 this, every test that sends an ignored method waits out its whole timeout, often several times,
 and such a broker's run takes many times a clean one's. The rules:
 - A request is *unanswered* when a wait for its reply (`RawClient.expect`, never a `poll`'s
-  bounded look for what may or may not come) ends with no reply while the connection is alive: a channel opened right after it on the same connection is answered (the broker
-  reads and answers this connection, so the silence is about the method, not a wedge).
+  bounded look for what may or may not come) ends with no reply while the channel is alive: a
+  harmless synchronous method sent right after it on the same channel is answered (the broker
+  handles a channel's methods in order, so it read the method and left it unanswered: the
+  silence is about the method, not a wedge, nor a channel the broker closed without telling).
 - Once `TESTS_TO_LEARN` different tests met the same silence (one late reply of a conforming
   broker under load is not taken for a method it never answers), in this run and against this
   broker (host, port, virtual host), a wait for the reply to the same method fails at once with `Unanswered`: a `NoReply` whose text says how
@@ -15,7 +17,8 @@ and such a broker's run takes many times a clean one's. The rules:
 - Learning is on only inside a rule test of a suite run (the plugin names the running test in
   `SILENCES.test`, so the text counts earlier tests, not waits, and forgets everything at the
   start of a session); a unit test driving `RawClient` directly
-  never learns nor skips.
+  never learns nor skips, nor does the plugin's health probe (`RawClient(silences=False)`): a
+  learned silence must never make the broker look wedged.
 """
 
 from __future__ import annotations

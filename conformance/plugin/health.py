@@ -58,7 +58,7 @@ class HealthProbe:
 
     def fresh(self) -> str | None:
         """None when a new connection can do work (see the module rules); otherwise why not."""
-        client = RawClient(self.url, timeout=self.timeout)
+        client = RawClient(self.url, timeout=self.timeout, silences=False)  # every wait made (drivers.silence)
         scratch = f"{self.queue}.scratch"
         try:
             client.connect()
@@ -86,7 +86,7 @@ class HealthProbe:
             except (DriverError, OSError):
                 self._drop()
         try:
-            self._client = RawClient(self.url, timeout=self.timeout)
+            self._client = RawClient(self.url, timeout=self.timeout, silences=False)
             self._round_trip(self._client.connect())
             return None
         except NoReply as exc:

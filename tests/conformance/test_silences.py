@@ -98,3 +98,34 @@ def test_through_the_suite_later_tests_fail_at_once_with_their_own_verdict(tmp_p
     assert "broken" not in {r["verdict"] for r in rows} and all("QOS-07" in r["failed_rules"] for r in failed), rows
     skipped = [r for r in failed if "so this wait was not made again" in r["message"]]
     assert 1 <= len(skipped) <= len(failed) - 2, [r["message"] for r in failed]  # two tests waited, later ones not
+
+
+def test_a_channel_the_broker_closed_without_telling_teaches_nothing(learning: None) -> None:
+    """The deviation proxy hides a channel.close: the next method on that channel goes unanswered,
+    and so does the ping behind it on the same channel, so no silence of the method is learned."""
+    from tests.conformance.deviant import DeviantProxy
+    from tests.conformance.deviations import BY_NAME
+
+    with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), BY_NAME["channel_close_hidden"]) as proxy:
+        for test in ("test_one", "test_two", "test_three"):
+            SILENCES.test = test
+            client = RawClient(proxy.url, timeout=0.5).connect()
+            ch = client.channel()
+            client.send(ch, BasicGet(queue="amqpc.silence.missing", no_ack=True))  # 404: the broker closes ch
+            with pytest.raises(NoReply) as waited:  # the close is hidden: no reply, each time a whole wait
+                client.expect(ch, BasicGetOk, BasicGetEmpty)
+            assert not isinstance(waited.value, Unanswered)
+            client.close()
+    assert SILENCES.met == {}
+
+
+def test_the_health_probe_waits_even_for_a_method_learned_unanswered(learning: None) -> None:
+    from conformance.plugin.health import HealthProbe
+
+    with EmbeddedBroker() as broker:
+        key = (broker.host, broker.port, "/")
+        for test in ("test_one", "test_two"):
+            SILENCES.test = test
+            SILENCES.learn(key, "queue.declare", 5.0)
+        SILENCES.test = "test_three"
+        assert HealthProbe(broker.url, 2.0).check() is None  # not "broker wedged": the probe made its wait
