@@ -19,6 +19,7 @@ LEGACY_REV = "5bff7d71250f812aeab27a971a4c2233fb53bb93"  # main before 9dedb19 (
 PACKAGE = "_legacy_audit"
 _MODULES = ("audit_state", "audit", "audit_arrow")  # in import order
 _ROOT = Path(__file__).resolve().parent.parent
+MOVED = {"conformance.plugin.results": "conformance.results.records"}  # where a name LEGACY_REV imports lives now
 
 
 def load(rev: str = LEGACY_REV) -> Any:
@@ -33,6 +34,8 @@ def load(rev: str = LEGACY_REV) -> Any:
                                 text=True, check=True, timeout=60).stdout
         for other in _MODULES:
             source = source.replace(f"from reports.{other} import", f"from {PACKAGE}.{other} import")
+        for old, new in MOVED.items():  # modules the redesign moved since (issue 27)
+            source = source.replace(f"from {old} import", f"from {new} import")
         module = types.ModuleType(f"{PACKAGE}.{name}")
         module.__file__ = f"<{rev[:8]}:reports/{name}.py>"
         sys.modules[module.__name__] = module
