@@ -141,7 +141,8 @@ class TimeoutMachine(TimeoutWire):
     def settle_delivery(self, delivery: tuple[str, int, int] | None, reject: bool) -> None:
         """A live delivery: ack (removed; room again) or reject-requeue (back, ready). A timed-out
         one (TMO-4.3-5): accepted (no 406), removes nothing, and un-pauses its consumer once all
-        its timed-out tags are settled."""
+        its timed-out tags are settled. RabbitMQ 4.3.6 never resumes it after a reject with requeue
+        (a known bug, baselined: docs/findings-rabbitmq-4.3.6.md, docs/findings-cluster.md)."""
         if delivery is None:
             return
         conn, ch, tag = delivery
