@@ -73,8 +73,9 @@ def make_scheduler(config: Any, log: Any) -> Any:
 
         def _send_tests(self, node: Any, num: int) -> None:
             if not self.arranged and self.collection is not None:  # the first distribution
-                order = arrange(list(self.collection), len(self.nodes))
-                self.pending[:] = [index for index in order if index in set(self.pending)]
+                pending = set(self.pending)
+                self.pending[:] = [index for index in arrange(list(self.collection), len(self.nodes))
+                                   if index in pending]
                 self.arranged = True
             super()._send_tests(node, num)
 

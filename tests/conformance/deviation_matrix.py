@@ -116,9 +116,12 @@ def time_ratios(suite: list[Outcome], control: Control) -> list[dict[str, object
     """Each deviation's suite run against the clean run of the same selection (issue 31: a deviating
     broker costs no more than twice a clean one), slowest ratio first."""
     clean = {o.area: o.seconds for o in control.runs}
-    rows = [{"deviation": o.fault, "area": o.area, "seconds": round(o.seconds, 1),
-             "clean_seconds": round(clean[key], 1), "ratio": round(o.seconds / clean[key], 2)}
-            for o in suite for key in [o.area if o.area in clean else "all"] if key in clean and clean[key] > 0]
+    rows = []
+    for o in suite:
+        seconds = clean.get(o.area, clean.get("all", 0.0))  # scope all: one control for every deviation
+        if seconds > 0:
+            rows.append({"deviation": o.fault, "area": o.area, "seconds": round(o.seconds, 1),
+                         "clean_seconds": round(seconds, 1), "ratio": round(o.seconds / seconds, 2)})
     return sorted(rows, key=lambda r: -float(str(r["ratio"])))
 
 
