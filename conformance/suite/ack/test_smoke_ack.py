@@ -10,6 +10,7 @@ from codec import BasicAck, BasicGet, BasicGetEmpty, BasicGetOk, QueueDeclare, Q
 from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names
+from conformance.suite.steps.queues import prompt
 
 
 @pytest.mark.rules("ACK-03")
@@ -18,6 +19,6 @@ def test_unknown_tag_closes_the_channel_with_406(connect: Callable[..., RawClien
     ch = client.channel()
     client.rpc(ch, QueueDeclare(queue=names.queue()), QueueDeclareOk)
     client.send(ch, BasicAck(delivery_tag=77))
-    with pytest.raises(ChannelClosed) as closed:
-        client.rpc(ch, BasicGet(queue="whatever"), BasicGetOk, BasicGetEmpty)
+    with pytest.raises(ChannelClosed) as closed:  # the channel raises it while handling the ack: owed at once
+        client.rpc(ch, BasicGet(queue="whatever"), BasicGetOk, BasicGetEmpty, timeout=prompt(client))
     assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.ack"])

@@ -6,6 +6,11 @@ with confirms pending (PC-08, PC-09, PC-11..13): test_confirms_refusals.py.
 Each test names its rules with `@pytest.mark.rules`; expectations per profile come from the
 catalogue. Acks and nacks are checked by coverage (every seqno settled exactly once, PC-05),
 not by their batching, except where RabbitMQ's coalescing is deterministic (a lone confirm).
+
+A confirm the broker owes at once (a transient message, any message to a transient queue, an
+unroutable publish, a refusal by a full queue: no disk write, no consensus in between) is
+awaited for `prompt` (2 s, scaled); a persistent message in a durable queue for 5 s, a quorum
+queue's for 10 s.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.explain import protocol_terms
 from conformance.plugin.session import Names, Target
 from conformance.suite.steps.confirms import PERSISTENT, QUIET, confirm_channel, declare, message_count
-from conformance.suite.steps.queues import QUORUM, require_kind
+from conformance.suite.steps.queues import QUORUM, prompt, require_kind
 from conformance.suite.steps.wire import (
     Confirms,
     assert_quiet,
@@ -50,22 +55,22 @@ Connect = Callable[..., RawClient]
 
 # -- PC-01 / PC-02 ---------------------------------------------------------------------------
 @pytest.mark.rules("PC-01")
-def test_confirm_select_is_answered_and_repeatable(connect: Connect, names: Names, target: Target) -> None:
+def test_confirm_select_is_answered_and_repeatable(connect: Connect, names: Names) -> None:
     client = connect()
     ch = client.channel()
     queue = names.queue()
     declare(client, ch, queue)
     client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
     publish_burst(client, ch, [queue])
-    Confirms.expecting(1, 1).collect(client, ch, target.timeout(5))
+    Confirms.expecting(1, 1).collect(client, ch, prompt(client))
     client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)  # selecting again is harmless ...
     publish_burst(client, ch, [queue])
-    again = Confirms.expecting(2, 1).collect(client, ch, target.timeout(5))  # ... and keeps counting
+    again = Confirms.expecting(2, 1).collect(client, ch, prompt(client))  # ... and keeps counting
     assert again.acked == {2}
 
 
 @pytest.mark.rules("PC-01")
-def test_confirm_select_nowait_gets_no_reply(connect: Connect, target: Target) -> None:
+def test_confirm_select_nowait_gets_no_reply(connect: Connect) -> None:
     client = connect()
     ch = client.channel()
     client.send(ch, ConfirmSelect(nowait=True))
@@ -73,7 +78,7 @@ def test_confirm_select_nowait_gets_no_reply(connect: Connect, target: Target) -
 
 
 @pytest.mark.rules("PC-02")
-def test_sequence_numbers_start_at_one_after_select(connect: Connect, names: Names, target: Target) -> None:
+def test_sequence_numbers_start_at_one_after_select(connect: Connect, names: Names) -> None:
     client = connect()
     ch = client.channel()
     queue = names.queue()
@@ -82,7 +87,7 @@ def test_sequence_numbers_start_at_one_after_select(connect: Connect, names: Nam
     sync(client, ch)
     client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
     publish_burst(client, ch, [queue] * 3)
-    confirms = Confirms.expecting(1, 3).collect(client, ch, target.timeout(5))
+    confirms = Confirms.expecting(1, 3).collect(client, ch, prompt(client))
     assert confirms.acked == {1, 2, 3}
     assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
 
@@ -109,49 +114,49 @@ def test_confirm_select_on_a_tx_channel_is_406(connect: Connect) -> None:
 
 # -- PC-04 / PC-05 / PC-10 ---------------------------------------------------------------------
 @pytest.mark.rules("PC-04")
-def test_a_lone_confirm_is_not_multiple(connect: Connect, names: Names, target: Target) -> None:
+def test_a_lone_confirm_is_not_multiple(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
     queue = names.queue()
     declare(client, ch, queue)
     for seqno in (1, 2):  # each publish is alone in its flush: nothing else is unconfirmed
         publish_burst(client, ch, [queue])
-        ack = client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(5)).method
+        ack = client.expect(ch, BasicAck, BasicNack, timeout=prompt(client)).method
         assert ack == BasicAck(delivery_tag=seqno, multiple=False)
 
 
 @pytest.mark.rules("PC-04", "PC-05")
-def test_a_burst_is_confirmed_once_per_seqno(connect: Connect, names: Names, target: Target) -> None:
+def test_a_burst_is_confirmed_once_per_seqno(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
     queue = names.queue()
     declare(client, ch, queue)
     publish_burst(client, ch, [queue] * 25)  # the broker may or may not coalesce these
-    confirms = Confirms.expecting(1, 25).collect(client, ch, target.timeout(5))
+    confirms = Confirms.expecting(1, 25).collect(client, ch, prompt(client))
     assert confirms.acked == set(range(1, 26)) and not confirms.nacked
     assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
 
 
 @pytest.mark.rules("PC-04", "PC-08")
-def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names, target: Target) -> None:
+def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
     full = names.queue("full")
     declare(client, ch, full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
     publish_burst(client, ch, [full])
-    lone = client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(5)).method
+    lone = client.expect(ch, BasicAck, BasicNack, timeout=prompt(client)).method
     # A lone nack covers seqno 1 only, whatever its multiple bit. RabbitMQ 3.10.8 sends
     # multiple=true here (live): unlike acks, nacks have no single-confirm special case.
     assert isinstance(lone, BasicNack) and lone.delivery_tag == 1, (
         f"got {protocol_terms(lone)} for a publish to a full reject-publish queue, expected basic.nack delivery-tag=1")
     publish_burst(client, ch, [full] * 5)
-    confirms = Confirms.expecting(2, 5).collect(client, ch, target.timeout(5))
+    confirms = Confirms.expecting(2, 5).collect(client, ch, prompt(client))
     assert confirms.nacked == set(range(2, 7)) and not confirms.acked
     assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
 
 
 @pytest.mark.rules("PC-05", "PC-04")
-def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names, target: Target) -> None:
+def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
     ok, full = names.queue("ok"), names.queue("full")
@@ -159,7 +164,7 @@ def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names,
     declare(client, ch, full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
     keys = [ok, full, f"{ok}.unroutable", ok, full, full, ok, f"{full}.unroutable"]
     publish_burst(client, ch, keys)
-    confirms = Confirms.expecting(1, len(keys)).collect(client, ch, target.timeout(5))
+    confirms = Confirms.expecting(1, len(keys)).collect(client, ch, prompt(client))
     refused = {i for i, k in enumerate(keys, 1) if k == full}
     if batched := refused & confirms.acked & confirms.by_multiple:
         raise RuleViolation(("PC-04", "PC-05"), f"seqnos {sorted(batched)} were refused by the full queue and must be "
@@ -191,28 +196,26 @@ def test_confirms_of_mixed_durability_cover_every_message(connect: Connect, name
 
 # -- PC-06 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-06")
-def test_unroutable_mandatory_is_returned_then_confirmed(connect: Connect, names: Names,
-                                                         target: Target) -> None:
+def test_unroutable_mandatory_is_returned_then_confirmed(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
     exchange = names.exchange()
     client.rpc(ch, ExchangeDeclare(exchange=exchange, exchange_type="direct"), ExchangeDeclareOk)
     publish_burst(client, ch, ["nowhere"], exchange=exchange, body=b"returned", mandatory=True)
-    first = client.expect(ch, timeout=target.timeout(5))  # in arrival order: the return first
+    first = client.expect(ch, timeout=prompt(client))  # in arrival order: the return first
     assert first.method == BasicReturn(ReplyCode.NO_ROUTE.value, "NO_ROUTE", exchange, "nowhere")
     assert first.body == b"returned"
-    second = client.expect(ch, timeout=target.timeout(5))
+    second = client.expect(ch, timeout=prompt(client))
     assert second.method == BasicAck(delivery_tag=1, multiple=False)
     assert_quiet(client, ch, QUIET)
 
 
 @pytest.mark.rules("PC-06")
-def test_unroutable_without_mandatory_is_only_confirmed(connect: Connect, names: Names,
-                                                        target: Target) -> None:
+def test_unroutable_without_mandatory_is_only_confirmed(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
     publish_burst(client, ch, [f"{names.prefix}.no-such-queue"])
-    assert client.expect(ch, timeout=target.timeout(5)).method == BasicAck(delivery_tag=1, multiple=False)
+    assert client.expect(ch, timeout=prompt(client)).method == BasicAck(delivery_tag=1, multiple=False)
     assert_quiet(client, ch, QUIET)
 
 
@@ -230,8 +233,7 @@ def test_persistent_message_in_durable_queue_is_confirmed_once_stored(connect: C
 
 
 @pytest.mark.rules("PC-07")
-def test_persistent_message_in_a_transient_queue_is_confirmed(connect: Connect, names: Names,
-                                                              target: Target) -> None:
+def test_persistent_message_in_a_transient_queue_is_confirmed(connect: Connect, names: Names) -> None:
     """A transient queue stores nothing: it accepts a persistent message as it accepts any other, so the
     message is confirmed once enqueued (RabbitMQ 3.10.8, live; GarageMQ 0.1 never confirms it)."""
     client = connect()
@@ -239,7 +241,7 @@ def test_persistent_message_in_a_transient_queue_is_confirmed(connect: Connect, 
     queue = names.queue()
     declare(client, ch, queue)
     publish_burst(client, ch, [queue] * 3, properties=PERSISTENT)
-    assert Confirms.expecting(1, 3).collect(client, ch, target.timeout(5)).acked == {1, 2, 3}
+    assert Confirms.expecting(1, 3).collect(client, ch, prompt(client)).acked == {1, 2, 3}
     assert message_count(client, ch, queue) == 3
 
 

@@ -39,6 +39,7 @@ from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.confirms import PERSISTENT, QUIET, confirm_channel, declare, message_count
+from conformance.suite.steps.queues import prompt
 from conformance.suite.steps.wire import (
     Confirms,
     assert_quiet,
@@ -60,14 +61,14 @@ Connect = Callable[..., RawClient]
 # -- PC-08 / PC-09 ---------------------------------------------------------------------------
 @pytest.mark.rules("PC-08")
 @pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
-def test_a_full_queue_with_reject_publish_nacks(connect: Connect, names: Names, target: Target,
+def test_a_full_queue_with_reject_publish_nacks(connect: Connect, names: Names,
                                                 overflow: str) -> None:
     client = connect()
     ch = confirm_channel(client)
     queue = names.queue()
     declare(client, ch, queue, arguments={"x-max-length": 1, "x-overflow": overflow})
     publish_burst(client, ch, [queue] * 3)
-    confirms = Confirms.expecting(1, 3).collect(client, ch, target.timeout(5))
+    confirms = Confirms.expecting(1, 3).collect(client, ch, prompt(client))
     assert (confirms.acked, confirms.nacked) == ({1}, {2, 3})
     assert message_count(client, ch, queue) == 1  # the nacked messages were refused, not kept
 
@@ -200,7 +201,7 @@ def test_pending_confirms_die_with_a_channel_error(connect: Connect, names: Name
     pump(client, QUIET)
     late = methods_after(inbound(client, ch), ChannelClose)
     assert not late, f"sent on channel {ch} after its channel.close: {late}"
-    _fresh_channel_counts_from_one(client, ch, queue, target)
+    _fresh_channel_counts_from_one(client, ch, queue)
 
 
 @pytest.mark.rules("PC-13")
@@ -216,14 +217,14 @@ def test_pending_confirms_die_with_a_client_close(connect: Connect, names: Names
     pump(client, QUIET)
     late = methods_after(inbound(client, ch), ChannelCloseOk)
     assert not late, f"sent on channel {ch} after its channel.close-ok: {late}"
-    _fresh_channel_counts_from_one(client, ch, queue, target)
+    _fresh_channel_counts_from_one(client, ch, queue)
 
 
-def _fresh_channel_counts_from_one(client: RawClient, ch: int, queue: str, target: Target) -> None:
+def _fresh_channel_counts_from_one(client: RawClient, ch: int, queue: str) -> None:
     """The same channel number, reopened: a new counter, and no stale confirm for old seqnos."""
     reopen_channel(client, ch)
     client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
     publish_burst(client, ch, [queue])
-    first = client.expect(ch, BasicAck, BasicNack, timeout=target.timeout(5)).method
+    first = client.expect(ch, BasicAck, BasicNack, timeout=prompt(client)).method
     assert first == BasicAck(delivery_tag=1, multiple=False)
     assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
