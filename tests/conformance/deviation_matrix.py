@@ -29,6 +29,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from conformance.gate.options import default_jobs
 from conformance.mutation import (
     CONTROL,
     Control,
@@ -157,12 +158,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite-budget", type=float, default=20.0,
                         help="machine budget (s) in the suite runs, where a kill matters more than its shrinking; "
                              "the machines alone keep theirs (default 60 s)")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=int, default=embedded_jobs(),
                         help="pytest-xdist workers per suite run and control run, as `amqp-conformance run --jobs` "
-                             "(default 1: one process)")
+                             "(default: as many as `amqp-conformance run` gives the embedded reference broker, "
+                             f"{embedded_jobs()} here; 1: one process, as against a broker named by --broker-url)")
     parser.add_argument("--no-suite", action="store_true", help="only the machines alone")
     parser.add_argument("--no-machines-alone", action="store_true", help="only the suite runs")
     return parser
+
+
+def embedded_jobs() -> int:
+    """The workers `amqp-conformance run` gives the embedded reference broker (the broker behind the
+    proxy here) when --jobs is not given (`conformance.gate.options.default_jobs`)."""
+    chosen = default_jobs(None)
+    return (os.cpu_count() or 1) if chosen == "auto" else int(chosen)
 
 
 def run_matrix(deviations: list[type[Deviation]], out: Path, args: argparse.Namespace) -> tuple[list[Outcome], list[Outcome]]:
