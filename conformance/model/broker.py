@@ -32,7 +32,7 @@ from conformance.model.outcomes import (
 )
 from conformance.model.publishing import Published
 from conformance.model.queues import QueueState
-from conformance.model.state import BrokerState, ConnectionState
+from conformance.model.state import BrokerState, ConnectionState, MultipleSettle
 from conformance.model.traits import Traits, traits
 
 
@@ -159,6 +159,11 @@ class BrokerModel:
 
     def deliveries(self, ch: ChannelKey) -> frozenset[Deliver]:
         return dispatch.allowed_deliveries(self.state, ch)
+
+    def multiple_settle(self, ch: ChannelKey) -> MultipleSettle | None:
+        """The channel's last multiple=true settle that also settled consumer deliveries below
+        the tag it named (ACK-05/06), if any."""
+        return self.state.multiple_settles.get(ch)
 
     def due_consumers(self) -> list[tuple[ChannelKey, str, bool]]:
         """(channel, consumer tag, no_ack) of every consumer a delivery must still come to."""

@@ -23,9 +23,10 @@ from codec.constants import METHOD_IDS, MethodId, ReplyCode
 from conformance.model import prefetch
 from conformance.model.channel import ChannelKey, ChannelState, Unacked, settle_tags
 from conformance.model.outcomes import OK, ChannelClosed, ConnectionClosed, Outcome
-from conformance.model.state import BrokerState
+from conformance.model.state import BrokerState, MultipleSettle
 
 ACK, REJECT, NACK = (METHOD_IDS[f"basic.{name}"] for name in ("ack", "reject", "nack"))
+_NAMES = {ACK: "ack", REJECT: "reject", NACK: "nack"}
 RECOVER_ASYNC, RECOVER = METHOD_IDS["basic.recover-async"], METHOD_IDS["basic.recover"]
 
 
@@ -60,6 +61,9 @@ def _settle(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, metho
         close_channel(state, key)  # ACK-03, then RQ-03
         return ChannelClosed(ReplyCode.PRECONDITION_FAILED, *method)
     entries = [channel.unacked.pop(t) for t in tags]
+    below = tuple((e.tag, e.consumer) for e in entries if e.tag != tag and e.consumer is not None)
+    if multiple and below:
+        state.multiple_settles[key] = MultipleSettle(_NAMES[method], tag, below)
     racing = prefetch.requeue_races_resume(channel, state.traits)
     prefetch.on_settled(channel, entries, state.traits)
     if requeue_them:
@@ -103,7 +107,7 @@ def close_channel(state: BrokerState, key: ChannelKey, requeue_unacked: bool = T
         return
     if requeue_unacked:
         requeue(state, channel.unacked.values(), atomic=True)
-    for table in (state.owed_cancels, state.maybe_cancels, state.limbo, state.grace):
+    for table in (state.owed_cancels, state.maybe_cancels, state.limbo, state.grace, state.multiple_settles):
         table.pop(key, None)
 
 

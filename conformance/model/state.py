@@ -22,6 +22,19 @@ class Violation(AssertionError):
     """The broker did something no rule allows; the message names the rule."""
 
 
+@dataclass(frozen=True, slots=True)
+class MultipleSettle:
+    """A basic.ack/nack multiple=true that settled consumer deliveries below the tag it named
+    (ACK-05/06): what a missing delivery may be owed to, if the broker settled only the named tag."""
+
+    method: str  # "ack" | "nack"
+    named: int
+    below: tuple[tuple[int, str], ...]  # (delivery tag, consumer tag) of the deliveries below the named tag
+
+    def tags_of(self, consumer: str) -> list[int]:
+        return [tag for tag, owner in self.below if owner == consumer]
+
+
 @dataclass(slots=True)
 class ConnectionState:
     key: Hashable
@@ -41,6 +54,7 @@ class BrokerState:
     maybe_cancels: dict[ChannelKey, set[str]] = field(default_factory=dict)  # CCN-03 race: may come
     limbo: dict[ChannelKey, set[str]] = field(default_factory=dict)  # dropped silently, when unknown
     grace: dict[ChannelKey, int] = field(default_factory=dict)  # QOS-09: transient overshoot allowed
+    multiple_settles: dict[ChannelKey, MultipleSettle] = field(default_factory=dict)  # the channel's last one
 
     def channel(self, key: ChannelKey) -> ChannelState:
         try:

@@ -86,6 +86,7 @@ def test_a_machine_shrinks_with_hurried_waits_and_reports_a_full_wait_failure() 
     settle (its message says so) and is small."""
     import pytest
 
+    from conformance.catalogue.mentions import named_rules
     from conformance.suite.ack.test_machine_ack import AckMachine
     from conformance.suite.steps.machine_base import ModelMachine, run_machine
     from conformance.suite.steps.machine_support import MachineTarget
@@ -98,3 +99,6 @@ def test_a_machine_shrinks_with_hurried_waits_and_reports_a_full_wait_failure() 
     assert f"after {ModelMachine.SETTLE_SECONDS:.1f} s" in message, message
     assert f"after {HURRIED_SETTLE_SECONDS:.1f} s" not in message, message
     assert 1 <= notes.count("\nstate.") - notes.count("state.teardown()") <= 4, notes
+    # the missing delivery is traced to its cause by a probe (machine_steps.held_below_multiple)
+    assert named_rules(message) == ("ACK-05",), message
+    assert "the broker still held tag" in message, message

@@ -110,6 +110,24 @@ def test_multiple_with_a_settled_tag_settles_nothing() -> None:
     assert m.ready_bodies("q") == [b"m1", b"m3"]  # RQ-03: the close requeued both, in place
 
 
+def test_a_multiple_settle_remembers_the_consumer_deliveries_below_its_tag() -> None:
+    """What a missing delivery may be owed to (the machines' ACK-05 probe): the channel's last
+    multiple settle that covered consumer deliveries below the named tag; basic.get deliveries,
+    the named tag itself and a single ack leave nothing to probe; a channel close forgets it."""
+    m = model()
+    publish(m, "q", "m1", "m2", "m3", "m4")
+    get(m)  # tag 1: a basic.get delivery
+    m.consume(1, "q", "c1")
+    assert [d.delivery_tag for _, d in deliver_all(m)] == [2, 3, 4]
+    assert m.ack(1, 2) == OK and m.multiple_settle(1) is None  # single: nothing below
+    assert m.nack(1, 4, multiple=True, requeue=False) == OK
+    settle = m.multiple_settle(1)
+    assert settle is not None and (settle.method, settle.named, settle.tags_of("c1")) == ("nack", 4, [3])
+    assert settle.tags_of("other") == [] and m.multiple_settle(2) is None
+    m.close_channel(1)
+    assert m.multiple_settle(1) is None
+
+
 def test_recover_requeues_with_redelivered_and_requeue_false_closes_the_connection() -> None:
     m = model()
     publish(m, "q", "m1", "m2")

@@ -301,9 +301,13 @@ class ModelMachine(RuleBasedStateMachine):
                     break
                 waiting = mismatch
             if time.monotonic() > deadline:
-                raise Violation(f"after {settle:.1f} s: {waiting}")
+                raise Violation(f"after {settle:.1f} s: {self.explain_missing(waiting)}")
             self.read(deadline)
         self.model.quiesce()
+
+    def explain_missing(self, waiting: str) -> str:
+        """What `sync` reports when the wait ran out; a machine may prove a cause first."""
+        return waiting
 
     def settle_seconds(self) -> float:
         """How long `sync` waits for what must still come: in full, or hurried while a failure

@@ -63,6 +63,12 @@ class ConsumingMachine(ModelMachine):
                 do.close_channel(self, ch)
         self.sync()
 
+    def explain_missing(self, waiting: str) -> str:
+        """A missing delivery the probe traces to a multiple settle that did not settle (ACK-05)."""
+        if self.model.due():
+            return do.held_below_multiple(self) or waiting
+        return waiting
+
     def outstanding(self) -> list[tuple[int, int]]:
         return [(ch, tag) for ch in (1, 2) for tag in self.model.unacked_tags(ch)]
 

@@ -33,6 +33,8 @@ from codec import (
     BasicReject,
     ChannelClose,
     ChannelCloseOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
 )
 from conformance.drivers.raw import DriverError
 from conformance.model import OK, GetEmpty, GetOk, GetOutcome, Published
@@ -136,3 +138,30 @@ def close_channel(m: ModelMachine, key: Any) -> None:
     m.model.close_channel(key)
     conn, _ = m.channels[key]
     m.open(key, conn, number)
+
+
+def held_below_multiple(m: ModelMachine) -> str | None:
+    """The cause of a missing delivery when a probe proves it (ACK-05), else None. A consumer the
+    model says must receive has room because its channel's last basic.ack/nack multiple=true also
+    settled deliveries of that consumer below the named tag. Acking the lowest of them again tells
+    which: a broker that settled it closes the channel (406, ACK-04: the probe proves nothing, the
+    failure keeps its own wording); one that still holds it accepts the ack (the round trip behind
+    it is answered), so the multiple settle did not settle it and the consumer's prefetch still
+    counts it. Run only when the machine is about to fail, so the probe changes no verdict."""
+    for key, consumer, _ in m.model.due_consumers():
+        settle = m.model.multiple_settle(key)
+        tags = settle.tags_of(consumer) if settle is not None else []
+        client, number = m.client(key)
+        if settle is None or not tags or client.sock is None or client.lost or client.connection_closed is not None:
+            continue
+        try:
+            client.send(number, BasicAck(delivery_tag=tags[0]))
+            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+                       ExchangeDeclareOk, timeout=m.settle_seconds())
+        except DriverError:
+            return None
+        return (f"ACK-05: basic.{settle.method} multiple=true delivery-tag={settle.named} must settle every outstanding "
+                f"tag up to {settle.named}, among them {tags} of consumer {consumer!r}; the broker still held tag "
+                f"{tags[0]} (a basic.ack of it, sent now as a probe, was accepted), so the consumer's prefetch still "
+                "counted it and the delivery the rules require did not arrive")
+    return None
