@@ -63,6 +63,7 @@ from codec import (
     encode_method,
 )
 from codec.frames import Frame, ProtocolHeader
+from conformance.drivers.hidden_close import EARLY_SHARE, PROBE_METHOD, HiddenClose, proves_hidden_close
 from conformance.drivers.interface import (  # the outcomes every driver raises (re-exported)
     ChannelClosed,
     Closed,
@@ -103,6 +104,7 @@ class Request(NamedTuple):
     name: str
     replies: frozenset[str]  # the methods that answer it
     nowait: bool  # sent with nowait: its reply may not come
+    probe: bool = False  # the driver's own (hidden_close): its reply is swallowed
 
 
 class UnexpectedMethod(DriverError):
@@ -166,6 +168,7 @@ class RawClient:
         self._asked: dict[int, list[Request]] = {}  # per channel: the open requests and the replies each allows
         self._unasked: dict[int, list[Command]] = {}  # replies to no request (UnexpectedMethod)
         self._untracked: set[int] = set()  # channels (-1: any) with raw sends: replies not judged
+        self._probed: tuple[int, str] | None = None  # hidden_close: the channel probed, what the wait was for
 
     # -- connection ------------------------------------------------------------------------
     def connect(self) -> RawClient:
@@ -274,6 +277,7 @@ class RawClient:
         deadline = time.monotonic() + limit
         names = "/".join(t.NAME for t in types if hasattr(t, "NAME")) or "any method"  # type: ignore[attr-defined]
         request = None if look else self._open_request(channel, types)
+        probe_at = None if request is None else time.monotonic() + min(limit, self.timeout) * EARLY_SHARE
         while True:
             found = self._take(channel, types)
             if found is not None:
@@ -289,7 +293,20 @@ class RawClient:
                 if request is not None and self.silences and self._answers_the_same_channel(channel, request.name):
                     SILENCES.learn(self.address.key, request.name, limit)
                 raise NoReply(limit, waiting_for + self._undecoded())
-            self._read(remaining, waiting_for)
+            if probe_at is not None and time.monotonic() >= probe_at:
+                probe_at = None  # once per wait
+                self._probe_hidden_close(channel, waiting_for)
+            self._read(remaining if probe_at is None else min(remaining, probe_at - time.monotonic()), waiting_for)
+
+    def _probe_hidden_close(self, channel: int, waiting_for: str) -> None:
+        """Once per wait, on a channel the client opened and wrote no raw bytes on (hidden_close rules)."""
+        if (self.silences and SILENCES.test is not None and channel > 0 and not self._untracked & {-1, channel}
+                and self.sock is not None and not self.lost and self.connection_closed is None):
+            self._record("out", channel, Command(channel, PROBE_METHOD, None, b""))
+            self._asked.setdefault(channel, []).append(
+                Request(PROBE_METHOD.NAME, frozenset(PROBE_METHOD.RESPONSES), False, probe=True))
+            self._probed = (channel, waiting_for)
+            self._write(encode_method(channel, PROBE_METHOD))
 
     def _open_request(self, channel: int, types: tuple[type, ...]) -> Request | None:
         """The oldest open request on `channel` (not sent with nowait) one of `types` answers."""
@@ -386,29 +403,33 @@ class RawClient:
         if command is None or isinstance(command, HeartbeatFrame):
             return
         m = command.method
-        if m.NAME in _RESPONSES:
-            self._note_reply(command)
+        if m.NAME in _RESPONSES and self._note_reply(command):
+            return  # the answer to the driver's own probe
         if isinstance(m, ChannelClose):
             self.closed_channels[command.channel] = ChannelClosed(
                 "channel", m.reply_code, m.reply_text, m.class_id, m.method_id)
             self._asked.pop(command.channel, None)  # the broker discards the open requests
             self.send(command.channel, ChannelCloseOk())
         elif isinstance(m, ConnectionClose):
-            self.connection_closed = ConnectionClosed(
-                "connection", m.reply_code, m.reply_text, m.class_id, m.method_id)
+            closed = ConnectionClosed("connection", m.reply_code, m.reply_text, m.class_id, m.method_id)
+            if self._probed is not None and proves_hidden_close(closed):
+                closed = HiddenClose(m.reply_code, m.reply_text, m.class_id, m.method_id, *self._probed)
+            self.connection_closed = closed
             with contextlib.suppress(ConnectionLost):
                 self.send(0, ConnectionCloseOk())
         self.inbox.setdefault(command.channel, deque()).append(command)
 
-    def _note_reply(self, command: Command) -> None:
-        """Match a reply with the oldest open request it answers, or note it as unasked."""
+    def _note_reply(self, command: Command) -> bool:
+        """Match a reply with the oldest open request it answers, or note it as unasked; True when
+        it answers the driver's own probe."""
         asked = self._asked.get(command.channel, [])
         for i, request in enumerate(asked):
             if command.method.NAME in request.replies:
                 del asked[i]
-                return
+                return request.probe
         if not self._untracked & {-1, command.channel}:
             self._unasked.setdefault(command.channel, []).append(command)
+        return False
 
     def _record(self, direction: str, channel: int, frame: Any) -> None:
         self.recorder.add(FrameRecord(time.monotonic(), self.id, direction, channel, frame))
