@@ -13,8 +13,8 @@ Rules (DESIGN.md decision 5):
 - A reply the client never asked for (a method that is only ever a response, e.g.
   exchange.declare-ok, with no request on that channel it answers) surfaces as
   `UnexpectedMethod` from the next wait on that channel, instead of a timeout. Requests sent
-  with nowait still count as asked; after `send_raw` on a channel (or on -1, unknown), replies
-  there are not judged, since raw bytes are not parsed.
+  with nowait still count as asked; after `send_raw` of a request or of bytes that do not
+  decode, on a channel (or on -1, unknown), replies there are not judged (not tracked).
 - Every outcome names what the wait was for; a timeout also says how many octets of an
   incomplete frame were received. Writes are bounded by the timeout too.
 - Client capabilities (e.g. consumer_cancel_notify) are chosen per connection.
@@ -250,7 +250,8 @@ class RawClient:
             self._record("out", getattr(frame, "channel", channel), frame)
         if rest:
             self._record("out", channel, rest)
-        self._untracked.add(channel)
+        if rest or any(getattr(getattr(f, "method", None), "RESPONSES", ()) for f in frames):
+            self._untracked.add(channel)  # requests the driver did not track: their replies are not judged
         self._write(data)
 
     def _write(self, data: bytes) -> None:

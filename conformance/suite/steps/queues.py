@@ -206,7 +206,9 @@ def with_dead_letter_queue(client: RawClient, ch: int, names: Names) -> tuple[di
 @dataclass
 class Publisher:
     """A publishing channel; `publish` returns once the broker took every message: confirm
-    mode where the broker advertises publisher_confirms, else a transaction (tx.commit-ok)."""
+    mode where the broker advertises publisher_confirms, else a transaction (tx.commit-ok).
+    The confirms are owed at once (no timer): each new one is awaited for `prompt`, the settle
+    the confirms machine gives every queue type it publishes to, quorum queues included."""
 
     client: RawClient
     ch: int = 0
@@ -232,10 +234,11 @@ class Publisher:
         if not self.confirms:
             self.client.rpc(self.ch, TxCommit(), TxCommitOk)
             return
-        deadline = time.monotonic() + self.client.timeout  # moves on with every new confirm
+        wait = prompt(self.client)
+        deadline = time.monotonic() + wait  # moves on with every new confirm
         while not all(s in self.confirmed for s in range(1, last + 1)):
             if time.monotonic() >= deadline:  # e.g. a broker repeating acks that confirm nothing new
-                raise NoReply(self.client.timeout, f"confirms of seqnos up to {last} on channel {self.ch}")
+                raise NoReply(wait, f"confirms of seqnos up to {last} on channel {self.ch}")
             command = self.client.expect(self.ch, BasicAck, BasicNack, timeout=deadline - time.monotonic())
             m = command.method
             assert isinstance(m, BasicAck | BasicNack)
@@ -247,7 +250,7 @@ class Publisher:
             before = len(self.confirmed)
             self.confirmed.update(range(low, m.delivery_tag + 1))
             if len(self.confirmed) > before:  # acks that confirm nothing new do not extend the wait
-                deadline = time.monotonic() + self.client.timeout
+                deadline = time.monotonic() + wait
 
 
 def messages(count: int, prefix: str = "m") -> list[bytes]:
