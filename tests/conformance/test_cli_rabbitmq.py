@@ -62,6 +62,7 @@ def test_rabbitmq_3_10_8_passes_the_gate_with_its_baseline(rabbitmq: str, tmp_pa
 
 
 @pytest.mark.rabbitmq
+@pytest.mark.gate  # the whole suite end to end: `make test-gates` (kept out of make test's 5 minutes)
 @pytest.mark.timeout(300)
 def test_rabbitmq_3_10_8_fails_the_gate_without_a_baseline(rabbitmq: str, tmp_path: Path) -> None:
     status, output, junit = run(tmp_path, "--select", "cancel")

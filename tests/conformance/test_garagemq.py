@@ -85,6 +85,7 @@ def test_garagemq_starts_on_its_own_ports(garagemq: GarageMQ) -> None:
 
 
 @pytest.mark.garagemq
+@pytest.mark.gate  # the broker suite end to end: `make test-gates` (kept out of make test's 5 minutes)
 def test_suite_finishes_and_lists_deviations(garagemq: GarageMQ, tmp_path: Path) -> None:
     run = run_suite(garagemq.url, ["-k", SUBSET, "--results-dir", str(tmp_path), "--run-id", "garagemq"],
                     HARD_LIMIT)
