@@ -303,11 +303,10 @@ class RawClient:
         """Once per wait, on a channel the client opened and wrote no raw bytes on (hidden_close rules)."""
         if (self.silences and SILENCES.test is not None and channel > 0 and not self._untracked & {-1, channel}
                 and self.sock is not None and not self.lost and self.connection_closed is None):
-            self._record("out", channel, Command(channel, PROBE_METHOD, None, b""))
-            self._asked.setdefault(channel, []).append(
-                Request(PROBE_METHOD.NAME, frozenset(PROBE_METHOD.RESPONSES), False, probe=True))
             self._probed = (channel, waiting_for)
-            self._write(encode_method(channel, PROBE_METHOD))
+            self.send(channel, PROBE_METHOD)
+            asked = self._asked[channel]
+            asked[-1] = asked[-1]._replace(probe=True)
 
     def _open_request(self, channel: int, types: tuple[type, ...]) -> Request | None:
         """The oldest open request on `channel` (not sent with nowait) one of `types` answers."""
@@ -405,7 +404,8 @@ class RawClient:
             return
         m = command.method
         if m.NAME in _RESPONSES and self._note_reply(command):
-            return  # the answer to the driver's own probe
+            self._probed = None  # the probe was answered: the channel was open
+            return
         if isinstance(m, ChannelClose):
             self.closed_channels[command.channel] = ChannelClosed(
                 "channel", m.reply_code, m.reply_text, m.class_id, m.method_id)

@@ -4,31 +4,18 @@ conforming broker whose reply is merely late."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from codec import BasicAck, ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk
 from conformance.catalogue.mentions import named_rules
 from conformance.drivers.hidden_close import HiddenClose
-from conformance.drivers.raw import ConnectionClosed, NoReply, RawClient
-from conformance.drivers.silence import SILENCES
+from conformance.drivers.raw import ConnectionClosed, DriverError, NoReply, RawClient
 from conformance.interpose.frames import Frame
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation, Io
 from tests.conformance.deviations import BY_NAME
-
-
-@pytest.fixture
-def in_a_test() -> Iterator[None]:
-    """Probing is on inside a rule test of a suite run (the plugin names it in SILENCES.test)."""
-    SILENCES.forget()
-    SILENCES.test = "test_hidden_close"
-    try:
-        yield
-    finally:
-        SILENCES.test = None
-        SILENCES.forget()
+from tests.conformance.test_silences import learning  # noqa: F401  (the fixture: probing is on inside a rule test)
+from tests.conftest import require
 
 
 def unknown_tag_then_declare(client: RawClient) -> None:
@@ -39,7 +26,8 @@ def unknown_tag_then_declare(client: RawClient) -> None:
     client.rpc(ch, QueueDeclare(queue="amq.rabbitmq.trace-missing", passive=True), QueueDeclareOk)
 
 
-def test_a_hidden_channel_close_ends_the_wait_as_soon_as_the_probe_is_answered(in_a_test: None) -> None:
+@pytest.mark.usefixtures("learning")
+def test_a_hidden_channel_close_ends_the_wait_as_soon_as_the_probe_is_answered() -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), BY_NAME["channel_close_hidden"]) as proxy, \
             RawClient(proxy.url, timeout=5.0) as client, pytest.raises(HiddenClose) as caught:
         unknown_tag_then_declare(client)
@@ -51,6 +39,24 @@ def test_a_hidden_channel_close_ends_the_wait_as_soon_as_the_probe_is_answered(i
     assert proxy.actions == ["channel_close_hidden"]
 
 
+@pytest.mark.parametrize("port", [pytest.param(5672, marks=pytest.mark.rabbitmq, id="rabbitmq-3.10.8"),
+                                  pytest.param(5743, marks=pytest.mark.rabbitmq43, id="rabbitmq-4.3.6")])
+@pytest.mark.usefixtures("learning")
+def test_rabbitmq_answers_the_probe_on_a_channel_it_closed_with_504(port: int) -> None:
+    """The premise, on the real broker behind the proxy: rabbit_channel's "expected 'channel.open'"
+    (v3.10.8 l. 1235, v4.3.5 l. 1117) is a connection.close 504 naming the probe's method."""
+    try:
+        RawClient(f"amqp://guest:guest@127.0.0.1:{port}/", timeout=5.0).connect().close()
+    except (OSError, DriverError) as exc:
+        require(False, f"RabbitMQ at 127.0.0.1:{port} ({exc})")
+    with DeviantProxy(("127.0.0.1", port), BY_NAME["channel_close_hidden"]) as proxy, \
+            RawClient(proxy.url, timeout=5.0) as client, pytest.raises(HiddenClose) as caught:
+        unknown_tag_then_declare(client)
+    closed = caught.value
+    assert (closed.code, closed.class_id, closed.method_id, closed.channel) == (504, 40, 10, 1), str(closed)
+    assert "expected 'channel.open'" in closed.text, closed.text
+
+
 def test_without_a_running_test_the_driver_waits_and_never_probes() -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), BY_NAME["channel_close_hidden"]) as proxy, \
             RawClient(proxy.url, timeout=1.0) as client:
@@ -60,7 +66,8 @@ def test_without_a_running_test_the_driver_waits_and_never_probes() -> None:
     assert not any(isinstance(m, ExchangeDeclare) for m in sent), sent
 
 
-def test_the_conforming_close_is_what_the_test_sees(in_a_test: None) -> None:
+@pytest.mark.usefixtures("learning")
+def test_the_conforming_close_is_what_the_test_sees() -> None:
     from conformance.drivers.raw import ChannelClosed
 
     with EmbeddedBroker() as broker, RawClient(broker.url, timeout=5.0) as client, \
@@ -94,7 +101,8 @@ class DeclareOkLate(Deviation):
         io.to_broker(frame.raw)
 
 
-def test_a_late_reply_is_still_the_reply_and_the_probe_answer_is_swallowed(in_a_test: None) -> None:
+@pytest.mark.usefixtures("learning")
+def test_a_late_reply_is_still_the_reply_and_the_probe_answer_is_swallowed() -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), DeclareOkLate) as proxy, \
             RawClient(proxy.url, timeout=5.0) as client:
         ch = client.channel()
