@@ -28,9 +28,7 @@ import itertools
 import socket
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, NamedTuple
-from urllib.parse import unquote, urlparse
+from typing import Any
 
 from codec import (
     METHOD_CLASSES,
@@ -52,18 +50,16 @@ from codec import (
     ConnectionTune,
     ConnectionTuneOk,
     ContentAssembler,
-    ExchangeDeclare,
-    ExchangeDeclareOk,
     FrameReader,
     HeartbeatFrame,
     Method,
-    QueueDeclare,
-    QueueDeclareOk,
     encode_content,
     encode_method,
 )
 from codec.frames import Frame, ProtocolHeader
-from conformance.drivers.hidden_close import EARLY_SHARE, PROBE_METHOD, HiddenClose, proves_hidden_close
+from conformance.drivers import probes
+from conformance.drivers.address import BrokerAddress
+from conformance.drivers.hidden_close import EARLY_SHARE, HiddenClose, proves_hidden_close
 from conformance.drivers.interface import (  # the outcomes every driver raises (re-exported)
     ChannelClosed,
     Closed,
@@ -98,15 +94,6 @@ DEFAULT_CAPABILITIES = {
 }
 
 
-class Request(NamedTuple):
-    """A request sent on a channel and not yet answered."""
-
-    name: str
-    replies: frozenset[str]  # the methods that answer it
-    nowait: bool  # sent with nowait: its reply may not come
-    probe: bool = False  # the driver's own (hidden_close): its reply is swallowed
-
-
 class UnexpectedMethod(DriverError):
     """The broker sent a reply to a request the client never made on that channel."""
 
@@ -114,30 +101,6 @@ class UnexpectedMethod(DriverError):
         super().__init__(f"unexpected {method} on channel {channel} (waiting for {waiting_for}): "
                          "a reply to no request the client made")
         self.method, self.channel = method, channel
-
-
-@dataclass(frozen=True)
-class BrokerAddress:
-    host: str
-    port: int
-    user: str
-    password: str
-    vhost: str
-
-    @property
-    def key(self) -> tuple[str, int, str]:
-        """Which broker this is, for what a run learns about it (silence.py)."""
-        return self.host, self.port, self.vhost
-
-    @classmethod
-    def parse(cls, url: str) -> BrokerAddress:
-        """amqp://user:pass@host:port/vhost (vhost "" or "/" means "/", %2f allowed)."""
-        parts = urlparse(url)
-        if parts.scheme != "amqp" or not parts.hostname:
-            raise ValueError(f"not an amqp:// URL: {url!r}")
-        vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
-        return cls(parts.hostname, parts.port or 5672, unquote(parts.username or "guest"),
-                   unquote(parts.password or "guest"), vhost)
 
 
 class RawClient:
@@ -165,10 +128,12 @@ class RawClient:
         self.tune: ConnectionTune | None = None
         self.frame_max = 4096
         self._next_channel = 1
-        self._asked: dict[int, list[Request]] = {}  # per channel: the open requests and the replies each allows
+        self._asked: dict[int, list[probes.Request]] = {}  # per channel: the open requests and the replies each allows
         self._unasked: dict[int, list[Command]] = {}  # replies to no request (UnexpectedMethod)
         self._untracked: set[int] = set()  # channels (-1: any) with raw sends: replies not judged
         self._probed: tuple[int, str] | None = None  # hidden_close: the channel probed, what the wait was for
+        self._states = probes.ChannelStates()  # opened, in a transaction, closing (probes.refusal)
+        self._probing = True  # False once a probe went unanswered (_settle_probe)
 
     # -- connection ------------------------------------------------------------------------
     def connect(self) -> RawClient:
@@ -224,6 +189,7 @@ class RawClient:
         self.inbox.pop(number, None)
         self._asked.pop(number, None)
         self._unasked.pop(number, None)
+        self._states.forget(number)
         self.rpc(number, ChannelOpen(), ChannelOpenOk)
         return number
 
@@ -238,10 +204,18 @@ class RawClient:
         else:
             data = encode_method(channel, method)
         self._record("out", channel, Command(channel, method, properties, body))
+        self._send_request(channel, method, data)
+
+    def _send_request(self, channel: int, method: Method, data: bytes, probe: bool = False) -> probes.Request | None:
+        if probes.PROBE_REPLY in method.RESPONSES and not probe:
+            self._settle_probe(channel)  # a probe's reply must not be taken for this request's
+        self._states.sent(channel, method)
+        request = None
         if method.RESPONSES:  # a request: its reply is asked for (with nowait, it may still come)
-            self._asked.setdefault(channel, []).append(
-                Request(method.NAME, frozenset(method.RESPONSES), bool(getattr(method, "nowait", False))))
+            request = probes.request_for(method, probe)
+            self._asked.setdefault(channel, []).append(request)
         self._write(data)
+        return request
 
     def send_raw(self, data: bytes, channel: int = -1) -> None:
         """Any bytes, e.g. a malformed frame; recorded as the frames they decode to, the rest raw."""
@@ -288,50 +262,71 @@ class RawClient:
             if types:
                 self._raise_if_unasked(channel, waiting_for)
             if request is not None and self.silences:
-                SILENCES.check(self.address.key, request.name, waiting_for)
+                SILENCES.check(self.address.key, request.key, waiting_for)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                if request is not None and self.silences and self._answers_the_same_channel(channel, request.name):
-                    SILENCES.learn(self.address.key, request.name, limit)
+                if request is not None and self.silences and self._answers_the_same_channel(channel):
+                    SILENCES.learn(self.address.key, request.key, limit)
                 raise NoReply(limit, waiting_for + self._undecoded())
             if probe_at is not None and time.monotonic() >= probe_at:
                 probe_at = None  # once per wait
                 self._probe_hidden_close(channel, waiting_for)
             self._read(remaining if probe_at is None else min(remaining, probe_at - time.monotonic()), waiting_for)
 
-    def _probe_hidden_close(self, channel: int, waiting_for: str) -> None:
-        """Once per wait, on a channel the client opened and wrote no raw bytes on (hidden_close rules)."""
-        if (self.silences and SILENCES.test is not None and channel > 0 and not self._untracked & {-1, channel}
-                and self.sock is not None and not self.lost and self.connection_closed is None):
-            self._probed = (channel, waiting_for)
-            self.send(channel, PROBE_METHOD)
-            asked = self._asked[channel]
-            asked[-1] = asked[-1]._replace(probe=True)
+    def _may_probe(self, channel: int) -> bool:
+        """A probe of the driver's own may go out on `channel` now (probes.refusal, hidden_close rules)."""
+        return (self.silences and self._probing and SILENCES.test is not None and probes.PROBE_SUPPORT.allows(self.address.key)
+                and self.sock is not None and not self.lost and self.connection_closed is None
+                and channel not in self.closed_channels
+                and probes.refusal(self._states, channel, self._asked.get(channel, []), bool(self._untracked & {-1, channel}))
+                is None)
 
-    def _open_request(self, channel: int, types: tuple[type, ...]) -> Request | None:
+    def _send_probe(self, channel: int) -> probes.Request | None:
+        self._record("out", channel, Command(channel, probes.PROBE_METHOD, None, b""))
+        return self._send_request(channel, probes.PROBE_METHOD, encode_method(channel, probes.PROBE_METHOD), probe=True)
+
+    def _probe_hidden_close(self, channel: int, waiting_for: str) -> None:
+        """Once per wait, where a probe may go out (hidden_close rules)."""
+        if self._may_probe(channel):
+            self._probed = (channel, waiting_for)
+            self._send_probe(channel)
+
+    def _open_request(self, channel: int, types: tuple[type, ...]) -> probes.Request | None:
         """The oldest open request on `channel` (not sent with nowait) one of `types` answers."""
         wanted = {getattr(t, "NAME", None) for t in types}
-        return next((r for r in self._asked.get(channel, ()) if not r.nowait and r.replies & wanted), None)
+        return next((r for r in self._asked.get(channel, ()) if not r.nowait and not r.probe and r.replies & wanted),
+                    None)
 
-    def _answers_the_same_channel(self, channel: int, method: str) -> bool:
-        """After a silence: does the broker still answer on this channel? A harmless synchronous
-        method (a passive exchange.declare of amq.direct; a server-named exclusive queue.declare
-        when exchange.declare was the silent one) is sent on the same channel and must be answered
-        within `PROBE` s: the broker handles a channel's methods in order, so the silent method was
-        read and left unanswered. A channel the broker closed without telling (the close hidden
-        from the client) or a broker slow or wedged as a whole answers nothing: not learned."""
-        if self.sock is None or self.lost or self.connection_closed is not None or SILENCES.test is None:
+    def _await_probe(self, channel: int, probe: probes.Request, timeout: float) -> bool:
+        """Read until `probe` is answered (True) or `timeout` passes or the channel or connection ends."""
+        deadline = time.monotonic() + timeout
+        while any(r is probe for r in self._asked.get(channel, ())):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.lost or self.connection_closed is not None or channel in self.closed_channels:
+                return False
+            self._read(remaining, f"{probes.PROBE_REPLY} on channel {channel} (the driver's probe)")
+        return not self.lost and self.connection_closed is None and channel not in self.closed_channels
+
+    def _settle_probe(self, channel: int) -> None:
+        """Before a request awaiting the probe's reply goes out: the probe out on `channel` is answered
+        first (probes rules). One unanswered within the client's timeout is given up: no further
+        probe on this connection (a broker that drops it cannot be probed safely)."""
+        probe = next((r for r in self._asked.get(channel, ()) if r.probe), None)
+        if probe is not None and not self._await_probe(channel, probe, self.timeout):
+            asked = self._asked.get(channel, [])
+            asked[:] = [r for r in asked if r is not probe]
+            self._probing = False
+
+    def _answers_the_same_channel(self, channel: int) -> bool:
+        """After a silence: does the broker still answer on this channel? The probe (probes.py),
+        where one may go out, must be answered within `PROBE` s: the broker handles a channel's
+        methods in order, so the silent method was read and left unanswered. A channel the broker
+        closed without telling (the close hidden from the client) or a broker slow or wedged as a
+        whole answers nothing: not learned."""
+        if not self._may_probe(channel):
             return False
-        if channel in self.closed_channels:
-            return False
-        ping: Any = (QueueDeclare(queue="", exclusive=True, auto_delete=True) if method == ExchangeDeclare.NAME
-                     else ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True))
-        try:  # a look, not a wait: the probe itself never learns nor probes
-            self.send(channel, ping)
-            self.expect(channel, QueueDeclareOk, ExchangeDeclareOk, timeout=min(self.timeout, PROBE), look=True)
-        except DriverError:
-            return False
-        return True
+        probe = self._send_probe(channel)
+        return probe is not None and self._await_probe(channel, probe, min(self.timeout, PROBE))
 
     def poll(self, channel: int, *types: type, duration: float = 0.0) -> Command | None:
         """Like expect, but None when nothing arrives within `duration` (a bounded look)."""
@@ -403,6 +398,7 @@ class RawClient:
         if command is None or isinstance(command, HeartbeatFrame):
             return
         m = command.method
+        self._states.received(command.channel, m)
         if m.NAME in _RESPONSES and self._note_reply(command):
             self._probed = None  # the probe was answered: the channel was open
             return

@@ -18,6 +18,11 @@ Rules:
 - A broker that refuses the first connection of a run is described by `connect_failure`:
   a 403 ACCESS_REFUSED during the handshake is "authentication refused" (wrong user or
   password), anything else "broker unreachable". Both are exit status 3.
+- The first healthy round trip of a run also asks the broker, on the probe's own connection and
+  outside any test, whether it answers the driver's probe method (channel.flow(active=true):
+  `conformance.drivers.probes`), within `PROBE_SUPPORT_WAIT` s; the answer is noted in
+  `PROBE_SUPPORT` (a broker that does not answer it is never probed; the connection is dropped
+  and made anew by the next check). It never changes the health answer.
 - Leaks: with an admin adapter, every queue/exchange whose name starts with `PREFIX` is listed
   (split into those this run created and other leftovers); without one, only the names whose
   deletion at teardown did not succeed are checked, by passive declare. The check never
@@ -31,13 +36,23 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from codec import ExchangeDeclare, ExchangeDeclareOk, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
+from codec import (
+    ChannelFlowOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+)
 from codec.constants import ReplyCode
+from conformance.drivers.probes import PROBE_METHOD, PROBE_SUPPORT
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, DriverError, NoReply, RawClient
 from conformance.plugin.admin import AdminAdapter, AdminError, Unavailable
 
 PREFIX = "amqpc."
 _PROBE_CHANNEL = 1
+PROBE_SUPPORT_WAIT = 2.0  # s: a later flow-ok only means no probes (slower), never a wrong verdict
 
 
 def connect_failure(where: str, exc: BaseException) -> str:
@@ -88,6 +103,7 @@ class HealthProbe:
         try:
             self._client = RawClient(self.url, timeout=self.timeout, silences=False)
             self._round_trip(self._client.connect())
+            self._learn_probe_support(self._client)
             return None
         except NoReply as exc:
             self._drop()
@@ -101,6 +117,20 @@ class HealthProbe:
         client.rpc(_PROBE_CHANNEL, QueueDeclare(queue=self.queue, exclusive=True, auto_delete=True),
                    QueueDeclareOk)
         client.close_channel(_PROBE_CHANNEL)
+
+    def _learn_probe_support(self, client: RawClient) -> None:
+        """Whether the broker answers the driver's probe method (module rules), once per run."""
+        if PROBE_SUPPORT.known(client.address.key):
+            return
+        try:
+            client.channel(_PROBE_CHANNEL)
+            client.rpc(_PROBE_CHANNEL, PROBE_METHOD, ChannelFlowOk, timeout=min(self.timeout, PROBE_SUPPORT_WAIT))
+            client.close_channel(_PROBE_CHANNEL)
+        except (DriverError, OSError):
+            PROBE_SUPPORT.note(client.address.key, False)
+            self._drop()
+        else:
+            PROBE_SUPPORT.note(client.address.key, True)
 
     def _drop(self) -> None:
         """Forget the connection without a close handshake (the broker is not answering)."""

@@ -46,6 +46,7 @@ import pytest
 
 from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices
 from conformance.catalogue.rules import AREAS, CAPABILITIES, REQUIRED, VARIANT, rule
+from conformance.drivers.probes import PROBE_SUPPORT
 from conformance.drivers.raw import BrokerAddress, Recorder
 from conformance.drivers.registry import client_version, suite_clients
 from conformance.drivers.silence import SILENCES
@@ -192,6 +193,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     SILENCES.forget()  # what a broker never answers is learned anew in each run (drivers/silence.py)
+    PROBE_SUPPORT.forget()  # and whether it answers the driver's probe (drivers/probes.py)
     state = harness(session.config)
     if state.writer is not None and state.run is not None and not state.worker:
         state.writer.write_run(state.run)
