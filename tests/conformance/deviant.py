@@ -142,7 +142,7 @@ class DeviantProxy(Interposer, RelayThread):
     def __init__(self, upstream: tuple[str, int], deviation: type[Deviation] | None) -> None:
         self.deviation = deviation or Deviation
         self.actions: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         RelayThread.__init__(self, Relay(upstream, self, close_timeout=2), name="deviant-proxy")
 
     def plumb(self, link: Link) -> Plumbing:
@@ -153,3 +153,10 @@ class DeviantProxy(Interposer, RelayThread):
     def record(self, text: str) -> None:
         with self._lock:
             self.actions.append(text)
+            self._lock.notify_all()
+
+    def wait_for(self, action: str, timeout: float = 5.0) -> bool:
+        """Whether the deviation recorded `action` within `timeout` s (a test's step that must
+        follow what the proxy did)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: action in self.actions, timeout)
