@@ -159,6 +159,9 @@ def forget_run(out: Path, run_id: str) -> None:
         shutil.rmtree(out / table / f"{PARTITION_KEY}={run_id}", ignore_errors=True)
 
 
+CLUSTER_AREA = "cluster"  # its faults need a cluster: the suite runs them on `--cluster-node embedded`
+
+
 def area_marker(areas: Sequence[str] | None) -> str:
     """The `-m` of a run: the given areas' tests (all tests when None), never the slow ones."""
     if not areas:
@@ -167,11 +170,15 @@ def area_marker(areas: Sequence[str] | None) -> str:
 
 
 def run_suite(outcome: Outcome, fault: str | None, out: Path, run_id: str, marker: str, machines: bool,
-              machine_budget: float) -> Outcome:
-    """One subprocess run of the suite on an embedded broker with `fault` (None: clean), judged."""
+              machine_budget: float, cluster: bool = False) -> Outcome:
+    """One subprocess run of the suite on an embedded broker with `fault` (None: clean), judged; with
+    `cluster`, the embedded broker is a 3-node cluster (`--cluster-node embedded`), as the cluster
+    area and its faults need (without one their tests are needs-cluster and nothing is killed)."""
     forget_run(out, run_id)
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:randomly", "-q",
            "--results-dir", str(out), "--run-id", run_id, "-p", "no:cacheprovider", "-m", marker]
+    if cluster:
+        cmd += ["--cluster-node", "embedded"]
     if not machines:
         cmd += ["-k", "not machine"]
     env = {k: v for k, v in os.environ.items() if k not in (ENV, "AMQPC_BROKER_URL")}  # no inherited fault
@@ -202,7 +209,8 @@ def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: 
               machine_budget: float = 20.0) -> Outcome:
     outcome = Outcome(fault.name, fault.area, [fault.rule], 0, 0.0, time_limit)
     marker = area_marker([fault.area] if scope == "area" else None)
-    return run_suite(outcome, fault.name, out, f"mutation-{fault.name}", marker, machines, machine_budget)
+    return run_suite(outcome, fault.name, out, f"mutation-{fault.name}", marker, machines, machine_budget,
+                     cluster=fault.area == CLUSTER_AREA)
 
 
 @dataclass
@@ -236,15 +244,16 @@ def timed_control(runs: Callable[[], list[Outcome]]) -> Control:
 
 
 def run_control(out: Path, areas: Sequence[str] | None, jobs: int, time_limit: float, machines: bool,
-                machine_budget: float) -> Control:
-    """The control of `run_fault`'s campaign: `areas` (None: scope all) on the clean broker."""
+                machine_budget: float, cluster: bool = False) -> Control:
+    """The control of `run_fault`'s campaign: `areas` (None: scope all) on the clean broker; a group
+    holding the cluster area (with scope all: `cluster`) runs on the embedded 3-node cluster."""
     groups = control_groups(areas, jobs) if areas else [[]]
 
     def one(index: int) -> Outcome:
         group = groups[index]
         outcome = Outcome(CONTROL, ",".join(group) or "all", [], 0, 0.0, time_limit * max(1, len(group)))
         return run_suite(outcome, None, out, f"mutation-{CONTROL}-{index}", area_marker(group), machines,
-                         machine_budget)
+                         machine_budget, cluster=CLUSTER_AREA in group or (not group and cluster))
 
     def runs() -> list[Outcome]:
         with ThreadPoolExecutor(max_workers=len(groups)) as pool:
@@ -327,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     out, machines, stamp = Path(args.out), not args.no_machines, campaign_stamp()
     out.mkdir(parents=True, exist_ok=True)
     areas = [BY_NAME[n].area for n in names] if args.scope == "area" else None
-    control = run_control(out, areas, args.jobs, args.time_limit, machines, args.machine_budget)
+    control = run_control(out, areas, args.jobs, args.time_limit, machines, args.machine_budget,
+                          cluster=any(BY_NAME[n].area == CLUSTER_AREA for n in names))
     print_control(control, stamp)
     outcomes: list[Outcome] = []
     if not control.why_not:

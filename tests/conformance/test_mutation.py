@@ -126,3 +126,24 @@ def test_fast_mutation_subset_is_fully_killed(selection: list[str], tmp_path: Pa
 def test_mutation_usage_errors() -> None:
     assert mutation.main(["--faults", "no_such_fault"]) == 4
     assert mutation.main(["--bogus-option"]) == 4
+
+
+def test_the_cluster_faults_and_their_control_run_on_the_embedded_cluster(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a cluster the cluster area's tests are needs-cluster and its faults cannot be killed:
+    their runs, and the control group holding their area, get `--cluster-node embedded`."""
+    commands: list[list[str]] = []
+
+    def judged(outcome: mutation.Outcome, cmd: list[str], env: dict[str, str], out: Path,
+               run_id: str) -> mutation.Outcome:
+        commands.append(cmd)
+        return outcome
+
+    monkeypatch.setattr(mutation, "run_judged", judged)
+    mutation.run_fault(BY_NAME["cluster_no_cancel_on_node_down"], tmp_path, "area", 60.0)
+    mutation.run_fault(BY_NAME["multi_ack_only_named"], tmp_path, "area", 60.0)
+    mutation.run_control(tmp_path, ["ack", "cluster"], 2, 60.0, True, 5.0)
+    with_cluster = [" ".join(c) for c in commands if "--cluster-node" in c]
+    assert [c[c.index("--cluster-node") + 1] for c in commands if "--cluster-node" in c] == ["embedded"] * 2
+    assert "area_cluster" in with_cluster[0] and "area_cluster" in with_cluster[1], with_cluster
+    assert len(commands) == 4 and sum("area_ack" in " ".join(c) and "--cluster-node" not in c for c in commands) == 2
