@@ -220,10 +220,10 @@ def test_only_the_audit_plan_and_findings_use_spark() -> None:
 
 
 def test_the_results_kernel_imports_no_other_part_of_the_harness() -> None:
-    """conformance.results is the ground floor of the harness: it imports codec, the catalogue and
-    the outcomes and frame record every driver shares, never the plugin, gate, client judge or reports."""
-    allowed = ("conformance.results", "conformance.catalogue", "conformance.drivers.raw",
-               "conformance.drivers.interface", "codec")
+    """conformance.results is the ground floor of the harness: it imports codec and the catalogue;
+    the outcomes and frame record every driver shares are its own (`results.observations`), never
+    a driver's, the plugin's, the gate's, the client judge's or the reports'."""
+    allowed = ("conformance.results", "conformance.catalogue", "codec")
     bad = [i for i in edges_from("conformance.results") if not any(_in(i.target, a) for a in allowed)]
     assert bad == []
 
@@ -305,3 +305,38 @@ def test_the_suite_areas_share_only_the_steps() -> None:
     bad = [i for i in inner
            if i.target.rsplit(".", 1)[-1].startswith("test_") or area(i.target) not in ("steps", area(i.source))]
     assert bad == []
+
+
+def package_loops() -> list[tuple[str, str]]:
+    """Pairs of conformance subpackages that reach each other through their imports."""
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    edges: dict[str, set[str]] = {}
+    for i in imports():
+        if _in(i.source, "conformance") and _in(i.target, "conformance") and package(i.source) != package(i.target):
+            edges.setdefault(package(i.source), set()).add(package(i.target))
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    return sorted((a, b) for a in edges for b in edges[a] if a in reach(b))
+
+
+KNOWN_PACKAGE_LOOPS = {  # the client judge and the gate share the baseline and junit writers (run kernel, next step)
+    ("conformance.client_judge", "conformance.gate"), ("conformance.coverage", "conformance.client_judge"),
+    ("conformance.gate", "conformance.coverage")}
+
+
+def test_no_new_package_level_loop_in_the_harness() -> None:
+    """A package of the harness never reaches back to a package that reaches it (no loop between the
+    rooms of the house); the one left is named, to be emptied, never grown."""
+    loops = set(package_loops())
+    assert loops <= KNOWN_PACKAGE_LOOPS, sorted(loops - KNOWN_PACKAGE_LOOPS)
+

@@ -34,57 +34,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from codec import BasicProperties
 from conformance.model import outcomes
+from conformance.results.observations import (  # the outcomes and frame evidence, re-exported
+    ChannelClosed,
+    Closed,
+    ConnectionClosed,
+    ConnectionLost,
+    DriverError,
+    FrameRecord,
+    NoReply,
+    Recorder,
+    Unsupported,
+)
 
-# -- outcomes (raised) -------------------------------------------------------------------------
-
-
-class DriverError(AssertionError):
-    """Base of the outcomes that are not the expected reply. An AssertionError, so a test that
-    meets one reports a failed behaviour (allure: failed, not broken); the plugin still turns a
-    wedged broker into `broken` after its health probe."""
-
-
-class NoReply(DriverError):
-    def __init__(self, seconds: float, waiting_for: str) -> None:
-        super().__init__(f"no reply within {seconds:.1f} s (waiting for {waiting_for})")
-        self.seconds = seconds
-
-
-@dataclass(frozen=True)
-class Closed(DriverError):
-    """The broker closed a channel or the connection."""
-
-    scope: str  # "channel" | "connection"
-    code: int
-    text: str
-    class_id: int
-    method_id: int
-
-    def __str__(self) -> str:
-        return f"{self.scope} closed {self.code} ({self.class_id}/{self.method_id}): {self.text}"
-
-
-class ChannelClosed(Closed):
-    pass
-
-
-class ConnectionClosed(Closed):
-    pass
-
-
-class ConnectionLost(DriverError):
-    """The socket ended without connection.close (reset or EOF), or the peer sent bytes that
-    do not decode."""
-
-
-class Unsupported(DriverError):
-    """The client library cannot express this operation (a not-applicable verdict, with the
-    reason), e.g. a publish that does not wait for its confirm in a blocking-only API."""
+__all__ = ["Blocked", "BrokerCancelled", "ChannelClosed", "ChannelClosedEvent", "ClientDriver", "ClientFailure",
+           "ClientInfo", "Closed", "Confirmed", "ConnectOptions", "ConnectionClosed", "ConnectionClosedEvent",
+           "ConnectionLost", "DEFAULT_CONNECT", "Delivered", "Delivery", "DriverError", "EVENT_TYPES", "Event",
+           "FrameRecord", "NO_PROPERTIES", "NoReply", "Recorder", "Returned", "Unblocked", "Unsupported", "attempt",
+           "present", "wait_event"]
 
 
 def attempt(operation: Callable[[], object]) -> outcomes.Outcome:
@@ -96,28 +67,6 @@ def attempt(operation: Callable[[], object]) -> outcomes.Outcome:
     except ConnectionClosed as exc:
         return outcomes.ConnectionClosed(exc.code, exc.class_id, exc.method_id)
     return outcomes.OK
-
-
-# -- frame evidence ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class FrameRecord:
-    ts: float  # time.monotonic()
-    connection: int
-    direction: str  # "in" | "out", seen from the harness
-    channel: int
-    frame: Any  # a codec frame, a Command, or raw bytes
-
-
-@dataclass
-class Recorder:
-    """Collects the frames of every connection given to it (the evidence of a test)."""
-
-    frames: list[FrameRecord] = field(default_factory=list)
-
-    def add(self, record: FrameRecord) -> None:
-        self.frames.append(record)
 
 
 # -- values ------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from typing import Any
 
 import pytest
 
+from conformance import SUITE_DIR
 from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices
 from conformance.catalogue.rules import AREAS, CAPABILITIES, REQUIRED, VARIANT, rule
 from conformance.drivers.probes import PROBE_SUPPORT
@@ -69,7 +70,6 @@ from conformance.results.verdicts import (
     closing_line,
     cluster_hint,
 )
-from conformance.suite import SUITE_DIR
 
 pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients",  # the fixtures tests use (target, connect, names, admin,
                   "conformance.plugin.cluster"]  # cluster)

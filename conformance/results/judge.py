@@ -16,7 +16,7 @@ Rules (DESIGN.md decision 4):
 from __future__ import annotations
 
 from codec.constants import ReplyCode
-from conformance.drivers.interface import Closed
+from conformance.results.observations import Closed
 from conformance.results.verdicts import HarnessError, Verdict
 
 

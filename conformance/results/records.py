@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from codec import BodyFrame, Command, HeaderFrame, HeartbeatFrame, MethodFrame, ProtocolHeader
-from conformance.drivers.raw import FrameRecord
+from conformance.results.observations import FrameRecord
 
 PARTITION_KEY = "run"
 CLIENT_PROFILE = "client-side"  # the profile of a run that judged a client library (conformance.client_judge)

@@ -7,6 +7,6 @@ its folder. Baselines and reports name a test by its file's name (`evidence.test
 name is used once in the whole suite.
 """
 
-from pathlib import Path
+from conformance import SUITE_DIR
 
-SUITE_DIR = Path(__file__).parent
+__all__ = ["SUITE_DIR"]
