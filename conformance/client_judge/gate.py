@@ -36,7 +36,8 @@ from conformance.gate.junit import _clean as xml_text  # one definition of what 
 from conformance.plugin.classify import frame_log
 from conformance.plugin.evidence import TestEvidence
 from conformance.results.records import CLIENT_PROFILE
-from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, Verdict
+from conformance.results.verdicts import Verdict
+from conformance.results.verdicts import exit_status as kernel_exit_status
 
 FRAME_LINES = 400
 _SKIPPED = {EXPECTED, "not-applicable"}
@@ -64,12 +65,7 @@ def judge_results(found: dict[str, list[ScenarioResult]], baseline: Baseline | N
 
 
 def exit_status(tests: Sequence[TestEvidence], judged: Judgement, strict: bool) -> int:
-    outcomes = {judged.outcome(t) for t in tests}
-    if "broken" in outcomes:
-        return EXIT_HARNESS
-    if "failed" in outcomes or (strict and judged.xpasses):
-        return EXIT_FAILED
-    return EXIT_OK
+    return kernel_exit_status(outcomes={judged.outcome(t) for t in tests}, strict=strict, xpasses=bool(judged.xpasses))[0]
 
 
 def _system_out(test: TestEvidence, judged: Judgement) -> str:

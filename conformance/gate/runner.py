@@ -65,7 +65,13 @@ from conformance.plugin.nodes import (
 )
 from conformance.plugin.session import HARNESS
 from conformance.results.records import amend_run, redact_url
-from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from conformance.results.verdicts import (
+    EXIT_HARNESS,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    exit_status,
+)
 from conformance.suite import SUITE_DIR
 
 
@@ -222,25 +228,22 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
 
 
 def _status(code: int, collector: RunCollector, outcome: Outcome, strict: bool, log: TextIO) -> tuple[int, str | None]:
+    """The run's facts as pytest and the collector saw them, judged by the kernel's one exit status."""
     down = getattr(collector.harness, "down", None)
+    usage = harness = None
     if code == pytest.ExitCode.USAGE_ERROR:
-        return EXIT_USAGE, _pytest_error(log) or "pytest refused the options (see pytest-output.txt)"
-    if down:
-        return EXIT_UNREACHABLE, f"broker down: {down}"
-    if code == pytest.ExitCode.NO_TESTS_COLLECTED:
-        return EXIT_USAGE, "no tests selected (see --select and `amqp-conformance rules`)"
+        usage = _pytest_error(log) or "pytest refused the options (see pytest-output.txt)"
+    elif not down and code == pytest.ExitCode.NO_TESTS_COLLECTED:
+        usage = "no tests selected (see --select and `amqp-conformance rules`)"
     if collector.internal_error or code == pytest.ExitCode.INTERNAL_ERROR:
-        return EXIT_HARNESS, "pytest internal error (see pytest-output.txt)"
-    if collector.collection_errors:
-        return EXIT_HARNESS, f"the suite could not be collected: {collector.collection_errors[0]}"
-    if collector.interrupted:
-        return EXIT_HARNESS, "interrupted"
+        harness = "pytest internal error (see pytest-output.txt)"
+    elif collector.collection_errors:
+        harness = f"the suite could not be collected: {collector.collection_errors[0]}"
+    elif collector.interrupted:
+        harness = "interrupted"
     judged = outcome.judgement
-    if any(judged.outcome(t) == "broken" for t in outcome.tests):
-        return EXIT_HARNESS, None
-    if any(judged.outcome(t) == "failed" for t in outcome.tests) or (strict and judged.xpasses):
-        return EXIT_FAILED, None
-    return EXIT_OK, None
+    return exit_status(usage_error=usage, broker_down=f"broker down: {down}" if down else None, harness_error=harness,
+                       outcomes={judged.outcome(t) for t in outcome.tests}, strict=strict, xpasses=bool(judged.xpasses))
 
 
 def _pytest_error(log: TextIO) -> str | None:

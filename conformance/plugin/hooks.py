@@ -62,13 +62,12 @@ from conformance.plugin.verdicts import needs_admin
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
 from conformance.results.records import ResultsWriter, RunRecord, harness_version, redact_url
 from conformance.results.verdicts import (
-    EXIT_HARNESS,
-    EXIT_UNREACHABLE,
     HarnessError,
     Verdict,
     admin_hint,
     closing_line,
     cluster_hint,
+    exit_status,
 )
 
 pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients",  # the fixtures tests use (target, connect, names, admin,
@@ -354,13 +353,14 @@ def _judged_by(profile: Any, rule_ids: list[str]) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def _exit_status(state: Harness, status: int) -> int:
-    """pytest's status, raised to 3 (broker down) or 2 (a broken verdict) over 0 and 1."""
-    if status in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        if state.down is not None:
-            return EXIT_UNREACHABLE
-        if state.broken:
-            return EXIT_HARNESS
-    return status
+    """pytest's own status for what is not a verdict (usage, internal error, interrupt, nothing
+    collected); otherwise the kernel's exit status from the broker's health and the verdicts."""
+    if status not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return status
+    outcomes = {Verdict.BROKEN} if state.broken else set()
+    if status == pytest.ExitCode.TESTS_FAILED:
+        outcomes.add(Verdict.FAILED)
+    return exit_status(broker_down=state.down, outcomes=outcomes)[0]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -18,6 +18,7 @@ pytest here. A suite test reaches a non-binary verdict through `conformance.plug
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 
 from conformance.results.wording import plural
 
@@ -95,3 +96,24 @@ def verdict_of_skip(reason: str) -> Verdict | None:
         if reason.startswith(prefix) or f"Skipped: {prefix}" in reason:
             return verdict
     return None
+
+
+def exit_status(*, usage_error: str | None = None, broker_down: str | None = None, harness_error: str | None = None,
+                outcomes: Collection[str] = (), strict: bool = False, xpasses: bool = False) -> tuple[int, str | None]:
+    """The one exit status of a run, and its reason when the tests' outcomes are not it.
+
+    The highest-priority condition wins: 4 a usage error, then 3 the broker down (or unreachable,
+    or refusing the credentials), then 2 a harness or environment error, or a test whose gate
+    outcome is `broken`, then 1 a `failed` outcome (or, with `strict`, an XPASS), else 0.
+    `outcomes` are the tests' gate outcomes (a verdict, or a baseline's "expected"/"xpass")."""
+    if usage_error is not None:
+        return EXIT_USAGE, usage_error
+    if broker_down is not None:
+        return EXIT_UNREACHABLE, broker_down
+    if harness_error is not None:
+        return EXIT_HARNESS, harness_error
+    if Verdict.BROKEN in outcomes:
+        return EXIT_HARNESS, None
+    if Verdict.FAILED in outcomes or (strict and xpasses):
+        return EXIT_FAILED, None
+    return EXIT_OK, None

@@ -172,3 +172,17 @@ def test_writer_flushes_in_bounded_batches_and_rewrites_the_run_record(tmp_path:
 def test_read_table_rejects_an_unknown_table(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown results table"):
         read_table(tmp_path, "nope")
+
+
+def test_one_exit_status_for_every_run() -> None:
+    """The kernel's exit status: the highest-priority condition wins (4, 3, 2, 1, 0)."""
+    from conformance.results.verdicts import exit_status
+
+    assert exit_status() == (0, None)
+    assert exit_status(outcomes={"passed", "expected", "xpass"}) == (0, None)
+    assert exit_status(outcomes={"xpass"}, strict=True, xpasses=True) == (1, None)
+    assert exit_status(outcomes={"failed", "passed"}) == (1, None)
+    assert exit_status(outcomes={"failed", "broken"}) == (2, None)
+    assert exit_status(harness_error="interrupted", outcomes={"failed"}) == (2, "interrupted")
+    assert exit_status(broker_down="broker down: x", harness_error="y", outcomes={"broken"}) == (3, "broker down: x")
+    assert exit_status(usage_error="bad", broker_down="down") == (4, "bad")
