@@ -33,8 +33,7 @@ from pathlib import Path
 from conformance.client_judge.runner import ScenarioResult
 from conformance.gate.baseline import EXPECTED, XPASS, Baseline, Judgement, judge
 from conformance.gate.junit import _clean as xml_text  # one definition of what XML 1.0 cannot carry
-from conformance.plugin.classify import frame_log
-from conformance.plugin.evidence import TestEvidence
+from conformance.results.evidence import TestEvidence, frame_log
 from conformance.results.records import CLIENT_PROFILE
 from conformance.results.verdicts import Verdict
 from conformance.results.verdicts import exit_status as kernel_exit_status

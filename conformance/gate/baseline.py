@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.catalogue.rules import PROFILES, all_rules
-from conformance.plugin.evidence import TestEvidence, test_key
+from conformance.results.evidence import TestEvidence, test_key
 from conformance.results.records import read_table
 from conformance.results.verdicts import UNJUDGED
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from conformance.catalogue.rules import rule
 from conformance.gate.baseline import EXPECTED, XPASS, Judgement
-from conformance.plugin.evidence import TestEvidence
+from conformance.results.evidence import TestEvidence
 from conformance.results.verdicts import UNJUDGED
 
 # worst first: the first outcome present among a rule's tests is the rule's result

@@ -23,8 +23,8 @@ from conformance.drivers.raw import BrokerAddress
 from conformance.drivers.registry import suite_clients
 from conformance.gate.baseline import Baseline, BaselineError, Judgement, load_baseline
 from conformance.plugin.admin import parse_admin
-from conformance.plugin.evidence import TestEvidence
 from conformance.plugin.nodes import parse_cluster
+from conformance.results.evidence import TestEvidence
 
 DEFAULT_OUT = Path("amqp-conformance-results")
 ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')

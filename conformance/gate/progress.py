@@ -32,7 +32,7 @@ from rich.text import Text
 from conformance.catalogue.rules import AREAS
 from conformance.gate.baseline import EXPECTED, XPASS
 from conformance.gate.options import Outcome, Prepared
-from conformance.plugin.evidence import TestEvidence
+from conformance.results.evidence import TestEvidence
 from conformance.results.verdicts import STATUS_TEXT, admin_hint, cluster_hint
 from conformance.results.wording import plural
 

@@ -36,18 +36,18 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import pytest
 
 from codec import ChannelClose, Command, ConnectionClose, MethodFrame
-from codec.frames import describe
 from conformance.catalogue.mentions import named_rules
 from conformance.catalogue.rules import AREAS, rule
 from conformance.drivers.raw import Closed, ConnectionLost, FrameRecord, NoReply
 from conformance.plugin.explain import protocol_terms
 from conformance.plugin.health import LeakReport
 from conformance.plugin.watchdog import WatchdogExpired
+from conformance.results.evidence import frame_log
 from conformance.results.judge import observed_verdict
 from conformance.results.records import TestRecord
 from conformance.results.verdicts import SKIP_PREFIX, Verdict, verdict_of_skip
@@ -269,26 +269,6 @@ def hypothesis_evidence(exc: BaseException | None, configured_seed: object) -> t
     if seed is None and configured_seed is not None:
         seed = str(configured_seed)
     return seed, example
-
-
-def frame_log(frames: Sequence[FrameRecord], limit: int = 2000) -> str:
-    """The frames of a test, one line each: time since the first, connection, direction, frame."""
-    if not frames:
-        return "(no frames recorded)"
-    origin = frames[0].ts
-    lines = [f"+{r.ts - origin:8.3f}s c{r.connection} {r.direction:>3} {_describe(r.frame)}" for r in frames[:limit]]
-    if len(frames) > limit:
-        lines.append(f"... {len(frames) - limit} more frames")
-    return "\n".join(lines)
-
-
-def _describe(frame: Any) -> str:
-    if isinstance(frame, Command):
-        text = describe(MethodFrame(frame.channel, frame.method))
-        return f"{text} + content {len(frame.body)} B" if frame.method.HAS_CONTENT else text
-    if isinstance(frame, bytes | bytearray):
-        return f"raw {len(frame)} B {bytes(frame[:32]).hex()}{'...' if len(frame) > 32 else ''}"
-    return describe(frame)
 
 
 def summary_lines(counts: Counter[tuple[str, Verdict]], areas: Iterable[str]) -> list[str]:
