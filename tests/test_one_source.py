@@ -72,3 +72,27 @@ def test_the_reply_code_check_sees_literals(source: str, expected: list[tuple[in
 
 def test_the_exit_check_sees_literals() -> None:
     assert _literal_exits("def main():\n    if x:\n        return 4\n    sys.exit(3)\n    return EXIT_OK\n") == [3, 4]
+
+
+def _declared_flags(path: Path, within: str | None = None) -> list[str]:
+    """The literal flags `add_argument`/`addoption` calls declare in `path` (in function `within` only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    scope = tree if within is None else next(n for n in ast.walk(tree)
+                                             if isinstance(n, ast.FunctionDef) and n.name == within)
+    return [str(call.args[0].value) for call in ast.walk(scope)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr in ("add_argument", "addoption") and call.args
+            and isinstance(call.args[0], ast.Constant) and str(call.args[0].value).startswith("--")]
+
+
+def test_each_run_option_is_declared_once() -> None:
+    """`amqp-conformance run` and the pytest plugin add the run's options from one table
+    (conformance/run/options.py): the plugin declares no flag of its own, and the gate only its own."""
+    from conformance.run.options import PLUGIN_OPTIONS, RUN_OPTIONS
+
+    flags = [o.flag for o in (*RUN_OPTIONS, *PLUGIN_OPTIONS)]
+    assert len(flags) == len(set(flags))
+    in_plugin = [f for p in sorted((ROOT / "conformance" / "plugin").glob("*.py")) for f in _declared_flags(p)]
+    assert in_plugin == []
+    in_gate = _declared_flags(ROOT / "conformance" / "gate" / "cli.py", "run_arguments")
+    assert in_gate and not set(in_gate) & set(flags), in_gate

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,13 +32,14 @@ from rich.table import Table
 
 from conformance import embedded
 from conformance.catalogue.profiles import AUTO, NEWEST, ProfileError, choices, resolve
-from conformance.catalogue.rules import AREAS, CAPABILITIES
+from conformance.catalogue.rules import AREAS
 from conformance.coverage import suite_coverage
 from conformance.gate import runner
 from conformance.gate.baseline import from_results
 from conformance.gate.options import DEFAULT_OUT, RunOptions, UsageError
 from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT
 from conformance.results.wording import plural
+from conformance.run.options import RUN_OPTIONS, add_to_argparse
 from conformance.suite import SUITE_DIR
 
 PROG = "amqp-conformance"
@@ -101,49 +101,17 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("exit status: " + "; ".join(f"{code} {text}" for code, text in STATUS_TEXT.items())
                      + ". A wrong user or password in --broker-url prints \"authentication refused\" (status 3).")
 
-    parser.add_argument("--broker-url", default=os.environ.get("AMQPC_BROKER_URL"), metavar="URL",
-                        help="amqp://user:pass@host:port/vhost (default: an embedded reference broker)")
-    parser.add_argument("--profile", default="auto", metavar="P",
-                        help=f"auto (default: the base from server-properties plus the advertised capabilities) "
-                             f"or one of: {', '.join(choices()[1:])}")
-    parser.add_argument("--capability", action="append", default=[], metavar="NAME",
-                        help=f"a capability the broker claims beyond those it advertises (repeat): {', '.join(CAPABILITIES)}")
-    parser.add_argument("--extension-profile", default=NEWEST, metavar="P",
-                        help=f"the RabbitMQ profile that judges claimed extensions on a non-RabbitMQ broker (default {NEWEST})")
-    parser.add_argument("--client", default="raw", metavar="C", help="raw (default: the project's codec), pika, amqp (py-amqp) or aio-pika: the suite through that "
-                             "client library; tests it cannot express are not-applicable, with the reason")
-    parser.add_argument("--broker-admin", default=None, metavar="A",
-                        help="management API URL (http://user:pass@host:15672), 'rabbitmqctl' or 'none' "
-                             "(default: none; the embedded broker's own API when no URL is given)")
+    add_to_argparse(parser, RUN_OPTIONS)
     parser.add_argument("--baseline", type=Path, default=None, metavar="FILE", help="known deviations (TOML)")
     parser.add_argument("--strict-baseline", action="store_true",
                         help="a baseline deviation that passes (XPASS) fails the run")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                         help=f"results, junit.xml, pytest-output.txt, report/ (default: {DEFAULT_OUT})")
-    parser.add_argument("--select", nargs="+", default=[], metavar="AREA|RULE",
-                        help="only these areas or rule IDs (see `amqp-conformance rules`)")
     parser.add_argument("--jobs", default=None, metavar="N",
                         help="parallel workers (pytest-xdist), or 'auto' (default: 1 against --broker-url, up to "
                              "4 against the embedded reference broker; AMQPC_JOBS sets it)")
-    parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X", help="multiply every wait by X")
-    parser.add_argument("--test-timeout", type=float, default=None, metavar="S",
-                        help="watchdog: interrupt a test that takes longer than S seconds (broken; exit 3 only if a fresh "
-                             "connection then fails), 0 = never "
-                             "(default 300 x the timeout scale)")
-    parser.add_argument("--run-timeout", type=float, default=None, metavar="S",
-                        help="watchdog: end the run (exit 3) after S seconds, 0 = never "
-                             "(default (300 + 30 per test) x the timeout scale)")
-    parser.add_argument("--run-id", default=None, metavar="ID", help="id of this run in the results")
     parser.add_argument("--suite", type=Path, default=None, metavar="DIR",
                         help="run the rule tests in DIR instead of the shipped suite")
-    parser.add_argument("--cluster-node", action="append", default=[], metavar="URL",
-                        help="another node of the broker's cluster, amqp://... (repeat; --broker-url is node 1); the "
-                             "cluster tests need them and --node-control (else needs-cluster); 'embedded' without "
-                             "--broker-url: the embedded reference broker as a 3-node cluster with its own node control")
-    parser.add_argument("--node-control", default=None, metavar="COMMAND",
-                        help="stops or starts one node and returns when it is down or up: placeholders {url}, "
-                             "{index} (1 = --broker-url, then the --cluster-node order) and {action} (stop|start), "
-                             "e.g. 'scripts/rabbitmq4.sh node 4.3 {index} {action}'")
     parser.add_argument("--report", action="store_true", help="also build the HTML report into DIR/report (Spark)")
 
 

@@ -148,7 +148,7 @@ class RunCollector:
 
 def pytest_args(prepared: Prepared, url: str, admin: str, results: Path, cluster: ClusterSpec | None = None) -> list[str]:
     options = prepared.options
-    args = [str(options.suite or SUITE_DIR), "-p", "conformance.plugin.selection", "-p", "no:cacheprovider",
+    args = [str(options.suite or SUITE_DIR), "-p", "no:cacheprovider",
             "-o", "addopts=", "-q", "-rfE", "--tb=short",
             "--broker-url", url, "--broker-admin", admin, "--profile", options.profile, "--client", options.client,
             "--timeout-scale", repr(options.timeout_scale), "--results-dir", str(results), "--run-id", prepared.run_id]

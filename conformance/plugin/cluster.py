@@ -31,16 +31,6 @@ ANSWER_SECONDS = 30.0  # after a start: until the node accepts an AMQP connectio
 STOPPED_NODES = pytest.StashKey[list[int]]()  # on the test item: the nodes its `Cluster` stopped, in order
 
 
-def add_cluster_options(group: Any) -> None:
-    group.addoption("--cluster-node", action="append", default=[], metavar="URL",
-                    help="another node of the broker's cluster, amqp://… (repeat; --broker-url is node 1); "
-                         "'embedded' without --broker-url: the embedded reference broker as a 3-node cluster")
-    group.addoption("--node-control", default=None, metavar="COMMAND",
-                    help="stops or starts one node and returns when it is down or up; placeholders {url}, "
-                         "{index} (1 = --broker-url) and {action} (stop|start), e.g. "
-                         "'scripts/rabbitmq4.sh node 4.3 {index} {action}'")
-
-
 @dataclass
 class Cluster:
     """A test's view of the cluster: node URLs, connections to a node, stop and start."""

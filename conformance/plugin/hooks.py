@@ -33,7 +33,6 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import uuid
 from collections import Counter
@@ -45,21 +44,21 @@ from typing import Any
 import pytest
 
 from conformance import SUITE_DIR
-from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice, choices
-from conformance.catalogue.rules import AREAS, CAPABILITIES, REQUIRED, VARIANT, rule
+from conformance.catalogue.profiles import ProfileError, check_choice
+from conformance.catalogue.rules import AREAS, REQUIRED, VARIANT, rule
 from conformance.drivers.probes import PROBE_SUPPORT
 from conformance.drivers.raw import BrokerAddress, Recorder
 from conformance.drivers.registry import client_version, suite_clients
 from conformance.drivers.silence import SILENCES
-from conformance.plugin import classify, distributed, evidence
+from conformance.plugin import classify, distributed, evidence, selection
 from conformance.plugin.admin import Unavailable, parse_admin
-from conformance.plugin.cluster import STOPPED_NODES, add_cluster_options
+from conformance.plugin.cluster import STOPPED_NODES
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
 from conformance.plugin.nodes import cluster_urls, parse_cluster, wants_embedded
 from conformance.plugin.session import HARNESS, Harness, harness
 from conformance.plugin.verdicts import needs_admin
-from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired, add_watchdog_options
+from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired
 from conformance.results.records import ResultsWriter, RunRecord, harness_version, redact_url
 from conformance.results.verdicts import (
     HarnessError,
@@ -69,6 +68,7 @@ from conformance.results.verdicts import (
     cluster_hint,
     exit_status,
 )
+from conformance.run.options import PLUGIN_OPTIONS, RUN_OPTIONS, add_to_pytest
 
 pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients",  # the fixtures tests use (target, connect, names, admin,
                   "conformance.plugin.cluster"]  # cluster)
@@ -77,21 +77,7 @@ AREA_MARKER = "area_"  # `-m area_qos` selects an area
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("amqp-conformance")
-    group.addoption("--broker-url", default=os.environ.get("AMQPC_BROKER_URL"),
-                    help="amqp://user:pass@host:port/vhost (default: an embedded reference broker)")
-    group.addoption("--broker-admin", default="none",
-                    help="management API URL (http://user:pass@host:15672), 'rabbitmqctl' or 'none'")
-    group.addoption("--profile", default="auto", help=f"one of: {', '.join(choices())}")
-    group.addoption("--capability", action="append", default=[], metavar="NAME",
-                    help=f"a capability the broker claims beyond what it advertises (repeat): {', '.join(CAPABILITIES)}")
-    group.addoption("--extension-profile", default=NEWEST, metavar="P",
-                    help="the RabbitMQ profile that judges claimed extensions on a non-RabbitMQ broker")
-    group.addoption("--client", default="raw", help=f"run the suite through this client: {'|'.join(suite_clients())} (raw: the project's codec)")
-    group.addoption("--timeout-scale", type=float, default=1.0, help="multiply every wait by this")
-    group.addoption("--results-dir", default=None, help="write run/test/frame records here (Parquet)")
-    group.addoption("--run-id", default=None, help="id of this run in the results (default: a new uuid)")
-    add_watchdog_options(group)
-    add_cluster_options(group)
+    add_to_pytest(group, (*RUN_OPTIONS, *PLUGIN_OPTIONS))
 
 
 STATE = pytest.StashKey[classify.TestState]()
@@ -100,6 +86,8 @@ IN_RULE_TEST = pytest.StashKey[bool]()  # a rule test is running: its assertions
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.is_registered(selection):  # --select is this plugin's: honoured in plain pytest too
+        config.pluginmanager.register(selection, "amqpc-selection")
     force_full_assertions(config)  # a failure's message is read by people: never cut inside a value
     config.addinivalue_line("markers", "rules(*ids): the catalogue rule IDs a test checks")
     config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
@@ -119,7 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         if url:
             BrokerAddress.parse(url)
-        admin = parse_admin(config.getoption("--broker-admin"), url or "")
+        admin = parse_admin(config.getoption("--broker-admin") or "none", url or "")
         cluster = parse_cluster(url, config.getoption("--cluster-node"), config.getoption("--node-control"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None

@@ -1,8 +1,9 @@
-"""The pytest side of a selection: `pytest -p conformance.plugin.selection --select qos ACK-03`.
+"""The pytest side of a selection: `pytest --select qos ACK-03` (the plugin registers this module).
 
-Responsibility: declare `--select` and keep only the tests that check a selected rule or a rule of
-a selected area (`conformance.catalogue.selection`). `amqp-conformance run --select` loads it;
-being a `-p` plugin, it is active in pytest-xdist workers too (they get the same command line).
+Responsibility: keep only the tests that check a selected rule or a rule of
+a selected area (`conformance.catalogue.selection`); `--select` itself is one of the run's options
+(`conformance.run.options`), which the plugin declares. The plugin registers it in every
+process of a run (pytest-xdist workers too).
 
 Rules:
 - An unknown selector is a usage error (pytest's), naming it and what is known.
@@ -15,12 +16,6 @@ from __future__ import annotations
 import pytest
 
 from conformance.catalogue.selection import parse_selection
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("amqp-conformance").addoption(
-        "--select", action="append", default=[], metavar="AREA|RULE",
-        help="run only the tests of these areas or rule IDs (repeatable, comma-separated)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -47,9 +47,8 @@ from typing import Any
 import pytest
 
 from conformance.results.verdicts import EXIT_UNREACHABLE
+from conformance.run.options import SESSION_BASE, SESSION_PER_TEST, TEST_BUDGET
 
-TEST_BUDGET = 300.0  # s per rule test, before --timeout-scale
-SESSION_BASE, SESSION_PER_TEST = 300.0, 30.0  # s, before --timeout-scale
 GRACE = 30.0  # s between the interrupt and the hard exit, before --timeout-scale
 EXIT_STATUS = EXIT_UNREACHABLE  # DESIGN.md decision 8: the broker is unreachable or wedged
 SIGNAL = signal.SIGUSR2  # not SIGALRM: pytest-timeout's
@@ -57,14 +56,6 @@ SIGNAL = signal.SIGUSR2  # not SIGALRM: pytest-timeout's
 
 class WatchdogExpired(BaseException):
     """A rule test or the session overran its budget; the run is being ended."""
-
-
-def add_watchdog_options(group: Any) -> None:
-    group.addoption("--test-timeout", type=float, default=None, metavar="SECONDS",
-                    help=f"hard budget of one rule test, 0 = none (default {TEST_BUDGET:g} x --timeout-scale)")
-    group.addoption("--run-timeout", type=float, default=None, metavar="SECONDS",
-                    help=f"hard budget of the session, 0 = none (default ({SESSION_BASE:g} + {SESSION_PER_TEST:g} "
-                         "per test) x --timeout-scale)")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The run kernel's front half: what a run is asked to do (its options, declared once)."""
