@@ -22,9 +22,9 @@ from conformance.catalogue.selection import parse_selection
 from conformance.drivers.raw import BrokerAddress
 from conformance.drivers.registry import suite_clients
 from conformance.gate.baseline import Baseline, BaselineError, Judgement, load_baseline
-from conformance.plugin.admin import parse_admin
-from conformance.plugin.nodes import parse_cluster
 from conformance.results.evidence import TestEvidence
+from conformance.run.admin import parse_admin
+from conformance.run.nodes import parse_cluster
 
 DEFAULT_OUT = Path("amqp-conformance-results")
 ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')

@@ -56,13 +56,6 @@ from conformance.gate.options import EnvironmentFailure, Outcome, Prepared, RunO
 from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
 from conformance.plugin.health import connect_failure
-from conformance.plugin.nodes import (
-    EMBEDDED_NODES,
-    ClusterSpec,
-    embedded_cluster,
-    parse_cluster,
-    wants_embedded,
-)
 from conformance.plugin.session import HARNESS
 from conformance.results.records import amend_run, redact_url
 from conformance.results.verdicts import (
@@ -71,6 +64,13 @@ from conformance.results.verdicts import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     exit_status,
+)
+from conformance.run.nodes import (
+    EMBEDDED_NODES,
+    ClusterSpec,
+    embedded_cluster,
+    parse_cluster,
+    wants_embedded,
 )
 from conformance.suite import SUITE_DIR
 

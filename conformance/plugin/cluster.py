@@ -1,7 +1,7 @@
 """The `cluster` fixture (issue 30) and its options: a test's view of the broker's cluster.
 
 Rules:
-- The options are `--cluster-node` and `--node-control` (`conformance.plugin.nodes` says what
+- The options are `--cluster-node` and `--node-control` (`conformance.run.nodes` says what
   they mean and validates them).
 - The `cluster` fixture hands a test its `Cluster`; without a cluster the test is `needs-cluster`
   (not run, out of the score). Every node the test stopped is started again at teardown, each
@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from conformance.drivers.raw import DriverError, RawClient, Recorder
-from conformance.plugin.nodes import ClusterSpec, run_node_control, wait_until_answering
 from conformance.plugin.session import Names, Target, harness
 from conformance.plugin.verdicts import needs_cluster
 from conformance.results.verdicts import HarnessError
+from conformance.run.nodes import ClusterSpec, run_node_control, wait_until_answering
 
 CONTROL_SECONDS = 120.0  # one stop or start (RabbitMQ 4.3.6 via rabbitmqctl: 5-8 s measured)
 ANSWER_SECONDS = 30.0  # after a start: until the node accepts an AMQP connection

@@ -24,14 +24,14 @@ from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
 from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import ChannelClosed, DriverError, RawClient, Recorder
 from conformance.embedded import start as start_embedded
-from conformance.plugin.admin import RestoringAdmin, parse_admin
 from conformance.plugin.classify import BROKEN_PREFIX
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
-from conformance.plugin.nodes import EMBEDDED_NODES, cluster_urls, embedded_cluster
 from conformance.plugin.session import Names, Target, harness
 from conformance.plugin.verdicts import skip_unless_applies
 from conformance.results.records import redact_url
 from conformance.results.verdicts import EXIT_UNREACHABLE
+from conformance.run.admin import RestoringAdmin, parse_admin
+from conformance.run.nodes import EMBEDDED_NODES, cluster_urls, embedded_cluster
 
 
 @pytest.fixture(scope="session")

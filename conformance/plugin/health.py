@@ -48,7 +48,7 @@ from codec import (
 from codec.constants import ReplyCode
 from conformance.drivers.probes import PROBE_METHOD, PROBE_SUPPORT
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, DriverError, NoReply, RawClient
-from conformance.plugin.admin import AdminAdapter, AdminError, Unavailable
+from conformance.run.admin import AdminAdapter, AdminError, Unavailable
 
 PREFIX = "amqpc."
 _PROBE_CHANNEL = 1

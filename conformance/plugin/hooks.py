@@ -51,11 +51,9 @@ from conformance.drivers.raw import BrokerAddress, Recorder
 from conformance.drivers.registry import client_version, suite_clients
 from conformance.drivers.silence import SILENCES
 from conformance.plugin import classify, distributed, evidence, selection
-from conformance.plugin.admin import Unavailable, parse_admin
 from conformance.plugin.cluster import STOPPED_NODES
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
-from conformance.plugin.nodes import cluster_urls, parse_cluster, wants_embedded
 from conformance.plugin.session import HARNESS, Harness, harness
 from conformance.plugin.verdicts import needs_admin
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired
@@ -68,6 +66,8 @@ from conformance.results.verdicts import (
     cluster_hint,
     exit_status,
 )
+from conformance.run.admin import Unavailable, parse_admin
+from conformance.run.nodes import cluster_urls, parse_cluster, wants_embedded
 from conformance.run.options import PLUGIN_OPTIONS, RUN_OPTIONS, add_to_pytest
 
 pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients",  # the fixtures tests use (target, connect, names, admin,

@@ -16,12 +16,12 @@ import pytest
 
 from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import BrokerAddress
-from conformance.plugin.admin import AdminAdapter
 from conformance.plugin.health import HealthProbe, LeakReport, NameRegistry
-from conformance.plugin.nodes import ClusterSpec
 from conformance.plugin.watchdog import Watchdog
 from conformance.results.records import ResultsWriter, RunRecord
 from conformance.results.verdicts import Verdict
+from conformance.run.admin import AdminAdapter
+from conformance.run.nodes import ClusterSpec
 
 
 @dataclass

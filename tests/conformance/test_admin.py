@@ -1,4 +1,4 @@
-"""Tests of the admin adapters (conformance/plugin/admin.py).
+"""Tests of the admin adapters (conformance/run/admin.py).
 
 ManagementApi runs against an in-memory fake of the management API (httpx.MockTransport) and,
 marked `rabbitmq43`, against RabbitMQ 4.3.6's real one: scripts/rabbitmq4.sh starts that node with
@@ -22,7 +22,8 @@ import pytest
 
 from codec import ConnectionClose, QueueDeclare, QueueDeclareOk, QueueDelete, QueueDeleteOk
 from conformance.drivers.raw import RawClient
-from conformance.plugin.admin import (
+from conformance.results.records import redact_url
+from conformance.run.admin import (
     AdminError,
     GlobalValue,
     ManagementApi,
@@ -33,7 +34,6 @@ from conformance.plugin.admin import (
     Unavailable,
     parse_admin,
 )
-from conformance.results.records import redact_url
 from tests.conftest import require
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"

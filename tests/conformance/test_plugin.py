@@ -21,9 +21,9 @@ import hypothesis  # noqa: F401
 import pytest
 
 from conformance.interpose.relay import Interposer, Link, Plumbing, Relay, RelayThread, Transform
-from conformance.plugin.admin import NoAdmin
 from conformance.plugin.health import NameRegistry, find_leaks
 from conformance.results.records import read_table
+from conformance.run.admin import NoAdmin
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 
@@ -391,7 +391,7 @@ def test_bad_options_are_usage_errors(pytester: pytest.Pytester, option: list[st
 
 class ListingAdmin(NoAdmin):
     def list_queues(self, vhost: str) -> list[Any]:
-        from conformance.plugin.admin import QueueInfo
+        from conformance.run.admin import QueueInfo
 
         return [QueueInfo("amqpc.t.q.1", vhost), QueueInfo("amqpc.old.q.2", vhost), QueueInfo("app.q", vhost)]
 

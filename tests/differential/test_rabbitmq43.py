@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conformance.drivers.raw import DriverError, RawClient
-from conformance.plugin.admin import ManagementApi, Rabbitmqctl
+from conformance.run.admin import ManagementApi, Rabbitmqctl
 from reference_broker.server import EmbeddedBroker
 from tests.conftest import require
 from tests.differential.scenarios import SCENARIOS

@@ -46,9 +46,9 @@ from conformance.drivers.raw import (
     RawClient,
     Recorder,
 )
-from conformance.plugin.admin import AdminAdapter
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
+from conformance.run.admin import AdminAdapter
 from conformance.suite.steps.queues import QUORUM, require_kind
 from conformance.suite.steps.replies import (
     Trigger,

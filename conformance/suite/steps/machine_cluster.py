@@ -31,8 +31,8 @@ from codec import QueueDeclare, QueueDeclareOk
 from conformance.catalogue.rules import REQUIRED
 from conformance.drivers.raw import Recorder
 from conformance.plugin.cluster import STOPPED_NODES, Cluster
-from conformance.plugin.nodes import ClusterSpec
 from conformance.plugin.session import Target, harness
+from conformance.run.nodes import ClusterSpec
 from conformance.suite.steps.machine_base import MachineTarget, step
 from conformance.suite.steps.machine_consuming import ConsumingMachine
 

@@ -38,9 +38,9 @@ from codec import (
 from codec.constants import ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
-from conformance.plugin.admin import RestoringAdmin, Unavailable
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
+from conformance.run.admin import RestoringAdmin, Unavailable
 from conformance.suite.steps.queues import QUORUM, Publisher, declare, messages
 from conformance.suite.steps.wire import sync, wait_channel_closed
 

@@ -59,7 +59,7 @@ from conformance.drivers.raw import (
     RawClient,
     Recorder,
 )
-from conformance.plugin.admin import AdminAdapter
+from conformance.run.admin import AdminAdapter
 
 _RAW_IDS = itertools.count(1_000_000)  # raw handshakes, apart from RawClient's connection ids
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024  # PC-12, 4.0+

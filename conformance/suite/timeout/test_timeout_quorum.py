@@ -18,10 +18,10 @@ from codec import (
 from codec.constants import ReplyCode
 from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
-from conformance.plugin.admin import AdminError, RestoringAdmin
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import unimplemented
 from conformance.results.verdicts import HarnessError
+from conformance.run.admin import AdminError, RestoringAdmin
 from conformance.suite.steps.queues import (
     CLASSIC,
     QUORUM,

@@ -15,9 +15,9 @@ from codec import (
 from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
-from conformance.plugin.admin import RestoringAdmin
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
+from conformance.run.admin import RestoringAdmin
 from conformance.suite.steps.queues import (
     CLASSIC,
     QUORUM,
