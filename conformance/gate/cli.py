@@ -39,6 +39,7 @@ from conformance.gate.baseline import from_results
 from conformance.gate.options import DEFAULT_OUT, RunOptions, UsageError
 from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT
 from conformance.results.wording import plural
+from conformance.run.config import ConfigError, from_values
 from conformance.run.options import RUN_OPTIONS, add_to_argparse
 from conformance.suite import SUITE_DIR
 
@@ -117,12 +118,11 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_run(args: argparse.Namespace, report: Callable[[Path, Path], int] | None) -> int:
     """`run`; `report(results_dir, out_dir)` builds the HTML report (`--report`)."""
-    options = RunOptions(args.broker_url or None, args.profile, args.client, args.broker_admin, args.baseline,
-                         args.strict_baseline, args.out, tuple(args.select), args.jobs, args.timeout_scale,
-                         args.run_id, args.suite, args.report, test_timeout=args.test_timeout,
-                         run_timeout=args.run_timeout, capabilities=tuple(args.capability),
-                         extension_profile=args.extension_profile, cluster_nodes=tuple(args.cluster_node),
-                         node_control=args.node_control)
+    try:
+        config = from_values(lambda dest: getattr(args, dest))
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    options = RunOptions(config, args.baseline, args.strict_baseline, args.out, args.jobs, args.suite, args.report)
     return runner.run(options, report=report)
 
 

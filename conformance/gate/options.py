@@ -1,34 +1,28 @@
 """`amqp-conformance run`'s options: validated before anything starts, and what a run found.
 
-Rules: every bad option is found by `prepare` before the broker or pytest starts, and raised
-as `UsageError` with one line (exit status 4): a bad URL, profile, client, admin, baseline,
-selector, job count, timeout scale, budget, run id, suite, output directory, cluster node
-or node control.
+Rules: every bad option is found before the broker or pytest starts, and raised as `UsageError`
+with one line (exit status 4): the run's own values where its configuration is built
+(`conformance.run.config`: URL, profile, client, admin, selector, timeout scale, budgets, run id,
+cluster node, node control), the gate's in `prepare` (baseline, job count, suite, output
+directory).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue.profiles import NEWEST, ProfileError, check_choice
-from conformance.catalogue.selection import parse_selection
-from conformance.drivers.raw import BrokerAddress
-from conformance.drivers.registry import suite_clients
 from conformance.gate.baseline import Baseline, BaselineError, Judgement, load_baseline
 from conformance.results.evidence import TestEvidence
-from conformance.run.admin import parse_admin
-from conformance.run.nodes import parse_cluster
+from conformance.run.config import RunConfig
 
 DEFAULT_OUT = Path("amqp-conformance-results")
 ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class UsageError(Exception):
@@ -41,25 +35,16 @@ class EnvironmentFailure(Exception):
 
 @dataclass
 class RunOptions:
-    broker_url: str | None = None
-    profile: str = "auto"
-    client: str = "raw"
-    broker_admin: str | None = None
+    """What `amqp-conformance run` is asked: the run's configuration (conformance.run.config, built
+    and checked once from the command line) and the gate's own options."""
+
+    config: RunConfig = field(default_factory=RunConfig)
     baseline: Path | None = None
     strict_baseline: bool = False
     out: Path = DEFAULT_OUT
-    select: tuple[str, ...] = ()
     jobs: str | None = None  # None: `default_jobs`
-    timeout_scale: float = 1.0
-    run_id: str | None = None
     suite: Path | None = None
     report: bool = False
-    test_timeout: float | None = None  # None: the watchdog's default
-    run_timeout: float | None = None
-    capabilities: tuple[str, ...] = ()  # declared beyond what the broker advertises
-    extension_profile: str = NEWEST
-    cluster_nodes: tuple[str, ...] = ()  # --cluster-node: the other nodes, or ("embedded",)
-    node_control: str | None = None  # --node-control: the command template
 
 
 @dataclass
@@ -71,31 +56,11 @@ class Prepared:
 
 
 def prepare(options: RunOptions) -> Prepared:
-    """Validate every option (UsageError, one line, on the first bad one)."""
-    try:
-        if options.broker_url:
-            BrokerAddress.parse(options.broker_url)
-        if options.broker_admin:
-            parse_admin(options.broker_admin, options.broker_url or "")
-        parse_selection(options.select)
-        parse_cluster(options.broker_url, options.cluster_nodes, options.node_control)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        check_choice(options.profile, options.capabilities, options.extension_profile)
-    except ProfileError as exc:
-        raise UsageError(str(exc)) from None
-    if options.client not in suite_clients():
-        raise UsageError(f"--client {options.client!r}: one of {', '.join(suite_clients())}")
-    if not options.timeout_scale > 0:
-        raise UsageError("--timeout-scale must be a positive number")
-    for name, budget in (("--test-timeout", options.test_timeout), ("--run-timeout", options.run_timeout)):
-        if budget is not None and not budget >= 0:
-            raise UsageError(f"{name} must be a number of seconds >= 0 (0 = no limit)")
-    jobs = _jobs(options.jobs) if options.jobs is not None else default_jobs(options.broker_url)
-    run_id = options.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    if not _RUN_ID.fullmatch(run_id):
-        raise UsageError(f"--run-id {run_id!r}: letters, digits, '.', '_' and '-' only")
+    """Check the gate's own options (UsageError, one line, on the first bad one); the run's
+    configuration was checked when it was built."""
+    jobs = _jobs(options.jobs) if options.jobs is not None else default_jobs(options.config.broker_url)
+    run_id = options.config.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    options.config = replace(options.config, run_id=run_id)
     if options.strict_baseline and options.baseline is None:
         raise UsageError("--strict-baseline needs --baseline FILE")
     if options.suite is not None and not options.suite.is_dir():

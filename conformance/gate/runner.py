@@ -47,7 +47,6 @@ from typing import Any, TextIO
 import pytest
 from rich.console import Console
 
-from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.embedded import start as start_embedded
 from conformance.gate.baseline import EXPECTED, Baseline, judge, judgement_json
@@ -56,7 +55,7 @@ from conformance.gate.options import EnvironmentFailure, Outcome, Prepared, RunO
 from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
 from conformance.plugin.health import connect_failure
-from conformance.plugin.session import HARNESS
+from conformance.plugin.session import HARNESS, GivenRun
 from conformance.results.records import amend_run, redact_url
 from conformance.results.verdicts import (
     EXIT_HARNESS,
@@ -65,12 +64,10 @@ from conformance.results.verdicts import (
     EXIT_USAGE,
     exit_status,
 )
+from conformance.run.config import RunConfig
 from conformance.run.nodes import (
     EMBEDDED_NODES,
-    ClusterSpec,
     embedded_cluster,
-    parse_cluster,
-    wants_embedded,
 )
 from conformance.suite import SUITE_DIR
 
@@ -146,53 +143,42 @@ class RunCollector:
         return [*self.tests, *lost, *never]
 
 
-def pytest_args(prepared: Prepared, url: str, admin: str, results: Path, cluster: ClusterSpec | None = None) -> list[str]:
+def pytest_args(prepared: Prepared, results: Path) -> list[str]:
+    """pytest's own arguments; what the run is asked to do goes to the plugin as `GivenRun`."""
     options = prepared.options
-    args = [str(options.suite or SUITE_DIR), "-p", "no:cacheprovider",
-            "-o", "addopts=", "-q", "-rfE", "--tb=short",
-            "--broker-url", url, "--broker-admin", admin, "--profile", options.profile, "--client", options.client,
-            "--timeout-scale", repr(options.timeout_scale), "--results-dir", str(results), "--run-id", prepared.run_id]
-    for selector in options.select:
-        args += ["--select", selector]
-    for capability in options.capabilities:
-        args += ["--capability", capability]
-    args += ["--extension-profile", options.extension_profile]
-    for name, budget in (("--test-timeout", options.test_timeout), ("--run-timeout", options.run_timeout)):
-        if budget is not None:
-            args += [name, repr(budget)]
+    args = [str(options.suite or SUITE_DIR), "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE", "--tb=short",
+            "--results-dir", str(results)]
     if prepared.jobs != "1":
         args += ["-n", prepared.jobs]  # long tests first, one at a time (conformance.plugin.schedule)
-    if cluster is not None:
-        args += [arg for node in cluster.urls[1:] for arg in ("--cluster-node", node)]
-        args += ["--node-control", cluster.control]
     return args
 
 
 @contextlib.contextmanager
-def broker_target(options: RunOptions) -> Iterator[tuple[str, str, str, ClusterSpec | None]]:
-    """(url, admin, description, cluster) of the broker under test; starts the embedded one if no
+def broker_target(config: RunConfig) -> Iterator[tuple[RunConfig, str]]:
+    """(the run aimed at the broker under test, its description); starts the embedded broker if no
     URL (as a cluster with `--cluster-node embedded`)."""
-    if options.broker_url:
-        cluster = parse_cluster(options.broker_url, options.cluster_nodes, options.node_control)
-        yield options.broker_url, options.broker_admin or "none", redact_url(options.broker_url), cluster
+    if config.broker_url:
+        yield config, redact_url(config.broker_url)
         return
-    as_cluster = wants_embedded(options.cluster_nodes)
+    as_cluster = config.embedded_cluster
     try:
         embedded = start_embedded(management_port=0, **({"nodes": EMBEDDED_NODES} if as_cluster else {}))
     except Exception as exc:  # a port, a thread, the loop: the environment, not the user
         raise EnvironmentFailure(f"the embedded reference broker did not start: {type(exc).__name__}: {exc}") from None
     try:
-        admin = options.broker_admin or embedded.management_url or "none"
-        yield (embedded.url, admin, f"embedded reference broker at {redact_url(embedded.url)}"
-               + (f" ({EMBEDDED_NODES} nodes)" if as_cluster else ""), embedded_cluster(embedded) if as_cluster else None)
+        admin = config.broker_admin or embedded.management_url or "none"
+        aimed = config.targeting(embedded.url, admin, embedded_cluster(embedded) if as_cluster else None)
+        yield aimed, (f"embedded reference broker at {redact_url(embedded.url)}"
+                      + (f" ({EMBEDDED_NODES} nodes)" if as_cluster else ""))
     finally:
         embedded.stop()
 
 
-def probe(url: str, timeout: float) -> dict[str, Any]:
-    """The broker's server-properties; OSError or DriverError when it does not answer."""
-    with RawClient(url, timeout=timeout) as client:
-        return dict(client.server_properties)
+def probe(config: RunConfig) -> RunConfig:
+    """The run's one probe of the broker: the run with its server-properties (OSError or DriverError
+    when it does not answer)."""
+    with RawClient(str(config.broker_url), timeout=config.timeout(5.0)) as client:
+        return config.probed(client.server_properties)
 
 
 def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
@@ -200,15 +186,16 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
     options = prepared.options
     results = options.out / "results"
     started = time.monotonic()
-    with broker_target(options) as (url, admin, description, cluster):
+    with broker_target(options.config) as (config, description):
         try:
-            props = probe(url, 5.0 * options.timeout_scale)
+            config = probe(config)
         except (OSError, DriverError) as exc:
             return Outcome(EXIT_UNREACHABLE, problem=connect_failure(description, exc))
-        judged_by = resolve(options.profile, props, options.capabilities, options.extension_profile)
+        judged_by = config.judged_by()
         profile = judged_by.base
+        props = config.server_properties or {}
         product = " ".join(str(props.get(k, "")) for k in ("product", "version")).strip()
-        console.print(f"broker: {description} ({product}), profile {judged_by.display}, client {options.client}, "
+        console.print(f"broker: {description} ({product}), profile {judged_by.display}, client {config.client}, "
                       f"run {prepared.run_id}" + (f", {prepared.jobs} jobs" if prepared.jobs != "1" else ""),
                       soft_wrap=True, highlight=False, markup=False)
         for line in judged_by.explain():
@@ -216,7 +203,7 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
         with LiveProgress(console, "amqp-conformance") as progress:
             collector = RunCollector(progress, prepared.baseline, profile)
             with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                code = int(pytest.main(pytest_args(prepared, url, admin, results, cluster), plugins=[collector]))
+                code = int(pytest.main(pytest_args(prepared, results), plugins=[collector, GivenRun(config)]))
     tests = collector.finished_tests()
     outcome = Outcome(EXIT_OK, tests, judge(tests, prepared.baseline, profile), profile, harness=collector.harness,
                       seconds=time.monotonic() - started)
@@ -299,8 +286,8 @@ def run(options: RunOptions, console: Console | None = None,
 
 def write_junit_for(prepared: Prepared, outcome: Outcome) -> Path:
     options, record = prepared.options, getattr(outcome.harness, "run", None)
-    info = RunInfo(prepared.run_id, options.client,
-                   redact_url(options.broker_url) if options.broker_url else "embedded reference broker",
+    info = RunInfo(prepared.run_id, options.config.client,
+                   redact_url(options.config.broker_url) if options.config.broker_url else "embedded reference broker",
                    getattr(record, "product", None), getattr(record, "version", None), outcome.profile,
                    prepared.baseline.source if prepared.baseline else None, options.strict_baseline,
                    f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%S}")

@@ -38,12 +38,15 @@ from typing import IO, Any
 
 import pytest
 
+from conformance.drivers.raw import DriverError, RawClient
 from conformance.plugin import evidence, schedule
 from conformance.plugin.session import Harness
 from conformance.results.verdicts import Verdict
+from conformance.run.config import RunConfig
 
 RUN_ID_KEY = "amqpc_run_id"
 LOCK_KEY = "amqpc_lock_dir"
+CONFIG_KEY = "amqpc_run_config"
 OUTPUT_KEY = "amqpc"
 
 
@@ -51,6 +54,23 @@ def worker_run_id(config: pytest.Config) -> str | None:
     """The run id the controller gave this worker, or None outside a worker."""
     workerinput = getattr(config, "workerinput", None)
     return str(workerinput[RUN_ID_KEY]) if workerinput and RUN_ID_KEY in workerinput else None
+
+
+def worker_config(config: pytest.Config) -> dict[str, Any] | None:
+    """In a pytest-xdist worker: the run configuration the controller handed it (plain types)."""
+    workerinput = getattr(config, "workerinput", None)
+    value = workerinput.get(CONFIG_KEY) if workerinput else None
+    return dict(value) if isinstance(value, dict) else None
+
+
+def probed(run: RunConfig) -> RunConfig:
+    """The run with the broker's server-properties, or as it was when the broker does not answer
+    (then each worker's own first connection finds that out and says so)."""
+    try:
+        with RawClient(str(run.broker_url), timeout=run.timeout(5.0)) as client:
+            return run.probed(client.server_properties)
+    except (OSError, DriverError):
+        return run
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -143,7 +163,10 @@ class ControllerSide:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
+        if self.state.config.broker_url and self.state.config.server_properties is None:
+            self.state.config = probed(self.state.config)  # plain pytest: the controller probes, once
         node.workerinput[RUN_ID_KEY] = self.state.run_id
+        node.workerinput[CONFIG_KEY] = self.state.config.to_plain()  # parsed and probed once, by the controller
         node.workerinput[LOCK_KEY] = self.lock_dir
 
     def pytest_unconfigure(self) -> None:

@@ -38,31 +38,31 @@ from conformance.run.nodes import EMBEDDED_NODES, cluster_urls, embedded_cluster
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     config = request.config
     state = harness(config)
-    url = config.getoption("--broker-url")
-    embedded = None
+    run = state.config
+    url, admin, embedded = run.broker_url, run.broker_admin or "none", None
     if not url:
         embedded = start_embedded(management_port=0, **({"nodes": EMBEDDED_NODES} if state.embedded_cluster else {}))
         url = embedded.url
         if state.embedded_cluster:
             state.cluster = embedded_cluster(embedded)
-        if config.getoption("--broker-admin") == "none" and embedded.management_url:
+        if admin == "none" and embedded.management_url:
             state.admin = parse_admin(embedded.management_url, url)  # the embedded broker's own API
-    scale = config.getoption("--timeout-scale")
-    try:
-        with RawClient(url, timeout=5.0 * scale) as probe:
-            props = probe.server_properties
-    except (OSError, DriverError) as exc:
-        if embedded is not None:
-            embedded.stop()
-        state.down = connect_failure(redact_url(url), exc)
-        if not state.worker:  # the run's first connection: nothing ran yet, the run ends here
-            pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
-        # a pytest-xdist worker joins a run under way (another worker may have wedged the broker):
-        # an exit here would lose its tests (xdist cannot reschedule them); each gets `broken`
-        pytest.skip(BROKEN_PREFIX + state.down)
-    profile = resolve(config.getoption("--profile"), props, config.getoption("--capability"),
-                      config.getoption("--extension-profile"))
-    made = Target(url, profile, scale, config.getoption("--broker-admin"), config.getoption("--client"), embedded)
+    props = run.server_properties if embedded is None else None  # the run's one probe, when it was made
+    if props is None:
+        try:
+            with RawClient(url, timeout=run.timeout(5.0)) as probe:
+                props = probe.server_properties
+        except (OSError, DriverError) as exc:
+            if embedded is not None:
+                embedded.stop()
+            state.down = connect_failure(redact_url(url), exc)
+            if not state.worker:  # the run's first connection: nothing ran yet, the run ends here
+                pytest.exit(state.down, returncode=EXIT_UNREACHABLE)
+            # a pytest-xdist worker joins a run under way (another worker may have wedged the broker):
+            # an exit here would lose its tests (xdist cannot reschedule them); each gets `broken`
+            pytest.skip(BROKEN_PREFIX + state.down)
+    profile = resolve(run.profile, props, run.capability, run.extension_profile)
+    made = Target(url, profile, run.timeout_scale, admin, run.client, embedded)
     state.target, state.probe = made, HealthProbe(url, made.timeout(5.0))
     if state.run is not None:
         state.run.product, state.run.version = str(props.get("product", "")), str(props.get("version", ""))
@@ -75,8 +75,8 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     yield made
     close_quietly(state.probe)
     if state.down is None:
-        admin = None if state.admin.describe() == "none" else state.admin
-        state.leaks = find_leaks(url, made.vhost, state.names, admin, made.timeout(5.0))
+        adapter = None if state.admin.describe() == "none" else state.admin
+        state.leaks = find_leaks(url, made.vhost, state.names, adapter, made.timeout(5.0))
     if embedded is not None:
         embedded.stop()
 

@@ -33,10 +33,10 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-import re
 import uuid
 from collections import Counter
 from collections.abc import Generator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,17 +44,16 @@ from typing import Any
 import pytest
 
 from conformance import SUITE_DIR
-from conformance.catalogue.profiles import ProfileError, check_choice
 from conformance.catalogue.rules import AREAS, REQUIRED, VARIANT, rule
 from conformance.drivers.probes import PROBE_SUPPORT
-from conformance.drivers.raw import BrokerAddress, Recorder
-from conformance.drivers.registry import client_version, suite_clients
+from conformance.drivers.raw import Recorder
+from conformance.drivers.registry import client_version
 from conformance.drivers.silence import SILENCES
 from conformance.plugin import classify, distributed, evidence, selection
 from conformance.plugin.cluster import STOPPED_NODES
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
-from conformance.plugin.session import HARNESS, Harness, harness
+from conformance.plugin.session import HARNESS, GivenRun, Harness, harness
 from conformance.plugin.verdicts import needs_admin
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired
 from conformance.results.records import ResultsWriter, RunRecord, harness_version, redact_url
@@ -67,7 +66,8 @@ from conformance.results.verdicts import (
     exit_status,
 )
 from conformance.run.admin import Unavailable, parse_admin
-from conformance.run.nodes import cluster_urls, parse_cluster, wants_embedded
+from conformance.run.config import ConfigError, RunConfig, from_values
+from conformance.run.nodes import cluster_urls
 from conformance.run.options import PLUGIN_OPTIONS, RUN_OPTIONS, add_to_pytest
 
 pytest_plugins = ["conformance.plugin.fixtures", "conformance.plugin.through_clients",  # the fixtures tests use (target, connect, names, admin,
@@ -93,30 +93,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
     for area in AREAS:  # "area_" because a bare `timeout` would be pytest-timeout's marker
         config.addinivalue_line("markers", f"{AREA_MARKER}{area}: conformance tests of the {area} area")
-    try:
-        check_choice(config.getoption("--profile"), config.getoption("--capability"),
-                     config.getoption("--extension-profile"))
-    except ProfileError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if config.getoption("--client") not in suite_clients():
-        raise pytest.UsageError(f"--client must be one of {', '.join(suite_clients())}")
-    if config.getoption("--timeout-scale") <= 0:
-        raise pytest.UsageError("--timeout-scale must be positive")
-    budgets = Budgets.from_config(config)
-    url = config.getoption("--broker-url")
-    try:
-        if url:
-            BrokerAddress.parse(url)
-        admin = parse_admin(config.getoption("--broker-admin") or "none", url or "")
-        cluster = parse_cluster(url, config.getoption("--cluster-node"), config.getoption("--node-control"))
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    run_id = config.getoption("--run-id") or distributed.worker_run_id(config) or str(uuid.uuid4())
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id):
-        raise pytest.UsageError(f"--run-id {run_id!r}: letters, digits, '.', '_' and '-' only")
-    state = Harness(run_id, admin, allure=bool(config.getoption("allure_report_dir", None)),
-                    worker=distributed.is_worker(config), cluster=cluster,
-                    embedded_cluster=wants_embedded(config.getoption("--cluster-node")))
+    run = run_config(config)
+    run_id = run.run_id or distributed.worker_run_id(config) or str(uuid.uuid4())
+    run = replace(run, run_id=run_id)
+    url = run.broker_url
+    state = Harness(run_id, parse_admin(run.broker_admin or "none", url or ""),
+                    allure=bool(config.getoption("allure_report_dir", None)), worker=distributed.is_worker(config),
+                    cluster=run.cluster, embedded_cluster=run.embedded_cluster, config=run)
+    budgets = Budgets.from_run(run)
     results = config.getoption("--results-dir")
     if results and not config.option.collectonly:
         try:
@@ -124,15 +108,30 @@ def pytest_configure(config: pytest.Config) -> None:
         except OSError as exc:
             raise pytest.UsageError(f"--results-dir {results}: {exc}") from None
         state.writer = ResultsWriter(Path(results), run_id)
-        state.run = RunRecord(run_id, redact_url(url) if url else "embedded", config.getoption("--client"),
-                              harness_version(), config.getoption("--timeout-scale"), datetime.now(UTC),
-                              admin=redact_url(config.getoption("--broker-admin")),
-                              client_version=client_version(config.getoption("--client")),
-                              cluster_nodes=cluster_urls(cluster))
+        state.run = RunRecord(run_id, redact_url(url) if url else "embedded", run.client,
+                              harness_version(), run.timeout_scale, datetime.now(UTC),
+                              admin=redact_url(run.broker_admin or "none"),
+                              client_version=client_version(run.client),
+                              cluster_nodes=cluster_urls(run.cluster))
     if not config.option.collectonly:
         state.watchdog = Watchdog(budgets, lambda reason, session: _watchdog_expired(state, reason, session))
     config.stash[HARNESS] = state
     distributed.register(config, state)
+
+
+def run_config(config: pytest.Config) -> RunConfig:
+    """The run's configuration: the one `amqp-conformance run` built and handed in (`GivenRun`), the
+    controller's (a pytest-xdist worker), or, in plain pytest, built from the plugin's own options."""
+    given = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, GivenRun)), None)
+    if given is not None:
+        return given.config
+    handed = distributed.worker_config(config)
+    if handed is not None:
+        return RunConfig.from_plain(handed)
+    try:
+        return from_values(config.getoption)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _watchdog_expired(state: Harness, reason: str, session: bool) -> None:

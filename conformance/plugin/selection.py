@@ -6,7 +6,8 @@ a selected area (`conformance.catalogue.selection`); `--select` itself is one of
 process of a run (pytest-xdist workers too).
 
 Rules:
-- An unknown selector is a usage error (pytest's), naming it and what is known.
+- An unknown selector is a usage error, found where the run's configuration is built
+  (`conformance.run.config`).
 - Tests without a `rules` marker are dropped while a selection is active; dropped tests are
   reported to pytest as deselected.
 """
@@ -15,19 +16,12 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.catalogue.selection import parse_selection
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    try:
-        parse_selection(config.getoption("--select"))
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+from conformance.plugin.session import harness
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    selection = parse_selection(config.getoption("--select"))
+    selection = harness(config).config.selection
     if not selection:
         return
     kept: list[pytest.Item] = []

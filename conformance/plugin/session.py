@@ -21,6 +21,7 @@ from conformance.plugin.watchdog import Watchdog
 from conformance.results.records import ResultsWriter, RunRecord
 from conformance.results.verdicts import Verdict
 from conformance.run.admin import AdminAdapter
+from conformance.run.config import RunConfig
 from conformance.run.nodes import ClusterSpec
 
 
@@ -91,6 +92,15 @@ class Harness:
     watchdog: Watchdog | None = None
     cluster: ClusterSpec | None = None  # the broker's cluster (--cluster-node, --node-control), issue 30
     embedded_cluster: bool = False  # --cluster-node embedded: the embedded broker starts as a cluster
+    config: RunConfig = field(default_factory=RunConfig)  # what the run is asked to do (conformance.run.config)
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: pytest keeps its plugins in sets
+class GivenRun:
+    """`amqp-conformance run` hands its run configuration (validated, the broker probed) to the
+    plugin as this object among pytest's plugins: the plugin parses and probes nothing again."""
+
+    config: RunConfig
 
 
 HARNESS = pytest.StashKey[Harness]()

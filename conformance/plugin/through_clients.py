@@ -25,7 +25,7 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, DriverError, Recorder
 from conformance.drivers.raw import BrokerAddress
 from conformance.drivers.relay import recording_relay
-from conformance.plugin.session import Target
+from conformance.plugin.session import Target, harness
 from conformance.plugin.verdicts import not_applicable
 from conformance.results.records import RAW_CLIENT
 
@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--client") != RAW:
+    if harness(config).config.client != RAW:
         return
     library_only = [item for item in items if item.get_closest_marker("clients") is not None]
     if library_only:
@@ -55,7 +55,7 @@ def relayed(url: str, port: int) -> str:
 @pytest.fixture(autouse=True)
 def _client_applies(request: pytest.FixtureRequest) -> None:
     """Under `--client X`, only tests that X can express run; the rest are not-applicable."""
-    client = request.config.getoption("--client")
+    client = harness(request.config).config.client
     if client == RAW or request.node.get_closest_marker("rules") is None:
         return
     marker = request.node.get_closest_marker("clients")

@@ -44,9 +44,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import pytest
-
 from conformance.results.verdicts import EXIT_UNREACHABLE
+from conformance.run.config import RunConfig
 from conformance.run.options import SESSION_BASE, SESSION_PER_TEST, TEST_BUDGET
 
 GRACE = 30.0  # s between the interrupt and the hard exit, before --timeout-scale
@@ -65,13 +64,10 @@ class Budgets:
     scale: float
 
     @classmethod
-    def from_config(cls, config: pytest.Config) -> Budgets:
-        scale = float(config.getoption("--timeout-scale"))
-        test, session = config.getoption("--test-timeout"), config.getoption("--run-timeout")
-        for name, value in (("--test-timeout", test), ("--run-timeout", session)):
-            if value is not None and not value >= 0:
-                raise pytest.UsageError(f"{name} must be a number of seconds >= 0 (0 = no limit)")
-        return cls(TEST_BUDGET * scale if test is None else test, session, scale)
+    def from_run(cls, run: RunConfig) -> Budgets:
+        """The budgets of a run (its values were checked where its configuration was built)."""
+        test, scale = run.test_timeout, run.timeout_scale
+        return cls(TEST_BUDGET * scale if test is None else test, run.run_timeout, scale)
 
     def session_for(self, tests: int) -> float:
         if self.session is not None:

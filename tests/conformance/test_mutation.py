@@ -86,7 +86,7 @@ def test_a_control_is_clean_only_when_nothing_failed_or_broke(tmp_path: Path) ->
 def test_a_failing_control_stops_the_campaign_with_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[str | None] = []
 
-    def run_suite(outcome: mutation.Outcome, fault: str | None, *_args: Any) -> mutation.Outcome:
+    def run_suite(outcome: mutation.Outcome, fault: str | None, *_args: Any, **_kwargs: Any) -> mutation.Outcome:
         ran.append(fault)
         outcome.failed, outcome.failed_rules = ["t::f"], ["QOS-02"]
         return outcome

@@ -362,10 +362,38 @@ def test_a_worker_first_reaching_a_wedged_broker_records_broken_verdicts(pyteste
     assert {name: r["verdict"] for name, r in tests.items()} == {
         "test_before": "passed", "test_wedges_the_broker": "broken", "test_after": "broken",
         "test_first_connection_after_the_wedge": "broken", "test_then": "broken"}
-    for name in ("test_first_connection_after_the_wedge", "test_then"):
-        assert str(tests[name]["message"]).startswith("broker unreachable at amqp://guest@127.0.0.1:"), tests[name]
-        assert "no reply within 0.5 s" in str(tests[name]["message"])
+    for name in ("test_first_connection_after_the_wedge", "test_then"):  # the controller probed once, before the
+        # wedge: the worker's first connection is its first test's, and the health probe then finds the broker down
+        assert str(tests[name]["message"]).startswith("broker wedged: no reply within 0.5 s"), tests[name]
     assert read_table(results, "runs").to_pylist()[0]["tests"] == 5
+
+PROFILE_OF_THE_TARGET = """
+import pytest
+
+@pytest.mark.rules("ACK-03")
+def test_profile(target):
+    assert target.base_profile.base == "rabbitmq-4.0" and target.url.endswith(":1/")
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-p", "xdist", "-n", "2"]], ids=["one-process", "two-workers"])
+def test_a_run_handed_its_configuration_parses_and_probes_nothing_again(pytester: pytest.Pytester,
+                                                                       workers: list[str]) -> None:
+    """`amqp-conformance run` probes the broker once and hands the plugin its `RunConfig`: the plugin
+    (and each pytest-xdist worker, through the controller) takes the URL and server-properties from
+    it. Nothing listens at port 1: a second probe would end the run as unreachable (exit 3)."""
+    from conformance.plugin.session import GivenRun
+    from conformance.run.config import from_values
+    from conformance.run.options import RUN_OPTIONS
+
+    defaults = {o.flag[2:].replace("-", "_"): o.kwargs()["default"] for o in RUN_OPTIONS}
+    config = from_values(lambda dest: "amqp://guest:guest@127.0.0.1:1/" if dest == "broker_url" else defaults[dest])
+    config = config.probed({"product": "RabbitMQ", "version": "4.0.5"})
+    pytester.makepyfile(test_profile=PROFILE_OF_THE_TARGET)
+    run = pytester.runpytest_inprocess(*workers, "-p", "no:randomly", plugins=[GivenRun(config)])
+    assert run.ret == 0, run.stdout.str()
+    run.assert_outcomes(passed=1)
+
 
 def test_refused_connection_exits_3(pytester: pytest.Pytester) -> None:
     with socket.create_server(("127.0.0.1", 0)) as placeholder:
@@ -380,7 +408,7 @@ def test_refused_connection_exits_3(pytester: pytest.Pytester) -> None:
     (["--profile", "rabbitmq-9.9"], "*--profile 'rabbitmq-9.9': unknown profile*"),
     (["--broker-url", "http://localhost:5672/"], "*not an amqp:// URL*"),
     (["--broker-admin", "ftp://host"], "*--broker-admin must be*"),
-    (["--client", "nope"], "*--client must be one of*"),
+    (["--client", "nope"], "*--client 'nope': one of raw*"),
 ])
 def test_bad_options_are_usage_errors(pytester: pytest.Pytester, option: list[str], message: str) -> None:
     pytester.makepyfile(test_nothing="def test_nothing(): pass")
