@@ -56,7 +56,7 @@ from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
 from conformance.plugin.health import connect_failure
 from conformance.plugin.session import HARNESS, GivenRun
-from conformance.results.records import amend_run, redact_url
+from conformance.results.records import redact_url
 from conformance.results.verdicts import (
     EXIT_HARNESS,
     EXIT_OK,
@@ -203,15 +203,27 @@ def execute(prepared: Prepared, console: Console, log: TextIO) -> Outcome:
         with LiveProgress(console, "amqp-conformance") as progress:
             collector = RunCollector(progress, prepared.baseline, profile)
             with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                code = int(pytest.main(pytest_args(prepared, results), plugins=[collector, GivenRun(config)]))
+                given = GivenRun(config, _baseline_judgement(prepared, collector, profile))
+                code = int(pytest.main(pytest_args(prepared, results), plugins=[collector, given]))
     tests = collector.finished_tests()
     outcome = Outcome(EXIT_OK, tests, judge(tests, prepared.baseline, profile), profile, harness=collector.harness,
                       seconds=time.monotonic() - started)
     outcome.exit_status, outcome.problem = _status(code, collector, outcome, options.strict_baseline, log)
-    if prepared.baseline is not None and tests:
-        with contextlib.suppress(OSError, ValueError):  # a lake that is not writable keeps its record as it was
-            amend_run(results, prepared.run_id, baseline=judgement_json(prepared.baseline, outcome.judgement))
     return outcome
+
+
+def _baseline_judgement(prepared: Prepared, collector: RunCollector, profile: str) -> Callable[[], str | None] | None:
+    """What the run record keeps of the baseline's judgement, asked by the plugin when it writes the
+    record at the end of the session (its one writer), once every test has reported."""
+    baseline = prepared.baseline
+    if baseline is None:
+        return None
+
+    def judged() -> str | None:
+        tests = collector.finished_tests()
+        return judgement_json(baseline, judge(tests, baseline, profile)) if tests else None
+
+    return judged
 
 
 def _status(code: int, collector: RunCollector, outcome: Outcome, strict: bool, log: TextIO) -> tuple[int, str | None]:

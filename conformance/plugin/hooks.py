@@ -99,7 +99,8 @@ def pytest_configure(config: pytest.Config) -> None:
     url = run.broker_url
     state = Harness(run_id, parse_admin(run.broker_admin or "none", url or ""),
                     allure=bool(config.getoption("allure_report_dir", None)), worker=distributed.is_worker(config),
-                    cluster=run.cluster, embedded_cluster=run.embedded_cluster, config=run)
+                    cluster=run.cluster, embedded_cluster=run.embedded_cluster, config=run,
+                    run_baseline=getattr(given_run(config), "run_baseline", None))
     budgets = Budgets.from_run(run)
     results = config.getoption("--results-dir")
     if results and not config.option.collectonly:
@@ -119,10 +120,15 @@ def pytest_configure(config: pytest.Config) -> None:
     distributed.register(config, state)
 
 
+def given_run(config: pytest.Config) -> GivenRun | None:
+    """What `amqp-conformance run` handed the plugin, if it runs the session."""
+    return next((p for p in config.pluginmanager.get_plugins() if isinstance(p, GivenRun)), None)
+
+
 def run_config(config: pytest.Config) -> RunConfig:
     """The run's configuration: the one `amqp-conformance run` built and handed in (`GivenRun`), the
     controller's (a pytest-xdist worker), or, in plain pytest, built from the plugin's own options."""
-    given = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, GivenRun)), None)
+    given = given_run(config)
     if given is not None:
         return given.config
     handed = distributed.worker_config(config)
@@ -360,6 +366,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.writer is not None and state.run is not None and not state.worker:
         state.run.finished, state.run.exit_status = datetime.now(UTC), int(session.exitstatus)
         state.run.tests = state.writer.tests_written + state.remote_tests
+        if state.run_baseline is not None:  # the gate's judgement of the run against its baseline
+            state.run.baseline = state.run_baseline()
         state.writer.write_run(state.run)
 
 

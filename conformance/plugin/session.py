@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,7 @@ class Harness:
     cluster: ClusterSpec | None = None  # the broker's cluster (--cluster-node, --node-control), issue 30
     embedded_cluster: bool = False  # --cluster-node embedded: the embedded broker starts as a cluster
     config: RunConfig = field(default_factory=RunConfig)  # what the run is asked to do (conformance.run.config)
+    run_baseline: Callable[[], str | None] | None = None  # GivenRun's: asked once, when the run record is written
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: pytest keeps its plugins in sets
@@ -101,6 +103,7 @@ class GivenRun:
     plugin as this object among pytest's plugins: the plugin parses and probes nothing again."""
 
     config: RunConfig
+    run_baseline: Callable[[], str | None] | None = None  # the baseline judgement the run record keeps (JSON)
 
 
 HARNESS = pytest.StashKey[Harness]()

@@ -397,14 +397,6 @@ class ResultsWriter:
         self._frames.flush()
 
 
-def amend_run(root: Path | str, run_id: str, **values: Any) -> None:
-    """Rewrite one run's record with `values` set (the gate adds its baseline judgement after the run)."""
-    path = Path(root) / "runs" / f"{PARTITION_KEY}={run_id}" / "run.parquet"
-    rows = pq.read_table(path).to_pylist() if path.is_file() else []
-    if rows:
-        write_atomically(pa.Table.from_pylist([{**rows[0], **values}], schema=SCHEMAS["runs"]), path)
-
-
 def read_table(root: Path | str, table: str, run_id: str | None = None) -> pa.Table:
     """One table of a results directory (all runs, or one), with the `run` partition column."""
     if table not in TABLES:

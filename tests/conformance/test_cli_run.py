@@ -10,6 +10,7 @@ under `--strict-baseline`.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -125,6 +126,9 @@ def test_xpass_is_reported_and_fails_only_a_strict_baseline(tmp_path: Path) -> N
     assert lenient.status == 0, lenient.out + lenient.err
     assert "XPASS ACK-02: listed in" in lenient.out and "remove the entry" in lenient.out
     assert "warning:" not in lenient.out and "1 entry not exercised" not in lenient.out
+    (record,) = read_table(lenient.dir / "results", "runs").to_pylist()  # written once, with the judgement
+    (entry,) = json.loads(record["baseline"])["entries"]
+    assert (entry["rule"], entry["xpass"], entry["matched"]) == ("ACK-02", True, []), entry
     strict = cli(tmp_path, "--select", "ACK-02", "--baseline", str(baseline), "--strict-baseline")
     assert strict.status == 1, strict.out + strict.err
     failure = next(c for c in strict.junit.iter("testcase") if c.get("name") == "ACK-02 [raw]").find("failure")
