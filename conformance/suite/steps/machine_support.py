@@ -338,3 +338,15 @@ class MachineClient(RawClient):
     def read_available(self) -> None:
         """Read what the socket holds now (the caller saw it readable) into the inboxes."""
         self._read(0.001)
+
+
+def count_meaning(missing: int, failed_over: int, settle_rules: str) -> str:
+    """What a queue's count mismatch means: CLU-05 when the missing messages can be the deliveries
+    that were unacked across a failover and returned since (the broker dropped them), else the
+    machine's settlement rules."""
+    if 0 < missing <= failed_over:
+        return (f"({missing} missing, and {failed_over} of the model's were unacked "
+                "deliveries when a node stop moved the queue's leader, returned since: CLU-05 keeps them "
+                "checked out across the failover, so they come back)")
+    return f"(what was settled or requeued differs: {settle_rules})"
+

@@ -1,0 +1,69 @@
+"""A conforming broker on a slow path is not a deviation: the machines wait for what a consensus
+holds up as long as its rule's evidence says (conformance/suite/steps/machine_base.py, `sync`).
+
+The proxy here plays a loaded RabbitMQ whose quorum queue applies commands late: the ready
+count a passive queue.declare reports for a queue whose name ends in ".quorum" lags the broker's
+by `LAG` s after every change (Ra applies a return, a settle or a channel's close some time after
+the command). The requeue machine, which compares every queue's count after every step, must pass.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from codec import QueueDeclareOk
+from conformance.interpose.frames import Frame
+from conformance.results.records import read_table
+from reference_broker.server import EmbeddedBroker
+from tests.conformance.deviant import DeviantProxy, Deviation, Io, encode
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class QuorumCountLags(Deviation):
+    """A quorum queue's ready count, as queue.declare-ok reports it, trails the truth by `LAG` s."""
+
+    name = "quorum_count_lags"
+    LAG: ClassVar[float] = 3.0  # over the machines' 2 s settle, under the 10 s a consensus is given
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: dict[str, tuple[int, int, float]] = {}  # queue -> (count shown, true count, since)
+
+    def broker(self, frame: Frame, io: Io) -> None:
+        m = frame.method if frame.type == 1 else None
+        if not isinstance(m, QueueDeclareOk) or not m.queue.endswith(".quorum"):
+            io.to_client(frame.raw)
+            return
+        now = time.monotonic()
+        shown, true, since = self.shown.get(m.queue, (m.message_count, m.message_count, now))
+        if m.message_count != true:  # the broker's count moved: the old one is shown for LAG s
+            true, since = m.message_count, now
+        if now - since >= self.LAG:
+            shown = true
+        self.shown[m.queue] = (shown, true, since)
+        if shown != m.message_count:
+            io.record("lagged")
+        io.to_client(encode(frame.channel, m._replace(message_count=shown)))
+
+
+@pytest.mark.timeout(300)
+def test_the_requeue_machine_waits_for_a_quorum_queue_applying_commands_late(tmp_path: Path) -> None:
+    with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), QuorumCountLags) as proxy:
+        env = {**os.environ, "AMQPC_MACHINE_EXAMPLES": "6"}
+        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
+                              "-o", "addopts=", "--broker-url", proxy.url, "--results-dir", str(tmp_path),
+                              "--run-id", "lag", "-k", "test_requeue_order_and_redelivered_match_the_model",
+                              "--pyargs", "conformance.suite"],
+                             capture_output=True, text=True, timeout=280, check=False, cwd=ROOT, env=env)
+        lagged = proxy.actions.count("lagged")
+    rows = read_table(tmp_path, "tests", "lag").to_pylist()
+    assert [r["verdict"] for r in rows] == ["passed"], (run.stdout[-3000:], [r["message"] for r in rows])
+    assert lagged > 0  # the slow path was taken: counts were shown late and waited for
