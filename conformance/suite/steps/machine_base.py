@@ -12,10 +12,10 @@ Rules:
   arrived (deliveries, confirms, returns, broker cancels) against the model in arrival order
   per channel, waits (bounded, scaled by the target's timeout) while the model says something
   must still come, and compares the ready count of every queue (passive queue.declare) until
-  it matches (a quorum queue's up to `CONSENSUS_SETTLE_SECONDS`: RabbitMQ counts it by a 250 ms
-  Ra local query of the leader's applied state, 0 when that times out: rabbit_quorum_queue:stat/2,
-  v3.10.8 l. 920, v4.0.5 l. 1127, v4.3.5 l. 1387), so the next step starts from the same state. A delivery that
-  the model does not allow yet is held while other channels may still deliver (a broker
+  it matches (a quorum queue's up to `CONSENSUS_SETTLE_SECONDS`: RabbitMQ counts it by a 250 ms Ra
+  query of the leader's applied state, 0 on a timeout: rabbit_quorum_queue:stat/2, v3.10.8 l. 920,
+  v4.0.5 l. 1127, v4.3.5 l. 1387), so the next step starts from the same state on both sides. A
+  delivery the model does not allow yet is held while other channels may still deliver (a broker
   writes each channel's frames independently, so arrival order across channels is free).
 - Each example uses fresh connections and uniquely named queues, deleted at teardown.
 - `AMQPC_MACHINE_EXAMPLES` overrides every machine's example count (machine_support).
