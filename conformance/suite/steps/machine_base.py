@@ -1,8 +1,7 @@
 """Shared machinery of the model-vs-broker Hypothesis machines (STYLE: the fakeredis shape).
 
-Responsibility: run a client program against a broker over the raw driver and against the
-model (conformance.model) side by side, step by step, and fail with the shrunk steps plus the
-frames of that run.
+Responsibility: run a client program against a broker over the raw driver and against the model
+(conformance.model) side by side, step by step, and fail with the shrunk steps and that run's frames.
 Rules:
 - Rules are synchronous (DESIGN decision 5). A method without a reply (ack, nack, reject,
   publish) is followed by a ping (a passive exchange.declare on the same channel), so its
@@ -305,9 +304,9 @@ class ModelMachine(RuleBasedStateMachine):
                 if mismatch is None:
                     break
                 queue, waiting = mismatch
-                if self.declared.get(queue, ("classic",))[0] == "quorum" and not self.hurried:
+                if self.declared.get(queue, ("classic",))[0] == "quorum" and not self.hurried:  # module doc
                     settle = max(settle, self.target.timeout(self.CONSENSUS_SETTLE_SECONDS))
-                    deadline = started + settle
+                deadline = started + settle
             if time.monotonic() > deadline:
                 raise Violation(f"after {settle:.1f} s: {self.explain_missing(waiting)}")
             self.read(deadline)
