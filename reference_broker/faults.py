@@ -152,6 +152,8 @@ FAULTS: tuple[Fault, ...] = (
           {"unknown_tag": _silent_if(multiple=False)}),
     Fault("unknown_tag_closes_connection", "ack", "ACK-03", "an unknown tag closes the connection, not the channel",
           {"unknown_tag": _unknown_tag_hard}),
+    Fault("unknown_tag_accepted", "ack", "ACK-03", "an unknown or already settled tag is accepted silently",
+          {"unknown_tag": _const(None)}),
     Fault("tag_zero_multiple_ignored", "ack", "ACK-06", "tag 0 with multiple=true settles nothing",
           {"ack_all": _nothing}),
     Fault("nack_requeue_false_requeues", "ack", "ACK-07", "basic.nack requeue=false requeues the message",

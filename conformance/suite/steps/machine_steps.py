@@ -36,9 +36,12 @@ from codec import (
     ExchangeDeclare,
     ExchangeDeclareOk,
 )
-from conformance.drivers.raw import DriverError
+from codec.constants import ReplyCode
+from conformance.drivers.raw import ChannelClosed, DriverError, RawClient
 from conformance.model import OK, GetEmpty, GetOk, GetOutcome, Published
 from conformance.suite.steps.machine_base import ModelMachine
+from conformance.suite.steps.machine_support import MachineTarget
+from conformance.suite.steps.queues import prompt
 
 
 def publish(m: ModelMachine, key: Any, exchange: str, routing_key: str, *, mandatory: bool = False,
@@ -147,13 +150,18 @@ def held_below_multiple(m: ModelMachine) -> str | None:
     which: a broker that settled it closes the channel (406, ACK-04: the probe proves nothing, the
     failure keeps its own wording); one that still holds it accepts the ack (the round trip behind
     it is answered), so the multiple settle did not settle it and the consumer's prefetch still
-    counts it. Run only when the machine is about to fail, so the probe changes no verdict."""
+    counts it. An accepted ack proves that only on a broker shown, in this run, to refuse an unknown
+    tag at once (`refuses_unknown_tags`): on one that accepts unknown tags, or sends its 406 after
+    the next reply, it proves nothing, and the failure keeps its own wording. Run only when the
+    machine is about to fail, so the probe changes no verdict."""
     for key, consumer, _ in m.model.due_consumers():
         settle = m.model.multiple_settle(key)
         tags = settle.tags_of(consumer) if settle is not None else []
         client, number = m.client(key)
         if settle is None or not tags or client.sock is None or client.lost or client.connection_closed is not None:
             continue
+        if not refuses_unknown_tags(m.target):
+            return None
         try:
             client.send(number, BasicAck(delivery_tag=tags[0]))
             client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
@@ -162,6 +170,35 @@ def held_below_multiple(m: ModelMachine) -> str | None:
             return None
         return (f"ACK-05: basic.{settle.method} multiple=true delivery-tag={settle.named} must settle every outstanding "
                 f"tag up to {settle.named}, among them {tags} of consumer {consumer!r}; the broker still held tag "
-                f"{tags[0]} (a basic.ack of it, sent now as a probe, was accepted), so the consumer's prefetch still "
-                "counted it and the delivery the rules require did not arrive")
+                f"{tags[0]} (a basic.ack of it, sent now as a probe, was accepted, and this broker refuses an "
+                "unknown tag at once), so the consumer's prefetch still counted it and the delivery the rules "
+                "require did not arrive")
     return None
+
+
+REFUSES_UNKNOWN_TAGS: dict[str, bool] = {}  # per broker URL, learned once a process (this run's)
+
+
+def refuses_unknown_tags(target: MachineTarget) -> bool:
+    """Whether the broker closes a channel with 406 at once for a delivery tag it never issued
+    (ACK-03): on a connection of its own, never the test's, a basic.ack of tag 1 on a fresh channel,
+    then a round trip that a broker refusing at once never answers (RabbitMQ raises the 406 while it
+    handles the ack: rabbit_channel `precondition_failed("unknown delivery tag ~w")`, v3.10.8
+    l. 2066, v4.0.5 l. 1968, v4.3.5 l. 1998)."""
+    if target.url not in REFUSES_UNKNOWN_TAGS:
+        REFUSES_UNKNOWN_TAGS[target.url] = _refuses_unknown_tag(target)
+    return REFUSES_UNKNOWN_TAGS[target.url]
+
+
+def _refuses_unknown_tag(target: MachineTarget) -> bool:
+    try:
+        with RawClient(target.url, timeout=target.timeout(5.0), silences=False) as client:
+            number = client.channel()
+            client.send(number, BasicAck(delivery_tag=1))
+            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+                       ExchangeDeclareOk, timeout=prompt(client))
+    except ChannelClosed as closed:
+        return closed.code == ReplyCode.PRECONDITION_FAILED
+    except (DriverError, OSError):
+        return False
+    return False
