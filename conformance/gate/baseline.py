@@ -56,7 +56,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from conformance.catalogue.mentions import named_rules
 from conformance.catalogue.rules import PROFILES, all_rules
+from conformance.model.wording import generic_wordings
 from conformance.results.evidence import TestEvidence, test_key
 from conformance.results.records import read_table
 from conformance.results.verdicts import UNJUDGED
@@ -65,6 +67,7 @@ EXPECTED, XPASS = "expected", "xpass"
 _DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "message", "profiles", "intermittent"})
 _TOP_KEYS = frozenset({"baseline", "deviation"})
 _TODO = re.compile(r"\bTODO\b")
+_HEADING = re.compile(r"^[A-Z]+[\w.]*-[\w.-]+ broken(: .*)?$")  # "ACK-03 broken: <title>" (classify.failure_message)
 
 
 class BaselineError(ValueError):
@@ -105,10 +108,18 @@ class Baseline:
 
     @property
     def warnings(self) -> list[str]:
-        """One line per deviation whose reason was left as TODO."""
-        return [f"baseline {self.source}: deviation #{index} ({d.rule}): the reason still says TODO; "
-                f"write why this deviation is accepted" for index, d in enumerate(self.deviations, start=1)
-                if _TODO.search(d.reason)]
+        """One line per deviation whose reason was left as TODO, or that is wider than a reason can be
+        (no `tests`: any test; no `message`: any failure of its rule)."""
+        lines = []
+        for index, d in enumerate(self.deviations, start=1):
+            where = f"baseline {self.source}: deviation #{index} ({d.rule})"
+            if _TODO.search(d.reason):
+                lines.append(f"{where}: the reason still says TODO; write why this deviation is accepted")
+            missing = [key for key, value in (("tests", d.tests), ("message", d.message)) if not value]
+            if missing:
+                lines.append(f"{where}: no {' and no '.join(missing)}: it accepts any failure of {d.rule}"
+                             f"{' in any test' if not d.tests else ''}; name the tests and the failure's text")
+        return lines
 
 
 def load_baseline(path: Path | str) -> Baseline:
@@ -175,7 +186,17 @@ def _deviation(source: str, index: int, entry: object) -> Deviation:
             re.compile(message)
         except re.error as exc:
             raise BaselineError(f"{where}: 'message' is not a valid regular expression: {exc}") from None
+        generic = generic_match(rule_id, message)
+        if generic is not None:
+            raise BaselineError(f"{where}: 'message' /{message}/ would accept the model's generic wording for "
+                                f"{rule_id} ({generic!r}), so any failure of {rule_id}, not only the one the reason "
+                                "describes: match what is particular to that failure")
     return Deviation(rule_id, reason.strip(), link, tests, profiles, intermittent, message)
+
+
+def generic_match(rule_id: str, message: str) -> str | None:
+    """The first text in `rule_id`'s generic wording (conformance.model.wording) that `message` matches."""
+    return next((text for text in generic_wordings().get(rule_id, ()) if re.search(message, text)), None)
 
 
 def _strings(entry: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -229,11 +250,43 @@ class Judgement:
             return UNJUDGED
         return EXPECTED if (test.nodeid, rule_id) in self.matched else "failed"
 
-    def intermittent_lines(self) -> list[str]:
-        """Per intermittent entry: whether this run saw it."""
-        return [f"intermittent {d.describe(', '.join(d.tests) or None)}: "
-                f"{'seen in this run (' + ', '.join(test_key(n) for n in nodeids) + ')' if nodeids else 'not seen in this run'}"
-                for d, nodeids in self.seen.items() if d.intermittent]
+    def intermittent_lines(self, history: dict[tuple[Any, ...], tuple[int, int]] | None = None) -> list[str]:
+        """Per intermittent entry: whether this run saw it, and (from `lake_history`) in how many of
+        the lake's runs of this broker it was seen."""
+        lines = []
+        for d, nodeids in self.seen.items():
+            if not d.intermittent:
+                continue
+            now = f"seen in this run ({', '.join(test_key(n) for n in nodeids)})" if nodeids else "not seen in this run"
+            seen, runs = (history or {}).get(entry_key(d), (0, 0))
+            lake = f"; seen in {seen} of {runs} run{'' if runs == 1 else 's'} of this lake" if runs else ""
+            lines.append(f"intermittent {d.describe(', '.join(d.tests) or None)}: {now}{lake}")
+        return lines
+
+
+def entry_key(deviation: Deviation) -> tuple[Any, ...]:
+    """What names an entry across runs (the run record's baseline judgement, the report's k of n)."""
+    return deviation.rule, tuple(deviation.tests), deviation.message
+
+
+def lake_history(results_dir: Path | str, broker_url: str | None) -> dict[tuple[Any, ...], tuple[int, int]]:
+    """Per baseline entry: in how many of the lake's runs of this broker it matched a failure, of
+    the runs judged with it. Empty when the lake cannot be read."""
+    try:
+        runs = read_table(results_dir, "runs").to_pylist()
+    except (OSError, ValueError):
+        return {}
+    history: dict[tuple[Any, ...], list[bool]] = {}
+    for run in runs:
+        if broker_url is not None and run.get("broker_url") != broker_url:
+            continue
+        try:
+            entries = json.loads(run.get("baseline") or "{}").get("entries", [])
+        except (ValueError, AttributeError):
+            continue
+        for e in entries:
+            history.setdefault((e["rule"], tuple(e["tests"]), e.get("message")), []).append(bool(e["matched"]))
+    return {key: (sum(seen), len(seen)) for key, seen in history.items()}
 
 
 def judgement_json(baseline: Baseline, judgement: Judgement) -> str:
@@ -300,6 +353,7 @@ def from_results(results_dir: Path | str, run_id: str | None = None) -> tuple[st
 
 
 def _deviations_of(tests: list[dict[str, Any]], profile: str | None, run_id: str) -> list[Deviation]:
+    """One entry per broken rule: the tests that failed it and a pattern of what each failure said."""
     failed = [t for t in tests if t["verdict"] == "failed" and (t.get("failed_rules") or t["rule_ids"])]
     by_rule: dict[str, list[dict[str, Any]]] = {}
     for test in failed:
@@ -307,12 +361,43 @@ def _deviations_of(tests: list[dict[str, Any]], profile: str | None, run_id: str
             by_rule.setdefault(rule_id, []).append(test)
     deviations = []
     for rule_id, rows in by_rule.items():
-        checking = [t for t in tests if rule_id in t["rule_ids"] or rule_id in (t.get("failed_rules") or ())]
-        patterns = () if len(checking) == len(rows) else tuple(sorted(test_key(t["test_id"]) for t in rows))
-        message = next((str(t["message"]).splitlines()[0] for t in rows if t["message"]), "no message")
-        reason = f"TODO: why this is accepted. Seen in run {run_id}: {message[:300]}"
-        deviations.append(Deviation(rule_id, reason, None, patterns, (profile,) if profile else ()))
+        patterns = tuple(sorted({test_key(t["test_id"]) for t in rows}))
+        texts = [rule_text(str(t["message"] or ""), rule_id) for t in rows]
+        message = "|".join(dict.fromkeys(message_pattern(text) for text in texts if text)) or None
+        if message is not None and "|" in message:
+            message = f"(?:{message})"
+        reason = f"TODO: why this is accepted. Seen in run {run_id}: {(texts[0] if texts else '')[:300]}"
+        deviations.append(Deviation(rule_id, reason, None, patterns, (profile,) if profile else (), message=message))
     return deviations
+
+
+def rule_text(message: str, rule_id: str) -> str:
+    """The first line of what a failure said about `rule_id` (a record's message: the broken rules'
+    headings, then each failure's text)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not _HEADING.match(line.strip())]
+    naming = [line for line in lines if rule_id in named_rules(line)]
+    return (naming or lines or [""])[0]
+
+
+def message_pattern(text: str, limit: int = 200) -> str:
+    """A regular expression for what a failure said: its text up to `limit` characters, with what
+    changes from run to run left open (the run's generated names, timings, counts and tags); reply
+    codes and class/method ids stay, since they are what a rule is about."""
+    head = text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0]
+    escaped = re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", head)
+    escaped = re.sub(r"amqpc\\\.\S*|amq\\\.gen-\S*", lambda m: r"\S+", escaped)
+    escaped = re.sub(r"b'm\d+'", lambda m: r"b'm\d+'", escaped)  # the machines' bodies: m1, m2, ...
+    return _NUMBER.sub(lambda m: m.group(0) if _kept(m) else r"\d+(?:\.\d+)?", escaped)
+
+
+_NUMBER = re.compile(r"(?<![\w\\])\d+(?:\\\.\d+)?(?!\w)")
+
+
+def _kept(number: re.Match[str]) -> bool:
+    """A reply code (200-599) or a class/method id ("60/80")."""
+    text, value = number.string, number.group(0)
+    beside = text[max(number.start() - 1, 0):number.start()] + text[number.end():number.end() + 1]
+    return "/" in beside or (value.isdigit() and len(value) == 3 and 200 <= int(value) <= 599)
 
 
 def _header(run: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conformance.catalogue.rules import AREAS
-from conformance.gate.baseline import EXPECTED, XPASS
+from conformance.gate.baseline import EXPECTED, XPASS, lake_history
 from conformance.gate.options import Outcome, Prepared
 from conformance.results.evidence import TestEvidence
 from conformance.results.verdicts import STATUS_TEXT, admin_hint, cluster_hint
@@ -158,7 +158,9 @@ def summarise(console: Console, prepared: Prepared, outcome: Outcome, junit: Pat
         console.print(f"baseline {source}: {plural(expected, 'expected failure')}, {len(judged.xpasses)} XPASS, "
                       f"{plural(len(judged.unexercised), 'entry', 'entries')} not exercised by this run",
                       highlight=False, markup=False)
-    for line in judged.intermittent_lines():
+    record = getattr(outcome.harness, "run", None)
+    history = lake_history(options.out / "results", getattr(record, "broker_url", None)) if prepared.baseline else {}
+    for line in judged.intermittent_lines(history):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     for wanting, hint in (("needs-admin", admin_hint), ("needs-cluster", cluster_hint)):
         if needing := sum(judged.outcome(t) == wanting for t in outcome.tests):

@@ -20,7 +20,7 @@ Rules:
 from __future__ import annotations
 
 from codec.constants import METHOD_IDS, ReplyCode
-from conformance.model import cluster, prefetch
+from conformance.model import cluster, prefetch, wording
 from conformance.model.channel import ChannelKey, ChannelState, Consumer, Unacked
 from conformance.model.outcomes import ChannelClosed, Deliver, GetEmpty, GetOk, GetOutcome
 from conformance.model.queues import Message, QueueState
@@ -102,7 +102,11 @@ def _broken_rule(state: BrokerState, key: ChannelKey, delivery: Deliver, allowed
         return f"ACK-01: delivery-tag {delivery.delivery_tag}, the channel's next is {channel.next_tag}"
     if all(d.body != delivery.body for d in mine):
         queue = state.queues[consumer.queue]
-        return f"{'RQ-02' if queue.kind == 'quorum' else 'RQ-01'}: not a message at the head of {queue.name}"
+        text = wording.head_of_queue("RQ-02" if queue.kind == "quorum" else "RQ-01", queue.name)
+        if not delivery.redelivered and mine and all(d.redelivered for d in mine):
+            by = {m.requeued_by for m in queue.ready.candidates() if m.body in {d.body for d in mine}}
+            text += f": {wording.overtook(by.pop() if len(by) == 1 else '')}"
+        return text
     return "RQ-04: the redelivered flag"
 
 

@@ -44,6 +44,7 @@ class Message:
     delivered: int = 0  # times handed to a consumer or basic.get (acquired)
     returned: int = 0  # times requeued (delivery_count of quorum queues ≤3.13)
     failed_over: bool = False  # unacked when a node stop moved its quorum queue's leader (CLU-05), until taken again
+    requeued_by: str = ""  # the method that last requeued it ("basic.recover", ...), for a failure's wording
 
     def __lt__(self, other: Message) -> bool:
         return self.seq < other.seq

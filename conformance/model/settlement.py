@@ -35,10 +35,12 @@ def _group_key(entry: Unacked) -> tuple[int, int | bytes]:
     return (0, entry.tag) if entry.consumer is None else (1, entry.consumer.encode())
 
 
-def requeue(state: BrokerState, entries: Iterable[Unacked], racing: bool = False, atomic: bool = False) -> None:
+def requeue(state: BrokerState, entries: Iterable[Unacked], racing: bool = False, atomic: bool = False,
+            by: str = "") -> None:
     """Put settled deliveries back into their queues (RQ-01/02/04): per queue, one group per
     consumer tag and per basic.get delivery, or one group when the queue sees it as one
-    operation (`atomic`: a channel closing); `racing`: a limiter resume races it (queues.py)."""
+    operation (`atomic`: a channel closing); `racing`: a limiter resume races it (queues.py);
+    `by`: the method that requeued them, kept on each message for the failure's wording."""
     per_queue: dict[str, dict[tuple[int, int | bytes], list[Unacked]]] = {}
     for entry in entries:
         if entry.queue is not None:  # None: the queue was deleted, nothing to requeue into
@@ -49,6 +51,7 @@ def requeue(state: BrokerState, entries: Iterable[Unacked], racing: bool = False
         for key in sorted(groups):
             for entry in groups[key]:
                 entry.message.returned += 1
+                entry.message.requeued_by = by
             batches.append([e.message for e in groups[key]])
         state.queues[name].ready.requeue(batches, racing)
 
@@ -67,7 +70,7 @@ def _settle(state: BrokerState, key: ChannelKey, tag: int, multiple: bool, metho
     racing = prefetch.requeue_races_resume(channel, state.traits)
     prefetch.on_settled(channel, entries, state.traits)
     if requeue_them:
-        requeue(state, entries, racing)
+        requeue(state, entries, racing, by="basic.recover")
     return OK
 
 
@@ -96,7 +99,7 @@ def recover(state: BrokerState, key: ChannelKey, requeue_them: bool = True, asyn
     channel.unacked.clear()
     racing = prefetch.requeue_races_resume(channel, state.traits)
     prefetch.on_settled(channel, entries, state.traits)
-    requeue(state, entries, racing)
+    requeue(state, entries, racing, by="basic.recover")
     return OK
 
 

@@ -235,7 +235,9 @@ def test_baseline_from_results_latest_run(tmp_path: Path) -> None:
     by_rule = {d.rule: d for d in baseline.deviations}
     assert set(by_rule) == {"ACK-03", "S002-01"}
     assert by_rule["ACK-03"].tests == ("test_x.py::a",)  # b passed: only the failing test is listed
-    assert by_rule["S002-01"].tests == ()  # every test of the rule failed: the whole rule
+    assert by_rule["S002-01"].tests == ("test_x.py::c",)  # every test of the rule failed: still named
+    assert by_rule["ACK-03"].message == 'channel closed 406 "quoted"'  # the failure's text, its code kept
+    assert by_rule["S002-01"].message == "541"
     assert by_rule["ACK-03"].profiles == ("rabbitmq-3.10",)
     assert 'channel closed 406 "quoted"' in by_rule["ACK-03"].reason and "second line" not in by_rule["ACK-03"].reason
     assert "RabbitMQ 3.10.8" in text and text.startswith("# amqp-conformance baseline")
@@ -259,11 +261,34 @@ def test_shipped_baselines_are_valid(path: Path) -> None:
 
 
 def test_baseline_todo_reasons_are_warned_about() -> None:
+    narrow = 'tests = ["t"]\nmessage = "x"\n'
     baseline = parse_baseline('[[deviation]]\nrule = "ACK-03"\nreason = "TODO: why this is accepted. Seen in run r"\n'
-                              '[[deviation]]\nrule = "QOS-01"\nreason = "a known bug (upstream #12)"\n'
-                              '[[deviation]]\nrule = "ACK-04"\nreason = "tracked, see todos.md"\n', "b.toml")
+                              + narrow + '[[deviation]]\nrule = "QOS-01"\nreason = "a known bug (upstream #12)"\n' + narrow
+                              + '[[deviation]]\nrule = "ACK-04"\nreason = "tracked, see todos.md"\n' + narrow, "b.toml")
     assert baseline.warnings == ["baseline b.toml: deviation #1 (ACK-03): the reason still says TODO; "
                                  "write why this deviation is accepted"]
+
+
+def test_an_entry_wider_than_a_reason_is_warned_about() -> None:
+    baseline = parse_baseline('[[deviation]]\nrule = "ACK-03"\nreason = "r"\n'
+                              '[[deviation]]\nrule = "ACK-04"\nreason = "r"\ntests = ["t"]\n', "b.toml")
+    assert baseline.warnings == [
+        "baseline b.toml: deviation #1 (ACK-03): no tests and no message: it accepts any failure of ACK-03 in any test; "
+        "name the tests and the failure's text",
+        "baseline b.toml: deviation #2 (ACK-04): no message: it accepts any failure of ACK-04; name the tests and "
+        "the failure's text"]
+
+
+def test_an_entry_accepting_the_models_generic_wording_is_refused() -> None:
+    """RQ-01's generic wording ("not a message at the head of") covers every requeue-order failure."""
+    with pytest.raises(BaselineError, match=r"deviation #1 \(RQ-01\): 'message' /RQ-01: not a message at the head "
+                                            r"of/ would accept the model's generic wording for RQ-01"):
+        parse_baseline('[[deviation]]\nrule = "RQ-01"\nreason = "r"\ntests = ["t"]\n'
+                       'message = "RQ-01: not a message at the head of"\n', "b.toml")
+    with pytest.raises(BaselineError, match="generic wording for QOS-02"):
+        parse_baseline('[[deviation]]\nrule = "QOS-02"\nreason = "r"\ntests = ["t"]\nmessage = "did not arrive"\n')
+    parse_baseline('[[deviation]]\nrule = "RQ-01"\nreason = "r"\ntests = ["t"]\n'
+                   'message = "never delivered before overtook the requeued ones"\n')
 
 
 @pytest.mark.gate  # the timeout machine end to end, about a minute: `make test-gates`
@@ -297,3 +322,48 @@ def test_an_entry_for_one_rule_of_a_machine_does_not_accept_a_failure_of_another
     assert machine["verdict"] == "failed" and "TMO-03" in machine["failed_rules"], machine["message"]
     assert "TMO-4.3-5" not in machine["failed_rules"] and "0 expected failures" in run.stdout
     assert "intermittent TMO-4.3-5 (test_machine_timeout.py::" in run.stdout and "not seen in this run" in run.stdout
+
+
+def test_the_3_10_8_rq01_entry_accepts_only_the_recover_race() -> None:
+    """The shipped entry accepts the prefetch machine's failure only where a message never delivered
+    before overtook what basic.recover requeued (3.10.8's limiter race); another requeue-order failure
+    of the same machine (the model's generic wording, or an overtaking after a reject) fails the gate."""
+    from conformance.model import wording
+
+    root = Path(__file__).resolve().parents[2]
+    baseline = load_baseline(root / "baselines" / "rabbitmq-3.10.8.toml")
+    nodeid = "conformance/suite/qos/test_machine_prefetch.py::test_prefetch_limits_match_the_model"
+    rules = ("QOS-02", "RQ-01")
+
+    def failure(clause: str) -> TestEvidence:
+        text = (f"Violation: unexpected Deliver(consumer_tag='c1', delivery_tag=4, redelivered=False, body=b'm9') "
+                f"on channel 1 ({wording.head_of_queue('RQ-01', 'classic')}{clause}); allowed now: [...]")
+        return TestEvidence(nodeid, "failed", "qos", rules, failures={"RQ-01": text})
+
+    race = failure(f": {wording.overtook('basic.recover')}")
+    assert judge([race], baseline, "rabbitmq-3.10").outcome(race) == "expected"
+    for other in (failure(""), failure(f": {wording.overtook('')}")):
+        assert judge([other], baseline, "rabbitmq-3.10").outcome(other) == "failed", other.failures
+
+
+def test_a_written_baseline_rejects_a_new_failure_of_the_same_rule_in_the_same_test(tmp_path: Path) -> None:
+    """`amqp-conformance baseline` names the failing test and what its failure said: the same failure
+    in a later run is expected, another failure of the same rule in the same test is not."""
+    said = ("ACK-03 broken: unknown delivery tag closes the channel\n"
+            "AssertionError: got channel closed 404 (60/80) NOT_FOUND - no queue 'amqpc.test_a.q.5f3a9c21'; "
+            "expected channel 406 PRECONDITION_FAILED")
+    record = _record("r1", "test_a", "failed", ["ACK-03"], said)
+    record.failed_rules = ["ACK-03"]
+    _results(tmp_path, "r1", [record], datetime(2024, 1, 1, tzinfo=UTC))
+    baseline = parse_baseline(from_results(tmp_path)[0])
+    (entry,) = baseline.deviations
+    assert entry.tests == ("test_x.py::test_a",) and entry.message, entry
+    nodeid = "conformance/suite/test_x.py::test_a"
+
+    def failure(text: str) -> TestEvidence:
+        return TestEvidence(nodeid, "failed", "ack", ("ACK-03",), failures={"ACK-03": text})
+
+    same = failure(said.splitlines()[1].replace("5f3a9c21", "0b1c2d3e"))  # the next run's own queue name
+    new = failure("AssertionError: got connection closed 504 (60/80) CHANNEL_ERROR; expected channel 406")
+    assert judge([same], baseline, "rabbitmq-3.10").outcome(same) == "expected"
+    assert judge([new], baseline, "rabbitmq-3.10").outcome(new) == "failed"

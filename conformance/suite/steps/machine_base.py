@@ -68,6 +68,7 @@ from conformance.model import (
     Return,
     ServerCancel,
     Violation,
+    wording,
 )
 from conformance.suite.steps.machine_support import (
     ENV_EXAMPLES,
@@ -290,8 +291,7 @@ class ModelMachine(RuleBasedStateMachine):
         while True:
             blocked = self.drain()
             for key, delivery in blocked:
-                # held back only while another channel may still deliver first; a late
-                # arrival there is the one way it can become allowed
+                # held back only while another channel may still deliver first (the one way it can become allowed)
                 if time.monotonic() > deadline or not any(self.model.due(k) for k in self.channels if k != key):
                     self.model.deliver(key, delivery)  # raises the Violation with what was allowed
             waiting = self.waiting_for()
@@ -339,7 +339,7 @@ class ModelMachine(RuleBasedStateMachine):
 
     def waiting_for(self) -> str | None:
         if self.model.due():
-            return "a delivery the rules require did not arrive (QOS-02..08, RQ-01..03)"
+            return wording.missing_delivery()
         owed = self.model.owed_cancel_rules()
         if owed:
             why = {"CCN-02": "its queue was deleted", "CLU-01": "its queue's node stopped"}

@@ -63,7 +63,7 @@ from codec.frames import BodyFrame, HeaderFrame, MethodFrame, describe
 from conformance.drivers.raw import ChannelClosed as WireChannelClosed
 from conformance.drivers.raw import ConnectionClosed as WireConnectionClosed
 from conformance.drivers.raw import DriverError, RawClient, Recorder
-from conformance.model import ChannelClosed, ConnectionClosed, Outcome
+from conformance.model import ChannelClosed, ConnectionClosed, Outcome, wording
 
 ENV_EXAMPLES = "AMQPC_MACHINE_EXAMPLES"
 ENV_SHRINK = "AMQPC_MACHINE_SHRINK"
@@ -348,5 +348,5 @@ def count_meaning(missing: int, failed_over: int, settle_rules: str) -> str:
         return (f"({missing} missing, and {failed_over} of the model's were unacked "
                 "deliveries when a node stop moved the queue's leader, returned since: CLU-05 keeps them "
                 "checked out across the failover, so they come back)")
-    return f"(what was settled or requeued differs: {settle_rules})"
+    return wording.settled_differs(settle_rules)
 

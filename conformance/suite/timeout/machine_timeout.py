@@ -76,6 +76,7 @@ class Consumer:
     timed_out: set[int] = field(default_factory=set)  # TMO-4.3-5: paused while non-empty
     cancelled_by_broker: bool = False
     resumed: bool = False  # TMO-4.3-5: it was paused and its timed-out tags were all settled
+    requeued_late: bool = False  # one of its timed-out tags was settled by a reject/nack with requeue
     failed_over: bool = False  # it held a live delivery when a node stop moved its queue's leader (CLU-05)
 
 
@@ -165,7 +166,10 @@ class TimeoutWire(ModelMachine):
         for name, q in self.queues.items():
             idle = self.eligible(name)
             if q.ready and idle:
-                rule = "TMO-4.3-5" if any(self.consumers[t].resumed for t in idle) else "TMO-4.3-2"
+                rule = "TMO-4.3-2"
+                if any(self.consumers[t].resumed for t in idle):  # how it was resumed: 4.3.6 fails one way only
+                    late = "a reject with requeue" if any(self.consumers[t].requeued_late for t in idle) else "an ack"
+                    rule = f"TMO-4.3-5, resumed by {late} of its timed-out tags"
                 if any(self.consumers[t].failed_over for t in idle):
                     rule = "CLU-05: they held deliveries across a failover, which settle and free them as before"
                 found.append(f"{name}: {q.ready} ready, consumers {idle} idle ({rule})")

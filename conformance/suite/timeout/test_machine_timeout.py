@@ -154,6 +154,7 @@ class TimeoutMachine(TimeoutWire):
             if consumer is not None:
                 consumer.timed_out.discard(tag)
                 consumer.resumed = consumer.resumed or not consumer.timed_out
+                consumer.requeued_late = consumer.requeued_late or reject
         elif reject:
             self.queues[item.queue].returned(item)
         self.ping(conn, ch)
