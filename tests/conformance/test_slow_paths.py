@@ -13,14 +13,18 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from codec import QueueDeclareOk
+from codec import BasicAck, QueueDeclare, QueueDeclareOk
+from conformance.drivers.raw import NoReply, RawClient
 from conformance.interpose.frames import Frame
+from conformance.interpose.relay import IN
 from conformance.results.records import read_table
+from conformance.suite.steps.queues import CLASSIC, DECLARED, QUORUM, Publisher, confirm_wait, declare
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation, Io, encode
 
@@ -67,3 +71,46 @@ def test_the_requeue_machine_waits_for_a_quorum_queue_applying_commands_late(tmp
     rows = read_table(tmp_path, "tests", "lag").to_pylist()
     assert [r["verdict"] for r in rows] == ["passed"], (run.stdout[-3000:], [r["message"] for r in rows])
     assert lagged > 0  # the slow path was taken: counts were shown late and waited for
+
+
+class ConfirmsLate(Deviation):
+    """A broker whose disk or consensus is slow: every basic.ack reaches the client `LAG` s late."""
+
+    name = "confirms_late"
+    LAG: ClassVar[float] = 3.0
+
+    def broker(self, frame: Frame, io: Io) -> None:
+        if frame.type == 1 and isinstance(frame.method, BasicAck):
+            io.record("late")
+            io.link.send_later(self.LAG, IN, frame.raw)
+            return
+        io.to_client(frame.raw)
+
+
+@pytest.mark.parametrize("kind", [QUORUM, CLASSIC])
+def test_a_setup_publish_waits_for_a_confirm_as_long_as_its_queue_allows(kind: str) -> None:
+    """A Publisher (a test's setup step) waits 10 s for a quorum queue's confirm and 5 s for a
+    persistent message in a durable queue, so a confirm 3 s late fails nothing there; only what
+    no disk or consensus holds up (a transient message to a transient classic queue) is owed at once."""
+    with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), ConfirmsLate) as proxy, \
+            RawClient(proxy.url, timeout=5.0) as client:
+        ch = client.channel()
+        queue = declare(client, ch, f"amqpc.slow.{kind}.{uuid.uuid4().hex[:8]}", kind)
+        assert confirm_wait(client, queue, persistent=False) == {QUORUM: 10.0, CLASSIC: 2.0}[kind]
+        if kind == QUORUM:
+            Publisher(client).publish(queue, [b"m1"])  # 3 s late: within the consensus's 10 s
+        else:
+            with pytest.raises(NoReply, match="PC-05"):
+                Publisher(client).publish(queue, [b"m1"])  # transient, transient queue: owed at once
+        assert "late" in proxy.actions
+
+
+def test_a_persistent_message_to_a_durable_queue_is_given_the_disk_wait() -> None:
+    with EmbeddedBroker() as broker, RawClient(broker.url, timeout=5.0) as client:
+        ch = client.channel()
+        durable = f"amqpc.slow.durable.{uuid.uuid4().hex[:8]}"
+        client.rpc(ch, QueueDeclare(queue=durable, durable=True), QueueDeclareOk)
+        assert confirm_wait(client, durable, persistent=True) == 10.0  # declared raw: its kind is unknown
+        DECLARED[durable] = (CLASSIC, True)
+        assert confirm_wait(client, durable, persistent=True) == 5.0
+        assert confirm_wait(client, durable, persistent=False) == 2.0

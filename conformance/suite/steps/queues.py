@@ -142,7 +142,27 @@ def declare(client: RawClient, ch: int, queue: str, kind: str = CLASSIC,
     if kind != CLASSIC:
         args["x-queue-type"] = kind
     client.rpc(ch, QueueDeclare(queue=queue, durable=kind != CLASSIC, arguments=args), QueueDeclareOk)
+    DECLARED[queue] = (kind, kind != CLASSIC)
     return queue
+
+
+DECLARED: dict[str, tuple[str, bool]] = {}  # queue -> (kind, durable), as `declare` made it: for `confirm_wait`
+DISK_SHARE, CONSENSUS_SHARE = 1.0, 2.0  # of the client's reply timeout (5 s, scaled): 5 s and 10 s
+
+
+def confirm_wait(client: RawClient, queue: str, persistent: bool) -> float:
+    """How long a publish's confirm may take, by what holds it up (the confirms rules' evidence):
+    - nothing but the enqueue (a transient message, or any message to a transient classic queue:
+      `rabbit_amqqueue_process:send_or_record_confirm/2` confirms it while enqueueing): `prompt`;
+    - a disk (a persistent message to a durable classic queue: confirmed after the fsync): 5 s;
+    - a consensus (a quorum or stream queue: confirmed once a majority wrote it), or a queue this
+      process did not declare with `declare` (an exchange's bindings, a raw declare): 10 s."""
+    kind, durable = DECLARED.get(queue, (None, True))
+    if kind is None or kind in (QUORUM, STREAM):
+        return client.timeout * CONSENSUS_SHARE
+    if durable and persistent:
+        return client.timeout * DISK_SHARE
+    return prompt(client)
 
 
 def filled(connect: Connect, names: Names, count: int, kind: str = CLASSIC,
@@ -207,8 +227,9 @@ def with_dead_letter_queue(client: RawClient, ch: int, names: Names) -> tuple[di
 class Publisher:
     """A publishing channel; `publish` returns once the broker took every message: confirm
     mode where the broker advertises publisher_confirms, else a transaction (tx.commit-ok).
-    The confirms are owed at once (no timer): each new one is awaited for `prompt`, the settle
-    the confirms machine gives every queue type it publishes to, quorum queues included."""
+    Each new confirm is awaited as long as what holds it up allows (`confirm_wait`: 2 s for what
+    no disk or consensus holds up, 5 s for a persistent message to a durable queue, 10 s for a
+    quorum or stream queue, or a queue of unknown kind)."""
 
     client: RawClient
     ch: int = 0
@@ -234,7 +255,8 @@ class Publisher:
         if not self.confirms:
             self.client.rpc(self.ch, TxCommit(), TxCommitOk)
             return
-        wait = prompt(self.client)
+        persistent = properties is not None and properties.delivery_mode == 2
+        wait = confirm_wait(self.client, queue if not exchange else "", persistent)
         deadline = time.monotonic() + wait  # moves on with every new confirm
         while not all(s in self.confirmed for s in range(1, last + 1)):
             try:  # past the deadline: e.g. a broker repeating acks that confirm nothing new
