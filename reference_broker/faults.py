@@ -238,6 +238,8 @@ FAULTS: tuple[Fault, ...] = (
           {"unknown_exchange_type": _unknown_type_hard}),
     Fault("priorities_ignored", "messages", "PRI-01", "every message waits at one level: publish order, priority ignored",
           {"priority_level": _const(0)}),
+    Fault("heartbeat_bounded_by_offer", "framing", "HB-01", "the negotiated heartbeat is the smaller of offer and tune-ok",
+          {"negotiated_heartbeat": lambda client, offered: min(client, offered) if client and offered else client}),
     Fault("socket_closed_after_close_ok", "framing", "NET-02", "the socket is closed right after close-ok to a client's close",
           {"ends_socket_after_close_ok": _const(True)}),
     Fault("get_unanswered", "qos", "QOS-07", "basic.get is dropped: no get-ok, no get-empty, no 540 (a partial broker)",

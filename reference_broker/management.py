@@ -143,7 +143,8 @@ def _connection_json(server: BrokerServer, conn_id: int) -> dict[str, Any] | Non
     host, _, port = conn.name.partition(":")
     return {"name": server.connection_name(conn_id), "user": conn.user, "vhost": conn.vhost,
             "peer_host": host, "peer_port": int(port or 0), "channels": len(conn.channels),
-            "client_properties": conn.client_properties, "state": "running" if conn.writable else "flow"}
+            "client_properties": conn.client_properties, "state": "running" if conn.writable else "flow",
+            "timeout": server.heartbeat_of(conn_id)}  # the negotiated heartbeat, as RabbitMQ's API names it
 
 
 def _sees_connection(request: web.Request, row: dict[str, Any], deleting: bool = False) -> bool:

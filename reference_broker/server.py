@@ -197,6 +197,11 @@ class BrokerServer:
         peer = client.engine.peer if client is not None and client.engine is not None else "?"
         return f"{peer} -> {self.address[0]}:{self.address[1]}"
 
+    def heartbeat_of(self, conn_id: int) -> int | None:
+        """The connection's negotiated heartbeat in seconds (HB-01), None before tune-ok."""
+        client = self.clients.get(conn_id)
+        return client.engine.heartbeat if client is not None and client.engine is not None else None
+
     def force_close(self, conn_id: int, reason: str) -> None:
         """Close a connection with 320 CONNECTION_FORCED (ERR-04), as an operator would."""
         client = self.clients.get(conn_id)

@@ -66,6 +66,7 @@ class ConnectionInfo:
     vhost: str | None = None
     peer_port: int | None = None
     client_properties: dict[str, Any] = field(default_factory=dict)
+    heartbeat: int | None = None  # the negotiated heartbeat, s (the management API's and rabbitmqctl's "timeout")
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ class ManagementApi(AdminAdapter):
     def list_connections(self) -> list[ConnectionInfo]:
         rows = self._call("GET", "/api/connections") or []
         return [ConnectionInfo(r["name"], r.get("user"), r.get("vhost"), r.get("peer_port"),
-                               dict(r.get("client_properties") or {})) for r in rows]
+                               dict(r.get("client_properties") or {}), r.get("timeout")) for r in rows]
 
     def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
         self._call("DELETE", f"/api/connections/{_q(name)}", missing_ok=True, **{"X-Reason": reason})
@@ -245,9 +246,9 @@ class Rabbitmqctl(AdminAdapter):
         return [r["name"] for r in self._json("list_exchanges", "-p", vhost, "name")]
 
     def list_connections(self) -> list[ConnectionInfo]:
-        rows = self._json("list_connections", "name", "user", "vhost", "peer_port", "client_properties")
+        rows = self._json("list_connections", "name", "user", "vhost", "peer_port", "client_properties", "timeout")
         return [ConnectionInfo(r["name"], r.get("user"), r.get("vhost"), r.get("peer_port"),
-                               _table(r.get("client_properties"))) for r in rows]
+                               _table(r.get("client_properties")), r.get("timeout")) for r in rows]
 
     def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
         # close_connection takes the connection's pid; the JSON formatter mangles pids, the tab one doesn't

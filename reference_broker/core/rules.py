@@ -190,6 +190,7 @@ class Rules:
     error_scope: Callable[[str], str] = _same
     answered: Callable[[Any], bool] = _answered  # False: the method is dropped unanswered (a partial broker)
     enforced_frame_max: Callable[[int], int] = _same
+    negotiated_heartbeat: Callable[[int, int], int] = lambda client, offered: client  # HB-01: the client's, no bounds
     # -- the connection engine (NET-02, MSG-01) ---------------------------------------------
     ends_socket_after_close_ok: Callable[[], bool] = _false  # NET-02: the client ends it
     delivered_properties: Callable[[BasicProperties], BasicProperties] = _same  # MSG-01: as published

@@ -248,7 +248,7 @@ class ServerConnection:
         self.frame_max = m.frame_max
         self.reader.frame_max = self.core.rules.enforced_frame_max(m.frame_max)
         self.channel_max = m.channel_max
-        self.heartbeat = m.heartbeat  # HB-01: the client's value, no bounds
+        self.heartbeat = self.core.rules.negotiated_heartbeat(m.heartbeat, self.config.heartbeat)  # HB-01
 
     def _channel_zero(self, meta: Meta, m: Method) -> list[Output]:
         if isinstance(m, ConnectionClose):

@@ -36,8 +36,10 @@ from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import BrokerAddress, ConnectionClosed, ConnectionLost, RawClient, Recorder
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import judged_elsewhere
+from conformance.run.admin import AdminAdapter
 from conformance.suite.steps.wire import (
     Handshake,
+    connection_info,
     frame_min_size,
     handshakes,
     inbound,
@@ -258,9 +260,16 @@ def test_the_broker_sends_heartbeats_every_half_interval(connect: Connect, targe
 
 @pytest.mark.rules("HB-01")
 @pytest.mark.parametrize("heartbeat", [0, 120], ids=["disabled", "above-offered"])
-def test_the_heartbeat_is_the_clients_value(connect: Connect, heartbeat: int) -> None:
+def test_the_heartbeat_is_the_clients_value(connect: Connect, target: Target, admin: AdminAdapter,
+                                            heartbeat: int) -> None:
+    """The negotiated value is what the broker keeps for the connection (`--broker-admin`: the
+    management API's and rabbitmqctl's connection `timeout`), the client's tune-ok value unbounded."""
     client = connect(heartbeat=heartbeat)  # no bounds: the connection opens
     sync(client, client.channel())
+    assert client.tune is not None and client.tune.heartbeat != heartbeat  # the broker offered another value
+    kept = connection_info(admin, client, target.timeout(10)).heartbeat
+    assert kept == heartbeat, (f"the broker offered heartbeat {client.tune.heartbeat}, the client's tune-ok said "
+                               f"{heartbeat}; the broker keeps {kept} for the connection (HB-01: the client's value)")
 
 
 @pytest.mark.rules("HB-01")

@@ -59,7 +59,7 @@ from conformance.drivers.raw import (
     RawClient,
     Recorder,
 )
-from conformance.run.admin import AdminAdapter
+from conformance.run.admin import AdminAdapter, ConnectionInfo
 
 _RAW_IDS = itertools.count(1_000_000)  # raw handshakes, apart from RawClient's connection ids
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024  # PC-12, 4.0+
@@ -336,16 +336,20 @@ def handshakes(url: str, recorder: Recorder, timeout: float, cases: Sequence[dic
 
 # -- 320 CONNECTION_FORCED through the admin adapter (DESIGN.md decision 6) --------------------
 def force_close(admin: AdminAdapter, client: RawClient, reason: str, timeout: float) -> None:
-    """Have the broker close `client`'s connection through `--broker-admin`. The connection is
-    found by its peer port; the management API lists it only after its first stats emission,
-    so the lookup retries until `timeout`. NoAdmin raises `Unavailable` (verdict needs-admin)."""
+    """Have the broker close `client`'s connection through `--broker-admin` (found by
+    `connection_info`). NoAdmin raises `Unavailable` (verdict needs-admin)."""
+    admin.close_connection(connection_info(admin, client, timeout).name, reason)
+
+
+def connection_info(admin: AdminAdapter, client: RawClient, timeout: float) -> ConnectionInfo:
+    """What `--broker-admin` lists of `client`'s connection, found by its peer port; the management
+    API lists it only after its first stats emission, so the lookup retries until `timeout`."""
     assert client.sock is not None
     port = client.sock.getsockname()[1]
     deadline = time.monotonic() + timeout
     while True:
-        found = [c.name for c in admin.list_connections() if c.peer_port == port]
+        found = [c for c in admin.list_connections() if c.peer_port == port]
         if found:
-            admin.close_connection(found[0], reason)
-            return
+            return found[0]
         assert time.monotonic() < deadline, f"the admin adapter lists no connection from port {port}"
         time.sleep(0.25)
