@@ -83,7 +83,9 @@ def test_a_quorum_leaders_failure_keeps_consumers_and_unacked_deliveries(cluster
     m3 = delivered(client, cch, target.timeout(5), "CLU-05", "m3 rejected (requeue) by its pre-failover tag")
     assert (m3.body, m3.redelivered, m3.headers.get(DELIVERY_COUNT)) == (b"m3", True, 1), \
         f"CLU-06: m3 after reject requeue=true: redelivered, x-delivery-count 1: {m3}"
-    assert m3.headers.get(ACQUIRED_COUNT) in (None, 1), f"CLU-06: x-acquired-count counts deliveries: {m3}"
+    if target.profile.at_least("4.3"):  # required there (as RQ-05 on one node); other versions not measured
+        assert m3.headers.get(ACQUIRED_COUNT) == 1, \
+            f"CLU-06: x-acquired-count counts m3's one earlier delivery: 1 after its reject, got {m3}"
     client.close_channel(cch)
     other = cluster.connect(2)
     rest = consumer(other, queue, "qq-after", prefetch=10)

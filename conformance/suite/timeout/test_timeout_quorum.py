@@ -15,11 +15,8 @@ from codec import (
     BasicConsume,
     BasicConsumeOk,
 )
-from codec.constants import ReplyCode
-from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
 from conformance.plugin.session import Names, Target
-from conformance.plugin.verdicts import unimplemented
 from conformance.results.verdicts import HarnessError
 from conformance.run.admin import AdminError, RestoringAdmin
 from conformance.suite.steps.queues import (
@@ -37,6 +34,7 @@ from conformance.suite.steps.queues import (
     take_one,
 )
 from conformance.suite.steps.timeouts import (
+    MARGIN,
     MARGIN_S,
     NO_CAPABILITY,
     SHORT,
@@ -73,12 +71,7 @@ def test_classic_queues_and_streams_never_time_out(connect: Connect, names: Name
     require_kind(target.profile, kind)
     client = connect()
     setup = client.channel()
-    try:
-        queue = queue_with(client, setup, names, kind, count=2)
-    except ChannelClosed as closed:
-        if kind == STREAM and closed.code in (ReplyCode.PRECONDITION_FAILED, ReplyCode.NOT_IMPLEMENTED):
-            unimplemented(f"stream queues: {closed}")
-        raise
+    queue = queue_with(client, setup, names, kind, count=2)  # a refused stream: judged as any refusal (540 fails a required rule)
     quorum = queue_with(client, setup, names, QUORUM, count=1)
     for name in (queue, quorum):
         policy_on(admin, target, name, SHORT)
@@ -136,8 +129,11 @@ def test_timeout_returns_the_message_first_and_pauses_the_consumer(connect: Conn
 @pytest.mark.rules("TMO-4.3-2")
 def test_partial_timeout_returns_only_expired_deliveries(connect: Connect, names: Names, target: Target) -> None:
     """m1 and m2 reach the same consumer half a timeout apart: at m1's deadline only m1 goes
-    back; m2 stays checked out, so acking it then removes it."""
-    timeout_ms = int(2400 * target.timeout_scale)
+    back; m2 stays checked out, so acking it then removes it. The gap between the two deadlines
+    exceeds the lateness a detection is allowed (`MARGIN`, for a loaded machine), so a timeout
+    detected on time by the rule's measure always leaves m2 checked out."""
+    gap = target.timeout(MARGIN) + 1.0
+    timeout_ms = int(2 * gap * 1000)
     client = connect()
     setup = client.channel()
     queue = queue_with(client, setup, names, QUORUM, count=1)
@@ -145,15 +141,15 @@ def test_partial_timeout_returns_only_expired_deliveries(connect: Connect, names
     ch = client.channel()
     consume(client, ch, queue, "a", timeout_ms)
     assert take_one(client, ch).body == b"m1"
-    time.sleep(timeout_ms / 2000)  # the gap between the two deadlines
+    time.sleep(gap)  # the gap between the two deadlines: part of the scenario, not a wait for the broker
     publisher.publish(queue, [b"m2"])
     m2 = take_one(client, ch)
     m2_deadline = time.monotonic() + timeout_ms / 1000
     assert m2.body == b"m2"
     await_cancel(client, ch, detection_deadline(target, timeout_ms))
     left = m2_deadline - time.monotonic() - 0.3  # m2 must still be checked out while we look
-    if left <= 0:
-        raise HarnessError("m1's timeout was seen too close to m2's deadline: rerun with a larger --timeout-scale")
+    assert left > 0, (f"TMO-4.3-2: m1's timeout ({timeout_ms} ms) was detected only {gap - left - 0.3:.1f} s after its "
+                      "deadline, when m2's was near: a timeout is detected at its own deadline, not later")
     await_counts(client, setup, queue, left, ready=1)  # only m1 went back
     client.send(ch, BasicAck(delivery_tag=m2.tag))
     sync(client, ch)
