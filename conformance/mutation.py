@@ -45,7 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from conformance.catalogue.mentions import named_rules, rule_text
 from conformance.embedded import BY_NAME, ENV, FAULTS, Fault
+from conformance.model.wording import names_one_of
 from conformance.results.records import PARTITION_KEY, TABLES
 from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from conformance.suite.steps.machine_support import ENV_BUDGET
@@ -69,6 +71,7 @@ class Outcome:
     broken: list[str] = field(default_factory=list)  # test ids that ended broken
     failed_rules: list[str] = field(default_factory=list)  # the rules the failures named
     own_rule_killers: list[str] = field(default_factory=list)  # failed tests naming one of `rules`
+    ambiguous: list[str] = field(default_factory=list)  # ... only as "one of these" rules (no kill: model.wording)
     last_words: str = ""  # an exit status other than 0 or 1: the run's last output line (why it ended so)
     machine: str | None = None  # the first failed model-machine test naming one of `rules`
     shrunk_steps: int | None = None  # steps of its minimal example
@@ -92,6 +95,9 @@ class Outcome:
             return f"exit status {self.exit_code}, not 1{self._said()}"
         if not self.own_rule_killers:
             own = "/".join(self.rules) or "(none)"
+            if self.ambiguous:
+                return (f"named {own} only among several rules the model could not tell apart "
+                        f"({_listed(self.ambiguous, 2)}), not as the rule broken")
             if self.failed_rules:
                 return f"failed as {_listed(self.failed_rules)}, not its own rule {own}"
             return f"no failure named a rule, not its own rule {own}"
@@ -132,7 +138,11 @@ def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
         outcome.failed.append(test)
         named = [str(r) for r in row["failed_rules"] or ()]  # null: a failure that named no rule
         outcome.failed_rules = sorted({*outcome.failed_rules, *named})
-        if set(named) & set(outcome.rules):
+        own, said = [r for r in named if r in outcome.rules], str(row.get("message") or "")
+        if own and said and all(names_one_of(rule_text(said, r)) or (len(named) > 1 and not named_rules(rule_text(said, r)))
+                                for r in own):
+            outcome.ambiguous.append(test)  # "one of these", or a failure that named no rule: not a kill
+        elif own:
             outcome.own_rule_killers.append(test)
             steps = len(_STEP.findall(str(row["minimal_example"] or "")))
             if "machine" in test and outcome.machine is None and steps:
@@ -148,8 +158,10 @@ def _rows(out: Path, run_id: str) -> list[dict[str, Any]]:
     path = out / "tests" / f"{PARTITION_KEY}={run_id}"
     if not path.exists():
         return []
-    columns = ["test_id", "verdict", "failed_rules", "minimal_example"]
-    rows: list[dict[str, Any]] = ds.dataset(str(path), format="parquet").to_table(columns=columns).to_pylist()
+    dataset = ds.dataset(str(path), format="parquet")
+    columns = [c for c in ("test_id", "verdict", "failed_rules", "minimal_example", "message")
+               if c in dataset.schema.names]
+    rows: list[dict[str, Any]] = dataset.to_table(columns=columns).to_pylist()
     return rows
 
 

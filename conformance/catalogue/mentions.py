@@ -54,3 +54,15 @@ class RuleViolation(AssertionError):
     def __init__(self, rules: Iterable[str] | str, message: str) -> None:
         self.rules = (rules,) if isinstance(rules, str) else tuple(rules)
         super().__init__(f"{'/'.join(self.rules)}: {message}" if self.rules else message)
+
+
+_HEADING = re.compile(r"^[A-Z]+[\w.]*-[\w.-]+ broken(: .*)?$")  # "ACK-03 broken: <title>" (a record's message)
+
+
+def rule_text(message: str, rule_id: str) -> str:
+    """The first line of what a failure said about `rule_id`, from a record's message (the broken
+    rules' headings, then each failure's text): a line naming the rule, else the first line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not _HEADING.match(line.strip())]
+    naming = [line for line in lines if rule_id in named_rules(line)]
+    return (naming or lines or [""])[0]
+

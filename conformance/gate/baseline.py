@@ -56,7 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.catalogue.mentions import named_rules
+from conformance.catalogue.mentions import rule_text
 from conformance.catalogue.rules import PROFILES, all_rules
 from conformance.model.wording import generic_wordings
 from conformance.results.evidence import TestEvidence, test_key
@@ -67,7 +67,6 @@ EXPECTED, XPASS = "expected", "xpass"
 _DEVIATION_KEYS = frozenset({"rule", "reason", "link", "tests", "message", "profiles", "intermittent"})
 _TOP_KEYS = frozenset({"baseline", "deviation"})
 _TODO = re.compile(r"\bTODO\b")
-_HEADING = re.compile(r"^[A-Z]+[\w.]*-[\w.-]+ broken(: .*)?$")  # "ACK-03 broken: <title>" (classify.failure_message)
 
 
 class BaselineError(ValueError):
@@ -369,14 +368,6 @@ def _deviations_of(tests: list[dict[str, Any]], profile: str | None, run_id: str
         reason = f"TODO: why this is accepted. Seen in run {run_id}: {(texts[0] if texts else '')[:300]}"
         deviations.append(Deviation(rule_id, reason, None, patterns, (profile,) if profile else (), message=message))
     return deviations
-
-
-def rule_text(message: str, rule_id: str) -> str:
-    """The first line of what a failure said about `rule_id` (a record's message: the broken rules'
-    headings, then each failure's text)."""
-    lines = [line.strip() for line in message.splitlines() if line.strip() and not _HEADING.match(line.strip())]
-    naming = [line for line in lines if rule_id in named_rules(line)]
-    return (naming or lines or [""])[0]
 
 
 def message_pattern(text: str, limit: int = 200) -> str:

@@ -29,11 +29,21 @@ def overtook(requeued_by: str) -> str:
 
 
 def missing_delivery() -> str:
-    return f"{MISSING_DELIVERY} ({MISSING_DELIVERY_RULES})"
+    return (f"{MISSING_DELIVERY} ({MISSING_DELIVERY_RULES}: one of these, a consumer with room and a ready message "
+            "received nothing, and the model cannot tell which limit or requeue kept it)")
 
 
 def settled_differs(rules: str) -> str:
-    return f"({SETTLED_DIFFERS}: {rules})"
+    return (f"({SETTLED_DIFFERS}: {rules}: one of these, the queue's count shows a settle or requeue went "
+            "otherwise than the model's, not which one)")
+
+
+ONE_OF = (MISSING_DELIVERY, SETTLED_DIFFERS)  # wordings that name a range of rules: "one of these"
+
+
+def names_one_of(text: str) -> bool:
+    """Whether `text` names its rules only as "one of these" (the model could not tell which)."""
+    return any(phrase in text for phrase in ONE_OF)
 
 
 def generic_wordings() -> dict[str, tuple[str, ...]]:

@@ -147,3 +147,32 @@ def test_the_cluster_faults_and_their_control_run_on_the_embedded_cluster(tmp_pa
     assert [c[c.index("--cluster-node") + 1] for c in commands if "--cluster-node" in c] == ["embedded"] * 2
     assert "area_cluster" in with_cluster[0] and "area_cluster" in with_cluster[1], with_cluster
     assert len(commands) == 4 and sum("area_ack" in " ".join(c) and "--cluster-node" not in c for c in commands) == 2
+
+
+def test_a_failure_naming_its_rule_only_as_one_of_several_is_not_a_kill(tmp_path: Path) -> None:
+    """The model's "one of these" wordings (a delivery that did not arrive: QOS-02..08, RQ-01..03) and
+    a failure whose text names no rule (credited to every rule of its test) do not kill the own rule."""
+    from conformance.model import wording
+
+    one_of = f"QOS-02 broken: t\nAssertionError: after 2.0 s: {wording.missing_delivery()}"
+    outcome = _judged_with_messages(tmp_path / "a", ["QOS-02"], [
+        {"test_id": "test_machine_prefetch.py::test_m", "verdict": "failed",
+         "failed_rules": ["QOS-02", "QOS-03", "RQ-01"], "message": one_of},
+        {"test_id": "test_qos.py::test_t", "verdict": "failed", "failed_rules": ["QOS-02", "QOS-07"],
+         "message": "QOS-02 broken: t\nQOS-07 broken: u\nNoReply: no reply within 5.0 s (waiting for basic.get-ok)"}])
+    assert not outcome.killed and not outcome.own_rule_killers and len(outcome.ambiguous) == 2
+    assert "only among several rules the model could not tell apart" in outcome.why_not, outcome.why_not
+    named = _judged_with_messages(tmp_path / "b", ["QOS-02"], [
+        {"test_id": "test_qos.py::test_t", "verdict": "failed", "failed_rules": ["QOS-02"],
+         "message": "QOS-02 broken: t\nAssertionError: QOS-02: a third delivery beyond prefetch 2"}])
+    assert named.killed and named.own_rule_killers == ["test_qos.py::test_t"]
+
+
+def _judged_with_messages(out: Path, rules: list[str], rows: list[dict[str, Any]]) -> mutation.Outcome:
+    path = out / "tests" / "run=r"
+    path.mkdir(parents=True)
+    schema = pa.schema([("test_id", pa.string()), ("verdict", pa.string()), ("failed_rules", pa.list_(pa.string())),
+                        ("minimal_example", pa.string()), ("message", pa.string())])
+    pq.write_table(pa.Table.from_pylist([{"minimal_example": None, **r} for r in rows], schema=schema),
+                   path / "part-0.parquet")
+    return mutation.judge(mutation.Outcome("a_fault", "qos", rules, 1, 10.0, 600.0), out, "r")

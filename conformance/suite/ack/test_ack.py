@@ -199,9 +199,13 @@ def test_nack_multiple_settles_up_to_n(connect: Connect, names: Names, target: T
     client, ch, queue = filled(connect, names, 3)
     assert len(get_all(client, ch, queue)) == 3
     client.send(ch, BasicNack(delivery_tag=2, multiple=True, requeue=False))
-    assert ready(client, ch, queue) == 0  # discarded, not requeued
+    assert ready(client, ch, queue) == 0, "ACK-07: basic.nack requeue=false discards, it does not requeue"
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(RETURN_S))  # m3 back with the channel (RQ-03)
+    try:  # only m3 was outstanding: back with the channel (RQ-03)
+        assert_ready_elsewhere(connect, {queue: 1}, target.timeout(RETURN_S))
+    except AssertionError as exc:
+        raise AssertionError(f"ACK-05: basic.nack multiple=true delivery-tag=2 settles tags 1 and 2, so only m3 "
+                             f"comes back with the channel: {exc}") from None
     assert bodies(get_all(client, client.channel(), queue)) == [b"m3"]
 
 

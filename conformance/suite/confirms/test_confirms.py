@@ -133,8 +133,9 @@ def test_a_burst_is_confirmed_once_per_seqno(connect: Connect, names: Names) -> 
     declare(client, ch, queue)
     publish_burst(client, ch, [queue] * 25)  # the broker may or may not coalesce these
     confirms = Confirms.expecting(1, 25).collect(client, ch, prompt(client))
-    assert confirms.acked == set(range(1, 26)) and not confirms.nacked
-    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
+    assert confirms.acked == set(range(1, 26)) and not confirms.nacked, \
+        f"PC-05: every publish to a queue that takes it is acked once; nacked {sorted(confirms.nacked)}"
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack, rule="PC-05")
 
 
 @pytest.mark.rules("PC-04", "PC-08")
@@ -170,9 +171,10 @@ def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names)
         raise RuleViolation(("PC-04", "PC-05"), f"seqnos {sorted(batched)} were refused by the full queue and must be "
                             "nacked; a multiple=true basic.ack covered them (the cutoff of a batched ack stops below "
                             f"a seqno nacked in the same flush); confirms seen: {confirms.seen}")
-    assert confirms.nacked == refused
-    assert confirms.acked == {i for i, k in enumerate(keys, 1) if k != full}
-    assert_quiet(client, ch, QUIET, BasicAck, BasicNack)
+    assert confirms.nacked == refused, f"PC-05: the refused seqnos {sorted(refused)} are nacked, once: {confirms.seen}"
+    assert confirms.acked == {i for i, k in enumerate(keys, 1) if k != full}, \
+        f"PC-05: every other seqno is acked, once: {confirms.seen}"
+    assert_quiet(client, ch, QUIET, BasicAck, BasicNack, rule="PC-05")
 
 
 @pytest.mark.rules("PC-10")

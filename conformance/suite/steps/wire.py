@@ -92,13 +92,15 @@ def sync(client: RawClient, ch: int) -> None:
                ExchangeDeclareOk)
 
 
-def assert_quiet(client: RawClient, ch: int, duration: float, *types: type) -> None:
-    """After a round trip on `ch`, nothing (of `types`, or anything) is queued or arrives."""
+def assert_quiet(client: RawClient, ch: int, duration: float, *types: type, rule: str = "") -> None:
+    """After a round trip on `ch`, nothing (of `types`, or anything) is queued or arrives; a
+    failure names `rule` when the caller knows which rule the extra frame breaks."""
     sync(client, ch)
+    said = f"{rule}: " if rule else ""
     unexpected = [c for c in client.pending(ch) if not types or isinstance(c.method, types)]
-    assert not unexpected, f"unexpected on channel {ch}: {unexpected}"
+    assert not unexpected, f"{said}unexpected on channel {ch}: {unexpected}"
     late = client.poll(ch, *types, duration=duration)
-    assert late is None, f"unexpected on channel {ch}: {late}"
+    assert late is None, f"{said}unexpected on channel {ch}: {late}"
 
 
 class _Nothing:
@@ -186,7 +188,7 @@ class Confirms:
         self.seen.append(method)
         tag = method.delivery_tag
         assert tag in self.outstanding, (
-            f"{method} settles seqno {tag}, which is not outstanding: settled twice or never "
+            f"PC-05: {method} settles seqno {tag}, which is not outstanding: settled twice or never "
             f"published (outstanding {sorted(self.outstanding)}, seen {self.seen})")
         covered = {s for s in self.outstanding if s <= tag} if method.multiple else {tag}
         self.outstanding -= covered
