@@ -45,7 +45,7 @@ typecheck: $(STAMP)
 PYTEST_WORKERS ?= 5
 unit: $(STAMP)
 	$(BIN)/python -m codec.generate --check
-	$(BIN)/python -m conformance.catalogue.document --check
+	$(BIN)/python -m conformance.gate.document --check
 	$(BIN)/pytest -rs -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The main job: the suite against the embedded reference broker, then the HTML report; prints
@@ -80,7 +80,7 @@ mutation-proxy: $(STAMP)
 
 generate: $(STAMP)
 	$(BIN)/python -m codec.generate
-	$(BIN)/python -m conformance.catalogue.document
+	$(BIN)/python -m conformance.gate.document
 
 # RabbitMQ 4.3.6 (Debian sid) and 4.0.5 (trixie) in cached debootstrap chroots on loopback
 # (scripts/rabbitmq4.sh; RMQ4=4.3 or 4.0 for one of them; needs root).

@@ -6,7 +6,7 @@ every source it cites (`rule_anchor`, `source_anchor`); hold the seed excerpts (
 
 Rules:
 - rules.toml stays the single source: this module only lays it out. docs/RULES.md is
-  generated ("do not edit"); `python -m conformance.catalogue.document` rewrites it and
+  generated ("do not edit"); `python -m conformance.gate.document` rewrites it and
   `--check` exits 1 when it is stale (`make test` runs the check, a test compares too).
 - Every rule has the anchor `#<ID>` (`<a id>`), every section of the starting catalogue a
   rule cites ("RULES.md §1") the anchor `#rules-md-1` listing the rules taken from it, and
@@ -20,7 +20,6 @@ Rules:
 from __future__ import annotations
 
 import re
-import sys
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance.catalogue.rules import AREAS, PROFILES, REQUIRED, SERVER_SOURCE, Rule, all_rules
-from conformance.results.verdicts import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 TARGET = Path(__file__).resolve().parents[2] / "docs" / "RULES.md"
 SEEDS_FILE = "seeds.toml"
-REGENERATE = "python -m conformance.catalogue.document"
+REGENERATE = "python -m conformance.gate.document"
 _SEED_REF = re.compile(r"seeds/(?P<file>(?P<seed>\d{3})_[0-9a-f]+\.txt)#L(?P<line>\d+)")
 _SECTION = re.compile(r"RULES\.md §(?P<section>\d+(?:\.\d+)?)")
 # client rules also cite the 0-9-1 specification and RabbitMQ's guides (conformance.catalogue.rules)
@@ -258,29 +256,3 @@ def _toml(text: str) -> str:
     import json
 
     return json.dumps(text, ensure_ascii=False)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--seeds"] and len(args) == 2:
-        path = Path(str(files("conformance.catalogue").joinpath(SEEDS_FILE)))
-        path.write_text(extract_seeds(Path(args[1])), encoding="utf-8")
-        _seed_data.cache_clear()
-        print(f"wrote {path}")
-        args = []
-    text = render_markdown()
-    if args == ["--check"]:
-        if not TARGET.exists() or TARGET.read_text(encoding="utf-8") != text:
-            print(f"{TARGET} is stale: run {REGENERATE}", file=sys.stderr)
-            return EXIT_FAILED
-        return EXIT_OK
-    if args:
-        print(f"usage: {REGENERATE} [--check | --seeds DIR]", file=sys.stderr)
-        return EXIT_USAGE
-    TARGET.write_text(text, encoding="utf-8")
-    print(f"wrote {TARGET}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

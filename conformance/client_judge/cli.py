@@ -38,7 +38,7 @@ from conformance.client_judge.scenario import Scenario
 from conformance.drivers.build import BuildFailed, Built
 from conformance.drivers.registry import REGISTRY, ClientSpec, ClientUnavailable
 from conformance.drivers.remote import AdapterError, RemoteDriver
-from conformance.gate.baseline import EXPECTED, BaselineError, load_baseline
+from conformance.results.baseline import EXPECTED, BaselineError, load_baseline
 from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, STATUS_TEXT, Verdict
 
 DEFAULT_OUT = Path("amqp-conformance-clients")

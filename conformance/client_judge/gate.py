@@ -4,7 +4,7 @@ Responsibility: turn each `ScenarioResult` into the gate's `TestEvidence` (test 
 ``clients::<scenario>[<client>]``: the client is the scenario's parameter, so baseline patterns
 keep their meaning; the scenario's rules; a failed scenario saw every one of its rules
 broken, with its message as the failure text), judge them with the run's baseline
-(`conformance.gate.baseline.judge`, the same semantics as `run`), write JUnit XML with one
+(`conformance.results.baseline.judge`, the same semantics as `run`), write JUnit XML with one
 testcase per (client, scenario), and give the exit status.
 
 Rules:
@@ -31,9 +31,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from conformance.client_judge.runner import ScenarioResult
-from conformance.gate.baseline import EXPECTED, XPASS, Baseline, Judgement, judge
-from conformance.gate.junit import _clean as xml_text  # one definition of what XML 1.0 cannot carry
+from conformance.results.baseline import EXPECTED, XPASS, Baseline, Judgement, judge
 from conformance.results.evidence import TestEvidence, frame_log
+from conformance.results.junit import _clean as xml_text  # one definition of what XML 1.0 cannot carry
 from conformance.results.records import CLIENT_PROFILE
 from conformance.results.verdicts import Verdict
 from conformance.results.verdicts import exit_status as kernel_exit_status

@@ -35,8 +35,8 @@ from conformance.catalogue.profiles import AUTO, NEWEST, ProfileError, choices, 
 from conformance.catalogue.rules import AREAS
 from conformance.coverage import suite_coverage
 from conformance.gate import runner
-from conformance.gate.baseline import from_results
 from conformance.gate.options import DEFAULT_OUT, RunOptions, UsageError
+from conformance.results.baseline import from_results
 from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT
 from conformance.results.wording import plural
 from conformance.run.config import ConfigError, from_values

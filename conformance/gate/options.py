@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.gate.baseline import Baseline, BaselineError, Judgement, load_baseline
+from conformance.results.baseline import Baseline, BaselineError, Judgement, load_baseline
 from conformance.results.evidence import TestEvidence
 from conformance.run.config import RunConfig
 

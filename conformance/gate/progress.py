@@ -30,8 +30,8 @@ from rich.table import Table
 from rich.text import Text
 
 from conformance.catalogue.rules import AREAS
-from conformance.gate.baseline import EXPECTED, XPASS, lake_history
 from conformance.gate.options import Outcome, Prepared
+from conformance.results.baseline import EXPECTED, XPASS, lake_history
 from conformance.results.evidence import TestEvidence
 from conformance.results.verdicts import STATUS_TEXT, admin_hint, cluster_hint
 from conformance.results.wording import plural

@@ -49,13 +49,13 @@ from rich.console import Console
 
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.embedded import start as start_embedded
-from conformance.gate.baseline import EXPECTED, Baseline, judge, judgement_json
-from conformance.gate.junit import RunInfo, write_junit
 from conformance.gate.options import EnvironmentFailure, Outcome, Prepared, RunOptions, UsageError, prepare
 from conformance.gate.progress import LiveProgress, summarise
 from conformance.plugin.evidence import TestEvidence, from_report
 from conformance.plugin.health import connect_failure
 from conformance.plugin.session import HARNESS, GivenRun
+from conformance.results.baseline import EXPECTED, Baseline, judge, judgement_json
+from conformance.results.junit import RunInfo, write_junit
 from conformance.results.records import redact_url
 from conformance.results.verdicts import (
     EXIT_HARNESS,

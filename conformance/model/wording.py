@@ -6,7 +6,7 @@ Rules:
   it; `generic_wordings()` gives, per rule, example texts in that wording alone.
 - A baseline entry accepts a failure by a message pattern. A pattern that matches one of its
   rule's generic wordings would accept any failure of that rule, not the one its reason describes
-  (`conformance.gate.baseline` refuses such an entry on load).
+  (`conformance.results.baseline` refuses such an entry on load).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Baselines survive moves of the suite's files (issue 27 item 6: the suite split by area).
 
-A baseline names tests by their name and rule, the file a hint only (conformance/gate/baseline.py).
+A baseline names tests by their name and rule, the file a hint only (conformance/results/baseline.py).
 The data directory keeps the shipped baselines as they were before the suite was split into
 areas (`data/baselines-before-suite-split/`), and a user's baseline written then with full node
 ids (`conformance/suite/test_*.py::...`, below): judged against today's suite they accept the
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.baseline import (
+from conformance.plugin.evidence import TestEvidence
+from conformance.plugin.evidence import test_key as key_of
+from conformance.results.baseline import (
     EXPECTED,
     Baseline,
     Deviation,
@@ -26,8 +28,6 @@ from conformance.gate.baseline import (
     load_baseline,
     parse_baseline,
 )
-from conformance.plugin.evidence import TestEvidence
-from conformance.plugin.evidence import test_key as key_of
 from conformance.suite import SUITE_DIR
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Baselines (conformance/gate/baseline.py): the file format, judging a run, writing one from results."""
+"""Baselines (conformance/results/baseline.py): the file format, judging a run, writing one from results."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.baseline import (
+from conformance.plugin.evidence import TestEvidence
+from conformance.results.baseline import (
     EXPECTED,
     XPASS,
     BaselineError,
@@ -20,7 +21,6 @@ from conformance.gate.baseline import (
     parse_baseline,
     render,
 )
-from conformance.plugin.evidence import TestEvidence
 from conformance.results.records import ResultsWriter, RunRecord, TestRecord
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,14 +1,14 @@
-"""JUnit XML (conformance/gate/junit.py): one testcase per rule x client, the verdict as the result."""
+"""JUnit XML (conformance/results/junit.py): one testcase per rule x client, the verdict as the result."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from conformance.gate.baseline import judge as judge_run
-from conformance.gate.baseline import parse_baseline
-from conformance.gate.junit import RunInfo, rule_outcome, write_junit
 from conformance.plugin.evidence import TestEvidence
+from conformance.results.baseline import judge as judge_run
+from conformance.results.baseline import parse_baseline
+from conformance.results.junit import RunInfo, rule_outcome, write_junit
 
 BASELINE = parse_baseline('''
 [[deviation]]

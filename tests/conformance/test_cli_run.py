@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.gate.baseline import load_baseline
 from conformance.gate.runner import RunCollector
 from conformance.plugin.evidence import TestEvidence, attach
+from conformance.results.baseline import load_baseline
 from conformance.results.records import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_plugin import WEDGE_SUITE, WedgeProxy

@@ -29,7 +29,7 @@ from conformance.catalogue.profiles import (
     resolve,
 )
 from conformance.catalogue.rules import CAPABILITIES, NOT_APPLICABLE, PROFILES, all_rules
-from conformance.gate.baseline import load_baseline
+from conformance.results.baseline import load_baseline
 from conformance.results.records import read_table
 from conformance.suite.confirms import test_confirms
 from reference_broker.server import EmbeddedBroker

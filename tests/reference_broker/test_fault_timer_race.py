@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from codec import BasicCancel, BasicConsume, BasicDeliver, BasicQos, ChannelOpen, Method, QueueDeclare
-from conformance.gate.baseline import load_baseline
 from conformance.plugin.evidence import TestEvidence
+from conformance.results.baseline import load_baseline
 from conformance.results.records import read_table
 from conformance.suite.timeout import test_timeout_sac
 from reference_broker.core import Effect, Meta, StartTimer

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.catalogue.rules import rule
-from conformance.gate.baseline import EXPECTED, XPASS, Judgement
+from conformance.results.baseline import EXPECTED, XPASS, Judgement
 from conformance.results.evidence import TestEvidence
 from conformance.results.verdicts import UNJUDGED
 

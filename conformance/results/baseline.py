@@ -381,7 +381,7 @@ def message_pattern(text: str, limit: int = 200) -> str:
     return _NUMBER.sub(lambda m: m.group(0) if _kept(m) else r"\d+(?:\.\d+)?", escaped)
 
 
-_NUMBER = re.compile(r"(?<![\w\\])\d+(?:\\\.\d+)?(?!\w)")
+_NUMBER = re.compile(r"(?<![A-Za-z0-9\\])\d+(?:\\\.\d+)?(?![A-Za-z])")  # a tag like 1795556205_54 too
 
 
 def _kept(number: re.Match[str]) -> bool:
