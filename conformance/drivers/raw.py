@@ -414,6 +414,8 @@ class RawClient:
             self.connection_closed = closed
             with contextlib.suppress(ConnectionLost):
                 self.send(0, ConnectionCloseOk())
+        if command.channel in self.closed_channels and not isinstance(m, ChannelClose):
+            return  # after the broker's channel.close, the rest on that channel is discarded (0-9-1 channel.close)
         self.inbox.setdefault(command.channel, deque()).append(command)
 
     def _note_reply(self, command: Command) -> bool:
