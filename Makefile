@@ -114,7 +114,7 @@ test-rabbitmq43: $(STAMP)
 test-rabbitmq40: $(STAMP)
 	$(BIN)/pytest -m rabbitmq40 tests
 
-# Brokers judged as clusters (issue 30; not `test-cluster`, which is Spark's): the cluster area on
+# Brokers judged as clusters (not `test-cluster`, which is Spark's): the cluster area on
 # `reference_broker --nodes 3` and against each of its cluster faults, then on the live 3-node
 # RabbitMQ 4.3.6 cluster (`scripts/rabbitmq4.sh cluster up 4.3 3` first; skipped without it, a
 # failure under AMQPC_STRICT=1). About 40 s and 80 s on 2 cores.

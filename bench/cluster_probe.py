@@ -1,4 +1,4 @@
-"""Ground truth for issue 30: what RabbitMQ does to clients when a cluster node fails.
+"""Ground truth for: what RabbitMQ does to clients when a cluster node fails.
 
 Usage: ``python -m bench.cluster_probe a|b|c|f|all`` against ``scripts/rabbitmq4.sh cluster up 4.3 3``
 (nodes 1..3 on AMQP ports 5751..5753, management 15751..). Each scenario prints a timeline:

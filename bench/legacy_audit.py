@@ -1,7 +1,7 @@
 """The trace audit as it was before the model judged traffic: the plain hand-written checkers.
 
 Responsibility: load `reports/audit_state.py`, `reports/audit.py` and `reports/audit_arrow.py`
-as they were at `LEGACY_REV` (the last commit before the model-based audit, issue 16) straight
+as they were at `LEGACY_REV` (the last commit before the model-based audit) straight
 from git, under the private package name `_legacy_audit`, so that `bench/pipeline.py` can time
 today's audit against them in the same run on the same lake. Nothing else imports them: the
 rules live once, in `conformance/model`; this is the benchmark's peer, like pamqp is the codec's.
@@ -34,7 +34,7 @@ def load(rev: str = LEGACY_REV) -> Any:
                                 text=True, check=True, timeout=60).stdout
         for other in _MODULES:
             source = source.replace(f"from reports.{other} import", f"from {PACKAGE}.{other} import")
-        for old, new in MOVED.items():  # modules the redesign moved since (issue 27)
+        for old, new in MOVED.items():  # modules the redesign moved since
             source = source.replace(f"from {old} import", f"from {new} import")
         module = types.ModuleType(f"{PACKAGE}.{name}")
         module.__file__ = f"<{rev[:8]}:reports/{name}.py>"

@@ -1,4 +1,4 @@
-"""Issue 30: does a quorum consumer resume after a late settle of its timed-out delivery (TMO-4.3-5)?
+"""does a quorum consumer resume after a late settle of its timed-out delivery (TMO-4.3-5)?
 
 Usage: ``python -m bench.tmo_probe [node]`` against ``scripts/rabbitmq4.sh cluster up 4.3 3`` (node
 1..3 on AMQP ports 5751..5753; default 1). For each settle of the timed-out tags (ack, reject and

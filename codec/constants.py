@@ -1,6 +1,6 @@
 """AMQP 0-9-1 protocol constants: frame types, reply codes and their error class, class and method ids.
 
-Rules: every protocol constant is declared here once (STYLE: one source of truth per
+Rules: every protocol constant is declared here once (docs/design.md, conventions: one source of truth per
 protocol fact). Reply codes are an IntEnum; whether a code is a soft (channel) or hard
 (connection) error follows RabbitMQ's codegen JSON (RULES.md ERR-02), which adds 312
 NO_ROUTE to the 0-9-1 spec XML's list.
@@ -94,7 +94,7 @@ HARD_ERRORS = frozenset(
 
 
 class Dialect(enum.Enum):
-    """Field-table dialect (DESIGN.md decision 2)."""
+    """Field-table dialect (docs/design.md decision 2)."""
 
     RABBITMQ = "rabbitmq"  # RabbitMQ's errata: I signed 32, u unsigned 16, l signed 64, x bytes
     AMQP_0_9_1 = "amqp-0-9-1"  # the spec's grammar: U signed 16, L signed 64, l unsigned 64, s shortstr

@@ -4,7 +4,7 @@ Rules: every decoding or framing failure raises a `CodecError` subclass carrying
 reply code a broker must answer with (501 FRAME_ERROR, 502 SYNTAX_ERROR, 505
 UNEXPECTED_FRAME, 540 NOT_IMPLEMENTED), the construct path of the failing field when known,
 and a hex window of the offending bytes. `AmqpError` is the base shared with the broker core
-and the harness (STYLE.md "Errors").
+and the harness (docs/design.md (conventions) "Errors").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Rules:
 - Type codes per dialect are declared once in `FIELD_TYPES`; the construct parser/builder
-  and the fast path in `codec.fast_tables` are both derived from it (DESIGN.md decision 1).
+  and the fast path in `codec.fast_tables` are both derived from it (docs/design.md decision 1).
 - RabbitMQ's dialect is the default (its 0-9-1 errata: `s` signed 16, `u` unsigned 16,
   `I` signed 32, `l` signed 64, `x` byte array, `V` void); the spec grammar is selectable.
 - Decoding yields plain Python values: bool, int, float, Decimal, str (UTF-8 with

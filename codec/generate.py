@@ -2,7 +2,7 @@
 
 Run `python -m codec.generate` after changing `codec/spec.py`; a test fails when the
 checked-in file differs from what this module renders. Nothing here is protocol knowledge:
-every id, name, type and flag comes from the declarations (DESIGN.md decision 1), in the
+every id, name, type and flag comes from the declarations (docs/design.md decision 1), in the
 way pika and py-amqp generate their spec modules, but from construct declarations.
 The fast path threads an offset through one `bytes` payload with precompiled
 `struct.Struct`s and builds results with `tuple.__new__` (5x cheaper than a frozen

@@ -2,7 +2,7 @@
 
 Rules:
 - This module is the single source of truth for field names, field types and per-method
-  metadata (DESIGN.md decision 1); class and method ids are codec/constants.py's.
+  metadata (docs/design.md decision 1); class and method ids are codec/constants.py's.
   `codec.generate` derives the typed classes and the fast path from it;
   `codec.construct_path` parses and builds with the constructs here.
 - Field names follow RabbitMQ's codegen JSON as pamqp spells them (`ticket` for reserved-1,

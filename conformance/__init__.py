@@ -1,4 +1,4 @@
-"""conformance package (see DESIGN.md)."""
+"""conformance package (see docs/design.md)."""
 
 from pathlib import Path
 

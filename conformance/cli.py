@@ -14,7 +14,7 @@ Rules:
   touches nothing else. `run(args)` returns the exit status. A command with `own_parser`
   (`report`, `preflight`, `broker`) gets the rest of the command line unparsed as `args.argv`
   and parses it with its own parser, so its options are exactly those of its own entry point.
-- Exit statuses follow DESIGN.md decision 8 (`conformance.results.verdicts.EXIT_*`): 0 ok,
+- Exit statuses follow docs/design.md decision 8 (`conformance.results.verdicts.EXIT_*`): 0 ok,
   1 unexpected failure, 2 harness or environment error, 3 broker unreachable, 4 usage error.
   A usage error prints exactly one line on stderr ("amqp-conformance: error: ...") and
   nothing on stdout.

@@ -1,4 +1,4 @@
-"""Rule coverage: which catalogue rules the suite has tests for (issue 4, item 2).
+"""Rule coverage: which catalogue rules the suite has tests for.
 
 Responsibility: collect a suite (the shipped `conformance/suite` unless told otherwise) with
 pytest's own collection, read every test's `rules` marker, and count tests per rule and per

@@ -1,6 +1,6 @@
 """Mutation score: can the suite fail? Every named broker fault must be killed by a test of its rule.
 
-Rules (issue 6, made strict by issue 21, kill = own rule by issue 26):
+Rules (made strict by, kill = own rule by):
 - For each fault of `reference_broker.faults`, run the shipped suite (by default only the
   fault's area, for speed) against an embedded reference broker with that fault switched on
   (AMQPC_BROKER_FAULTS), in a subprocess with a hard time limit, writing the normal results

@@ -1,1 +1,1 @@
-"""reference broker package (see DESIGN.md)."""
+"""reference broker package (see docs/design.md)."""

@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="listen address (default 127.0.0.1; 0.0.0.0 only when asked)")
     p.add_argument("--port", type=int, help="AMQP port (default 5673)")
     p.add_argument("--nodes", type=int, help="run as a cluster of N nodes on consecutive ports from --port "
-                   "(issue 30; the management API's PUT /api/nodes/{node} stops and starts them)")
+                   "(the management API's PUT /api/nodes/{node} stops and starts them)")
     p.add_argument("--management-port", type=int, help="serve the management API subset on this port")
     p.add_argument("--data-dir", help="keep durable definitions and persistent messages here (SQLite)")
     p.add_argument("--timeout-mode", choices=["4.3", "legacy"], help="consumer-timeout rules")

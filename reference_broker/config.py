@@ -52,7 +52,7 @@ class BrokerConfig:
     tick_interval: int = 60_000  # ms, legacy channel tick (TMO-02)
     global_qos: bool = False  # 4.3 default: global=true treated per consumer (QOS-03)
     management_port: int | None = None
-    nodes: int = 1  # a cluster of this many nodes on consecutive ports from `port` (issue 30)
+    nodes: int = 1  # a cluster of this many nodes on consecutive ports from `port`
     data_dir: str | None = None  # durable storage (SQLite, WAL); None: nothing survives a restart
     faults: list[str] = field(default_factory=list)  # reference_broker.faults; never on by default
     product: str = "amqp-conformance reference broker"

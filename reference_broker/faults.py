@@ -6,7 +6,7 @@ Rules:
   AMQPC_BROKER_FAULTS (comma-separated, `from_environment`) read by `reference-broker` and by
   the harness that starts an embedded broker; never by default, never from AMQP, never read
   by the core itself. An unknown name is a configuration error.
-- Each fault names the area whose tests must kill it (issue 6's mutation score) and the
+- Each fault names the area whose tests must kill it (the mutation score) and the
   rule it breaks, and is a substitution of policy functions of `core.rules.Rules`: the
   core's rule code calls the policy and never asks which faults are on. `rules_with`
   builds the rules of a set of faults, once, when the core is built.

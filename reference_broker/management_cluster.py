@@ -1,4 +1,4 @@
-"""The management API of a cluster (issue 30): the nodes, where a queue lives, and an extension
+"""The management API of a cluster: the nodes, where a queue lives, and an extension
 to stop and start a node.
 
 Rules:

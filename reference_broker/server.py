@@ -1,6 +1,6 @@
 """The asyncio transport: moves bytes between sockets and the sans-IO engines, runs timers.
 
-Rules: this module only moves bytes and executes effects (STYLE.md "thin transports");
+Rules: this module only moves bytes and executes effects (docs/design.md (conventions) "thin transports");
 every decision is in `reference_broker.core` or `reference_broker.protocol`. Writes for one
 input batch are joined per connection into one `transport.write`. uvloop is used when
 installed. `EmbeddedBroker` runs a server on its own event loop in a thread (for the harness
@@ -118,7 +118,7 @@ class BrokerServer:
         if self.config.data_dir:
             self._open_store()
         host, port = await self._listen(1, self.config.port)
-        for node in range(2, self.config.nodes + 1):  # a cluster: consecutive ports (issue 30)
+        for node in range(2, self.config.nodes + 1):  # a cluster: consecutive ports
             await self._listen(node, port + node - 1 if self.config.port else 0)
         self.address = (host, port)
         self._ticker = loop.call_later(TICK_SECONDS, self._tick)

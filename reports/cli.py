@@ -3,7 +3,7 @@
 Responsibility: parse the arguments, start Spark, build the report (`reports.build`), print
 where it is. `report_main(argv) -> int` is what the `amqp-conformance` console script calls.
 
-Exit codes (DESIGN.md decision 8): 0 report written; 2 Spark or the environment failed;
+Exit codes (docs/design.md decision 8): 0 report written; 2 Spark or the environment failed;
 4 usage error (bad arguments, no results under RESULTS_DIR), reported as one line on stderr.
 """
 
@@ -103,7 +103,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # Spark, Java or storage trouble: the environment, not the user
         print(f"{PROG}: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
               file=sys.stderr)
-        return EXIT_HARNESS  # Spark or Java missing, unreadable results (DESIGN.md decision 8)
+        return EXIT_HARNESS  # Spark or Java missing, unreadable results (docs/design.md decision 8)
     index = Path(args.out) / "index.html"
     print(summary_line(index, data, elapsed, where_spark_ran(args.spark_master)))
     return EXIT_OK

@@ -5,7 +5,7 @@ judge the shapes (`conformance.preflight.judging`), replay them live when asked
 (`conformance.preflight.replay`), attach each example's frame window, write DIR/preflight.json and
 DIR/preflight.html (`reports.preflight_page`) and print one summary line.
 
-Exit codes (DESIGN.md decision 8): 0 no `breaks` finding; 1 the workload breaks on the target;
+Exit codes (docs/design.md decision 8): 0 no `breaks` finding; 1 the workload breaks on the target;
 2 Spark or the environment failed; 4 usage error (one line on stderr): a bad path, a lake without
 frames, an unknown profile, a bad --replay URL, no --from when the recording does not say.
 """

@@ -1,4 +1,4 @@
-"""The client x rule matrix (issue 14): one broker's suite run raw and through client libraries.
+"""The client x rule matrix: one broker's suite run raw and through client libraries.
 
 Responsibility: `runs_to_explain(runs)` names the latest runs of every broker that more than one
 client ran (a broker is (product, version, profile); a target adds the client), `collect_reasons`

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# RabbitMQ clusters in the chroots of scripts/rabbitmq4.sh (issue 30). Sourced by rabbitmq4.sh,
+# RabbitMQ clusters in the chroots of scripts/rabbitmq4.sh. Sourced by rabbitmq4.sh,
 # which dispatches to it; only functions here, they use its config/chroot_cmd/port_open/die/log.
 #
 #   scripts/rabbitmq4.sh cluster up     4.3 [N=3]   start N NEW nodes, join 2..N to node 1, wait

@@ -1,7 +1,7 @@
 """GarageMQ for tests and by hand: start one on free ports, run the suite against it, stop it.
 
 Responsibility: everything the project needs to drive the Debian package `garagemq` (a Go
-AMQP 0-9-1 broker) without touching the system-wide instance (DESIGN.md, "Real components").
+AMQP 0-9-1 broker) without touching the system-wide instance (docs/design.md).
 
 Rules:
 - Each broker gets a copy of /etc/garagemq/config.yaml whose `tcp.port`, `admin.port` and

@@ -1,4 +1,4 @@
-"""The import layering of the project (STYLE.md; docs/architecture.md), checked on the source.
+"""The import layering of the project (docs/design.md, conventions; docs/architecture.md), checked on the source.
 
 Every `import` statement of the packages is read with `ast` (at any depth: module level,
 function level and under `if TYPE_CHECKING:`), resolved to project modules, and checked:
@@ -174,11 +174,11 @@ def test_the_catalogue_imports_nothing_else_of_the_harness() -> None:
 
 def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogue() -> None:
     # the results kernel (conformance.results: the records schema, verdicts, wording); the catalogue: rules, areas, profiles; and the model,
-    # the oracle the trace audit judges recorded traffic with (issue 17: one copy of each rule),
-    # and the upgrade pre-flight's pure core (issue 29: shapes, judging, replay). A client-side run's
+    # the oracle the trace audit judges recorded traffic with (one copy of each rule),
+    # and the upgrade pre-flight's pure core (shapes, judging, replay). A client-side run's
     # test ids and language line are the kernel's (conformance.results.client_runs); the client-side
-    # catalogue the clients matrix is still laid out by (issue 28: scenario titles and order, each
-    # client's language and order in the client registry) is named here until the redesign (issue 27)
+    # catalogue the clients matrix is still laid out by (scenario titles and order, each
+    # client's language and order in the client registry) is named here until the redesign
     # moves those facts into the results kernel or the records.
     allowed = ("conformance.results", "conformance.catalogue", "conformance.model", "conformance.preflight",
                "conformance.client_judge.scenario", "conformance.client_judge.scenarios",
@@ -189,7 +189,7 @@ def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogu
 
 
 def test_no_pytest_in_the_results_kernel_or_the_reports() -> None:
-    """The results kernel and the Spark reports run without pytest (issue 27): neither imports
+    """The results kernel and the Spark reports run without pytest: neither imports
     it, nor any project module that does (the pytest plugin, the suite)."""
     for name, path in modules().items():
         if not (_in(name, "conformance.results") or _in(name, "reports")):
@@ -204,7 +204,7 @@ def test_no_pytest_in_the_results_kernel_or_the_reports() -> None:
 
 
 def test_only_the_audit_plan_and_findings_use_spark() -> None:
-    """The trace audit keeps the driver's side apart (issue 27): Spark plans in reports.audit.plan,
+    """The trace audit keeps the driver's side apart: Spark plans in reports.audit.plan,
     frame windows in reports.audit.findings; the work of a task (partition, context, lake, channel)
     is pyarrow and the model, testable and runnable without Spark."""
     for name, path in modules().items():
@@ -230,7 +230,7 @@ def test_the_results_kernel_imports_no_other_part_of_the_harness() -> None:
 
 
 def test_the_interposer_imports_only_codec_and_the_results_kernel() -> None:
-    """conformance.interpose, the one relay (issue 27), serves the traffic recorder, the client
+    """conformance.interpose, the one relay, serves the traffic recorder, the client
     drivers and the tests' proxies: it imports none of them, only codec and the results records."""
     allowed = ("conformance.interpose", "conformance.results", "codec")
     bad = [i for i in edges_from("conformance.interpose") if not any(_in(i.target, a) for a in allowed)]

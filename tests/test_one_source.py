@@ -1,4 +1,4 @@
-"""One source per protocol fact (issue 27 item 5), checked on the source.
+"""One source per protocol fact, checked on the source.
 
 AMQP reply codes come from `codec.constants.ReplyCode`, never from a number typed again in
 product code (conformance, reference_broker, reports, bench): a reply-code value written as an

@@ -1,4 +1,4 @@
-"""Rule IDs named in a text: how a failure says which rule it saw broken (DESIGN.md decision 13).
+"""Rule IDs named in a text: how a failure says which rule it saw broken (docs/design.md decision 13).
 
 Responsibility: `named_rules(text)`, the catalogue rule IDs a failure message names, in order
 of first mention, and `RuleViolation`, the assertion a check raises when it knows its rule.

@@ -1,7 +1,7 @@
 """Profiles: a base (the spec or a RabbitMQ version) plus the capabilities a broker claims.
 
 Responsibility: turn the `--profile` choice and a broker's `connection.start` server-properties
-into a `Profile` that says, per rule, what the broker is judged by (DESIGN.md decisions 4, 11).
+into a `Profile` that says, per rule, what the broker is judged by (docs/design.md decisions 4, 11).
 
 Rules:
 - The base: `auto` reads product and version (RabbitMQ ≥4.3 → rabbitmq-4.3, ≥4.0 → rabbitmq-4.0,

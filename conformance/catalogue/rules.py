@@ -44,7 +44,7 @@ VARIANT = "variant:"
 
 # RabbitMQ extensions a rule can belong to (`capability` key). The first group are the names
 # RabbitMQ advertises in server-properties.capabilities; the second are RabbitMQ features no
-# capability announces, which a user declares (`--capability`). DESIGN.md decision 11.
+# capability announces, which a user declares (`--capability`). docs/design.md decision 11.
 ADVERTISED_CAPABILITIES: tuple[str, ...] = (
     "publisher_confirms", "basic.nack", "consumer_cancel_notify", "per_consumer_qos", "connection.blocked",
     "consumer_priorities", "authentication_failure_close", "exchange_exchange_bindings", "direct_reply_to",

@@ -12,7 +12,7 @@ Rules:
   scenario's rules, its `tests` patterns name ``scenario[client]`` (or ``scenario`` for every
   client), its `message` regex must be found in the failure text. A covered scenario that
   passes is an XPASS (never for an `intermittent` entry); `--strict-baseline` fails on it.
-- Exit status as for `run` (DESIGN.md decision 8): 2 when a scenario is `broken` (the harness or
+- Exit status as for `run` (docs/design.md decision 8): 2 when a scenario is `broken` (the harness or
   an adapter that would not start or build), else 1 for an unexpected failure (or an XPASS with
   a strict baseline), else 0.
 - JUnit: one `<testsuite>` per client (its version and language as properties), one

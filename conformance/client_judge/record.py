@@ -1,4 +1,4 @@
-"""Client-side results into the results lake (DESIGN.md decision 7): one run per client library.
+"""Client-side results into the results lake (docs/design.md decision 7): one run per client library.
 
 Responsibility: turn `ScenarioResult`s into the lake's records: per client a run record
 (client name and version, the scripted broker as the "broker", profile `client-side`), one

@@ -1,6 +1,6 @@
 """AiormqDriver and AioPikaDriver: `ClientDriver`s over the asyncio libraries aiormq and aio-pika.
 
-Rules: the library runs on its own event loop in a thread (DESIGN.md decision 5); each operation
+Rules: the library runs on its own event loop in a thread (docs/design.md decision 5); each operation
 is a coroutine run there with the driver's timeout (`NoReply` when it does not finish). Callbacks
 run on that loop and only append events. aiormq's and aio-pika's close exceptions carry their
 reply code in the exception class (aiormq's EXCEPTION_MAPPING) or in their arguments; both become

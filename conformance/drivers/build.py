@@ -1,4 +1,4 @@
-"""Compiled adapters built on first use into a cache (DESIGN.md decision 16).
+"""Compiled adapters built on first use into a cache (docs/design.md decision 16).
 
 Responsibility: `build_adapter(spec)`: find or build a compiled adapter (Go, Java, C) in
 `cache_dir()/<client>-<hash>` and return the command line that starts it; `missing_toolchain`

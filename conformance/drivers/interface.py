@@ -1,11 +1,11 @@
-"""The one driver interface (DESIGN.md decision 10): what a client can express, in both directions.
+"""The one driver interface (docs/design.md decision 10): what a client can express, in both directions.
 
 Responsibility: declare `ClientDriver`, the operations every driver offers (the raw codec
 client, the client-library drivers for pika, py-amqp, aio-pika, aiormq, kombu, and a remote
 adapter for other languages), the values they take and return (`Delivery`, `ConnectOptions`,
 `ClientInfo`), the events a client reports on its own (`Event`: deliveries, broker cancels,
 confirms, returns, closes, flow), and the outcomes every driver raises (`Closed`, `NoReply`,
-`ConnectionLost`). Message properties are codec's `BasicProperties` (declared once). The broker-side suite (issue 14) drives a broker through it; the
+`ConnectionLost`). Message properties are codec's `BasicProperties` (declared once). The broker-side suite drives a broker through it; the
 client-side suite (`conformance.client_judge`) drives client libraries through it against a
 scripted broker.
 

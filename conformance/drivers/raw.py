@@ -1,6 +1,6 @@
 """RawClient: the harness's primary driver, our codec over a blocking TCP socket.
 
-Rules (DESIGN.md decision 5):
+Rules (docs/design.md decision 5):
 - It can send anything: typed methods, content, or raw bytes (malformed frames included).
 - Every frame in and out is recorded with a monotonic timestamp and its connection id. Bytes
   written by `send_raw` are recorded as the frames they decode to (several frames written in

@@ -1,5 +1,5 @@
 """The suite through client libraries records, through the codec, what a library and a broker say
-to each other (issue 14: verdicts reached through a client keep their frames).
+to each other (verdicts reached through a client keep their frames).
 
 Responsibility: `recording_relay(host, port, recorder)` runs the one interposer
 (`conformance.interpose.relay`) on a free loopback port in a thread, bytes copied both ways

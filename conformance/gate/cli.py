@@ -7,7 +7,7 @@ reference broker, `conformance.embedded`).
 
 Rules:
 - `<name>_arguments(parser)` adds a subcommand's options; `<name>_run(args)` returns its exit
-  status (DESIGN.md decision 8: 0 ok, 1 unexpected failure, 2 harness or environment error,
+  status (docs/design.md decision 8: 0 ok, 1 unexpected failure, 2 harness or environment error,
   3 broker unreachable, 4 usage error). A usage error is raised as `options.UsageError` with
   one line; the front door prints it and exits 4. Nothing here imports the reports: `run
   --report` builds the report with the callable the front door passes.

@@ -1,4 +1,4 @@
-"""`amqp-conformance run`: the suite against one broker, judged as a CI gate (DESIGN.md decision 8).
+"""`amqp-conformance run`: the suite against one broker, judged as a CI gate (docs/design.md decision 8).
 
 Responsibility: validate the options, start the embedded reference broker when no URL is
 given, check that the broker answers, run the shipped suite in-process with the pytest plugin

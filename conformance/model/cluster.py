@@ -1,4 +1,4 @@
-"""A node of the broker's cluster stops and starts again (issue 30, docs/findings-cluster.md).
+"""A node of the broker's cluster stops and starts again (docs/findings-cluster.md).
 
 Responsibility: what one stop-and-start of a node means for the queues the client uses, as an
 operation on the model state, between two steps (nothing else happens while the node is down).

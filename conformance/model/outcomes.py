@@ -2,7 +2,7 @@
 
 Responsibility: small frozen value types, independent of any driver or socket.
 - Outcomes of a client method: `Ok`, `ChannelClosed`, `ConnectionClosed`. They compare by reply
-  code, class/method id and scope (the type), never by reply text (STYLE: fakeredis note).
+  code, class/method id and scope (the type), never by reply text (docs/design.md, conventions: fakeredis note).
 - Observations of broker-sent methods, reduced to what a rule constrains: `Deliver`, `GetOk`,
   `GetEmpty`, `ServerCancel`, `Confirm`, `Return`.
 Rules: ERR-02 decides the scope of an error (soft errors close the channel, hard errors the

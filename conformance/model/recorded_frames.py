@@ -160,7 +160,7 @@ DEFAULT_CONTEXT = Context()
 
 
 def recorded_traits(profile: str, server_capabilities: Collection[str]) -> Traits:
-    """DESIGN.md decision 11: the base profile plus what the broker advertises. A broker that
+    """docs/design.md decision 11: the base profile plus what the broker advertises. A broker that
     advertises `per_consumer_qos` gets RabbitMQ's meaning of basic.qos (QOS-02/03) whatever
     its base profile."""
     base = traits(profile)

@@ -1,4 +1,4 @@
-"""From pytest reports to verdicts and evidence (DESIGN.md decision 4).
+"""From pytest reports to verdicts and evidence (docs/design.md decision 4).
 
 Responsibility: classify each phase report of a rule test into a `Verdict` with a message,
 carry one test's state across its phases (`TestState`), extract the evidence that goes into
@@ -10,7 +10,7 @@ Rules:
   (`Closed`, `NoReply`, `ConnectionLost`) is the broker's behaviour → `failed`. A close 540
   NOT_IMPLEMENTED is `unimplemented` only when no rule of the test is required on the profile
   (required, or a variant it judges); a required method answered with 540 is `failed`
-  (DESIGN.md decision 13).
+  (docs/design.md decision 13).
 - `HarnessError`, the watchdog's `WatchdogExpired`, an `OSError` before the broker sent anything in this test (after that it
   is `failed`), and any other exception (a bug in the test or the harness) → `broken`. An
   exception group is `broken` if any member is, else `failed`. The plugin re-judges
@@ -20,7 +20,7 @@ Rules:
   plugin's own); a skip without a verdict prefix is `broken`: a suite test must say why it
   does not run. xfail → `failed` (the deviation was observed); XPASS → `passed`.
 - The first phase that does not pass decides; a teardown error only replaces `passed`.
-- A failure names the rules it saw broken (`rule_failures`, DESIGN.md decision 13): each
+- A failure names the rules it saw broken (`rule_failures`, docs/design.md decision 13): each
   exception of the failure that carries `rules` (`RuleViolation`) names those, else the rules
   its text names (`named_rules`), else the test's own rules; an exception group names the
   rules of its members. The verdict's message starts with one line per broken rule and its

@@ -1,4 +1,4 @@
-"""The `cluster` fixture (issue 30) and its options: a test's view of the broker's cluster.
+"""The `cluster` fixture and its options: a test's view of the broker's cluster.
 
 Rules:
 - The options are `--cluster-node` and `--node-control` (`conformance.run.nodes` says what

@@ -11,7 +11,7 @@ Rules:
   with `--broker-url` they share that broker; without it, each starts its own embedded one).
   A worker's first connection may come after another worker's test wedged the broker: that
   worker's broker tests then end `broken` (the broker is down, exit 3); it never ends its
-  session early, which would lose its tests (issue 18).
+  session early, which would lose its tests.
 - Workers send back, in `workeroutput`, what the controller's run record and exit status need:
   the broker's product, version and profile, whether the broker went down, and how many test
   records they wrote.

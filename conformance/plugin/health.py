@@ -1,4 +1,4 @@
-"""Broker health between tests and the session-end leak check (issue 4, item 7).
+"""Broker health between tests and the session-end leak check.
 
 Responsibility: `HealthProbe` answers "does the broker still answer?" cheaply between tests;
 `find_leaks` lists the queues and exchanges named with the harness prefix that a run left on

@@ -17,7 +17,7 @@ Rules:
   labelled epic = area, feature = rule group, story = rule, and get their frame log attached.
 - Between broker tests a health probe runs (`health`); once the broker is wedged or gone,
   every following broker test is `broken` without touching the network, and the session
-  exits 3. Otherwise any `broken` verdict makes the exit status 2 (DESIGN.md decision 8).
+  exits 3. Otherwise any `broken` verdict makes the exit status 2 (docs/design.md decision 8).
 - A rule test that overruns `--test-timeout` is interrupted by the `watchdog` and ends
   `broken`; then a fresh connection probes the broker (`HealthProbe.fresh`): if it answers,
   only that test is broken and the run goes on (exit 2); if not, the broker is down (exit 3).

@@ -1,4 +1,4 @@
-"""Which worker runs which test first, when pytest-xdist spreads the suite (issue 31).
+"""Which worker runs which test first, when pytest-xdist spreads the suite.
 
 Responsibility: against a broker that deviates, the model machines run for tens of seconds
 each (they explore, then shrink their failure) while an example test takes a fraction of one;

@@ -91,7 +91,7 @@ class Harness:
     worker: bool = False  # a pytest-xdist worker: the controller writes the run record
     remote_tests: int = 0  # test records written by pytest-xdist workers
     watchdog: Watchdog | None = None
-    cluster: ClusterSpec | None = None  # the broker's cluster (--cluster-node, --node-control), issue 30
+    cluster: ClusterSpec | None = None  # the broker's cluster (--cluster-node, --node-control)
     embedded_cluster: bool = False  # --cluster-node embedded: the embedded broker starts as a cluster
     config: RunConfig = field(default_factory=RunConfig)  # what the run is asked to do (conformance.run.config)
     run_baseline: Callable[[], str | None] | None = None  # GivenRun's: asked once, when the run record is written

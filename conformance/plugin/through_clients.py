@@ -1,4 +1,4 @@
-"""The suite through client libraries (issue 14): `--client pika|amqp|aio-pika`.
+"""The suite through client libraries: `--client pika|amqp|aio-pika`.
 
 Responsibility: the `client` fixture (a factory of `ClientDriver`s of the chosen library,
 connected to the broker through `recording_relay`, so the test's frames are recorded as with

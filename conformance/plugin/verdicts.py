@@ -1,4 +1,4 @@
-"""Verdicts (DESIGN.md decision 4) and the helpers tests use to reach the non-binary ones.
+"""Verdicts (docs/design.md decision 4) and the helpers tests use to reach the non-binary ones.
 
 Rules: `passed` and `failed` come from the test outcome; a test reaches `unimplemented`
 (capability not advertised, or the broker answered 540) by calling `unimplemented()`,

@@ -1,4 +1,4 @@
-"""The harness's watchdog: no rule test and no session runs past its budget (DESIGN.md decision 8).
+"""The harness's watchdog: no rule test and no session runs past its budget (docs/design.md decision 8).
 
 Responsibility: a daemon thread that watches the running rule test's deadline (`--test-timeout`)
 and the session's (`--run-timeout`; `--session-timeout` belongs to pytest-timeout) and ends an
@@ -49,7 +49,7 @@ from conformance.run.config import RunConfig
 from conformance.run.options import SESSION_BASE, SESSION_PER_TEST, TEST_BUDGET
 
 GRACE = 30.0  # s between the interrupt and the hard exit, before --timeout-scale
-EXIT_STATUS = EXIT_UNREACHABLE  # DESIGN.md decision 8: the broker is unreachable or wedged
+EXIT_STATUS = EXIT_UNREACHABLE  # docs/design.md decision 8: the broker is unreachable or wedged
 SIGNAL = signal.SIGUSR2  # not SIGALRM: pytest-timeout's
 
 

@@ -1,4 +1,4 @@
-"""Baselines: a broker's known deviations, so a CI gate fails only on new ones (DESIGN.md decision 8).
+"""Baselines: a broker's known deviations, so a CI gate fails only on new ones (docs/design.md decision 8).
 
 Responsibility: read and validate a baseline file (`load_baseline`), judge a run's verdicts
 against it (`judge`), and write one from a run's recorded failures (`from_results`).
@@ -17,7 +17,7 @@ The file is TOML:
     profiles = ["rabbitmq-3.10"]    # optional: only runs judged by these profiles
     intermittent = true             # optional: it fails on some runs only (never an XPASS)
 
-Rules (DESIGN.md decision 13: a baseline accepts a failure, not a test):
+Rules (docs/design.md decision 13: a baseline accepts a failure, not a test):
 - A deviation matches a failed test only when the failure names the deviation's rule (the
   rules the failure saw broken, `TestEvidence.failed_rules`, not every rule the test checks),
   the test is one of its `tests` (none given: any test), and, when it has a `message`, that

@@ -1,6 +1,6 @@
 """From an observation to a verdict: the one mapping the pytest plugin and the client judge share.
 
-Rules (DESIGN.md decision 4):
+Rules (docs/design.md decision 4):
 - An exception that says what verdict it stands for (`verdict` attribute, e.g. the client
   judge's `NotApplicable`) has that verdict.
 - A `HarnessError` (or one of the caller's `harness_faults`, e.g. the plugin's watchdog) is

@@ -1,4 +1,4 @@
-"""Results records (DESIGN.md decision 7): one schema, written as Parquet during every run.
+"""Results records (docs/design.md decision 7): one schema, written as Parquet during every run.
 
 Responsibility: declare the three record kinds of a run (the run, one record per test, one
 per frame), turn a test's recorded frames into frame records, and write them to a results

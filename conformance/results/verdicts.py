@@ -1,4 +1,4 @@
-"""Verdicts (DESIGN.md decision 4), their order, score and labels, and the exit statuses of a run.
+"""Verdicts (docs/design.md decision 4), their order, score and labels, and the exit statuses of a run.
 
 The kernel every part shares (the pytest plugin, the client judge, the gate, the reports): no
 pytest here. A suite test reaches a non-binary verdict through `conformance.plugin.verdicts`
@@ -8,7 +8,7 @@ pytest here. A suite test reaches a non-binary verdict through `conformance.plug
   (`not-applicable`) or could not be judged (`broken`) is left out of it.
 - A rule's verdict is the worst of its tests' verdicts, in `WORST_FIRST` order: a rule is
   `passed` only when every applicable check of it ran and passed. A `failed` test counts as
-  failed only under the rules its failure names (its `failed_rules`, DESIGN.md decision 13);
+  failed only under the rules its failure names (its `failed_rules`, docs/design.md decision 13);
   under its other rules it is `UNJUDGED` ("not judged": it stopped before their checks), which
   ranks below the verdicts of tests that ran and above `passed` (`RULE_WORST_FIRST`), and is
   left out of the score.
@@ -22,7 +22,7 @@ from collections.abc import Collection
 
 from conformance.results.wording import plural
 
-# Exit statuses of a run (DESIGN.md decision 8), for the plugin, the watchdog and the gate: 1 an
+# Exit statuses of a run (docs/design.md decision 8), for the plugin, the watchdog and the gate: 1 an
 # unexpected `failed`, 2 a harness or environment error (a `broken` verdict), 3 the broker is
 # unreachable or went down, 4 a usage error.
 EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2, 3, 4
@@ -34,13 +34,13 @@ class Verdict(enum.StrEnum):
     NON_STRICT = "non-strict"
     UNIMPLEMENTED = "unimplemented"
     NEEDS_ADMIN = "needs-admin"
-    NEEDS_CLUSTER = "needs-cluster"  # a cluster test without --cluster-node and --node-control (issue 30)
+    NEEDS_CLUSTER = "needs-cluster"  # a cluster test without --cluster-node and --node-control
     NOT_APPLICABLE = "not-applicable"
-    NOT_CLAIMED = "not-claimed"  # a RabbitMQ extension the broker does not claim (DESIGN.md decision 11)
+    NOT_CLAIMED = "not-claimed"  # a RabbitMQ extension the broker does not claim (docs/design.md decision 11)
     BROKEN = "broken"
 
 
-# what each exit status of a run means (DESIGN.md decision 8), for `run`, its --help and the pytest route
+# what each exit status of a run means (docs/design.md decision 8), for `run`, its --help and the pytest route
 STATUS_TEXT = {EXIT_OK: "no unexpected result", EXIT_FAILED: "unexpected failures",
                EXIT_HARNESS: "harness or environment error",
                EXIT_UNREACHABLE: "broker unreachable, down, or authentication refused", EXIT_USAGE: "usage error"}
@@ -73,7 +73,7 @@ def admin_hint(tests: int) -> str:
 
 
 def cluster_hint(tests: int) -> str:
-    """The console's line when `tests` tests were not run for want of a cluster (issue 30)."""
+    """The console's line when `tests` tests were not run for want of a cluster."""
     return (f"not run: {plural(tests, 'test')} {'needs' if tests == 1 else 'need'} a cluster; rerun with "
             "--cluster-node amqp://… (each other node) and --node-control 'COMMAND {index} {action}' (stops or "
             "starts one node), or --cluster-node embedded against the embedded reference broker")

@@ -1,4 +1,4 @@
-"""Admin adapters (DESIGN.md decision 6): control of the broker outside AMQP.
+"""Admin adapters (docs/design.md decision 6): control of the broker outside AMQP.
 
 Responsibility: one interface, `AdminAdapter` (queues, exchanges, connections, policies and
 global application settings such as `consumer_timeout`), with three implementations chosen by

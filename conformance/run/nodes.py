@@ -1,4 +1,4 @@
-"""The nodes of the broker's cluster (issue 30): what `--cluster-node` and `--node-control` name, and
+"""The nodes of the broker's cluster: what `--cluster-node` and `--node-control` name, and
 running the node command. No pytest here: the gate validates the options with it before a run.
 
 Rules:

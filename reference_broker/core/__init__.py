@@ -1,4 +1,4 @@
-"""The pure broker core: state, rules and effects; no I/O (STYLE.md, rabbit_fifo's shape).
+"""The pure broker core: state, rules and effects; no I/O (docs/design.md (conventions), rabbit_fifo's shape).
 
 Parts: broker_state.py (the state, declared once) and state.py (its entities); the concern
 modules, which import the state and never the router; router.py (the entry points and the

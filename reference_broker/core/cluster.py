@@ -1,4 +1,4 @@
-"""A broker of several nodes, as RabbitMQ 4.3.6 treats them (issue 30, docs/findings-cluster.md):
+"""A broker of several nodes, as RabbitMQ 4.3.6 treats them (docs/findings-cluster.md):
 where queues live, and what the rule code asks while a node is down (nodes.py stops and starts them).
 
 Rules:

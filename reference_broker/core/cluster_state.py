@@ -1,4 +1,4 @@
-"""The state of a broker that runs as several nodes (issue 30): declared apart from the
+"""The state of a broker that runs as several nodes: declared apart from the
 functions (core/cluster.py) so that `BrokerState` can hold it without an import cycle.
 
 Rules: plain data, changed only by core/cluster.py; nodes are numbered 1..size; `None` in

@@ -1,6 +1,6 @@
 """Durability: what the core asks the store to keep, and how a restart rebuilds the state.
 
-Rules (seed 001, PC-07, issue 9):
+Rules (seed 001, PC-07):
 - Only persistent messages (delivery_mode 2) in durable, non-exclusive queues are written,
   and every message of a stream.
   Each queue copy gets a store id; a `put` is journalled when it is enqueued, a `delete`

@@ -1,4 +1,4 @@
-"""Nodes that stop and start (issue 30, docs/findings-cluster.md; the rules are cluster.py's).
+"""Nodes that stop and start (docs/findings-cluster.md; the rules are cluster.py's).
 
 Rules: the transport ends a stopping node's connections first (their sockets die with it), then
 calls `node_down`; `node_up` after the node listens again. Both return effects like any entry

@@ -5,7 +5,7 @@ start-ok, queue.delete and its answer, basic.consume, recorder gaps) build each 
 `conformance.model.recorded_frames.Context`:
 - the broker's profile (`conformance.catalogue.profiles.detect` over the product, version and
   `emulates` claim of its connection.start) plus the capabilities it advertises
-  (`recorded_traits`, DESIGN.md 11);
+  (`recorded_traits`, docs/design.md 11);
 - whether the client advertised consumer_cancel_notify (CCN-01), and the broker too; unknown
   (and what depends on it counted as not judged) when the start-ok's capabilities were not
   recorded, as in lakes written before the `capabilities` column;

@@ -1,4 +1,4 @@
-"""An installed amqp-conformance judges every client outside this repository (issue 28 item 5).
+"""An installed amqp-conformance judges every client outside this repository.
 
 The wheel (`pip wheel`, hatchling from the configured index) ships every adapter source as
 package data; the clients run from the wheel's own files, from another directory, build their

@@ -1,6 +1,6 @@
 """The generated fast path and the construct path agree on valid, malformed and truncated input.
 
-Same value or same rejection (DESIGN.md decision 1). The fast decoders are called directly
+Same value or same rejection (docs/design.md decision 1). The fast decoders are called directly
 here, without the reader's fallback to the construct path.
 """
 
@@ -123,7 +123,7 @@ def test_fast_table_decoder_matches_construct_on_mutated_input(data: st.DataObje
 
 
 def test_truncated_last_table_entry_is_rejected_not_dropped() -> None:
-    """The construct pitfall of DESIGN.md: GreedyRange in Prefixed drops a partial entry."""
+    """The construct pitfall of docs/design.md: GreedyRange in Prefixed drops a partial entry."""
     wire = TABLE_CODECS[Dialect.RABBITMQ].encode_table({"a": 1, "b": "text"})
     short_prefix = struct.pack(">I", len(wire) - 4 - 2) + wire[4:-2]
     assert fast_method(b"\x00\x3c\x00\x14" + b"\x00\x00\x01q\x00\x00" + short_prefix) == REJECTED

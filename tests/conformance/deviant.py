@@ -1,5 +1,5 @@
 """DeviantProxy: the relay (`conformance.interpose`) rewriting frames, so that any broker deviates in
-one realistic way (issue 21).
+one realistic way.
 
 Responsibility: stand between the harness and a broker and apply one `Deviation` (see
 `deviations.py`): a small rewrite of what the broker sends, or of what the client sends so that

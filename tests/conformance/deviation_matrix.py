@@ -1,4 +1,4 @@
-"""The proxy-deviation matrix: the suite, and the model machines alone, through each deviation (issue 21).
+"""The proxy-deviation matrix: the suite, and the model machines alone, through each deviation.
 
 `python -m tests.conformance.deviation_matrix` (`make mutation-proxy`) first runs a control: the
 same selections (the suite of each deviation's area, one run per area, else their machines
@@ -15,7 +15,7 @@ an embedded reference broker behind a `DeviantProxy` applying it, and:
    nothing broken.
 It prints the control (its outcome and wall time, the date and the git commit), both
 tables (rules and tests failed, which machine, shrunk steps, wall time) and each deviation's
-suite run timed against the clean run of its area (issue 31: at most twice), and writes
+suite run timed against the clean run of its area (at most twice), and writes
 `--out/deviations.json`. Exit 0 when every deviation is killed and every machine alone found
 its area's deviations within `MAX_STEPS`; 1 otherwise; 2 when the control failed; 4 on bad options.
 """
@@ -114,7 +114,7 @@ def run_control(deviations: list[type[Deviation]], out: Path, args: argparse.Nam
 
 
 def time_ratios(suite: list[Outcome], control: Control) -> list[dict[str, object]]:
-    """Each deviation's suite run against the clean run of the same selection (issue 31: a deviating
+    """Each deviation's suite run against the clean run of the same selection (a deviating
     broker costs no more than twice a clean one), slowest ratio first."""
     clean = {o.area: o.seconds for o in control.runs}
     rows = []

@@ -1,4 +1,4 @@
-"""The deviations `DeviantProxy` can apply: each a small, realistic rewrite of one AMQP behaviour (issue 21).
+"""The deviations `DeviantProxy` can apply: each a small, realistic rewrite of one AMQP behaviour.
 
 Each names its area (the area whose tests, and whose machine, must find it) and the rules it
 breaks. Client-side rewrites make the broker mis-hear the client (the client believes it sent

@@ -1,4 +1,4 @@
-"""HostileProxy: the relay (`conformance.interpose`) in front of a broker, misbehaving on demand (issue 9, part 6).
+"""HostileProxy: the relay (`conformance.interpose`) in front of a broker, misbehaving on demand (part 6).
 
 Responsibility: stand between the harness and a real broker (an `EmbeddedBroker`) and make
 the broker look wedged, dead, broken or wrong, so tests can show that the harness still ends

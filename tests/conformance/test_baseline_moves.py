@@ -1,4 +1,4 @@
-"""Baselines survive moves of the suite's files (issue 27 item 6: the suite split by area).
+"""Baselines survive moves of the suite's files (the suite split by area).
 
 A baseline names tests by their name and rule, the file a hint only (conformance/results/baseline.py).
 The data directory keeps the shipped baselines as they were before the suite was split into

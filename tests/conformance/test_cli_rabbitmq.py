@@ -1,4 +1,4 @@
-"""`amqp-conformance run` against the live RabbitMQ 3.10.8 with its shipped baseline (issue 8).
+"""`amqp-conformance run` against the live RabbitMQ 3.10.8 with its shipped baseline.
 
 The gate passes with `baselines/rabbitmq-3.10.8.toml` (the whole suite, four workers) and
 fails without it (the cancel area, where S002-01's 541 crash lives, is enough to show it).

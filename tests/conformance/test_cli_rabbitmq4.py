@@ -1,4 +1,4 @@
-"""RabbitMQ 4.3.6 and 4.0.5 as real targets (issue 13): the profile detected from their
+"""RabbitMQ 4.3.6 and 4.0.5 as real targets: the profile detected from their
 server-properties, and `amqp-conformance run` with the management API and the shipped baseline.
 
 The nodes come from `scripts/rabbitmq4.sh up` (ports 5743/15743 and 5740/15740, overridable with

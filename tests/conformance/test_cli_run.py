@@ -1,4 +1,4 @@
-"""`amqp-conformance run` end to end: every exit status of DESIGN.md decision 8, baselines, JUnit.
+"""`amqp-conformance run` end to end: every exit status of docs/design.md decision 8, baselines, JUnit.
 
 Each run is a real `python -m conformance.cli run` process on a small `--select` (or a tiny
 `--suite`) against the embedded reference broker, so exit statuses, stdout and stderr are
@@ -278,7 +278,7 @@ def _teardown(nodeid: str, verdict: str | None) -> pytest.TestReport:
 
 
 def test_every_announced_test_is_counted_even_without_a_report() -> None:
-    """Issue 18: a test the run announced but that never reported (the run ended first, as when
+    """a test the run announced but that never reported (the run ended first, as when
     pytest-xdist lost a worker's tests) is `broken`, saying why; a test without rules (no
     verdict, but a teardown report) is not one of them."""
     collector = RunCollector(_Progress(), None, None)

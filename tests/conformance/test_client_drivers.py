@@ -1,6 +1,6 @@
 """The client-library drivers in-process (no adapter): each is a `ClientDriver` and round-trips a message.
 
-These are the drivers the broker-side suite can run through (issue 14) and the Python adapter
+These are the drivers the broker-side suite can run through and the Python adapter
 serves; here each one publishes with properties, consumes, settles, gets and confirms against
 the scripted broker, and reports a broker channel close with its code.
 """

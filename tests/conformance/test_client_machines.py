@@ -1,4 +1,4 @@
-"""The model machines through client libraries (issue 14): each is proven against a deviating broker.
+"""The model machines through client libraries: each is proven against a deviating broker.
 
 Each case runs one machine (conformance/suite/machine_client_*.py) through one library against
 the embedded reference broker with one named fault (reference_broker/faults.py) and expects

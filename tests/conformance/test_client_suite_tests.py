@@ -1,4 +1,4 @@
-"""The client suite tests for tx, mandatory returns and global qos (issue 14), proven against deviating brokers.
+"""The client suite tests for tx, mandatory returns and global qos, proven against deviating brokers.
 
 Each case runs `amqp-conformance run --client LIB --select RULE` against the embedded reference
 broker made to deviate in one way (a named fault of reference_broker/faults.py, or a rewrite by

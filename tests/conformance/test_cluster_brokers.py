@@ -1,4 +1,4 @@
-"""Brokers judged as clusters (issue 30): `--cluster-node` and `--node-control`, the `needs-cluster`
+"""Brokers judged as clusters: `--cluster-node` and `--node-control`, the `needs-cluster`
 verdict, the cluster area on `reference_broker --nodes 3`, against each of its cluster faults, the
 cancel machine's node stops there (with and without the fault it kills), and
 on the live 3-node RabbitMQ 4.3.6 cluster of `scripts/rabbitmq4.sh cluster up 4.3 3`.

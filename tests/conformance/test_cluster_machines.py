@@ -1,4 +1,4 @@
-"""The machines with a cluster (issue 30 item 3): given `reference_broker --nodes 3`, the ack,
+"""The machines with a cluster: given `reference_broker --nodes 3`, the ack,
 requeue, prefetch and timeout machines also stop and start node 2 as a step. Each passes on the
 clean cluster and, against the fault its node stop can reveal, fails naming that CLU rule with a
 minimal example that contains the stop (node stops are in the examples, and they shrink).

@@ -1,4 +1,4 @@
-"""The frame-rewriting proxy and its deviations (issue 21): fast checks here, the full matrix is `slow`.
+"""The frame-rewriting proxy and its deviations: fast checks here, the full matrix is `slow`.
 
 The fast part shows that the proxy forwards a conforming session untouched, that a client-side
 rewrite makes the broker mis-hear the client, and that a model machine alone, through a

@@ -1,4 +1,4 @@
-"""No profile leaves a test without a verdict (issue 26): the whole suite against the reference broker,
+"""No profile leaves a test without a verdict: the whole suite against the reference broker,
 under every profile `--profile` offers, ends with no `broken` verdict.
 
 The reference broker follows RabbitMQ 4.3, so under the other profiles some tests fail (the rules

@@ -1,4 +1,4 @@
-"""Failure messages say, whole, what the rule required and what the broker did (issue 26).
+"""Failure messages say, whole, what the rule required and what the broker did.
 
 The explanation of a suite assertion (`conformance.plugin.explain`) and of a close that never
 came (`classify.did_not_raise`) in isolation, then a run of suite tests through the pytest plugin

@@ -1,4 +1,4 @@
-"""The suite against GarageMQ (issue 4, "Real brokers"): it finishes in bounded time whatever
+"""The suite against GarageMQ ("Real brokers"): it finishes in bounded time whatever
 the broker does, and its report lists the broker's deviations.
 
 Each test starts its own GarageMQ on free ports with a fresh db directory (tests/garagemq_broker.py)

@@ -1,5 +1,5 @@
 """A channel the broker closed without telling is proven closed while the client waits
-(conformance/drivers/hidden_close.py, issue 31 item 3), and the probe changes nothing on a
+(conformance/drivers/hidden_close.py), and the probe changes nothing on a
 conforming broker whose reply is merely late."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The harness against a hostile broker: real suite tests through `HostileProxy` (issue 9, part 6).
+"""The harness against a hostile broker: real suite tests through `HostileProxy` (part 6).
 
 Each test puts `tests/conformance/hostile.py`'s proxy in front of the module's embedded
 reference broker and runs shipped suite tests through the plugin (pytester, in-process) or

@@ -1,5 +1,5 @@
-"""The machines' budget and stable smallest failure (conformance/suite/steps/machine_support.py,
-issue 31 item 3): shrinking ends when the budget is spent or the smallest failure is stable."""
+"""The machines' budget and stable smallest failure (conformance/suite/steps/machine_support.py):
+shrinking ends when the budget is spent or the smallest failure is stable."""
 
 from __future__ import annotations
 

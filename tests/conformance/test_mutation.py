@@ -1,4 +1,4 @@
-"""The mutation score (issues 6, 21, 26): a fault is killed only by a failure naming its own rule,
+"""The mutation score: a fault is killed only by a failure naming its own rule,
 after a clean control; the fast subset (one fault per area) runs here, in `make test`."""
 
 from __future__ import annotations

@@ -347,7 +347,7 @@ def test_then(connect):
 
 
 def test_a_worker_first_reaching_a_wedged_broker_records_broken_verdicts(pytester: pytest.Pytester, proxy: WedgeProxy) -> None:
-    """Issue 18: under pytest-xdist a worker's first connection (the `target` fixture) may come
+    """under pytest-xdist a worker's first connection (the `target` fixture) may come
     after another worker wedged the broker. That is not the start of the run: the worker's tests
     end `broken` and reach the records, where pytest.exit lost them (xdist's INTERNALERROR)."""
     pytester.makepyfile(test_wedge=WEDGE_SUITE, test_later=WORKER_AFTER_THE_WEDGE)

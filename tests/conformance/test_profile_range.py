@@ -1,4 +1,4 @@
-"""A RabbitMQ version outside the profiles' range (issue 26): judged by the nearest profile, and said so.
+"""A RabbitMQ version outside the profiles' range: judged by the nearest profile, and said so.
 
 A version older than the oldest profile, between two, or newer than the newest is judged by the
 newest profile not newer than it (the oldest for an older one); the console, the run record

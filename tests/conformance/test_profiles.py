@@ -1,4 +1,4 @@
-"""Capability-aware profiles (conformance/catalogue/profiles.py, DESIGN.md decision 11).
+"""Capability-aware profiles (conformance/catalogue/profiles.py, docs/design.md decision 11).
 
 A profile is a base (the spec or a RabbitMQ version) plus what the broker claims. Pure tests
 pin detection on real brokers' server-properties and every combination of claims; live tests

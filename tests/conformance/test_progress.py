@@ -1,4 +1,4 @@
-"""The console's closing lines say where a run's time went (issue 31): the wall time, the areas and the
+"""The console's closing lines say where a run's time went: the wall time, the areas and the
 tests that took longest."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The raw driver records bytes written in one go as the frames they decode to (issue 18)."""
+"""The raw driver records bytes written in one go as the frames they decode to."""
 
 from __future__ import annotations
 

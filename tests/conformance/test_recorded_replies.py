@@ -1,5 +1,5 @@
-"""Reply codes through client libraries that hide them (issue 26,
-conformance/suite/through_clients/recorded_replies.py).
+"""Reply codes through client libraries that hide them
+(conformance/suite/through_clients/recorded_replies.py).
 
 The through-client checks of a reply code (ACK-03's channel.close 406, PC-06's basic.return 312,
 conformance/suite/through_clients/test_through_clients.py) assert the exact code; where the library does not show

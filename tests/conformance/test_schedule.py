@@ -1,4 +1,4 @@
-"""The order pytest-xdist hands the suite's tests out in (conformance/plugin/schedule.py, issue 31)."""
+"""The order pytest-xdist hands the suite's tests out in (conformance/plugin/schedule.py)."""
 
 from __future__ import annotations
 

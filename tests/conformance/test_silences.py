@@ -1,5 +1,5 @@
-"""A method the broker never answers is waited for once per run (conformance/drivers/silence.py,
-issue 31 item 3): the named fault `get_unanswered` drops basic.get (no reply, no 540)."""
+"""A method the broker never answers is waited for once per run (conformance/drivers/silence.py):
+the named fault `get_unanswered` drops basic.get (no reply, no 540)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The suite through client libraries (conformance/plugin/through_clients.py, issue 14).
+"""The suite through client libraries (conformance/plugin/through_clients.py).
 
 The recording relay copies bytes unchanged and records both directions through the codec; a run
 with `--client X` drives the client-capable tests through library X and reports every other

@@ -1,4 +1,4 @@
-"""The differential scenarios of stream queues (issue 31 item 4): what the reference broker's
+"""The differential scenarios of stream queues: what the reference broker's
 streams (reference_broker/core/streams.py) must do as RabbitMQ 4.3.6 does, collected into
 `scenarios.SCENARIOS`.
 

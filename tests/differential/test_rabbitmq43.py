@@ -1,5 +1,5 @@
 """The differential test: every scenario of tests/differential/scenarios.py (and scenarios_delivery.py) against RabbitMQ 4.3.6
-and against the reference broker, normalised transcripts compared (issue 13).
+and against the reference broker, normalised transcripts compared.
 
 It pins the reference broker's 4.3 behaviour (consumer timeouts above all) to the real 4.3.6.
 Marked `rabbitmq43`: it needs the 4.3.6 node of `scripts/rabbitmq4.sh up 4.3` (URLs from

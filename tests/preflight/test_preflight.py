@@ -1,4 +1,4 @@
-"""The upgrade pre-flight (issue 29): shapes, judging, the command, the live replay.
+"""The upgrade pre-flight: shapes, judging, the command, the live replay.
 
 The offline tests read a recording shipped as a fixture: `tests.preflight.workload` recorded through
 `amqp-conformance record` against RabbitMQ 3.10.8 (fixtures/lake-rabbitmq-3.10.8). The live tests
@@ -26,7 +26,7 @@ from reports.preflight_spark import aggregate, shape_rows, shapes_of_run
 from reports.spark import spark_session
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lake-rabbitmq-3.10.8"
-# issue 29's table for 3.10 -> 4.3, as measured live (docs/preflight.md): rule, what, kind
+# the pre-flight's table for 3.10 -> 4.3, as measured live (docs/preflight.md): rule, what, kind
 EXPECTED_4_3 = {
     ("DCL-03", "classic queue declared with x-queue-version", "breaks"),
     ("TMO-04", "classic queue declared with x-consumer-timeout", "breaks"),

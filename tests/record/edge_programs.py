@@ -1,4 +1,4 @@
-"""Client programs for the audit's edge cases (issue 16), recorded like `tests.record.programs`.
+"""Client programs for the audit's edge cases, recorded like `tests.record.programs`.
 
 Each takes the broker URL (the recording relay's) and a unique queue name and ends within its
 `deadline` whatever the broker does. Nothing here knows about the audit.

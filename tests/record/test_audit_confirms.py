@@ -1,4 +1,4 @@
-"""The audit of publisher confirms on recorded traffic (issue 31 item 4): confirms pending when a
+"""The audit of publisher confirms on recorded traffic: confirms pending when a
 channel closed died with it (PC-13), so the reference broker's recording gives no finding; a
 confirm the reference broker's `confirm_lost` fault never sends, on a channel that stays open
 past the audit's grace until the recording ends, is PC-05's `confirm-missing` (the honest broker's

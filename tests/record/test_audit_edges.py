@@ -1,4 +1,4 @@
-"""The audit's edge cases (issue 16) on recorded traffic: lakes older than a column, nowait methods,
+"""The audit's edge cases on recorded traffic: lakes older than a column, nowait methods,
 global prefetch, requeue order, and what cannot be judged.
 
 Each check is proven twice: RabbitMQ 3.10.8 running the program gives no finding, and the same

@@ -1,5 +1,5 @@
 """A client program (pika) that publishes every field type it can write and reads it back sees
-the same thing from the reference broker as from RabbitMQ 3.10.8 (MSG-01, issue 19).
+the same thing from the reference broker as from RabbitMQ 3.10.8 (MSG-01).
 
 The program uses pika's public API only; what it received on the wire is taken from pika's own
 content-header decoding (`BasicProperties.decode` sees the property octets), so a broker that

@@ -1,4 +1,4 @@
-"""The reference broker as a cluster over sockets (issue 30): `--nodes 3` listens on three
+"""The reference broker as a cluster over sockets: `--nodes 3` listens on three
 ports; the management API stops and starts a node, as the node_control command does."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pure-core tests of stream queues (reference_broker/core/streams.py): what live RabbitMQ 4.3.6
-did for each, over raw AMQP (issue 31 item 4)."""
+did for each, over raw AMQP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durable storage (issue 9): what survives a restart, confirms after the write (PC-07),
+"""Durable storage: what survives a restart, confirms after the write (PC-07),
 the journal the core emits, compaction, and a torn WAL after a crash.
 
 Core tests drive the pure core (sim.Sim) and look at its `Persist` effects; restart tests

@@ -1,2 +1,2 @@
-"""Reliability tests of the reference broker (issue 9): crash recovery, limits and security,
+"""Reliability tests of the reference broker: crash recovery, limits and security,
 socket fuzzing."""

@@ -1,4 +1,4 @@
-"""Limits and abuse over real loopback sockets (issue 9): configured limits are enforced and
+"""Limits and abuse over real loopback sockets: configured limits are enforced and
 hold under hostile input, memory stays bounded while a consumer stalls, a dead peer's work
 goes back to its queue, and the broker carries a thousand connections at once.
 

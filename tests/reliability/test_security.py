@@ -1,4 +1,4 @@
-"""Security of the reference broker over real sockets (issue 9): credentials (plaintext and
+"""Security of the reference broker over real sockets: credentials (plaintext and
 RabbitMQ password hashes, PLAIN and AMQPLAIN), refusals that leak nothing, vhost permissions,
 the management API's access rules, and loopback-only listeners by default.
 

@@ -115,7 +115,7 @@ def test_spark_connect_report_equals_local(site: Site, lake: Lake, clusters: Clu
 @pytest.mark.rabbitmq
 @pytest.mark.usefixtures("rabbitmq")
 def test_recorded_traffic_audited_on_the_cluster(clusters: Clusters, tmp_path: Path) -> None:
-    """Issue 16 end to end: recorded RabbitMQ 3.10.8 traffic, some through deviations, audited by
+    """End to end: recorded RabbitMQ 3.10.8 traffic, some through deviations, audited by
     the standalone cluster's executors: the audit page holds what the in-process audit finds."""
     lake = tmp_path / "lake"
     record(lake, edge_programs.requeue_order, deviations.RequeueToTail)

@@ -1,4 +1,4 @@
-"""The report shows a cluster run's nodes and the nodes a failing test stopped (issue 30).
+"""The report shows a cluster run's nodes and the nodes a failing test stopped.
 
 One lake holds two runs: a cluster run written by the plugin's own writer (`cluster_nodes` on the
 run, `stopped_nodes` on its failed test) and a run of an older lake, written before those columns

@@ -149,7 +149,7 @@ def test_render_shows_how_a_target_s_profile_was_chosen(tmp_path: Path) -> None:
 
 def test_rule_titles_render_their_markdown(tmp_path: Path) -> None:
     """Catalogue titles mark code (`basic.nack`): HTML shows it as code, <title> and attributes as plain
-    text, never the backticks (issue 31); a title's HTML is escaped like every record."""
+    text, never the backticks; a title's HTML is escaped like every record."""
     data, logs = sample()
     data.rules[1] = Rule("ACK-02", "ack", f"`basic.reject` and `basic.nack` {EVIL}", "t", "RULES.md §1")
     render_site(data, tmp_path, logs)

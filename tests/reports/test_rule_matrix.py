@@ -1,4 +1,4 @@
-"""The rule matrix counts a failed test as failed only under the rules its failure names (issue 26).
+"""The rule matrix counts a failed test as failed only under the rules its failure names.
 
 A results lake written by the plugin's own writer holds one run with a failed model machine whose
 failure names ACK-09 (the machine checks ACK-01, ACK-03 and ACK-09), a passing test of ACK-03, a

@@ -1,4 +1,4 @@
-"""The client x rule matrix (issue 14): laid out from hand-made cells, built by the real pipeline from a
+"""The client x rule matrix: laid out from hand-made cells, built by the real pipeline from a
 lake written by the harness's own `ResultsWriter` (a raw run and a pika run of one broker, a rule
 failing only through pika), that page checked in headless Chromium at two widths, and proven on
 real runs: a broker that breaks ACK-05 for pika's connections only is flagged for pika."""

@@ -1,10 +1,10 @@
-"""Model-vs-broker machine for acknowledgements (issue 4).
+"""Model-vs-broker machine for acknowledgements.
 
 AckMachine: basic.ack / nack / reject with any tag (0, unknown, double, multiple with a settled
 tag), basic.get and consumers sharing one tag counter, recover (both requeue values), cancel
 leaving deliveries, channel close. Steps read like a client program; the model (conformance.model)
 says what the broker must answer; machine_base settles and compares after every step.
-ClusterAckMachine (a run with a cluster, issue 30): the same and a classic queue on node 2 whose
+ClusterAckMachine (a run with a cluster): the same and a classic queue on node 2 whose
 node a step stops and starts (machine_cluster: CLU-01/02); without a cluster AckMachine, unchanged.
 """
 
@@ -65,5 +65,5 @@ def test_acknowledgements_match_the_model(target: Target, request: pytest.Fixtur
     cluster = cluster_for(target, request, "CLU-01", "CLU-02")
     if cluster is None:
         run_machine(AckMachine, machine, examples=120, steps=10)
-    else:  # with a cluster: node stops too (issue 30)
+    else:  # with a cluster: node stops too
         run_machine(ClusterAckMachine, machine, examples=120, steps=10, cluster=cluster)

@@ -71,7 +71,7 @@ def test_server_advertises_consumer_cancel_notify(connect: Connect) -> None:
 
 @pytest.mark.rules("CCN-01")
 def test_server_advertises_the_rabbitmq_capabilities(connect: Connect, target: Target) -> None:
-    if not target.profile.rabbitmq:  # judged by what it claims (DESIGN.md decision 11), not RabbitMQ's table
+    if not target.profile.rabbitmq:  # judged by what it claims (docs/design.md decision 11), not RabbitMQ's table
         not_applicable(f"RabbitMQ's whole capabilities table is not asked of {target.profile.display}")
     caps = connect().server_properties.get("capabilities")
     assert isinstance(caps, dict)

@@ -1,4 +1,4 @@
-"""Model-vs-broker machine for consumer cancel notification (issue 4).
+"""Model-vs-broker machine for consumer cancel notification.
 
 CancelMachine: connection A advertises consumer_cancel_notify, connection B does not. Both
 consume (no-ack) from two classic queues that steps delete and declare again; clients cancel
@@ -7,7 +7,7 @@ deletion. The model (consumers.py) says which broker basic.cancel must come (CCN
 may come (a client cancel raced it, CCN-03), and that nothing is delivered to a consumer after
 its cancel-ok (CCN-04).
 
-ClusterCancelMachine (a run with a cluster, issue 30): the same machine and a durable classic
+ClusterCancelMachine (a run with a cluster): the same machine and a durable classic
 queue q3 declared on node 2 (the connections are on node 1); a step stops node 2 while a
 consumer consumes from q3 and starts it again (conformance.model.cluster: CLU-01/02, its consumers
 are cancelled, basic.cancel where consumer_cancel_notify is on, owed as CLU-01, and stay gone; its
@@ -187,5 +187,5 @@ def test_cancel_notification_matches_the_model(target: Target, request: pytest.F
     cluster = cluster_for(target, request, "CLU-01", "CLU-02")
     if cluster is None:
         run_machine(CancelMachine, machine, examples=120, steps=10)
-    else:  # with a cluster: node stops too (issue 30)
+    else:  # with a cluster: node stops too
         run_machine(ClusterCancelMachine, machine, examples=120, steps=10, cluster=cluster)

@@ -1,4 +1,4 @@
-"""Model-vs-broker machine for publisher confirms (issue 4).
+"""Model-vs-broker machine for publisher confirms.
 
 ConfirmMachine: two channels publish (some in confirm mode, some not; mandatory or not,
 persistent or not) to a transient and a durable classic queue, a full queue that refuses

@@ -1,4 +1,4 @@
-"""Declarations whose outcome changed between RabbitMQ versions (DCL-03..05, issue 29's pre-flight).
+"""Declarations whose outcome changed between RabbitMQ versions (DCL-03..05, the upgrade pre-flight's).
 
 DCL-03: a classic queue's x-queue-version other than 2 is refused on 4.3 (406), accepted before.
 DCL-04: a transient non-exclusive queue is deprecated from 4.0 but, permitted by default, declared.

@@ -1,4 +1,4 @@
-"""Model-vs-broker machine for prefetch (basic.qos), per consumer and per channel (issue 4).
+"""Model-vs-broker machine for prefetch (basic.qos), per consumer and per channel.
 
 PrefetchMachine: consumers on two classic queues and two channels under changing basic.qos
 limits, with acks, nacks, rejects, recover and basic.get interleaved. The model (prefetch.py)
@@ -6,7 +6,7 @@ says which consumer may receive how much; a delivery beyond a limit, or a missin
 limit allows, fails the run. `global=true` is channel-wide where the profile honours it
 (rabbitmq-3.10/3.12/4.0) and per consumer on rabbitmq-4.3 (QOS-03); a limit changed while
 deliveries are in flight may be overshot briefly (QOS-09).
-ClusterPrefetchMachine (a run with a cluster, issue 30): the same and a classic queue on node 2
+ClusterPrefetchMachine (a run with a cluster): the same and a classic queue on node 2
 whose node a step stops and starts (machine_cluster: CLU-01/02, its consumers' credit goes with
 them); without a cluster PrefetchMachine, unchanged.
 """
@@ -66,5 +66,5 @@ def test_prefetch_limits_match_the_model(target: Target, request: pytest.Fixture
     cluster = cluster_for(target, request, "CLU-01", "CLU-02")
     if cluster is None:
         run_machine(PrefetchMachine, machine, examples=120, steps=10)
-    else:  # with a cluster: node stops too (issue 30)
+    else:  # with a cluster: node stops too
         run_machine(ClusterPrefetchMachine, machine, examples=120, steps=10, cluster=cluster)

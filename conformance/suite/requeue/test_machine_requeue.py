@@ -1,10 +1,10 @@
-"""Model-vs-broker machine for requeueing (issue 4).
+"""Model-vs-broker machine for requeueing.
 
 RequeueMachine: where requeued messages go back and their redelivered flag, on a classic and a
 quorum queue, through reject, nack, recover and channel close. Steps read like a client program;
 the model (conformance.model) says what the broker must answer; machine_base settles and compares
 after every step.
-ClusterRequeueMachine (a run with a cluster, issue 30): the quorum queue is declared on node 2 (its
+ClusterRequeueMachine (a run with a cluster): the quorum queue is declared on node 2 (its
 leader there), a classic queue lives there too, and a step stops and starts node 2: the quorum
 queue fails over keeping its consumers and unacked deliveries (CLU-05), the classic one loses
 its consumers (CLU-01/02; machine_cluster). Without a cluster RequeueMachine, unchanged.
@@ -59,5 +59,5 @@ def test_requeue_order_and_redelivered_match_the_model(target: Target, request: 
     cluster = cluster_for(target, request, "CLU-01", "CLU-02", "CLU-05")
     if cluster is None:
         run_machine(RequeueMachine, machine, examples=120, steps=10)
-    else:  # with a cluster: node stops too (issue 30)
+    else:  # with a cluster: node stops too
         run_machine(ClusterRequeueMachine, machine, examples=120, steps=10, cluster=cluster)

@@ -1,9 +1,9 @@
-"""Shared machinery of the model-vs-broker Hypothesis machines (STYLE: the fakeredis shape).
+"""Shared machinery of the model-vs-broker Hypothesis machines (docs/design.md, conventions: the fakeredis shape).
 
 Responsibility: run a client program against a broker over the raw driver and against the model
 (conformance.model) side by side, step by step, and fail with the shrunk steps and that run's frames.
 Rules:
-- Rules are synchronous (DESIGN decision 5). A method without a reply (ack, nack, reject,
+- Rules are synchronous (docs/design.md decision 5). A method without a reply (ack, nack, reject,
   publish) is followed by a ping (a passive exchange.declare on the same channel), so its
   outcome is known: the broker closes the channel before answering the ping, or answers it.
 - Outcomes compare by scope, reply code and class/method id (`model.outcomes`), never text.
@@ -130,7 +130,7 @@ class ModelMachine(RuleBasedStateMachine):
     """Base of the machines: connections, channels, queues, settle, teardown."""
 
     steps_run: ClassVar[int] = 0
-    # the rules a queue-count mismatch means in this machine (a failure names its rule: DESIGN.md decision 13)
+    # the rules a queue-count mismatch means in this machine (a failure names its rule: docs/design.md decision 13)
     COUNT_RULES: ClassVar[str] = "ACK-05/ACK-06/ACK-07 settlement, RQ-03 requeue on close"
     budget: Budget | None = None
     smallest: Smallest | None = None

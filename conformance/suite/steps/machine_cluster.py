@@ -1,4 +1,4 @@
-"""The node-stop step of the consuming machines when the run names a cluster (issue 30, CLU-01/02/05).
+"""The node-stop step of the consuming machines when the run names a cluster (CLU-01/02/05).
 
 Responsibility: `ClusterConsuming`, a mixin for the ack, requeue and prefetch machines
 (`ConsumingMachine` subclasses): a durable classic queue `remote` declared on node 2 joins the

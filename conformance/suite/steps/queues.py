@@ -312,7 +312,7 @@ def prompt(client: RawClient) -> float:
     channel raises itself (an unknown delivery tag, RabbitMQ's `rabbit_channel`), the confirm of
     a message no disk holds (a transient message, or any message to a transient classic queue:
     `rabbit_amqqueue_process:send_or_record_confirm/2` confirms it while enqueueing, v3.10.8 and
-    v4.3.5). A broker that withholds one is judged in 2 s instead of 5 (issue 31)."""
+    v4.3.5). A broker that withholds one is judged in 2 s instead of 5."""
     return client.timeout * PROMPT_SHARE
 
 

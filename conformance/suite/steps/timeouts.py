@@ -8,7 +8,7 @@ Rules:
   `target.timeout()`: "fires" waits for the frame (basic.cancel or channel.close) up to the
   expected detection time plus a generous margin; "does not fire" is a round trip followed by
   a bounded poll that lasts several times the short value (and several ticks on ≤4.2).
-- Broker settings outside AMQP go through the `admin` fixture (DESIGN.md decision 6), recorded
+- Broker settings outside AMQP go through the `admin` fixture (docs/design.md decision 6), recorded
   and undone at teardown. On ≤4.2 the global `consumer_timeout` is read when a channel opens
   (TMO-3x-4), so `open_with_global` sets it, opens the channels and puts the previous value
   back at once (a shared broker's other channels see the small value for a moment only); the

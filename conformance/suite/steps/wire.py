@@ -336,7 +336,7 @@ def handshakes(url: str, recorder: Recorder, timeout: float, cases: Sequence[dic
         return [f.result() for f in futures]
 
 
-# -- 320 CONNECTION_FORCED through the admin adapter (DESIGN.md decision 6) --------------------
+# -- 320 CONNECTION_FORCED through the admin adapter (docs/design.md decision 6) --------------------
 def force_close(admin: AdminAdapter, client: RawClient, reason: str, timeout: float) -> None:
     """Have the broker close `client`'s connection through `--broker-admin` (found by
     `connection_info`). NoAdmin raises `Unavailable` (verdict needs-admin)."""

@@ -1,4 +1,4 @@
-"""The publisher-confirms machine through a client library (issue 14): `--client pika|amqp|aio-pika`.
+"""The publisher-confirms machine through a client library: `--client pika|amqp|aio-pika`.
 
 Responsibility: `ClientConfirmMachine`: channel 1 in confirm mode from the start, channel 2 not
 (until a step selects it); publishes (mandatory or not) to a classic queue, to a full queue

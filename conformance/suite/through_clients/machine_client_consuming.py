@@ -1,4 +1,4 @@
-"""Consumers through a client library (issue 14): the prefetch and cancel-notification machines.
+"""Consumers through a client library: the prefetch and cancel-notification machines.
 
 Responsibility: `ClientConsumingMachine`, consumers on channels 1 and 2 with the rules the
 consuming machines share (consume, publish, ack / reject), whose deliveries and broker cancels

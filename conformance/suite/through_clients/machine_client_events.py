@@ -1,4 +1,4 @@
-"""The machine base for steps whose effects a client library reports on its own (issue 14).
+"""The machine base for steps whose effects a client library reports on its own.
 
 Responsibility: `ClientEventsMachine`: after every step it takes the library's events
 (deliveries to a consumer callback, the broker-cancel callback, and what a subclass adds in

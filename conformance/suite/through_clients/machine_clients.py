@@ -1,4 +1,4 @@
-"""The acknowledgement machine through a client library (issue 14): `--client pika|amqp|aio-pika`.
+"""The acknowledgement machine through a client library: `--client pika|amqp|aio-pika`.
 
 Responsibility: a reduced AckMachine whose steps are calls of the `ClientDriver` interface, so
 the library, not the raw codec, speaks to the broker; the model (conformance.model) is the

@@ -1,4 +1,4 @@
-"""The replies a broker sent a client library, read from the frames the relay recorded (issue 26).
+"""The replies a broker sent a client library, read from the frames the relay recorded.
 
 Responsibility: `RecordedReplies`, for checks through a client library (test_through_clients,
 the client machines): the reply code of a channel.close, connection.close or basic.return the

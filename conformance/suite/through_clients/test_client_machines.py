@@ -1,4 +1,4 @@
-"""The model machines through client libraries (issue 14): `--client pika|amqp|aio-pika`.
+"""The model machines through client libraries: `--client pika|amqp|aio-pika`.
 
 Each test runs one machine whose steps are `ClientDriver` calls (machine_clients,
 machine_client_*), the model as oracle, under `--client` only (the raw run has the same

@@ -1,4 +1,4 @@
-"""Rules checked through a client library (issue 14): `--client pika|amqp|aio-pika`.
+"""Rules checked through a client library: `--client pika|amqp|aio-pika`.
 
 Each test states a rule the way an application would, through the `ClientDriver` interface
 (conformance.drivers.interface), and runs only under `--client` (under the default raw driver

@@ -1,4 +1,4 @@
-"""The wire and state model of the 4.3 consumer-timeout machine, on the shared machine base (issue 21).
+"""The wire and state model of the 4.3 consumer-timeout machine, on the shared machine base.
 
 Responsibility: `TimeoutWire` is a `ModelMachine` whose oracle is `conformance.model.timeouts`
 (effective value and reaction) plus a small state model: consumers (prefetch 1) are active,

@@ -15,8 +15,8 @@ consumer) or channel.close 406 "-1 ms" (TMO-4.3-3); no ready message may wait wh
 consumer has room; the queue's ready and consumer counts must match the model. "Partial timeout"
 is exercised per consumer: a SHORT consumer's deliveries are returned while a LONG consumer's
 deliveries on the same channel and queue stay checked out (acking them later removes them).
-Waits are bounded (scaled by the target's timeout); rules are synchronous (DESIGN decision 5).
-ClusterTimeoutMachine (a run with a cluster, issue 30): the queues' leader on node 2 and a step that
+Waits are bounded (scaled by the target's timeout); rules are synchronous (docs/design.md decision 5).
+ClusterTimeoutMachine (a run with a cluster): the queues' leader on node 2 and a step that
 stops and starts it while deliveries are live (CLU-05: nothing changes); without a cluster
 TimeoutMachine, unchanged (run_machine's factory seeds its examples).
 The machine runs on the shared base (`machine_timeout.TimeoutWire`, a `ModelMachine`): picks
@@ -249,5 +249,5 @@ def test_timeout_precedence_and_reactions_match_the_model(target: Target, admin:
     cluster = cluster_for(target, request, "CLU-05")
     if cluster is None:
         run_machine(TimeoutMachine, machine, examples=15, steps=10, **arguments)
-    else:  # with a cluster: node stops too (issue 30)
+    else:  # with a cluster: node stops too
         run_machine(ClusterTimeoutMachine, machine, examples=15, steps=10, cluster=cluster, **arguments)
