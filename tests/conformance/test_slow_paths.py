@@ -58,6 +58,7 @@ class QuorumCountLags(Deviation):
         io.to_client(encode(frame.channel, m._replace(message_count=shown)))
 
 
+@pytest.mark.gate  # the requeue machine end to end, about 40 s: `make test-gates`
 @pytest.mark.timeout(300)
 def test_the_requeue_machine_waits_for_a_quorum_queue_applying_commands_late(tmp_path: Path) -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), QuorumCountLags) as proxy:
