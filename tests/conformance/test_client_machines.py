@@ -25,6 +25,7 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, Recorder
 from conformance.drivers.relay import recording_relay
 from conformance.plugin.through_clients import relayed
+from conformance.suite.steps import machine_support
 from conformance.suite.steps.machine_support import ENV_BUDGET, ENV_SHRINK
 from conformance.suite.through_clients.machine_client_confirms import ClientConfirmMachine
 from conformance.suite.through_clients.machine_client_consuming import (
@@ -123,6 +124,8 @@ def _notes(failure: BaseException) -> str:
 
 def test_a_client_machine_reports_its_failure_shrunk_to_a_short_program(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_SHRINK, "1")
+    # stable by examples only: on a loaded machine the seconds' rule would end shrinking early
+    monkeypatch.setattr(machine_support, "STABLE_SECONDS", 600.0)
     with EmbeddedBroker(faults=["requeue_to_tail"]) as broker, pytest.raises(AssertionError) as failed:
         run("requeue", "pika", broker.url)
     notes = _notes(failed.value)
