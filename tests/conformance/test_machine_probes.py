@@ -100,6 +100,7 @@ class DeliverDroppedAfterMultipleAck(Deviation):
         io.to_client(frame.raw)
 
 
+@pytest.mark.gate  # three machines end to end: `make test-gates`
 @pytest.mark.timeout(400)
 def test_a_missing_delivery_on_a_broker_accepting_unknown_tags_never_names_ack_05(tmp_path: Path) -> None:
     """The machines of the ack, qos and requeue areas against a broker that accepts unknown tags

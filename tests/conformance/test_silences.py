@@ -87,6 +87,7 @@ def test_a_clean_broker_teaches_nothing(learning: None) -> None:
     assert SILENCES.waited == {}
 
 
+@pytest.mark.gate  # the qos area with every basic.get unanswered, each test waiting: `make test-gates`
 @pytest.mark.timeout(300)
 def test_through_the_suite_each_test_waits_for_its_own_request(tmp_path: Path) -> None:
     """The qos area against the fault, one worker: a silence is learned for exactly the request left
