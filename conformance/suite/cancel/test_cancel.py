@@ -30,7 +30,7 @@ from codec import (
     encode_method,
 )
 from codec.constants import METHOD_IDS, ReplyCode
-from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
+from conformance.drivers.raw import ChannelClosed, ConnectionClosed, NoReply, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.queues import QUORUM, require_kind
@@ -89,10 +89,14 @@ def test_deleting_the_queue_sends_basic_cancel(connect: Connect, names: Names, t
     if not notifies(target):
         assert_quiet(client, ch, QUIET, BasicCancel)
         return
-    cancel = client.expect(ch, BasicCancel, timeout=target.timeout(5)).method
-    assert cancel == BasicCancel(consumer_tag="ccn-02", nowait=True)
+    try:
+        cancel = client.expect(ch, BasicCancel, timeout=target.timeout(5)).method
+    except NoReply as exc:
+        raise AssertionError(f"CCN-02: deleting a queue sends basic.cancel to each of its consumers on a "
+                             f"connection with consumer_cancel_notify; none came: {exc}") from None
+    assert cancel == BasicCancel(consumer_tag="ccn-02", nowait=True), f"CCN-02: the notification: {cancel}"
     sync(client, ch)  # the channel stays open
-    assert_quiet(client, ch, QUIET, BasicCancel)  # one notification only
+    assert_quiet(client, ch, QUIET, BasicCancel, rule="CCN-02")  # one notification only
 
 
 @pytest.mark.rules("CCN-01", "CCN-02")
