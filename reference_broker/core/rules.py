@@ -16,8 +16,8 @@ from typing import Any
 
 from codec import AmqpError, BasicProperties, ReplyCode
 from reference_broker.core import texts
-from reference_broker.core.routing import HeadersMatch, TopicMatch, headers_match, topic_matches
 from reference_broker.core.effects import Effect
+from reference_broker.core.routing import HeadersMatch, TopicMatch, headers_match, topic_matches
 from reference_broker.core.state import QUORUM, Channel, Connection, Consumer, Message, Queue, Unacked
 
 Expired = list[tuple[int, int, int]]  # (connection, channel, delivery tag)

@@ -104,18 +104,23 @@ def topology(connect: Any, names: Names, target: Target) -> Topology:
     return Topology(client, client.channel(), names, target)
 
 
-def assert_reached(got: Mapping[str, Iterable[str]], want: Mapping[str, Iterable[str]], rule: str, what: str) -> None:
-    """Each queue received exactly the messages `want` names (as sets, and each once)."""
-    wrong = []
+def assert_reached(got: Mapping[str, Iterable[str]], want: Mapping[str, Iterable[str]], rule: str, what: str,
+                   context: str = "") -> None:
+    """Each queue received exactly the messages `want` names (as sets, and each once). The first
+    line of a failure names what was wrong per queue (a console shows only that line); the next
+    ones what each queue wanted and received, then `context`."""
+    short, detail = [], []
     for label, expected in want.items():
         have = list(got.get(label, []))
-        if sorted(have) != sorted(set(expected)):
-            missing = sorted(set(expected) - set(have))
-            extra = sorted(set(have) - set(expected))
-            twice = sorted({b for b in have if have.count(b) > 1})
-            parts = [f"missing {missing}" if missing else "", f"not wanted {extra}" if extra else "",
-                     f"more than one copy of {twice}" if twice else ""]
-            wrong.append(f"{label}: wanted {sorted(set(expected))}, received {have} "
-                         f"({', '.join(p for p in parts if p)})")
-    if wrong:
-        raise AssertionError(f"{rule}: {what} routed wrongly; per queue:\n  " + "\n  ".join(wrong))
+        if sorted(have) == sorted(set(expected)):
+            continue
+        missing = sorted(set(expected) - set(have))
+        extra = sorted(set(have) - set(expected))
+        twice = sorted({b for b in have if have.count(b) > 1})
+        parts = [f"missing {missing}" if missing else "", f"not wanted {extra}" if extra else "",
+                 f"more than one copy of {twice}" if twice else ""]
+        short.append(f"{label} {', '.join(p for p in parts if p)}")
+        detail.append(f"{label}: wanted {sorted(set(expected))}, received {have}")
+    if short:
+        lines = [f"{rule}: {what} routed wrongly: " + "; ".join(short), *detail, *([context] if context else [])]
+        raise AssertionError("\n  ".join(lines))
