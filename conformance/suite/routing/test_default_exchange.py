@@ -49,7 +49,7 @@ def test_default_exchange_routes_by_queue_name(connect: Connect, names: Names, t
                    "publishes to the default exchange (routing key = queue name)")
 
 
-def _operations(queue: str, exchange: str) -> dict[str, tuple[Method, type]]:
+def _operations(queue: str, exchange: str) -> dict[str, tuple[Method, type[Method]]]:
     return {
         "exchange.declare": (ExchangeDeclare(exchange="", exchange_type="direct"), ExchangeDeclareOk),
         "exchange.declare passive": (ExchangeDeclare(exchange="", exchange_type="direct", passive=True),
