@@ -15,13 +15,14 @@ Rules:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from codec import AmqpError, BasicProperties, ReplyCode
 from reference_broker.core import texts, timeouts
 from reference_broker.core.effects import Effect
+from reference_broker.core.routing import headers_match, topic_matches
 from reference_broker.core.rules import Expired, Rules
 from reference_broker.core.state import QUORUM, STREAM, Connection, Consumer, Message, Queue, Unacked
 
@@ -143,6 +144,15 @@ def _unknown_cancel(tag: str) -> AmqpError:
     return AmqpError(ReplyCode.NOT_FOUND, f"unknown consumer tag '{tag}'", scope="channel")
 
 
+def _hash_one_word(pattern: str, routing_key: str) -> bool:
+    return topic_matches(".".join("*" if w == "#" else w for w in pattern.split(".")), routing_key)
+
+
+def _any_as_all(binding_args: Mapping[str, Any], headers: Mapping[str, Any] | None) -> bool:
+    mode = str(binding_args.get("x-match", "all")).replace("any", "all")
+    return headers_match({**binding_args, "x-match": mode}, headers)
+
+
 FAULTS: tuple[Fault, ...] = (
     Fault("multi_ack_only_named", "ack", "ACK-05", "basic.ack multiple=true settles only the named tag",
           {"multi_ack_scope": _named_only}),
@@ -246,6 +256,12 @@ FAULTS: tuple[Fault, ...] = (
           {"answered": lambda method: method.NAME != "basic.get"}),
     Fault("properties_reencoded", "messages", "MSG-01", "delivered properties are re-encoded from decoded values",
           {"delivered_properties": _reencoded}),
+    Fault("topic_hash_one_word", "routing", "ROUTE-05", "a topic '#' matches exactly one word, as '*' does",
+          {"topic_match": _hash_one_word}),
+    Fault("headers_any_as_all", "routing", "ROUTE-06", "a headers binding with x-match=any is judged as all",
+          {"headers_match": _any_as_all}),
+    Fault("copy_per_binding", "routing", "ROUTE-10", "a queue gets one copy per matching binding or route",
+          {"one_copy": lambda queues: queues}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

@@ -36,25 +36,38 @@ DISPATCH_BATCH = 512
 # -- routing and enqueueing ------------------------------------------------------------------
 def route(core: BrokerState, vhost: str, exchange_name: str, routing_key: str,
           headers: Mapping[str, Any] | None) -> list[Queue]:
-    """Queues reached from an exchange, following exchange-to-exchange bindings once each."""
+    """Queues reached from an exchange (ROUTE-01..12): exchange-to-exchange bindings and
+    alternate exchanges are followed, each exchange once (rabbit_exchange route1); an exchange
+    that routes to no destination passes the message to its alternate-exchange (ROUTE-12); a
+    queue reached more than once gets one copy (ROUTE-10, `rules.one_copy`)."""
     v = core.vhosts[vhost]
     if exchange_name == "":
         queue = v.queues.get(routing_key)
         return [queue] if queue is not None else []
-    seen_exchanges, queues, todo = set(), {}, [exchange_name]
+    rules = core.rules
+    seen_exchanges: set[str] = set()
+    found: list[Queue] = []
+    todo = [exchange_name]
     while todo:
-        name = todo.pop()
+        name = todo.pop(0)
         exchange = v.exchanges.get(name)
         if exchange is None or name in seen_exchanges:
             continue
         seen_exchanges.add(name)
+        routed = False
         for b in exchange.bindings:
-            if binding_matches(exchange.kind, b.routing_key, b.arguments, routing_key, headers):
+            if binding_matches(exchange.kind, b.routing_key, b.arguments, routing_key, headers,
+                               topic=rules.topic_match, header=rules.headers_match):
                 if b.is_exchange:
+                    routed = True
                     todo.append(b.destination)
                 elif b.destination in v.queues:
-                    queues[b.destination] = v.queues[b.destination]
-    return list(queues.values())
+                    routed = True
+                    found.append(v.queues[b.destination])
+        alternate = exchange.arguments.get("alternate-exchange")
+        if not routed and isinstance(alternate, str):
+            todo.append(alternate)
+    return rules.one_copy(found)
 
 
 def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,

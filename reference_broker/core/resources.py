@@ -1,7 +1,8 @@
 """Handlers of exchange.* and queue.* methods: declare, bind, unbind, purge, delete.
 
 Rules: names starting "amq." are reserved (403); the default exchange cannot be declared,
-bound or deleted (403); a redeclaration must be equivalent (406 "inequivalent arg");
+bound or deleted (403, ROUTE-02); a headers binding's x-match is validated (406, ROUTE-08);
+a redeclaration must be equivalent (406 "inequivalent arg");
 passive declares of missing entities are 404; queue types are classic, quorum and stream,
 quorum queues and streams being durable, non-exclusive and not auto-delete (streams.py checks
 a stream's declaration); exclusive queues belong to their connection (405 from other
@@ -40,7 +41,7 @@ from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.errors import soft
-from reference_broker.core.routing import EXCHANGE_TYPES
+from reference_broker.core.routing import EXCHANGE_TYPES, x_match_error
 from reference_broker.core.state import CLASSIC, QUORUM, STREAM, Binding, Channel, Exchange, Queue, VHost
 
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
@@ -132,6 +133,8 @@ def exchange_delete(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDelet
 
 def _bind(v: VHost, source: str, binding: Binding) -> None:
     exchange = v.exchanges[source]
+    if exchange.kind == "headers" and (refused := x_match_error(binding.arguments)):
+        raise soft(ReplyCode.PRECONDITION_FAILED, refused)  # ROUTE-08: validate_binding
     if all(b.key() != binding.key() for b in exchange.bindings):
         exchange.bindings.append(binding)
 

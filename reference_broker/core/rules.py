@@ -17,6 +17,7 @@ from typing import Any
 from codec import AmqpError, BasicProperties, ReplyCode
 from reference_broker.core import texts
 from reference_broker.core.effects import Effect
+from reference_broker.core.routing import HeadersMatch, TopicMatch, headers_match, topic_matches
 from reference_broker.core.state import QUORUM, Channel, Connection, Consumer, Message, Queue, Unacked
 
 Expired = list[tuple[int, int, int]]  # (connection, channel, delivery tag)
@@ -140,6 +141,11 @@ def _pause(consumer: Consumer, tag: int) -> None:
     consumer.timed_out.add(tag)  # TMO-4.3-2: no new messages until it is settled
 
 
+def _one_copy(queues: list[Queue]) -> list[Queue]:
+    """ROUTE-10: each queue once, in the order first reached."""
+    return list({id(q): q for q in queues}.values())
+
+
 @dataclass(frozen=True, slots=True)
 class Rules:
     # -- acknowledgements (ACK-03..10) ----------------------------------------------------
@@ -186,6 +192,10 @@ class Rules:
     # -- declarations (DCL-01, DCL-02) ----------------------------------------------------
     exclusive_locked: Callable[[int | None, int, bool], bool] = _owner_must_match  # (owner, conn, exclusive)
     unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type
+    # -- routing (ROUTE-05, ROUTE-06, ROUTE-10) --------------------------------------------
+    topic_match: TopicMatch = topic_matches
+    headers_match: HeadersMatch = headers_match
+    one_copy: Callable[[list[Queue]], list[Queue]] = _one_copy
     # -- errors and framing (ERR-02, FRM-03) ----------------------------------------------
     error_scope: Callable[[str], str] = _same
     answered: Callable[[Any], bool] = _answered  # False: the method is dropped unanswered (a partial broker)

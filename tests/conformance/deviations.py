@@ -26,6 +26,7 @@ from codec import (
 )
 from conformance.interpose.frames import Frame
 from tests.conformance.deviant import Deviation, Io, Message, encode
+from tests.conformance.deviations_routing import MandatoryIgnored, RoutingKeyCaseFolded
 
 
 class AckMultipleAsSingle(Deviation):
@@ -418,6 +419,6 @@ DEVIATIONS: tuple[type[Deviation], ...] = (
     ChannelCloseHidden, RequeueToTail, RedeliveredDropped, RedeliveredAlways, CloseDropsUnacked, PrefetchPlusOne,
     PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmNackAsAck, ReturnDropped,
     CancelNotificationDropped, CancelCapabilityForced, TimeoutAsChannelClose, Codes404And406Swapped,
-    QosNotImplemented,
+    QosNotImplemented, RoutingKeyCaseFolded, MandatoryIgnored,
 )
 BY_NAME = {d.name: d for d in DEVIATIONS}

@@ -1,0 +1,1 @@
+"""The routing area: where a publish goes (default exchange, exchange types, bindings, returns)."""
