@@ -105,10 +105,13 @@ def test_rabbitmq_answers_the_probe_on_a_channel_it_closed_with_504(port: int) -
 
 
 def test_without_a_running_test_the_driver_waits_and_never_probes() -> None:
-    with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), BY_NAME["channel_close_hidden"]) as proxy, \
+    with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), CloseHiddenBehindNext) as proxy, \
             RawClient(proxy.url, timeout=1.0) as client:
-        with pytest.raises(NoReply):
-            unknown_tag_then_declare(client)
+        ch = client.channel()
+        client.send(ch, BasicAck(delivery_tag=77))
+        assert proxy.wait_for("channel_close_hidden"), proxy.actions  # the broker is closing ch
+        with pytest.raises(NoReply):  # the declare meets the closing channel: ignored, and no probe follows
+            client.rpc(ch, QueueDeclare(queue="amq.rabbitmq.trace-missing", passive=True), QueueDeclareOk)
         sent = [r.frame.method for r in client.recorder.frames if r.direction == "out" and hasattr(r.frame, "method")]
     assert not any(isinstance(m, ChannelFlow) for m in sent), sent
 
