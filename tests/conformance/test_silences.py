@@ -110,7 +110,7 @@ def test_through_the_suite_each_test_waits_for_its_own_request(tmp_path: Path) -
 def test_a_channel_the_broker_closed_without_telling_teaches_nothing(learning: None) -> None:
     """The deviation proxy hides a channel.close: the next method on that channel goes unanswered,
     the driver's probe proves the channel closed (hidden_close), so no silence of the method is learned."""
-    from conformance.drivers.hidden_close import HiddenClose
+    from conformance.drivers.raw import ConnectionClosed
     from tests.conformance.deviant import DeviantProxy
     from tests.conformance.deviations import BY_NAME
 
@@ -120,8 +120,9 @@ def test_a_channel_the_broker_closed_without_telling_teaches_nothing(learning: N
             client = RawClient(proxy.url, timeout=0.5).connect()
             ch = client.channel()
             client.send(ch, BasicGet(queue="amqpc.silence.missing", no_ack=True))  # 404: the broker closes ch
-            with pytest.raises(HiddenClose):  # the close is hidden: proven by the probe, each time
-                client.expect(ch, BasicGetOk, BasicGetEmpty)
+            with pytest.raises(ConnectionClosed) as closed:  # the close is hidden: proven by the probe, or (the
+                client.expect(ch, BasicGetOk, BasicGetEmpty)  # proxy's close-ok got there first) by the broker's own 504
+            assert closed.value.code == 504 and "expected 'channel.open'" in closed.value.text, closed.value
             client.close()
     assert SILENCES.met == {}
 
