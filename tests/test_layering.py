@@ -175,14 +175,9 @@ def test_the_catalogue_imports_nothing_else_of_the_harness() -> None:
 def test_reports_import_the_harness_only_for_the_results_schema_and_the_catalogue() -> None:
     # the results kernel (conformance.results: the records schema, verdicts, wording); the catalogue: rules, areas, profiles; and the model,
     # the oracle the trace audit judges recorded traffic with (one copy of each rule),
-    # and the upgrade pre-flight's pure core (shapes, judging, replay). A client-side run's
-    # test ids and language line are the kernel's (conformance.results.client_runs); the client-side
-    # catalogue the clients matrix is still laid out by (scenario titles and order, each
-    # client's language and order in the client registry) is named here until the redesign
-    # moves those facts into the results kernel or the records.
-    allowed = ("conformance.results", "conformance.catalogue", "conformance.model", "conformance.preflight",
-               "conformance.client_judge.scenario", "conformance.client_judge.scenarios",
-               "conformance.drivers.registry")
+    # and the upgrade pre-flight's pure core (shapes, judging, replay). What the clients matrix
+    # shows of a client-side run (language, scenario titles and order) is in its records.
+    allowed = ("conformance.results", "conformance.catalogue", "conformance.model", "conformance.preflight")
     bad = [i for i in edges_from("reports")
            if _in(i.target, "conformance") and not any(_in(i.target, a) for a in allowed)]
     assert bad == []
@@ -201,6 +196,37 @@ def test_no_pytest_in_the_results_kernel_or_the_reports() -> None:
     reach = [i for i in imports() if (_in(i.source, "conformance.results") or _in(i.source, "reports"))
              and (_in(i.target, "conformance.plugin") or _in(i.target, "conformance.suite"))]
     assert reach == []
+
+
+PYTEST_SIDE = ("conformance.plugin", "conformance.suite", "conformance.client_suite",
+               "conformance.gate.runner", "conformance.gate.collect")
+
+
+def _imports_pytest(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            tops = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(t.split(".")[0] in ("pytest", "_pytest") for t in tops):
+                return True
+    return False
+
+
+def test_only_the_plugin_the_suites_and_the_in_process_runner_reach_pytest() -> None:
+    """pytest is an adapter's world: the plugin, the suites (broker side and client side) and the
+    in-process runner (`gate.runner`, `gate.collect`) import it; no other harness module does,
+    directly or through a project module it imports (at any depth), but the command lines that
+    start the in-process runner (`conformance.cli`, `conformance.gate.cli`)."""
+    harness = {name: path for name, path in modules().items() if _in(name, "conformance")}
+    reaches = {name for name, path in harness.items() if _imports_pytest(path)}
+    edges = [(i.source, i.target) for i in imports() if i.source in harness and i.target in harness]
+    grew = True
+    while grew:  # the modules that reach pytest through an import, to a fixed point
+        more = {source for source, target in edges if target in reaches} - reaches
+        reaches |= more
+        grew = bool(more)
+    starters = {"conformance.cli", "conformance.gate.cli"}
+    outside = sorted(name for name in reaches - starters if not any(_in(name, side) for side in PYTEST_SIDE))
+    assert outside == [], f"reach pytest outside the plugin, the suites and the in-process runner: {outside}"
 
 
 def test_only_the_audit_plan_and_findings_use_spark() -> None:

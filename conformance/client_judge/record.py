@@ -47,7 +47,8 @@ def write_client_run(root: Path, base: str, client: str, results: Iterable[Scena
     writer.write_run(run)
     for r in results:
         record = TestRecord(run_id, scenario_test_id(client, r.scenario.id), list(r.scenario.rules), "client", str(r.verdict),
-                            OUTCOMES[r.verdict], "call", r.started, r.duration, r.duration, message=r.message or None)
+                            OUTCOMES[r.verdict], "call", r.started, r.duration, r.duration, message=r.message or None,
+                            title=r.scenario.title)
         if r.verdict in (Verdict.FAILED, Verdict.BROKEN) and r.stderr and "nothing on stderr" not in r.stderr:
             record.message = f"{r.message}\nadapter stderr: {r.stderr}"[:4000]
         writer.add_test(record, [replace(f, direction="in" if f.direction == "out" else "out") for f in r.frames])

@@ -33,8 +33,8 @@ from rich.table import Table
 from conformance import embedded
 from conformance.catalogue.profiles import AUTO, NEWEST, ProfileError, choices, resolve
 from conformance.catalogue.rules import AREAS
-from conformance.coverage import suite_coverage
 from conformance.gate import runner
+from conformance.gate.collect import suite_coverage
 from conformance.gate.options import DEFAULT_OUT, RunOptions, UsageError
 from conformance.results.baseline import from_results
 from conformance.results.verdicts import EXIT_HARNESS, EXIT_OK, STATUS_TEXT

@@ -98,6 +98,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         # per rule of the test: "RULE PROFILE EXPECTATION", the profile that judged it (base or extension)
         Column("judged_by", "array<string>"),
         Column("stopped_nodes", "array<int>"),  # a cluster test: the nodes it stopped, in order (1 = --broker-url)
+        Column("title", "string"),  # a client-side scenario: its title (broker-side tests and older lakes: null)
     ),
     "frames": (
         Column("run_id", "string", False),
@@ -233,6 +234,7 @@ class TestRecord:
     failed_rules: list[str] | None = None
     judged_by: list[str] | None = None
     stopped_nodes: list[int] | None = None
+    title: str | None = None
 
 
 _METHOD_KEYS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",

@@ -113,7 +113,7 @@ def test_the_pytest_entry_point_runs_scenarios_as_tests(tmp_path: Path) -> None:
     require(REGISTRY["amqp"].installed_version(), "py-amqp")
     import subprocess
 
-    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.client_judge.test_clients", "-q",
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.client_suite.test_clients", "-q",
                            "-p", "no:cacheprovider", "-k", "amqp-server-cancel or amqp-blocked-unblocked"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert "1 failed, 1 passed" in done.stdout, done.stdout[-2000:]

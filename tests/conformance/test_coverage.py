@@ -9,7 +9,8 @@ import pytest
 
 from conformance.catalogue.rules import all_rules
 from conformance.cli import main
-from conformance.coverage import collect, compute, suite_coverage
+from conformance.coverage import compute
+from conformance.gate.collect import collect, suite_coverage
 
 SUITE = {
     "test_one.py": '''

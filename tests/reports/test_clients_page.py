@@ -66,16 +66,17 @@ def test_render_clients_matrix_groups_clients_by_language_and_links_every_cell_t
     assert "Clients (3)" in (tmp_path / "index.html").read_text()
 
 
-def test_a_clients_language_is_the_recorded_one_else_the_registrys() -> None:
-    from reports.clients import column_order, language_name
+def test_a_clients_language_is_the_recorded_one_and_orders_the_columns() -> None:
+    from reports.clients import column_order, language_name, scenario_order
 
-    assert [language_name(c, None) for c in ("pika", "amqplib", "amqp091-go", "rabbitmq-c", "bunny")] == [
-        "Python", "Node.js", "Go", "C", "Ruby"]
-    assert language_name("my-client", "rust") == "rust" and language_name("my-client", None) == "?"
-    columns = [_column(c, language_name(c, recorded), {}) for c, recorded in (
-        ("my-client", "rust"), ("php-amqplib", None), ("kombu", None), ("pika", None), ("amqplib", "node"))]
-    assert [c.client for c in sorted(columns, key=column_order)] == ["pika", "kombu", "amqplib", "php-amqplib",
-                                                                     "my-client"]
+    assert [language_name(r) for r in ("python", "node", "go", "c", "ruby")] == ["Python", "Node.js", "Go", "C", "Ruby"]
+    assert language_name("rust") == "rust" and language_name(None) == "?"
+    columns = [_column(c, language_name(recorded), {}) for c, recorded in (
+        ("my-client", "rust"), ("php-amqplib", "php"), ("pika", "python"), ("kombu", "python"), ("amqplib", "node"),
+        ("lost", None))]
+    assert [c.client for c in sorted(columns, key=column_order)] == ["kombu", "pika", "amqplib", "php-amqplib",
+                                                                     "lost", "my-client"]
+    assert scenario_order({"b": 1, "a": 1, "c": 0}) == ["c", "a", "b"]
 
 
 PLAYED = ("pika", "amqp", "amqplib")  # two languages: Python and Node.js
@@ -113,7 +114,7 @@ def test_collect_clients_reads_the_latest_client_runs_grouped_by_language(
         collected: ClientsData, played: tuple[Path, dict[str, list[Any]]]) -> None:
     _lake, found = played
     assert [(c.client, c.version, c.language) for c in collected.clients] == [
-        ("pika", found["pika"][0].client_version, "Python"), ("amqp", found["amqp"][0].client_version, "Python"),
+        ("amqp", found["amqp"][0].client_version, "Python"), ("pika", found["pika"][0].client_version, "Python"),
         ("amqplib", found["amqplib"][0].client_version, "Node.js")]
     assert [language for language, _columns in collected.groups] == ["Python", "Node.js"]
     assert {(c.client, name): s.verdict for c in collected.clients for name, s in c.scenarios.items()} == {
@@ -187,8 +188,8 @@ def every_client_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     from reports.clients import column_order, language_name
 
     verdicts = ("passed", "passed", "failed", "not-applicable")
-    columns = [_column(name, language_name(name, None), {sc: verdicts[(i + j) % 4] for j, sc in enumerate(SCENARIOS)})
-               for i, name in enumerate(REGISTRY)]
+    columns = [_column(name, language_name(spec.language), {sc: verdicts[(i + j) % 4] for j, sc in enumerate(SCENARIOS)})
+               for i, (name, spec) in enumerate(REGISTRY.items())]
     clients = ClientsData(sorted(columns, key=column_order), list(SCENARIOS),
                           {sc.id: list(sc.rules) for sc in SCENARIOS.values()},
                           {sc.id: sc.title for sc in SCENARIOS.values()})

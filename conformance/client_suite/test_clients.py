@@ -1,6 +1,6 @@
 """The pytest entry point of the client-side scenarios: every client x every scenario as a test.
 
-Run: ``pytest --pyargs conformance.client_judge.test_clients`` (``-k pika``, ``-k "amqplib and
+Run: ``pytest --pyargs conformance.client_suite.test_clients`` (``-k pika``, ``-k "amqplib and
 cancel"`` select; ids are ``<client>-<scenario>``). A passed scenario passes, a failed one fails
 with the judge's message and the adapter's stderr, a not-applicable one skips with its reason,
 a client that is not installed skips, and a broken one (the harness's fault) errors.

@@ -1,0 +1,69 @@
+"""Collecting the suite the way a run would, for `amqp-conformance rules` (rule coverage).
+
+Responsibility: pytest's own collection of a suite (the shipped `conformance/suite` unless told
+otherwise), read every test's `rules` marker, and hand the result to the pure count
+(`conformance.coverage.compute`).
+
+Rules:
+- Collection is pytest's (`--collect-only`, in-process, `--import-mode=importlib`), so
+  parametrisation, class markers and `pytestmark` count exactly as in a run; no test runs and
+  no broker is contacted.
+- The shipped suite comes with the shipped client-side scenarios (`coverage.scenario_tests`).
+- Pytest's own output during collection is swallowed; a module that fails to collect is
+  reported as an error line, never dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.coverage import Coverage, compute, scenario_tests
+from conformance.suite import SUITE_DIR
+
+
+class _Collector:
+    """A pytest plugin object that keeps each collected item's rule ids and collection errors."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, list[str]] = {}
+        self.errors: list[str] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            last = str(report.longrepr).strip().splitlines()
+            self.errors.append(f"{report.nodeid or '<session>'}: {last[-1] if last else 'collection failed'}")
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            marker = item.get_closest_marker("rules")
+            if marker is not None:
+                self.tests[item.nodeid] = [str(a) for a in marker.args]
+
+
+def collect(suite: Path = SUITE_DIR, extra_args: Sequence[str] = ()) -> tuple[dict[str, list[str]], list[str]]:
+    """(node id -> rule ids, collection errors) for the tests under `suite`."""
+    collector = _Collector()
+    # -m "": every test counts for coverage, slow ones included (the repo default deselects them)
+    args = [str(suite), "--collect-only", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "-m", "",
+            *extra_args]
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        code: Any = pytest.main(args, plugins=[collector])
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED, pytest.ExitCode.INTERRUPTED) \
+            and not collector.errors:
+        collector.errors.append(f"pytest collection exited {int(code)}: {sink.getvalue().strip()[-300:]}")
+    return collector.tests, collector.errors
+
+
+def suite_coverage(suite: Path = SUITE_DIR) -> Coverage:
+    """The rule coverage of the tests under `suite`."""
+    tests, errors = collect(suite)
+    if suite == SUITE_DIR:  # the shipped suite comes with the shipped client-side scenarios
+        tests = {**tests, **scenario_tests()}
+    return compute(tests, errors=errors)
