@@ -154,6 +154,51 @@ FIELD_TYPES: dict[Dialect, dict[bytes, tuple[str, Construct]]] = {
     },
 }
 
+# The names RabbitMQ gives the field types it reads (rabbit_binary_parser parse_table), as its
+# reply texts show them ("received the value '5' of type 'byte' but current is none").
+RABBITMQ_TYPE_NAMES: dict[bytes, str] = {
+    b"t": "bool", b"b": "byte", b"B": "unsignedbyte", b"s": "short", b"u": "unsignedshort",
+    b"I": "signedint", b"i": "unsignedint", b"l": "long", b"f": "float", b"d": "double",
+    b"D": "decimal", b"S": "longstr", b"T": "timestamp", b"V": "void", b"x": "binary",
+    b"A": "array", b"F": "table",
+}
+
+_INTEGER_CLASS = frozenset(b"bBsuIilLD")  # rabbit_misc:type_class: integers (and decimal) are one class
+_FLOAT_CLASS = frozenset(b"fd")
+
+
+def rabbitmq_type_class(value: Any) -> str:
+    """The class RabbitMQ compares an argument's type by (rabbit_misc:type_class/1)."""
+    kind = infer_kind(value)
+    return "int" if kind[0] in _INTEGER_CLASS else "float" if kind[0] in _FLOAT_CLASS else kind.decode()
+
+
+def _plain(value: Any) -> Any:
+    value = value.value if isinstance(value, Typed) else value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else value
+
+
+def rabbitmq_equivalent(current: Any, received: Any) -> bool:
+    """Whether RabbitMQ takes two values of one argument as equal on redeclaration
+    (rabbit_misc:assert_args_equivalence1: both absent, or the same type class and value)."""
+    if current is None or received is None:
+        return current is received
+    return rabbitmq_type_class(current) == rabbitmq_type_class(received) and _plain(current) == _plain(received)
+
+
+def rabbitmq_value_text(value: Any, other: Any) -> str:
+    """How RabbitMQ writes one side of an inequivalent argument (rabbit_misc val/1): "none" when
+    absent; '<value>' when both sides are present, whatever their types (assert_args_equivalence1
+    passes the bare values on); the value with its field type when the other side is absent."""
+    if value is None:
+        return "none"
+    plain = _plain(value)
+    shown = str(plain).lower() if isinstance(plain, bool) else str(plain)
+    if other is not None:
+        return f"'{shown}'"
+    return f"the value '{shown}' of type '{RABBITMQ_TYPE_NAMES[infer_kind(value)]}'"
+
+
 # Integer codes tried in order, smallest first (pamqp's order for RabbitMQ).
 INTEGER_CODES: dict[Dialect, tuple[tuple[bytes, int, int], ...]] = {
     Dialect.RABBITMQ: (

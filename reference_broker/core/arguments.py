@@ -16,6 +16,9 @@ _FIELD_TYPES = ((bool, "bool"), (str, "longstr"), (float, "double"), (dict, "tab
                 (bytes, "binary"), (type(None), "void"))
 
 
+MAX_EXPIRY_MS = 315_360_000_000  # rabbit_misc:check_expiry: ten years
+
+
 def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -23,6 +26,17 @@ def is_int(value: Any) -> TypeGuard[int]:
 def field_type(value: Any) -> str:
     """RabbitMQ's name for the field-table type a decoded value arrived as."""
     return next((name for kind, name in _FIELD_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
+def check_expires(arg: str, what: str, value: Any) -> None:
+    """x-expires (QUEUE-07): a positive integer of at most ten years in ms (check_expires_arg)."""
+    if not is_int(value):
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: "
+                   f'"expected integer, got {field_type(value)}"')
+    reason = ("value_zero" if value == 0 else "value_negative" if value < 0
+              else "value_too_large" if value > MAX_EXPIRY_MS else None)
+    if reason:
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: {{{reason},{value}}}")
 
 
 def check_non_negative_int(arg: str, what: str, value: Any, maximum: int | None = None) -> None:

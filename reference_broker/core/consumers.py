@@ -21,7 +21,7 @@ from codec import (
     BasicQosOk,
     ReplyCode,
 )
-from reference_broker.core import cluster, durability, permissions, streams, texts, timeouts
+from reference_broker.core import cluster, durability, lease, permissions, streams, texts, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import after_consumer_change, checkout, dead_letter, dispatch
 from reference_broker.core.effects import Effect, Send
@@ -133,9 +133,9 @@ def basic_get(core: BrokerState, meta: Meta, ch: Channel, m: BasicGet,
         # ERR-04, 4.3's text: rabbit_channel formats the queue type's alias (a binary) with ~p
         raise soft(ReplyCode.RESOURCE_LOCKED, f"cannot obtain access to locked {texts.q(queue.name, queue.vhost)}. "
                    'basic.get operations are not supported by <<"quorum">> queues with single active consumer')
-    effects: list[Effect] = []
+    effects: list[Effect] = lease.touch(core, meta, queue)  # QUEUE-08: a get renews the lease
     if not core.rules.get_allowed(ch):
-        return [Send(ch.conn, ch.number, BasicGetEmpty())]
+        return [*effects, Send(ch.conn, ch.number, BasicGetEmpty())]
     while (message := queue.pop()) is not None:
         if message.expires_at is not None and message.expires_at <= meta.now_ms:
             effects += dead_letter(core, meta, queue, message, "expired")

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from codec import BasicCancel, BasicDeliver, BasicProperties
-from reference_broker.core import cluster, durability, streams, timeouts
+from reference_broker.core import cluster, durability, lease, streams, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send, StartTimer
 from reference_broker.core.routing import binding_matches
@@ -247,7 +247,7 @@ def checkout(core: BrokerState, queue: Queue, message: Message) -> tuple[bool, B
 def after_consumer_change(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
     if queue.auto_delete and queue.had_consumer and not queue.consumers:
         return delete_queue(core, meta, queue)
-    return dispatch(core, meta, queue)
+    return [*lease.touch(core, meta, queue), *dispatch(core, meta, queue)]
 
 
 def delete_queue(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
@@ -281,8 +281,13 @@ def delete_queue(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
 
 
 def maybe_auto_delete_exchange(vhost: VHost, exchange: Exchange) -> None:
-    if exchange.auto_delete and not exchange.bindings and exchange.name in vhost.exchanges:
-        del vhost.exchanges[exchange.name]
-        for other in vhost.exchanges.values():
-            other.bindings = [b for b in other.bindings
-                              if not (b.is_exchange and b.destination == exchange.name)]
+    """EXCH-08: an auto-delete exchange goes when its last binding as a source went; its bindings
+    as a destination go with it, and a source left without bindings by that goes too."""
+    if not (exchange.auto_delete and not exchange.bindings and exchange.name in vhost.exchanges):
+        return
+    del vhost.exchanges[exchange.name]
+    for other in list(vhost.exchanges.values()):
+        before = len(other.bindings)
+        other.bindings = [b for b in other.bindings if not (b.is_exchange and b.destination == exchange.name)]
+        if len(other.bindings) != before:
+            maybe_auto_delete_exchange(vhost, other)

@@ -17,10 +17,10 @@ Rules:
 from __future__ import annotations
 
 from codec import AmqpError, BasicCancel, ReplyCode
-from reference_broker.core import texts, timeouts
+from reference_broker.core import lease, texts, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.channels import fail
-from reference_broker.core.delivery import dispatch, return_to_queue
+from reference_broker.core.delivery import delete_queue, dispatch, return_to_queue
 from reference_broker.core.effects import Effect, Send, StartTimer
 from reference_broker.core.state import Channel, Queue
 
@@ -93,3 +93,9 @@ def on_tick(core: BrokerState, meta: Meta, key: tuple[object, ...]) -> list[Effe
         err = AmqpError(ReplyCode.PRECONDITION_FAILED, texts.consumer_timeout(ch.number, timeout), scope="channel")
         return fail(core, meta, conn, ch, err)  # TMO-3x-2: always a channel close
     return effects
+
+
+def on_lease_timer(core: BrokerState, meta: Meta, key: tuple[object, ...]) -> list[Effect]:
+    """QUEUE-08: a queue unused for its x-expires is deleted (lease.py)."""
+    queue = lease.expired(core, meta, key)
+    return [] if queue is None else delete_queue(core, meta, queue)

@@ -11,6 +11,8 @@ connections, ERR-04).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 from codec import (
@@ -35,8 +37,9 @@ from codec import (
     QueueUnbindOk,
     ReplyCode,
 )
-from reference_broker.core import cluster, durability, permissions, streams, texts, timeouts
-from reference_broker.core.arguments import MAX_SUPPORTED_PRIORITY, check_non_negative_int
+from codec.fields import rabbitmq_equivalent
+from reference_broker.core import cluster, durability, lease, permissions, streams, texts, timeouts
+from reference_broker.core.arguments import MAX_SUPPORTED_PRIORITY, check_expires, check_non_negative_int
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
 from reference_broker.core.effects import Effect, Send
@@ -45,15 +48,20 @@ from reference_broker.core.routing import EXCHANGE_TYPES, x_match_error
 from reference_broker.core.state import CLASSIC, QUORUM, STREAM, Binding, Channel, Exchange, Queue, VHost
 
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
-EQUIVALENCE_ARGS = ("x-queue-type", "x-max-length", "x-message-ttl", "x-dead-letter-exchange",
-                    "x-dead-letter-routing-key", "x-overflow", "x-expires", "x-max-priority",
-                    "x-delivery-limit", "x-single-active-consumer")
+ALTERNATE = "alternate-exchange"
+# QUEUE-02: the arguments compared on redeclaration, in RabbitMQ's order (rabbit_classic_queue
+# capabilities queue_arguments, v3.10.8 to v4.3.5; x-delivery-limit is a quorum queue's)
+EQUIVALENCE_ARGS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+                    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+                    "x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
+                    "x-queue-leader-locator", "x-delivery-limit")
 
 
-def resolve_queue(core: BrokerState, ch: Channel, name: str) -> Queue:
-    """The named queue, or the channel's last declared one for "" (ERR-04 texts)."""
+def resolve_queue(core: BrokerState, ch: Channel, name: str, shortcut: bool = True) -> Queue:
+    """The named queue, or the channel's last declared one for "" (ERR-04 texts); a declare has
+    no shortcut (QUEUE-03: a passive declare of "" is 404 "no queue ''")."""
     vhost = core.connections[ch.conn].vhost
-    if not name:
+    if not name and shortcut:
         if ch.last_queue is None:
             raise soft(ReplyCode.NOT_FOUND, "no previously declared queue")
         name = ch.last_queue
@@ -104,6 +112,9 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
                                        ("internal", m.internal, existing.internal)):
             if received != current:
                 raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, received, current))
+        got, have = m.arguments.get(ALTERNATE), existing.arguments.get(ALTERNATE)  # EXCH-03: the one argument compared
+        if not rabbitmq_equivalent(have, got):
+            raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent_arg(ALTERNATE, what, got, have))
         return _reply(ch, m.nowait, ExchangeDeclareOk())
     v.exchanges[m.exchange] = Exchange(m.exchange, m.exchange_type, m.durable, m.auto_delete,
                                        m.internal, dict(m.arguments))
@@ -139,8 +150,15 @@ def _bind(v: VHost, source: str, binding: Binding) -> None:
         exchange.bindings.append(binding)
 
 
-def _unbind(core: BrokerState, v: VHost, source: str, binding: Binding) -> None:
-    exchange = v.exchanges[source]
+def _unbind(core: BrokerState, v: VHost, source: str, binding: Binding, conn: int) -> None:
+    """EXCH-10: an unbind of a binding that does not exist (or whose exchange or queue does not)
+    changes nothing and checks nothing; one that exists checks the queue's exclusivity (QUEUE-05)."""
+    exchange = v.exchanges.get(source)
+    if exchange is None or all(b.key() != binding.key() for b in exchange.bindings):
+        return
+    queue = None if binding.is_exchange else v.queues.get(binding.destination)
+    if queue is not None and queue.exclusive_owner is not None and queue.exclusive_owner != conn:
+        raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(queue.name, v.name))
     exchange.bindings = [b for b in exchange.bindings if b.key() != binding.key()]
     maybe_auto_delete_exchange(v, exchange)
 
@@ -165,8 +183,11 @@ def exchange_bind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeBind,
 def exchange_unbind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeUnbind,
                     props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
-    _check_exchange_binding(v, m.source, m.destination)
-    _unbind(core, v, m.source, Binding(m.destination, True, m.routing_key, dict(m.arguments)))
+    if "" in (m.source, m.destination):
+        raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
+    permissions.check(core, ch, "write", "exchange", m.destination)
+    permissions.check(core, ch, "read", "exchange", m.source)
+    _unbind(core, v, m.source, Binding(m.destination, True, m.routing_key, dict(m.arguments)), ch.conn)
     return _reply(ch, m.nowait, ExchangeUnbindOk())
 
 
@@ -197,18 +218,21 @@ def _check_equivalent(core: BrokerState, v: VHost, queue: Queue, m: QueueDeclare
     # DCL-01: the exclusive owner first, then the other fields and the arguments (406)
     if core.rules.exclusive_locked(queue.exclusive_owner, conn, m.exclusive):
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(queue.name, v.name))
-    for arg, received, current in (("durable", m.durable, queue.durable),
+    for arg, received, current in (("durable", m.durable and not m.exclusive, queue.durable),
                                    ("exclusive", m.exclusive, queue.exclusive_owner is not None),
                                    ("auto_delete", m.auto_delete, queue.auto_delete)):
         if received != current:
             raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, received, current))
-    for arg in EQUIVALENCE_ARGS:
+    for arg in EQUIVALENCE_ARGS:  # QUEUE-02
         got: Any = m.arguments.get(arg)
         have: Any = queue.arguments.get(arg)
         if arg == "x-queue-type":
-            got, have = got or CLASSIC, queue.kind
-        if got != have:
-            raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, got, have))
+            if {got, have} <= {None, CLASSIC}:  # classic equals absent (assert_field_equivalence)
+                continue
+            if core.config.timeout_mode != "legacy":  # 3.13+ keep the queue's type: both sides are named
+                got, have = got or CLASSIC, queue.kind
+        if not rabbitmq_equivalent(have, got):
+            raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent_arg(arg, what, got, have))
 
 
 def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
@@ -216,10 +240,11 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
     v = _vhost(core, ch)
     name = m.queue
     if m.passive:
-        queue = resolve_queue(core, ch, name)
+        queue = resolve_queue(core, ch, name, shortcut=False)
     else:
-        if not name:
-            name = f"amq.gen-{ch.conn}.{core.next_id()}"
+        if not name:  # QUEUE-04: "amq.gen-" and 16 octets in URL-safe base64 (rabbit_guid)
+            seed = f"{meta.now_ms}.{ch.conn}.{core.next_id()}".encode()
+            name = "amq.gen-" + base64.urlsafe_b64encode(hashlib.md5(seed).digest()).decode().rstrip("=")
         elif name.startswith("amq."):
             raise soft(ReplyCode.ACCESS_REFUSED,
                        f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -229,6 +254,8 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
             _check_equivalent(core, v, queue, m, ch.conn)
         else:
             kind = _queue_kind(v, m._replace(queue=name))
+            if (expires := m.arguments.get("x-expires")) is not None:  # QUEUE-07
+                check_expires("x-expires", texts.q(name, v.name), expires)
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
             version = m.arguments.get(QUEUE_VERSION)  # DCL-03 (live 4.3.6); legacy mode: 3.x accepts 1
             if kind == CLASSIC and version not in (None, 2) and core.config.timeout_mode != "legacy":
@@ -239,14 +266,15 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
                     raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{MAX_PRIORITY}' for "
                                f"{texts.q(name, v.name)} of queue type rabbit_{kind}_queue")
                 check_non_negative_int(MAX_PRIORITY, texts.q(name, v.name), top, MAX_SUPPORTED_PRIORITY)
-            queue = Queue(name, v.name, kind, m.durable, ch.conn if m.exclusive else None,
+            queue = Queue(name, v.name, kind, m.durable and not m.exclusive, ch.conn if m.exclusive else None,
                           m.auto_delete, dict(m.arguments))
             v.queues[name] = queue
             cluster.place(core, ch.conn, queue)
     cluster.ensure_available(core, queue)  # CLU-04
     ch.last_queue = queue.name
     ready = streams.message_count(queue) if queue.kind == STREAM else queue.ready_count()
-    return _reply(ch, m.nowait, QueueDeclareOk(queue.name, ready, declared_consumer_count(core, queue)))
+    reply = _reply(ch, m.nowait, QueueDeclareOk(queue.name, ready, declared_consumer_count(core, queue)))
+    return [*lease.touch(core, meta, queue), *reply]  # QUEUE-08: a declaration renews the lease
 
 
 def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
@@ -266,11 +294,12 @@ def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
 def queue_unbind(core: BrokerState, meta: Meta, ch: Channel, m: QueueUnbind,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
     v = _vhost(core, ch)
-    queue = resolve_queue(core, ch, m.queue)
+    name = m.queue or resolve_queue(core, ch, "").name  # "": the channel's last queue, as bind
     if m.exchange == "":
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
-    _exchange(v, m.exchange)
-    _unbind(core, v, m.exchange, Binding(queue.name, False, m.routing_key, dict(m.arguments)))
+    permissions.check(core, ch, "write", "queue", name)
+    permissions.check(core, ch, "read", "exchange", m.exchange)
+    _unbind(core, v, m.exchange, Binding(name, False, m.routing_key, dict(m.arguments)), ch.conn)
     return [Send(ch.conn, ch.number, QueueUnbindOk())]
 
 
@@ -298,7 +327,7 @@ def queue_delete(core: BrokerState, meta: Meta, ch: Channel, m: QueueDelete,
     if m.if_unused and queue.consumers:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} in use")
     if m.if_empty and queue.ready_count():
-        raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} is not empty")
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} not empty")
     count = queue.ready_count()
     effects = delete_queue(core, meta, queue)
     return [*_reply(ch, m.nowait, QueueDeleteOk(count)), *effects]

@@ -123,6 +123,7 @@ TIMERS: dict[str, TimerHandler] = {
     "dispatch": _continue_dispatch,  # delivery.DISPATCH_BATCH reached
     "qtimeout": expiry.on_queue_timer,  # 4.3 quorum consumer timeouts
     "tick": expiry.on_tick,  # legacy channel tick
+    "lease": expiry.on_lease_timer,  # x-expires (QUEUE-08)
 }
 
 

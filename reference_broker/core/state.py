@@ -133,6 +133,7 @@ class Queue:
     checked_out: int = 0
     next_seq: int = 0
     had_consumer: bool = False
+    lease_until: int | None = None  # x-expires: when the queue is deleted unless used (lease.py)
     policy_cache: tuple[int, dict[str, Any]] | None = None
     ready_bytes: int = 0  # body octets of ready messages (the memory alarm's measure)
     deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms

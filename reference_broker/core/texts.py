@@ -6,6 +6,8 @@ scopes live with the callers' `AmqpError`.
 
 from __future__ import annotations
 
+from codec.fields import rabbitmq_value_text
+
 
 def q(name: str, vhost: str) -> str:
     return f"queue '{name}' in vhost '{vhost}'"
@@ -39,6 +41,12 @@ def locked(name: str, vhost: str) -> str:
 
 def inequivalent(arg: str, what: str, received: object, current: object) -> str:
     return f"inequivalent arg '{arg}' for {what}: received {_show(received)} but current is {_show(current)}"
+
+
+def inequivalent_arg(arg: str, what: str, received: object, current: object) -> str:
+    """An argument of the table that differs (rabbit_misc:assert_args_equivalence, val/1)."""
+    return (f"inequivalent arg '{arg}' for {what}: received {rabbitmq_value_text(received, current)} "
+            f"but current is {rabbitmq_value_text(current, received)}")
 
 
 def _show(value: object) -> str:

@@ -1,0 +1,173 @@
+"""Shared steps of the exchanges and queues areas: an operation that must succeed or be refused
+exactly, whether an exchange or queue exists, and RabbitMQ's way of writing an argument's value.
+
+Rules:
+- Every step names its rule and says, in the failure's first line, what was asked, what the rule
+  required and what the broker did (a console shows only that line); the frames are in the log.
+- A refusal is compared by scope (channel or connection), reply code, text and class/method id
+  on a RabbitMQ profile (a variant there changes one detail, which its test builds in); on the
+  plain 0-9-1 profile, whose variants leave code and text free, only that it was refused.
+- Existence is asked with a passive declare on a channel of its own (a 404 closes only that
+  channel); a passive declare changes nothing (EXCH-04, QUEUE-03). What another connection's act
+  removes may be observed a moment later (EXCH-09, QUEUE-05): `gone` asks again until the
+  (scaled) wait ends, each ask a round trip.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codec import (
+    BasicProperties,
+    BasicPublish,
+    BasicReturn,
+    Command,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    Method,
+    QueueDeclare,
+    QueueDeclareOk,
+)
+from codec.fields import rabbitmq_value_text
+from conformance.drivers.raw import ChannelClosed, Closed, ConnectionClosed, NoReply, RawClient
+from conformance.plugin.session import Target
+from conformance.suite.steps.wire import sync
+
+LOCKED = ("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It "
+          "could be originally declared on another connection or the exclusive property value does not "
+          "match that of the original declaration.")
+def inequivalent(arg: str, what: str, received: Any, current: Any) -> str:
+    """The 406 text of an argument that differs on redeclaration (EXCH-03, QUEUE-02)."""
+    return (f"PRECONDITION_FAILED - inequivalent arg '{arg}' for {what}: "
+            f"received {rabbitmq_value_text(received, current)} but current is {rabbitmq_value_text(current, received)}")
+
+
+def flag(value: bool) -> str:
+    return "'true'" if value else "'false'"
+
+
+@dataclass
+class Judge:
+    """One rule's checks of single operations on one connection."""
+
+    client: RawClient
+    target: Target
+    rule: str
+
+    @property
+    def pinned(self) -> bool:
+        """Codes and texts are RabbitMQ's on a RabbitMQ profile (a variant there changes one
+        detail, which the test handles); the plain 0-9-1 profile's variants leave them free."""
+        return self.target.profile.rabbitmq
+
+    def channel(self) -> int:
+        return self.client.channel()
+
+    def ok(self, what: str, method: Method, *reply: type, ch: int | None = None) -> Command:
+        """The reply `method` must get: the rule requires `what` to succeed."""
+        ch = self.channel() if ch is None else ch
+        try:
+            return self.client.rpc(ch, method, *reply, timeout=self.target.timeout(5))
+        except Closed as closed:
+            raise AssertionError(f"{self.rule}: {what} must succeed ({' or '.join(r.NAME for r in reply)}); "
+                                 f"the broker refused it: {closed}") from None
+        except NoReply as exc:
+            raise AssertionError(f"{self.rule}: {what} must succeed ({' or '.join(r.NAME for r in reply)}); "
+                                 f"the broker answered nothing: {exc}") from None
+
+    def refused(self, what: str, method: Method, reply: type, code: int, text: str, *,
+                connection: bool = False, ch: int | None = None) -> Closed:
+        """`method` must be refused with this close (exactly, where the profile pins the rule)."""
+        ch = self.channel() if ch is None else ch
+        scope = "connection.close" if connection else "channel.close"
+        want = (scope, code, text, method.CLASS_ID, method.METHOD_ID)
+        try:
+            self.client.rpc(ch, method, reply, timeout=self.target.timeout(5))
+            sync(self.client, ch)  # a refusal that comes after the reply (a nowait) still counts
+        except (ChannelClosed, ConnectionClosed) as closed:
+            have = ("connection.close" if isinstance(closed, ConnectionClosed) else "channel.close",
+                    closed.code, closed.text, closed.class_id, closed.method_id)
+            if self.pinned and have != want:
+                raise AssertionError(f"{self.rule}: {what} must be refused with {scope} {code} ({method.CLASS_ID}/"
+                                     f"{method.METHOD_ID}) \"{text}\"; the broker sent {have[0]} {closed.code} "
+                                     f"({closed.class_id}/{closed.method_id}) \"{closed.text}\"") from None
+            return closed
+        except NoReply as exc:
+            raise AssertionError(f"{self.rule}: {what} must be refused with {scope} {code}; the broker "
+                                 f"answered nothing: {exc}") from None
+        raise AssertionError(f"{self.rule}: {what} must be refused with {scope} {code} \"{text}\"; the broker "
+                             f"answered {reply.NAME}, as if it had done it")
+
+    def publish_refused(self, what: str, exchange: str, key: str, code: int, text: str) -> Closed:
+        """A basic.publish must close its channel with this close (seen at the next round trip)."""
+        ch = self.channel()
+        method = BasicPublish(exchange=exchange, routing_key=key)
+        want = ("channel.close", code, text, method.CLASS_ID, method.METHOD_ID)
+        self.client.send(ch, method, BasicProperties(), b"refused")
+        try:
+            sync(self.client, ch)
+        except (ChannelClosed, ConnectionClosed) as closed:
+            have = ("connection.close" if isinstance(closed, ConnectionClosed) else "channel.close",
+                    closed.code, closed.text, closed.class_id, closed.method_id)
+            if self.pinned and have != want:
+                raise AssertionError(f"{self.rule}: {what} must be refused with channel.close {code} (60/40) "
+                                     f"\"{text}\"; the broker sent {have[0]} {closed.code} ({closed.class_id}/"
+                                     f"{closed.method_id}) \"{closed.text}\"") from None
+            return closed
+        except NoReply as exc:
+            raise AssertionError(f"{self.rule}: {what} must be refused with channel.close {code}; the channel "
+                                 f"answered nothing after it: {exc}") from None
+        raise AssertionError(f"{self.rule}: {what} must be refused with channel.close {code} \"{text}\"; the "
+                             "channel stayed open (the next request on it was answered)")
+
+    def exchange_exists(self, name: str) -> bool:
+        return _exists(self.client, ExchangeDeclare(exchange=name, passive=True), ExchangeDeclareOk, self.target)
+
+    def queue_counts(self, name: str) -> tuple[int, int] | None:
+        """(messages ready, consumers) of the queue, None when it does not exist."""
+        ch = self.client.channel()
+        try:
+            reply = self.client.rpc(ch, QueueDeclare(queue=name, passive=True), QueueDeclareOk,
+                                    timeout=self.target.timeout(5))
+        except ChannelClosed as closed:
+            if closed.code != 404:
+                raise
+            return None
+        self.client.close_channel(ch)
+        return reply.method.message_count, reply.method.consumer_count
+
+    def queue_exists(self, name: str) -> bool:
+        return self.queue_counts(name) is not None
+
+    def gone(self, exists: Callable[[], bool], seconds: float = 5.0) -> bool:
+        """Whether what `exists` asks about is gone within the (scaled) wait, asked again and again."""
+        deadline = time.monotonic() + self.target.timeout(seconds)
+        while True:
+            if not exists():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def publish(self, exchange: str, key: str, body: str, *, mandatory: bool = False, ch: int) -> None:
+        self.client.send(ch, BasicPublish(exchange=exchange, routing_key=key, mandatory=mandatory),
+                         BasicProperties(), body.encode())
+
+    def returned(self, ch: int) -> list[BasicReturn]:
+        """The basic.returns on `ch` so far (after a round trip on it)."""
+        sync(self.client, ch)
+        return [c.method for c in self.client.pending(ch) if isinstance(c.method, BasicReturn)]
+
+
+def _exists(client: RawClient, method: Method, reply: type, target: Target) -> bool:
+    ch = client.channel()
+    try:
+        client.rpc(ch, method, reply, timeout=target.timeout(5))
+    except ChannelClosed as closed:
+        if closed.code != 404:
+            raise
+        return False
+    client.close_channel(ch)
+    return True
