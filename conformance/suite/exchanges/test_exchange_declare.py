@@ -47,7 +47,7 @@ def test_an_equivalent_redeclaration_changes_nothing(connect: Connect, names: Na
                    "a publish after equivalent redeclarations (the binding must stay)")
 
 
-INEQUIVALENT = {  # what differs -> (the redeclaration's fields, the argument named, received, current)
+INEQUIVALENT: dict[str, tuple[dict[str, Any], str, str, str]] = {  # what differs -> (the redeclaration's fields, the argument named, received, current)
     "type": ({"exchange_type": "fanout"}, "type", "'fanout'", "'direct'"),
     "durable": ({"durable": True}, "durable", flag(True), flag(False)),
     "auto_delete": ({"auto_delete": False}, "auto_delete", flag(False), flag(True)),

@@ -22,6 +22,7 @@ from codec import (
     ExchangeDeleteOk,
     ExchangeUnbind,
     ExchangeUnbindOk,
+    Method,
     QueueBind,
     QueueBindOk,
     QueueDelete,
@@ -244,7 +245,7 @@ def test_unbinding_a_missing_binding_succeeds(connect: Connect, names: Names, ta
     x, q = t.exchange("x", "direct"), t.queue("q")
     t.bind("q", "x", "k")  # keeps the auto-delete exchange
     missing_x, missing_q = names.exchange("missing"), names.queue("missing")
-    cases = [("unbinding a key that was never bound", QueueUnbind(queue=q, exchange=x, routing_key="other"),
+    cases: list[tuple[str, Method, type[Method]]] = [("unbinding a key that was never bound", QueueUnbind(queue=q, exchange=x, routing_key="other"),
               QueueUnbindOk),
              ("unbinding from a missing exchange", QueueUnbind(queue=q, exchange=missing_x, routing_key="k"),
               QueueUnbindOk),

@@ -48,7 +48,7 @@ def test_a_queue_redeclared_with_another_flag_is_refused(connect: Connect, names
                                                          differs: str) -> None:
     judge = Judge(connect(), target, "QUEUE-01")
     q = names.queue("q")
-    declared = {"durable": False, "auto_delete": True} if differs == "durable" else {"durable": True}
+    declared: dict[str, Any] = {"durable": False, "auto_delete": True} if differs == "durable" else {"durable": True}
     judge.ok(f"declaring a queue ({declared})", QueueDeclare(queue=q, **declared), QueueDeclareOk)
     ch = judge.channel()
     judge.client.send(ch, BasicPublish(exchange="", routing_key=q), BasicProperties(), b"kept")

@@ -24,7 +24,6 @@ from codec import (
     BasicProperties,
     BasicPublish,
     BasicReturn,
-    Command,
     ExchangeDeclare,
     ExchangeDeclareOk,
     Method,
@@ -67,8 +66,9 @@ class Judge:
     def channel(self) -> int:
         return self.client.channel()
 
-    def ok(self, what: str, method: Method, *reply: type, ch: int | None = None) -> Command:
-        """The reply `method` must get: the rule requires `what` to succeed."""
+    def ok(self, what: str, method: Method, *reply: type[Method], ch: int | None = None) -> Any:
+        """The reply `method` must get (a `Command`, its method typed loosely for the caller's
+        fields): the rule requires `what` to succeed."""
         ch = self.channel() if ch is None else ch
         try:
             return self.client.rpc(ch, method, *reply, timeout=self.target.timeout(5))
@@ -79,7 +79,7 @@ class Judge:
             raise AssertionError(f"{self.rule}: {what} must succeed ({' or '.join(r.NAME for r in reply)}); "
                                  f"the broker answered nothing: {exc}") from None
 
-    def refused(self, what: str, method: Method, reply: type, code: int, text: str, *,
+    def refused(self, what: str, method: Method, reply: type[Method], code: int, text: str, *,
                 connection: bool = False, ch: int | None = None) -> Closed:
         """`method` must be refused with this close (exactly, where the profile pins the rule)."""
         ch = self.channel() if ch is None else ch
@@ -131,8 +131,8 @@ class Judge:
         """(messages ready, consumers) of the queue, None when it does not exist."""
         ch = self.client.channel()
         try:
-            reply = self.client.rpc(ch, QueueDeclare(queue=name, passive=True), QueueDeclareOk,
-                                    timeout=self.target.timeout(5))
+            reply: Any = self.client.rpc(ch, QueueDeclare(queue=name, passive=True), QueueDeclareOk,
+                                         timeout=self.target.timeout(5))
         except ChannelClosed as closed:
             if closed.code != 404:
                 raise
@@ -173,7 +173,7 @@ def _same_close(target: Target, have: tuple[Any, ...], want: tuple[Any, ...]) ->
     return True
 
 
-def _exists(client: RawClient, method: Method, reply: type, target: Target) -> bool:
+def _exists(client: RawClient, method: Method, reply: type[Method], target: Target) -> bool:
     ch = client.channel()
     try:
         client.rpc(ch, method, reply, timeout=target.timeout(5))
