@@ -98,6 +98,8 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
             continue
         queue.enqueue(message, core.rules.priority_level(queue, message))
         durability.remember(core, queue, message)
+        if core.rules.publish_renews_lease():  # QUEUE-08: not RabbitMQ's (a fault's)
+            effects += lease.touch(core, meta, queue)
         effects += dispatch(core, meta, queue)
     return effects, accepted
 
@@ -261,12 +263,12 @@ def delete_queue(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
                 for u in channel.unacked.values():
                     u.orphaned = u.orphaned or u.queue == queue.name
     effects: list[Effect] = []
-    for exchange in list(vhost.exchanges.values()):
+    for exchange in list(vhost.exchanges.values()) if core.rules.bindings_go_with_queue() else []:
         before = len(exchange.bindings)
         exchange.bindings = [b for b in exchange.bindings
                              if b.is_exchange or b.destination != queue.name]
         if before != len(exchange.bindings):
-            maybe_auto_delete_exchange(vhost, exchange)
+            maybe_auto_delete_exchange(core, vhost, exchange)
     for consumer in list(queue.consumers.values()):
         queue.remove_consumer(consumer)
         conn = core.connections.get(consumer.conn)
@@ -280,14 +282,15 @@ def delete_queue(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
     return effects
 
 
-def maybe_auto_delete_exchange(vhost: VHost, exchange: Exchange) -> None:
+def maybe_auto_delete_exchange(core: BrokerState, vhost: VHost, exchange: Exchange) -> None:
     """EXCH-08: an auto-delete exchange goes when its last binding as a source went; its bindings
     as a destination go with it, and a source left without bindings by that goes too."""
-    if not (exchange.auto_delete and not exchange.bindings and exchange.name in vhost.exchanges):
+    if not (exchange.auto_delete and not exchange.bindings and exchange.name in vhost.exchanges
+            and core.rules.exchange_auto_deleted()):
         return
     del vhost.exchanges[exchange.name]
     for other in list(vhost.exchanges.values()):
         before = len(other.bindings)
         other.bindings = [b for b in other.bindings if not (b.is_exchange and b.destination == exchange.name)]
         if len(other.bindings) != before:
-            maybe_auto_delete_exchange(vhost, other)
+            maybe_auto_delete_exchange(core, vhost, other)

@@ -48,7 +48,6 @@ from reference_broker.core.routing import EXCHANGE_TYPES, x_match_error
 from reference_broker.core.state import CLASSIC, QUORUM, STREAM, Binding, Channel, Exchange, Queue, VHost
 
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
-ALTERNATE = "alternate-exchange"
 # QUEUE-02: the arguments compared on redeclaration, in RabbitMQ's order (rabbit_classic_queue
 # capabilities queue_arguments, v3.10.8 to v4.3.5; x-delivery-limit is a quorum queue's)
 EQUIVALENCE_ARGS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
@@ -68,7 +67,7 @@ def resolve_queue(core: BrokerState, ch: Channel, name: str, shortcut: bool = Tr
     queue = core.find_queue(vhost, name)
     if queue is None:
         raise soft(ReplyCode.NOT_FOUND, texts.no_queue(name, vhost))
-    if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn:
+    if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn and core.rules.exclusive_guarded():
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, vhost))
     return queue
 
@@ -112,9 +111,10 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
                                        ("internal", m.internal, existing.internal)):
             if received != current:
                 raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, received, current))
-        got, have = m.arguments.get(ALTERNATE), existing.arguments.get(ALTERNATE)  # EXCH-03: the one argument compared
-        if not rabbitmq_equivalent(have, got):
-            raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent_arg(ALTERNATE, what, got, have))
+        for arg in core.rules.compared_exchange_arguments():  # EXCH-03: alternate-exchange only
+            got, have = m.arguments.get(arg), existing.arguments.get(arg)
+            if not rabbitmq_equivalent(have, got):
+                raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent_arg(arg, what, got, have))
         return _reply(ch, m.nowait, ExchangeDeclareOk())
     v.exchanges[m.exchange] = Exchange(m.exchange, m.exchange_type, m.durable, m.auto_delete,
                                        m.internal, dict(m.arguments))
@@ -131,14 +131,14 @@ def exchange_delete(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDelet
     exchange = v.exchanges.get(m.exchange)
     if exchange is None:
         return _reply(ch, m.nowait, ExchangeDeleteOk())  # deleting a missing exchange is a no-op
-    if m.if_unused and exchange.bindings:
+    if m.if_unused and core.rules.exchange_in_use(len(exchange.bindings)):
         raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.x(m.exchange, v.name)} in use")
     del v.exchanges[m.exchange]
     for other in list(v.exchanges.values()):
         before = len(other.bindings)
         other.bindings = [b for b in other.bindings if not (b.is_exchange and b.destination == m.exchange)]
         if len(other.bindings) != before:
-            maybe_auto_delete_exchange(v, other)
+            maybe_auto_delete_exchange(core, v, other)
     return _reply(ch, m.nowait, ExchangeDeleteOk())
 
 
@@ -160,7 +160,7 @@ def _unbind(core: BrokerState, v: VHost, source: str, binding: Binding, conn: in
     if queue is not None and queue.exclusive_owner is not None and queue.exclusive_owner != conn:
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(queue.name, v.name))
     exchange.bindings = [b for b in exchange.bindings if b.key() != binding.key()]
-    maybe_auto_delete_exchange(v, exchange)
+    maybe_auto_delete_exchange(core, v, exchange)
 
 
 def _check_exchange_binding(v: VHost, source: str, destination: str) -> None:
@@ -311,7 +311,7 @@ def queue_purge(core: BrokerState, meta: Meta, ch: Channel, m: QueuePurge,
     if queue.kind == STREAM:
         raise streams.refused(queue, "queue.purge")
     durability.forget_all(core, queue.ready_messages())
-    return _reply(ch, m.nowait, QueuePurgeOk(queue.purge()))
+    return _reply(ch, m.nowait, QueuePurgeOk(core.rules.purged_count(queue.purge(), queue.checked_out)))
 
 
 def queue_delete(core: BrokerState, meta: Meta, ch: Channel, m: QueueDelete,
@@ -321,7 +321,7 @@ def queue_delete(core: BrokerState, meta: Meta, ch: Channel, m: QueueDelete,
     queue = v.queues.get(name)
     if queue is None:
         return _reply(ch, m.nowait, QueueDeleteOk(0))  # deleting a missing queue is a no-op
-    if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn:
+    if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn and core.rules.exclusive_guarded():
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, v.name))
     permissions.check(core, ch, "configure", "queue", name)
     if m.if_unused and queue.consumers:

@@ -192,6 +192,14 @@ class Rules:
     # -- declarations (DCL-01, DCL-02) ----------------------------------------------------
     exclusive_locked: Callable[[int | None, int, bool], bool] = _owner_must_match  # (owner, conn, exclusive)
     unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type
+    # -- exchanges and queues (EXCH-*, QUEUE-*) ---------------------------------------------
+    compared_exchange_arguments: Callable[[], tuple[str, ...]] = lambda: ("alternate-exchange",)  # EXCH-03
+    exchange_in_use: Callable[[int], bool] = bool  # EXCH-06: (its bindings as a source) -> in use
+    exchange_auto_deleted: Callable[[], bool] = _true  # EXCH-08: it goes with its last binding as a source
+    bindings_go_with_queue: Callable[[], bool] = _true  # QUEUE-11
+    exclusive_guarded: Callable[[], bool] = _true  # QUEUE-05: other connections may not use an exclusive queue
+    purged_count: Callable[[int, int], int] = lambda ready, _unacked: ready  # QUEUE-09: purge-ok counts ready ones
+    publish_renews_lease: Callable[[], bool] = _false  # QUEUE-08: a publish is not use
     # -- routing (ROUTE-05, ROUTE-06, ROUTE-10) --------------------------------------------
     topic_match: TopicMatch = topic_matches
     headers_match: HeadersMatch = headers_match

@@ -26,7 +26,12 @@ from codec import (
 )
 from conformance.interpose.frames import Frame
 from tests.conformance.deviant import Deviation, Io, Message, encode
-from tests.conformance.deviations_routing import MandatoryIgnored, RoutingKeyCaseFolded
+from tests.conformance.deviations_routing import (
+    DeclareOkCountsZero,
+    IfUnusedDropped,
+    MandatoryIgnored,
+    RoutingKeyCaseFolded,
+)
 
 
 class AckMultipleAsSingle(Deviation):
@@ -419,6 +424,6 @@ DEVIATIONS: tuple[type[Deviation], ...] = (
     ChannelCloseHidden, RequeueToTail, RedeliveredDropped, RedeliveredAlways, CloseDropsUnacked, PrefetchPlusOne,
     PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmNackAsAck, ReturnDropped,
     CancelNotificationDropped, CancelCapabilityForced, TimeoutAsChannelClose, Codes404And406Swapped,
-    QosNotImplemented, RoutingKeyCaseFolded, MandatoryIgnored,
+    QosNotImplemented, RoutingKeyCaseFolded, MandatoryIgnored, IfUnusedDropped, DeclareOkCountsZero,
 )
 BY_NAME = {d.name: d for d in DEVIATIONS}

@@ -1,12 +1,13 @@
-"""The routing deviations `DeviantProxy` can apply (`deviations.DEVIATIONS` lists them with the others).
+"""The topology deviations `DeviantProxy` can apply (`deviations.DEVIATIONS` lists them with the others).
 
-Both are client-side rewrites of basic.publish: the broker mis-hears the publish, so the client,
-which believes it sent the original, sees the routing of another message.
+The routing ones are client-side rewrites of basic.publish: the broker mis-hears the publish, so
+the client, which believes it sent the original, sees the routing of another message. The
+exchanges and queues ones mis-hear an exchange.delete's if-unused, or mis-report a queue's counts.
 """
 
 from __future__ import annotations
 
-from codec import BasicPublish
+from codec import BasicPublish, ExchangeDelete, QueueDeclareOk
 from conformance.interpose.frames import Frame
 from tests.conformance.deviant import Deviation, Io, encode
 
@@ -35,3 +36,29 @@ class MandatoryIgnored(Deviation):
             io.to_broker(encode(frame.channel, m._replace(mandatory=False)))
             return
         io.to_broker(frame.raw)
+
+
+class IfUnusedDropped(Deviation):
+    name, area, rules = "if_unused_dropped", "exchanges", ("EXCH-06",)
+    description = "exchange.delete's if-unused bit is not heard: an exchange in use is deleted"
+
+    def client(self, frame: Frame, io: Io) -> None:
+        m = frame.method
+        if isinstance(m, ExchangeDelete) and m.if_unused:
+            io.record(self.name)
+            io.to_broker(encode(frame.channel, m._replace(if_unused=False)))
+            return
+        io.to_broker(frame.raw)
+
+
+class DeclareOkCountsZero(Deviation):
+    name, area, rules = "declare_ok_counts_zero", "queues", ("QUEUE-01", "QUEUE-03", "QUEUE-06")
+    description = "queue.declare-ok always says 0 messages and 0 consumers"
+
+    def broker(self, frame: Frame, io: Io) -> None:
+        m = frame.method
+        if isinstance(m, QueueDeclareOk) and (m.message_count or m.consumer_count):
+            io.record(self.name)
+            io.to_client(encode(frame.channel, m._replace(message_count=0, consumer_count=0)))
+            return
+        io.to_client(frame.raw)

@@ -40,10 +40,10 @@ from conformance.suite.steps.topology import LOCKED, Judge
 Connect = Callable[..., RawClient]
 
 
-def _locked_operations(q: str) -> dict[str, tuple[Method, type]]:
+def _locked_operations(q: str) -> dict[str, tuple[Method, type[Method] | tuple[type[Method], ...]]]:
     return {
         "basic.consume": (BasicConsume(queue=q), BasicConsumeOk),
-        "basic.get": (BasicGet(queue=q), BasicGetOk),
+        "basic.get": (BasicGet(queue=q), (BasicGetOk, BasicGetEmpty)),
         "queue.bind": (QueueBind(queue=q, exchange="amq.direct", routing_key="other"), QueueBindOk),
         "queue.unbind of its binding": (QueueUnbind(queue=q, exchange="amq.direct", routing_key="owned"),
                                         QueueUnbindOk),

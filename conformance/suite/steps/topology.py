@@ -79,14 +79,15 @@ class Judge:
             raise AssertionError(f"{self.rule}: {what} must succeed ({' or '.join(r.NAME for r in reply)}); "
                                  f"the broker answered nothing: {exc}") from None
 
-    def refused(self, what: str, method: Method, reply: type[Method], code: int, text: str, *,
-                connection: bool = False, ch: int | None = None) -> Closed:
+    def refused(self, what: str, method: Method, reply: type[Method] | tuple[type[Method], ...], code: int,
+                text: str, *, connection: bool = False, ch: int | None = None) -> Closed:
         """`method` must be refused with this close (exactly, where the profile pins the rule)."""
         ch = self.channel() if ch is None else ch
         scope = "connection.close" if connection else "channel.close"
         want = (scope, code, text, method.CLASS_ID, method.METHOD_ID)
+        replies = reply if isinstance(reply, tuple) else (reply,)
         try:
-            self.client.rpc(ch, method, reply, timeout=self.target.timeout(5))
+            answer = self.client.rpc(ch, method, *replies, timeout=self.target.timeout(5))
             sync(self.client, ch)  # a refusal that comes after the reply (a nowait) still counts
         except (ChannelClosed, ConnectionClosed) as closed:
             have = ("connection.close" if isinstance(closed, ConnectionClosed) else "channel.close",
@@ -100,7 +101,7 @@ class Judge:
             raise AssertionError(f"{self.rule}: {what} must be refused with {scope} {code}; the broker "
                                  f"answered nothing: {exc}") from None
         raise AssertionError(f"{self.rule}: {what} must be refused with {scope} {code} \"{text}\"; the broker "
-                             f"answered {reply.NAME}, as if it had done it")
+                             f"answered {answer.method.NAME}, as if it had done it")
 
     def publish_refused(self, what: str, exchange: str, key: str, code: int, text: str) -> Closed:
         """A basic.publish must close its channel with this close (seen at the next round trip)."""
