@@ -7,6 +7,9 @@ Rules:
 - A refusal is compared (its text as ERR-01 limits it) by scope (channel or connection), reply code, text and class/method id
   on a RabbitMQ profile (a variant there changes one detail, which its test builds in); on the
   plain 0-9-1 profile, whose variants leave code and text free, only that it was refused.
+- A publish is followed by `enqueued` (a passive declare on the publishing channel) before any
+  other channel looks at the queue: channels are independent, so another channel's request may
+  overtake a publish.
 - Existence is asked with a passive declare on a channel of its own (a 404 closes only that
   channel); a passive declare changes nothing (EXCH-04, QUEUE-03). What another connection's act
   removes may be observed a moment later (EXCH-09, QUEUE-05): `gone` asks again until the
@@ -156,6 +159,12 @@ class Judge:
     def publish(self, exchange: str, key: str, body: str, *, mandatory: bool = False, ch: int) -> None:
         self.client.send(ch, BasicPublish(exchange=exchange, routing_key=key, mandatory=mandatory),
                          BasicProperties(), body.encode())
+
+    def enqueued(self, ch: int, queue: str) -> None:
+        """After publishes on `ch` to `queue`: a passive declare of the queue on the same channel.
+        RabbitMQ handles each channel in its own process, so another channel's request may overtake
+        a publish; the channel passes its publishes to the queue before this request's stat."""
+        self.client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk, timeout=self.target.timeout(5))
 
     def returned(self, ch: int) -> list[BasicReturn]:
         """The basic.returns on `ch` so far (after a round trip on it)."""
