@@ -51,9 +51,7 @@ def test_a_queue_redeclared_with_another_flag_is_refused(connect: Connect, names
     q = names.queue("q")
     declared: dict[str, Any] = {"durable": False, "auto_delete": True} if differs == "durable" else {"durable": True}
     judge.ok(f"declaring a queue ({declared})", QueueDeclare(queue=q, **declared), QueueDeclareOk)
-    ch = judge.channel()
-    judge.client.send(ch, BasicPublish(exchange="", routing_key=q), BasicProperties(), b"kept")
-    judge.enqueued(ch, q)
+    judge.publish_confirmed(q, "kept")
     received = not declared.get(differs, False)
     text = (f"PRECONDITION_FAILED - inequivalent arg '{differs}' for {_what(q, target)}: received {flag(received)} "
             f"but current is {flag(not received)}")

@@ -87,8 +87,7 @@ def test_if_unused_and_if_empty(connect: Connect, names: Names, target: Target) 
     q = names.queue("q")
     ch = judge.channel()
     judge.client.rpc(ch, QueueDeclare(queue=q, exclusive=True), QueueDeclareOk)
-    judge.client.send(ch, BasicPublish(exchange="", routing_key=q), BasicProperties(), b"one")
-    judge.enqueued(ch, q)
+    judge.publish_confirmed(q, "one")
     judge.refused("deleting with if-empty a queue holding a ready message", QueueDelete(queue=q, if_empty=True),
                   QueueDeleteOk, ReplyCode.PRECONDITION_FAILED,
                   f"PRECONDITION_FAILED - queue '{q}' in vhost '{target.vhost}' not empty")
@@ -139,8 +138,7 @@ def test_a_deleted_queues_bindings_are_gone(connect: Connect, names: Names, targ
         f"QUEUE-11: a mandatory publish on the binding of a deleted queue, declared again, must be returned 312 "
         f"and not reach it; returns {returned}, the queue holds {counts}")
     judge.client.rpc(ch, QueueBind(queue=q, exchange="amq.direct", routing_key=q), QueueBindOk)
-    judge.publish("amq.direct", q, "on the new binding", ch=ch)
-    judge.enqueued(ch, q)
+    judge.publish_confirmed(q, "on the new binding", exchange="amq.direct")
     assert judge.queue_counts(q) == (1, 0), (f"QUEUE-11: bound again, the queue must receive; it holds "
                                              f"{judge.queue_counts(q)}")
 

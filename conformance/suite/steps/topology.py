@@ -7,9 +7,10 @@ Rules:
 - A refusal is compared (its text as ERR-01 limits it) by scope (channel or connection), reply code, text and class/method id
   on a RabbitMQ profile (a variant there changes one detail, which its test builds in); on the
   plain 0-9-1 profile, whose variants leave code and text free, only that it was refused.
-- A publish is followed by `enqueued` (a passive declare on the publishing channel) before any
-  other channel looks at the queue: channels are independent, so another channel's request may
-  overtake a publish.
+- A message another channel will look for is published with `publish_confirmed` (it returns
+  once the broker took it): RabbitMQ's channels are independent processes, so another channel's
+  request may overtake a publish, and a queue serves a passive declare's count before the
+  deliveries it has not handled yet.
 - Existence is asked with a passive declare on a channel of its own (a 404 closes only that
   channel); a passive declare changes nothing (EXCH-04, QUEUE-03). What another connection's act
   removes may be observed a moment later (EXCH-09, QUEUE-05): `gone` asks again until the
@@ -36,6 +37,7 @@ from codec import (
 from codec.fields import rabbitmq_value_text
 from conformance.drivers.raw import ChannelClosed, Closed, ConnectionClosed, NoReply, RawClient
 from conformance.plugin.session import Target
+from conformance.suite.steps.queues import Publisher
 from conformance.suite.steps.replies import assert_limited
 from conformance.suite.steps.wire import sync
 
@@ -160,11 +162,12 @@ class Judge:
         self.client.send(ch, BasicPublish(exchange=exchange, routing_key=key, mandatory=mandatory),
                          BasicProperties(), body.encode())
 
-    def enqueued(self, ch: int, queue: str) -> None:
-        """After publishes on `ch` to `queue`: a passive declare of the queue on the same channel.
-        RabbitMQ handles each channel in its own process, so another channel's request may overtake
-        a publish; the channel passes its publishes to the queue before this request's stat."""
-        self.client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk, timeout=self.target.timeout(5))
+    def publish_confirmed(self, queue: str, *bodies: str, exchange: str = "") -> None:
+        """Publish and return once the broker took every message (publisher confirms, else a
+        transaction): only then may another channel look at the queue. A passive declare on the
+        publishing channel would not do: RabbitMQ's queue process serves `stat` before the
+        deliveries it has not handled yet (rabbit_amqqueue_process prioritise_call: stat 7)."""
+        Publisher(self.client).publish(queue, [b.encode() for b in bodies], exchange=exchange)
 
     def returned(self, ch: int) -> list[BasicReturn]:
         """The basic.returns on `ch` so far (after a round trip on it)."""
