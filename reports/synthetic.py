@@ -169,6 +169,7 @@ def _tests_table(rng: np.random.Generator, shape: LakeShape, run_id: str, index:
         "failed_rules": pa.array([[rule_ids[r]] if f else None for r, f in zip(rule.tolist(), failed.tolist(),
                                                                                strict=True)], pa.list_(pa.string())),
         "judged_by": pa.nulls(n, pa.list_(pa.string())), "stopped_nodes": pa.nulls(n, pa.list_(pa.int32())),
+        "title": pa.nulls(n, pa.string()),
     }
     return pa.table(columns, schema=SCHEMAS["tests"])
 

@@ -22,6 +22,7 @@ from codec import (
     ReplyCode,
 )
 from reference_broker.core import cluster, durability, lease, permissions, streams, texts, timeouts
+from reference_broker.core.arguments import field_type, is_int
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import after_consumer_change, checkout, dead_letter, dispatch
 from reference_broker.core.effects import Effect, Send
@@ -61,6 +62,9 @@ def basic_consume(core: BrokerState, meta: Meta, ch: Channel, m: BasicConsume,
     arguments = dict(m.arguments)
     timeouts.validate_argument(core, queue.name, vhost, queue.kind, arguments.get(timeouts.ARG))
     priority = arguments.get("x-priority", 0)
+    if not is_int(priority):  # QUEUE-14: rabbit_amqqueue check_consume_arguments (check_int_arg)
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg 'x-priority' for {texts.q(queue.name, vhost)}: "
+                   f'"expected integer, got {field_type(priority)}"')
     consumer = Consumer(tag, ch.conn, ch.number, queue.name, m.no_ack, m.exclusive, ch.prefetch_count,
                         arguments, priority if isinstance(priority, int) else 0)
     consumer.timeout_ms = timeouts.effective_timeout(core, queue, consumer)

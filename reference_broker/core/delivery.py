@@ -22,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from codec import BasicCancel, BasicDeliver, BasicProperties
+from codec import BasicCancel, BasicDeliver, BasicProperties, ReplyCode
 from reference_broker.core import cluster, durability, lease, streams, timeouts
+from reference_broker.core.arguments import field_type
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send, StartTimer
+from reference_broker.core.errors import soft
 from reference_broker.core.routing import binding_matches
 from reference_broker.core.settings import delivery_limit, message_ttl, queue_setting
 from reference_broker.core.state import QUORUM, STREAM, Consumer, Exchange, Message, Queue, Unacked, VHost
@@ -70,10 +72,33 @@ def route(core: BrokerState, vhost: str, exchange_name: str, routing_key: str,
     return rules.one_copy(found)
 
 
+def sender_routes(properties: BasicProperties) -> tuple[list[str], BasicProperties]:
+    """ROUTE-13: the routing keys a message's CC and BCC headers add (longstr array elements), and
+    its properties without BCC; a CC or BCC that is not an array is a 406 (rabbit_basic header_routes)."""
+    headers = properties.headers
+    if not headers or not ({"CC", "BCC"} & set(headers)):
+        return [], properties
+    keys: list[str] = []
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise soft(ReplyCode.PRECONDITION_FAILED,
+                       f'invalid message: {{unacceptable_type_in_header,"{name}",{field_type(value)}}}')
+        keys += [k for k in value if isinstance(k, str)]
+    if "BCC" in headers:
+        properties = properties._replace(headers={k: v for k, v in headers.items() if k != "BCC"})
+    return keys, properties
+
+
 def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
                       properties: BasicProperties, body: bytes) -> tuple[list[Effect], bool | None]:
     """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
+    extra, properties = sender_routes(properties)
     queues = route(core, vhost, exchange, routing_key, properties.headers)
+    for key in dict.fromkeys(extra):  # ROUTE-13: each CC/BCC key routed too, one copy per queue
+        queues += [q for q in route(core, vhost, exchange, key, properties.headers) if all(q is not o for o in queues)]
     if not queues:
         return [], None
     effects: list[Effect] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from codec import BasicAck, BasicDeliver, BasicProperties, BasicPublish, BasicReturn, ReplyCode
 from reference_broker.core import cluster, durability, permissions, texts
 from reference_broker.core.broker_state import BrokerState, Meta
-from reference_broker.core.delivery import route_and_enqueue
+from reference_broker.core.delivery import route_and_enqueue, sender_routes
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.errors import hard, soft
 from reference_broker.core.flow import block_connection
@@ -36,6 +36,11 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
         raise soft(ReplyCode.PRECONDITION_FAILED, f"message size {len(body)} is larger than configured "
                    f"max size {core.config.max_message_size}")
     props = props or EMPTY
+    user = core.connections[ch.conn].user
+    if props.user_id is not None and props.user_id != user:  # MSG-02: rabbit_channel check_user_id_header
+        raise soft(ReplyCode.PRECONDITION_FAILED,
+                   f"user_id property set to '{props.user_id}' but authenticated user was '{user}'")
+    sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
     if ch.tx:
         ch.tx_publishes.append(PendingPublish(m.exchange, m.routing_key, m.mandatory, props, body))
         return []

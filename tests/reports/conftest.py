@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
+from conformance.catalogue.rules import all_rules
 from reports.synthetic import LakeShape, LakeStats, write_lake
 from tests.conftest import require
 
-SMALL_LAKE = LakeShape(runs=8, channels_per_run=24, frames_per_channel=42, tests_per_run=160,
+# a test per rule of the catalogue in every run (the matrix has a row per rule)
+SMALL_LAKE = LakeShape(runs=8, channels_per_run=24, frames_per_channel=42, tests_per_run=len(all_rules()),
                        violation_rate=0.25, seed=11)
 
 

@@ -99,7 +99,7 @@ def test_deleting_an_exchange_removes_its_bindings_as_a_source(connect: Connect,
     t.publish("x", "k", "on the old binding", mandatory=True)
     assert_reached(t.reached(), {"q": []}, "EXCH-07", "a publish to an exchange deleted and declared again "
                    "(its binding to the queue must have gone with it)")
-    assert [r.reply_code for r in t.returned()] == [312], (
+    assert [r.reply_code for r in t.returned()] == [ReplyCode.NO_ROUTE], (
         f"EXCH-07: the mandatory publish on the deleted binding must be returned 312 NO_ROUTE; returns: {t.returned()}")
     judge.ok("deleting the exchange", ExchangeDelete(exchange=x), ExchangeDeleteOk)
 

@@ -68,7 +68,7 @@ class _Watch:
     def gone(self) -> bool:
         self.looks += 1
         self.judge.publish("", self.queue, f"look {self.looks}", mandatory=True, ch=self.ch)
-        return any(r.reply_code == 312 for r in self.judge.returned(self.ch))
+        return any(r.reply_code == ReplyCode.NO_ROUTE for r in self.judge.returned(self.ch))
 
     def gone_at(self, until: float) -> float | None:
         """When the queue was first seen gone (monotonic), looking until `until`."""

@@ -134,7 +134,7 @@ def test_a_deleted_queues_bindings_are_gone(connect: Connect, names: Names, targ
     judge.publish("amq.direct", q, "on the old binding", mandatory=True, ch=ch)
     returned = [r.reply_code for r in judge.returned(ch)]
     counts = judge.queue_counts(q)
-    assert returned == [312] and counts == (0, 0), (
+    assert returned == [ReplyCode.NO_ROUTE] and counts == (0, 0), (
         f"QUEUE-11: a mandatory publish on the binding of a deleted queue, declared again, must be returned 312 "
         f"and not reach it; returns {returned}, the queue holds {counts}")
     judge.client.rpc(ch, QueueBind(queue=q, exchange="amq.direct", routing_key=q), QueueBindOk)

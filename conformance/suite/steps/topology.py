@@ -33,6 +33,7 @@ from codec import (
     Method,
     QueueDeclare,
     QueueDeclareOk,
+    ReplyCode,
 )
 from codec.fields import rabbitmq_value_text
 from conformance.drivers.raw import ChannelClosed, Closed, ConnectionClosed, NoReply, RawClient
@@ -85,11 +86,14 @@ class Judge:
                                  f"the broker answered nothing: {exc}") from None
 
     def refused(self, what: str, method: Method, reply: type[Method] | tuple[type[Method], ...], code: int,
-                text: str, *, connection: bool = False, ch: int | None = None) -> Closed:
-        """`method` must be refused with this close (exactly, where the profile pins the rule)."""
+                text: str, *, connection: bool = False, ch: int | None = None,
+                ids: type[Method] | None = None) -> Closed:
+        """`method` must be refused with this close (exactly, where the profile pins the rule);
+        `ids`: the method the close names when it is not `method` (a publish sent before it)."""
         ch = self.channel() if ch is None else ch
         scope = "connection.close" if connection else "channel.close"
-        want = (scope, code, text, method.CLASS_ID, method.METHOD_ID)
+        named = ids or type(method)
+        want = (scope, code, text, named.CLASS_ID, named.METHOD_ID)
         replies = reply if isinstance(reply, tuple) else (reply,)
         try:
             answer = self.client.rpc(ch, method, *replies, timeout=self.target.timeout(5))
@@ -98,8 +102,8 @@ class Judge:
             have = ("connection.close" if isinstance(closed, ConnectionClosed) else "channel.close",
                     closed.code, closed.text, closed.class_id, closed.method_id)
             if self.pinned and not _same_close(self.target, have, want):
-                raise AssertionError(f"{self.rule}: {what} must be refused with {scope} {code} ({method.CLASS_ID}/"
-                                     f"{method.METHOD_ID}) \"{text}\"; the broker sent {have[0]} {closed.code} "
+                raise AssertionError(f"{self.rule}: {what} must be refused with {scope} {code} ({named.CLASS_ID}/"
+                                     f"{named.METHOD_ID}) \"{text}\"; the broker sent {have[0]} {closed.code} "
                                      f"({closed.class_id}/{closed.method_id}) \"{closed.text}\"") from None
             return closed
         except NoReply as exc:
@@ -140,7 +144,7 @@ class Judge:
             reply: Any = self.client.rpc(ch, QueueDeclare(queue=name, passive=True), QueueDeclareOk,
                                          timeout=self.target.timeout(5))
         except ChannelClosed as closed:
-            if closed.code != 404:
+            if closed.code != ReplyCode.NOT_FOUND:
                 raise
             return None
         self.client.close_channel(ch)
@@ -191,7 +195,7 @@ def _exists(client: RawClient, method: Method, reply: type[Method], target: Targ
     try:
         client.rpc(ch, method, reply, timeout=target.timeout(5))
     except ChannelClosed as closed:
-        if closed.code != 404:
+        if closed.code != ReplyCode.NOT_FOUND:
             raise
         return False
     client.close_channel(ch)
