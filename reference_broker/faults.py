@@ -279,6 +279,13 @@ FAULTS: tuple[Fault, ...] = (
     Fault("binding_kept_after_queue_delete", "queues", "QUEUE-11",
           "a deleted queue's bindings stay and reach a queue declared again under its name",
           {"bindings_go_with_queue": _const(False)}),
+    Fault("consumer_priority_ignored", "queues", "QUEUE-14", "x-priority is ignored: every consumer takes its turn",
+          {"consumer_rank": _const(0)}),
+    Fault("first_consumer_takes_all", "queues", "QUEUE-13",
+          "the first consumer with room gets every message (no turns)", {"consumers_rotate": _const(False)}),
+    Fault("bcc_delivered", "routing", "ROUTE-13", "the BCC header is delivered with the message",
+          {"bcc_removed": _const(False)}),
+    Fault("user_id_unchecked", "messages", "MSG-02", "a publish may carry any user-id", {"user_id_checked": _const(False)}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

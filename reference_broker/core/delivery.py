@@ -72,7 +72,7 @@ def route(core: BrokerState, vhost: str, exchange_name: str, routing_key: str,
     return rules.one_copy(found)
 
 
-def sender_routes(properties: BasicProperties) -> tuple[list[str], BasicProperties]:
+def sender_routes(properties: BasicProperties, bcc_removed: bool = True) -> tuple[list[str], BasicProperties]:
     """ROUTE-13: the routing keys a message's CC and BCC headers add (longstr array elements), and
     its properties without BCC; a CC or BCC that is not an array is a 406 (rabbit_basic header_routes)."""
     headers = properties.headers
@@ -87,7 +87,7 @@ def sender_routes(properties: BasicProperties) -> tuple[list[str], BasicProperti
             raise soft(ReplyCode.PRECONDITION_FAILED,
                        f'invalid message: {{unacceptable_type_in_header,"{name}",{field_type(value)}}}')
         keys += [k for k in value if isinstance(k, str)]
-    if "BCC" in headers:
+    if "BCC" in headers and bcc_removed:
         properties = properties._replace(headers={k: v for k, v in headers.items() if k != "BCC"})
     return keys, properties
 
@@ -95,7 +95,7 @@ def sender_routes(properties: BasicProperties) -> tuple[list[str], BasicProperti
 def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
                       properties: BasicProperties, body: bytes) -> tuple[list[Effect], bool | None]:
     """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
-    extra, properties = sender_routes(properties)
+    extra, properties = sender_routes(properties, core.rules.bcc_removed())
     queues = route(core, vhost, exchange, routing_key, properties.headers)
     for key in dict.fromkeys(extra):  # ROUTE-13: each CC/BCC key routed too, one copy per queue
         queues += [q for q in route(core, vhost, exchange, key, properties.headers) if all(q is not o for o in queues)]
@@ -225,9 +225,9 @@ def _next_consumer(core: BrokerState, queue: Queue) -> Consumer | None:
             continue
         if not ch.global_capacity():
             continue  # QOS-08: a reached global limit pauses no-ack consumers too
-        if best is None or consumer.priority > best.priority:
+        if best is None or core.rules.consumer_rank(consumer.priority) > core.rules.consumer_rank(best.priority):
             best, best_key = consumer, key
-    if best is not None:
+    if best is not None and core.rules.consumers_rotate():
         queue.rotation.remove(best_key)
         queue.rotation.append(best_key)
     return best

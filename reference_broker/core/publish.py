@@ -37,7 +37,7 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
                    f"max size {core.config.max_message_size}")
     props = props or EMPTY
     user = core.connections[ch.conn].user
-    if props.user_id is not None and props.user_id != user:  # MSG-02: rabbit_channel check_user_id_header
+    if props.user_id is not None and props.user_id != user and core.rules.user_id_checked():  # MSG-02: rabbit_channel check_user_id_header
         raise soft(ReplyCode.PRECONDITION_FAILED,
                    f"user_id property set to '{props.user_id}' but authenticated user was '{user}'")
     sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now

@@ -200,6 +200,10 @@ class Rules:
     exclusive_guarded: Callable[[], bool] = _true  # QUEUE-05: other connections may not use an exclusive queue
     purged_count: Callable[[int, int], int] = lambda ready, _unacked: ready  # QUEUE-09: purge-ok counts ready ones
     publish_renews_lease: Callable[[], bool] = _false  # QUEUE-08: a publish is not use
+    consumer_rank: Callable[[int], int] = _same  # QUEUE-14: (x-priority) -> rank
+    consumers_rotate: Callable[[], bool] = _true  # QUEUE-13: the consumer served goes to the back
+    bcc_removed: Callable[[], bool] = _true  # ROUTE-13
+    user_id_checked: Callable[[], bool] = _true  # MSG-02
     # -- routing (ROUTE-05, ROUTE-06, ROUTE-10) --------------------------------------------
     topic_match: TopicMatch = topic_matches
     headers_match: HeadersMatch = headers_match
