@@ -39,6 +39,10 @@ class Fault:
 
 
 # -- the substituted policies (what each fault does instead of the rule) ----------------------
+def _same_name(name: str) -> str:
+    return name
+
+
 def _const(value: Any) -> Callable[..., Any]:
     return lambda *_args: value
 
@@ -286,6 +290,12 @@ FAULTS: tuple[Fault, ...] = (
     Fault("bcc_delivered", "routing", "ROUTE-13", "the BCC header is delivered with the message",
           {"bcc_removed": _const(False)}),
     Fault("user_id_unchecked", "messages", "MSG-02", "a publish may carry any user-id", {"user_id_checked": _const(False)}),
+    Fault("names_kept_with_cr_lf", "exchanges", "EXCH-11", "CR and LF stay in declared and bound names",
+          {"stripped_name": _same_name}),
+    Fault("nowait_answered", "exchanges", "EXCH-12", "declarations, bindings and deletions with nowait are answered",
+          {"answers_nowait": _const(True)}),
+    Fault("no_queue_name_shortcut", "queues", "QUEUE-15", "an empty queue name never names the last declared queue",
+          {"queue_shortcut": _const(False)}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

@@ -61,7 +61,7 @@ def resolve_queue(core: BrokerState, ch: Channel, name: str, shortcut: bool = Tr
     no shortcut (QUEUE-03: a passive declare of "" is 404 "no queue ''")."""
     vhost = core.connections[ch.conn].vhost
     if not name and shortcut:
-        if ch.last_queue is None:
+        if ch.last_queue is None or not core.rules.queue_shortcut():
             raise soft(ReplyCode.NOT_FOUND, "no previously declared queue")
         name = ch.last_queue
     queue = core.find_queue(vhost, name)
@@ -76,8 +76,8 @@ def _vhost(core: BrokerState, ch: Channel) -> VHost:
     return core.vhosts[core.connections[ch.conn].vhost]
 
 
-def _reply(ch: Channel, nowait: bool, method: Any) -> list[Effect]:
-    return [] if nowait else [Send(ch.conn, ch.number, method)]
+def _reply(ch: Channel, nowait: bool, method: Any, answers_nowait: bool = False) -> list[Effect]:
+    return [] if nowait and not answers_nowait else [Send(ch.conn, ch.number, method)]
 
 
 def _exchange(v: VHost, name: str) -> Exchange:
@@ -90,6 +90,7 @@ def _exchange(v: VHost, name: str) -> Exchange:
 # -- exchanges -----------------------------------------------------------------------------
 def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDeclare,
                      props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(exchange=core.rules.stripped_name(m.exchange))
     v = _vhost(core, ch)
     if m.exchange == "":
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
@@ -97,7 +98,7 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
     if m.passive:
         if existing is None:
             raise soft(ReplyCode.NOT_FOUND, texts.no_exchange(m.exchange, v.name))
-        return _reply(ch, m.nowait, ExchangeDeclareOk())
+        return _reply(ch, m.nowait, ExchangeDeclareOk(), core.rules.answers_nowait())
     if m.exchange.startswith("amq.") and existing is None:
         raise soft(ReplyCode.ACCESS_REFUSED, f"exchange name '{m.exchange}' contains reserved prefix 'amq.*'")
     permissions.check(core, ch, "configure", "exchange", m.exchange)
@@ -115,14 +116,15 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
             got, have = m.arguments.get(arg), existing.arguments.get(arg)
             if not rabbitmq_equivalent(have, got):
                 raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent_arg(arg, what, got, have))
-        return _reply(ch, m.nowait, ExchangeDeclareOk())
+        return _reply(ch, m.nowait, ExchangeDeclareOk(), core.rules.answers_nowait())
     v.exchanges[m.exchange] = Exchange(m.exchange, m.exchange_type, m.durable, m.auto_delete,
                                        m.internal, dict(m.arguments))
-    return _reply(ch, m.nowait, ExchangeDeclareOk())
+    return _reply(ch, m.nowait, ExchangeDeclareOk(), core.rules.answers_nowait())
 
 
 def exchange_delete(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDelete,
                     props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(exchange=core.rules.stripped_name(m.exchange))
     v = _vhost(core, ch)
     if m.exchange == "" or m.exchange.startswith("amq."):
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED if m.exchange == ""
@@ -139,7 +141,7 @@ def exchange_delete(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDelet
         other.bindings = [b for b in other.bindings if not (b.is_exchange and b.destination == m.exchange)]
         if len(other.bindings) != before:
             maybe_auto_delete_exchange(core, v, other)
-    return _reply(ch, m.nowait, ExchangeDeleteOk())
+    return _reply(ch, m.nowait, ExchangeDeleteOk(), core.rules.answers_nowait())
 
 
 def _bind(v: VHost, source: str, binding: Binding) -> None:
@@ -172,23 +174,25 @@ def _check_exchange_binding(v: VHost, source: str, destination: str) -> None:
 
 def exchange_bind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeBind,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(source=core.rules.stripped_name(m.source), destination=core.rules.stripped_name(m.destination))
     v = _vhost(core, ch)
     _check_exchange_binding(v, m.source, m.destination)
     permissions.check(core, ch, "write", "exchange", m.destination)
     permissions.check(core, ch, "read", "exchange", m.source)
     _bind(v, m.source, Binding(m.destination, True, m.routing_key, dict(m.arguments)))
-    return _reply(ch, m.nowait, ExchangeBindOk())
+    return _reply(ch, m.nowait, ExchangeBindOk(), core.rules.answers_nowait())
 
 
 def exchange_unbind(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeUnbind,
                     props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(source=core.rules.stripped_name(m.source), destination=core.rules.stripped_name(m.destination))
     v = _vhost(core, ch)
     if "" in (m.source, m.destination):
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
     permissions.check(core, ch, "write", "exchange", m.destination)
     permissions.check(core, ch, "read", "exchange", m.source)
     _unbind(core, v, m.source, Binding(m.destination, True, m.routing_key, dict(m.arguments)), ch.conn)
-    return _reply(ch, m.nowait, ExchangeUnbindOk())
+    return _reply(ch, m.nowait, ExchangeUnbindOk(), core.rules.answers_nowait())
 
 
 MAX_PRIORITY = "x-max-priority"
@@ -237,6 +241,7 @@ def _check_equivalent(core: BrokerState, v: VHost, queue: Queue, m: QueueDeclare
 
 def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(queue=core.rules.stripped_name(m.queue))
     v = _vhost(core, ch)
     name = m.queue
     if m.passive:
@@ -273,12 +278,13 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
     cluster.ensure_available(core, queue)  # CLU-04
     ch.last_queue = queue.name
     ready = streams.message_count(queue) if queue.kind == STREAM else queue.ready_count()
-    reply = _reply(ch, m.nowait, QueueDeclareOk(queue.name, ready, declared_consumer_count(core, queue)))
+    reply = _reply(ch, m.nowait, QueueDeclareOk(queue.name, ready, declared_consumer_count(core, queue)), core.rules.answers_nowait())
     return [*lease.touch(core, meta, queue), *reply]  # QUEUE-08: a declaration renews the lease
 
 
 def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
                props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(queue=core.rules.stripped_name(m.queue), exchange=core.rules.stripped_name(m.exchange))
     v = _vhost(core, ch)
     queue = resolve_queue(core, ch, m.queue)
     if m.exchange == "":
@@ -288,11 +294,12 @@ def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
     permissions.check(core, ch, "read", "exchange", m.exchange)
     routing_key = m.routing_key if (m.routing_key or m.queue) else queue.name
     _bind(v, m.exchange, Binding(queue.name, False, routing_key, dict(m.arguments)))
-    return _reply(ch, m.nowait, QueueBindOk())
+    return _reply(ch, m.nowait, QueueBindOk(), core.rules.answers_nowait())
 
 
 def queue_unbind(core: BrokerState, meta: Meta, ch: Channel, m: QueueUnbind,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(queue=core.rules.stripped_name(m.queue), exchange=core.rules.stripped_name(m.exchange))
     v = _vhost(core, ch)
     name = m.queue or resolve_queue(core, ch, "").name  # "": the channel's last queue, as bind
     if m.exchange == "":
@@ -311,11 +318,12 @@ def queue_purge(core: BrokerState, meta: Meta, ch: Channel, m: QueuePurge,
     if queue.kind == STREAM:
         raise streams.refused(queue, "queue.purge")
     durability.forget_all(core, queue.ready_messages())
-    return _reply(ch, m.nowait, QueuePurgeOk(core.rules.purged_count(queue.purge(), queue.checked_out)))
+    return _reply(ch, m.nowait, QueuePurgeOk(core.rules.purged_count(queue.purge(), queue.checked_out)), core.rules.answers_nowait())
 
 
 def queue_delete(core: BrokerState, meta: Meta, ch: Channel, m: QueueDelete,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
+    m = m._replace(queue=core.rules.stripped_name(m.queue))
     v = _vhost(core, ch)
     name = m.queue or ch.last_queue or ""
     queue = v.queues.get(name)

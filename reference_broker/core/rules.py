@@ -204,6 +204,9 @@ class Rules:
     consumers_rotate: Callable[[], bool] = _true  # QUEUE-13: the consumer served goes to the back
     bcc_removed: Callable[[], bool] = _true  # ROUTE-13
     user_id_checked: Callable[[], bool] = _true  # MSG-02
+    stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
+    queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
+    answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok
     # -- routing (ROUTE-05, ROUTE-06, ROUTE-10) --------------------------------------------
     topic_match: TopicMatch = topic_matches
     headers_match: HeadersMatch = headers_match

@@ -98,7 +98,12 @@ def methods(classes: Sequence[type]) -> st.SearchStrategy[Method]:
 
 
 def no_reply_to(p: BasicProperties) -> bool:
-    return p.reply_to != "amq.rabbitmq.reply-to"  # direct reply-to has rules of its own
+    """Properties a publish may carry without a rule of its own refusing or diverting it: not direct
+    reply-to (ROUTE-14), no user-id but the connection's (MSG-02), no CC or BCC that is not an array
+    (ROUTE-13)."""
+    headers = p.headers or {}
+    return (p.reply_to != "amq.rabbitmq.reply-to" and p.user_id in (None, "guest")
+            and all(isinstance(headers[k], list) for k in ("CC", "BCC") if k in headers))
 
 
 def wire(draw: Any, ch: int, m: Method, limit: int) -> tuple[bytes, ...]:

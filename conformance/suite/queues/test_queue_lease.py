@@ -17,14 +17,27 @@ from typing import Any
 
 import pytest
 
-from codec import BasicGet, BasicGetEmpty, QueueDeclare, QueueDeclareOk, ReplyCode, Typed
+from codec import (
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicGet,
+    BasicGetEmpty,
+    QueueDeclare,
+    QueueDeclareOk,
+    ReplyCode,
+    Typed,
+)
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
 from conformance.results.verdicts import HarnessError
 from conformance.suite.steps.topology import Judge
+from conformance.suite.steps.wire import pump
 
 Connect = Callable[..., RawClient]
 LEASE_MS = 1500
+LOOK_EVERY_S = 0.02  # between two looks; a look itself is a round trip
 
 INVALID: dict[str, tuple[Any, str]] = {  # x-expires -> what RabbitMQ says of it
     "zero": (0, "{value_zero,0}"),
@@ -77,6 +90,7 @@ class _Watch:
                 return time.monotonic()
             if time.monotonic() >= until:
                 return None
+            pump(self.judge.client, LOOK_EVERY_S)  # the next look a little later (reading what arrives)
 
 
 def _declare(judge: Judge, q: str) -> tuple[float, float]:
@@ -127,3 +141,26 @@ def test_use_renews_the_lease(connect: Connect, names: Names, target: Target, us
         f"QUEUE-08: {use} {(renewed - first_sent) * 1000:.0f} ms after the declaration must renew the lease of "
         f"{LEASE_MS} ms; the queue was gone {(seen - renewed) * 1000:.0f} ms after the {use}, "
         f"{(seen - first_sent) * 1000:.0f} ms after the declaration")
+
+
+@pytest.mark.rules("QUEUE-08")
+def test_a_consumer_holds_the_lease(connect: Connect, names: Names, target: Target) -> None:
+    judge = Judge(connect(), target, "QUEUE-08")
+    q = names.queue("leased")
+    _declare(judge, q)
+    consumer = judge.channel()
+    judge.ok("consuming from it", BasicConsume(queue=q, consumer_tag="holder", no_ack=True), BasicConsumeOk,
+             ch=consumer)
+    held = time.monotonic()
+    watch = _Watch(judge, q)
+    gone = watch.gone_at(held + 2 * LEASE_MS / 1000)  # looks until twice the lease has passed
+    assert gone is None, (f"QUEUE-08: a queue with a consumer must not expire; it was gone "
+                          f"{(gone - held) * 1000:.0f} ms after the consumer subscribed (x-expires {LEASE_MS})")
+    judge.ok("cancelling the consumer", BasicCancel(consumer_tag="holder"), BasicCancelOk, ch=consumer)
+    released = time.monotonic()
+    seen = watch.gone_at(released + LEASE_MS / 1000 + target.timeout(10))
+    assert seen is not None, (f"QUEUE-08: the queue must expire once its last consumer went; it still existed "
+                              f"{target.timeout(10):.0f} s after its lease of {LEASE_MS} ms ended")
+    assert seen - released >= LEASE_MS / 1000, (
+        f"QUEUE-08: the lease starts again when the last consumer goes; the queue was gone "
+        f"{(seen - released) * 1000:.0f} ms after the cancel (x-expires {LEASE_MS})")

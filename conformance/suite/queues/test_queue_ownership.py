@@ -109,6 +109,13 @@ def test_an_auto_delete_queue_goes_with_its_last_consumer(connect: Connect, name
                               f"with one consumer; a passive declare answered {counts}")
     client.rpc(ch, BasicCancel(consumer_tag="second"), BasicCancelOk)
     assert not judge.queue_exists(q), "QUEUE-06: the auto-delete queue still exists after its last consumer was cancelled"
+    kept = names.queue("exclusive, not auto-delete")
+    judge.ok("declaring an exclusive queue that is not auto-delete", QueueDeclare(queue=kept, exclusive=True),
+             QueueDeclareOk)
+    client.rpc(ch, BasicConsume(queue=kept, consumer_tag="only"), BasicConsumeOk)
+    client.rpc(ch, BasicCancel(consumer_tag="only"), BasicCancelOk)
+    assert judge.queue_exists(kept), ("QUEUE-06: an exclusive queue that is not auto-delete went when its only "
+                                      "consumer was cancelled (exclusive does not mean auto-delete)")
 
 
 @pytest.mark.rules("QUEUE-06")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from codec import (
+    BasicAck,
     BasicConsume,
     BasicConsumeOk,
     BasicDeliver,
@@ -21,6 +22,8 @@ from codec import (
     BasicGetOk,
     BasicProperties,
     BasicPublish,
+    ConfirmSelect,
+    ConfirmSelectOk,
     QueueDeclare,
     QueueDeclareOk,
     ReplyCode,
@@ -94,7 +97,9 @@ def test_direct_reply_to(connect: Connect, names: Names, target: Target) -> None
     ch = requester.channel()
     requester.ok("consuming from amq.rabbitmq.reply-to with no-ack", BasicConsume(queue=REPLY_TO, consumer_tag="replies",
                  no_ack=True), BasicConsumeOk, ch=ch)
+    requester.client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)  # the request is in the queue before the get
     requester.client.send(ch, BasicPublish(exchange="", routing_key=q), BasicProperties(reply_to=REPLY_TO), b"request")
+    requester.client.expect(ch, BasicAck, timeout=target.timeout(10))
     request: Any = responder.rpc(rch, BasicGet(queue=q, no_ack=True), BasicGetOk, timeout=target.timeout(5))
     token = request.properties.reply_to or ""
     assert re.fullmatch(re.escape(REPLY_TO) + r"\..+", token), (
@@ -105,6 +110,11 @@ def test_direct_reply_to(connect: Connect, names: Names, target: Target) -> None
     assert got == (b"reply", "replies", token, False), (
         f"ROUTE-14: the reply must reach the reply consumer (body, consumer tag, routing key, redelivered) = "
         f"(b'reply', 'replies', {token!r}, False); it arrived as {got}")
+    tampered = token[:-5] + ("AAAAA" if not token.endswith("AAAAA") else "BBBBB")
+    Judge(responder, target, "ROUTE-14").refused(
+        "a passive declare of a reply-to name whose last five characters were changed", QueueDeclare(
+            queue=tampered, passive=True), QueueDeclareOk, ReplyCode.NOT_FOUND,
+        f"NOT_FOUND - no queue '{tampered}' in vhost '{target.vhost}'")
     requester.refused("a second reply consumer on the channel", BasicConsume(queue=REPLY_TO, consumer_tag="again",
                       no_ack=True), BasicConsumeOk, ReplyCode.PRECONDITION_FAILED,
                       "PRECONDITION_FAILED - reply consumer already set", ch=ch)
