@@ -36,7 +36,7 @@ from conformance.suite.steps.topology import Judge
 from conformance.suite.steps.wire import pump
 
 Connect = Callable[..., RawClient]
-LEASE_MS = 1500
+LEASE_MS = 500  # short: every test below waits on it at least once
 LOOK_EVERY_S = 0.02  # between two looks; a look itself is a round trip
 
 INVALID: dict[str, tuple[Any, str]] = {  # x-expires -> what RabbitMQ says of it
