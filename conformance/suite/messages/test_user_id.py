@@ -43,11 +43,10 @@ def test_user_id_must_be_the_connections_user(connect: Connect, names: Names, ta
     assert isinstance(got.method, BasicGetOk) and got.body == b"own user", (
         f"MSG-02: a publish whose user-id is the connection's user ({user!r}) must be routed; the queue gave {got.method}")
     other = f"not-{user}"
-    judge.client.send(ch, BasicPublish(exchange="", routing_key=q), BasicProperties(user_id=other), b"impostor")
-    judge.refused(f"a publish with user-id {other!r} on a connection of {user!r} (seen on the next request)",
-                  QueueDeclare(queue=q, passive=True), QueueDeclareOk, ReplyCode.PRECONDITION_FAILED,
-                  f"PRECONDITION_FAILED - user_id property set to '{other}' but authenticated user was '{user}'",
-                  ch=ch, ids=BasicPublish)
+    judge.publish_refused(f"a publish with user-id {other!r} on a connection of {user!r}", "", q,
+                          ReplyCode.PRECONDITION_FAILED,
+                          f"PRECONDITION_FAILED - user_id property set to '{other}' but authenticated user was '{user}'",
+                          properties=BasicProperties(user_id=other), ch=ch)
     rest = [judge.client.rpc(judge.channel(), BasicGet(queue=q, no_ack=True), BasicGetOk, BasicGetEmpty,
                              timeout=target.timeout(5)) for _ in range(2)]
     bodies = [r.body for r in rest if isinstance(r.method, BasicGetOk)]

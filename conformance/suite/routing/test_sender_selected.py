@@ -77,14 +77,10 @@ def test_a_cc_header_that_is_not_an_array_is_refused(connect: Connect, names: Na
                                                      name: str) -> None:
     t = topology(connect, names, target)
     t.queue("q")
-    judge = Judge(t.client, target, "ROUTE-13")
-    ch = judge.channel()
-    t.client.send(ch, BasicPublish(exchange="", routing_key=t.queues["q"]), BasicProperties(headers={name: "k"}),
-                  b"refused")
-    judge.refused(f"a publish whose {name} header is a longstr (seen on the next request)",
-                  QueueDeclare(queue=t.queues["q"], passive=True), QueueDeclareOk, ReplyCode.PRECONDITION_FAILED,
-                  f'PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,"{name}",longstr}}', ch=ch,
-                  ids=BasicPublish)
+    Judge(t.client, target, "ROUTE-13").publish_refused(
+        f"a publish whose {name} header is a longstr", "", t.queues["q"], ReplyCode.PRECONDITION_FAILED,
+        f'PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,"{name}",longstr}}',
+        properties=BasicProperties(headers={name: "k"}))
 
 
 @pytest.mark.rules("ROUTE-14")
@@ -128,8 +124,6 @@ def test_direct_reply_to_needs_a_no_ack_reply_consumer(connect: Connect, names: 
                   "PRECONDITION_FAILED - reply consumer cannot acknowledge")
     q = names.queue("requests")
     judge.ok("declaring a queue", QueueDeclare(queue=q, exclusive=True), QueueDeclareOk)
-    ch = judge.channel()
-    judge.client.send(ch, BasicPublish(exchange="", routing_key=q), BasicProperties(reply_to=REPLY_TO), b"request")
-    judge.refused("a publish with reply-to amq.rabbitmq.reply-to without a reply consumer (seen on the next request)",
-                  QueueDeclare(queue=q, passive=True), QueueDeclareOk, ReplyCode.PRECONDITION_FAILED,
-                  "PRECONDITION_FAILED - fast reply consumer does not exist", ch=ch, ids=BasicPublish)
+    judge.publish_refused("a publish with reply-to amq.rabbitmq.reply-to without a reply consumer", "", q,
+                          ReplyCode.PRECONDITION_FAILED, "PRECONDITION_FAILED - fast reply consumer does not exist",
+                          properties=BasicProperties(reply_to=REPLY_TO))

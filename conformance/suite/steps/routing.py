@@ -48,6 +48,9 @@ class Topology:
     exchanges: dict[str, str] = field(default_factory=dict)  # label -> name
     queues: dict[str, str] = field(default_factory=dict)
 
+    def __repr__(self) -> str:  # what pytest shows of a failed check's condition: the labels, not the client
+        return f"Topology(exchanges={sorted(self.exchanges)}, queues={sorted(self.queues)})"
+
     def rpc(self, method: Any, ok: type) -> None:
         self.client.rpc(self.ch, method, ok, timeout=self.target.timeout(5))
 
