@@ -28,7 +28,7 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
     exchange = core.vhosts[vhost].exchanges.get(m.exchange)
     if exchange is None:
         raise soft(ReplyCode.NOT_FOUND, texts.no_exchange(m.exchange, vhost))
-    if exchange.internal:
+    if exchange.internal and core.rules.internal_refuses_publish():  # EXCH-09
         raise soft(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal {texts.x(m.exchange, vhost)}")
     if core.config.permissions:
         permissions.check(core, ch, "write", "exchange", m.exchange)

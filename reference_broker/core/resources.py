@@ -110,7 +110,7 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
                                        ("durable", m.durable, existing.durable),
                                        ("auto_delete", m.auto_delete, existing.auto_delete),
                                        ("internal", m.internal, existing.internal)):
-            if received != current:
+            if received != current and core.rules.compared_exchange_flags():
                 raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent(arg, what, received, current))
         for arg in core.rules.compared_exchange_arguments():  # EXCH-03: alternate-exchange only
             got, have = m.arguments.get(arg), existing.arguments.get(arg)
@@ -259,7 +259,7 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
             _check_equivalent(core, v, queue, m, ch.conn)
         else:
             kind = _queue_kind(v, m._replace(queue=name))
-            if (expires := m.arguments.get("x-expires")) is not None:  # QUEUE-07
+            if (expires := m.arguments.get("x-expires")) is not None and core.rules.expires_checked():  # QUEUE-07
                 check_expires("x-expires", texts.q(name, v.name), expires)
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
             version = m.arguments.get(QUEUE_VERSION)  # DCL-03 (live 4.3.6); legacy mode: 3.x accepts 1

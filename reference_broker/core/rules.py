@@ -194,6 +194,9 @@ class Rules:
     unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type
     # -- exchanges and queues (EXCH-*, QUEUE-*) ---------------------------------------------
     compared_exchange_arguments: Callable[[], tuple[str, ...]] = lambda: ("alternate-exchange",)  # EXCH-03
+    compared_exchange_flags: Callable[[], bool] = _true  # EXCH-02: type, durable, auto_delete, internal
+    internal_refuses_publish: Callable[[], bool] = _true  # EXCH-09
+    expires_checked: Callable[[], bool] = _true  # QUEUE-07
     exchange_in_use: Callable[[int], bool] = bool  # EXCH-06: (its bindings as a source) -> in use
     exchange_auto_deleted: Callable[[], bool] = _true  # EXCH-08: it goes with its last binding as a source
     bindings_go_with_queue: Callable[[], bool] = _true  # QUEUE-11
