@@ -12,8 +12,9 @@ delivery. The consumer is capped below the publisher's rate, so every kill finds
 disk and unacked deliveries. Both use the raw driver and reconnect after the broker goes (the
 clients, their shared link and the drain are in tests/reliability/crash_clients.py). Each cycle
 sleeps a seeded random interval, kills the broker with SIGKILL and restarts it on the same data
-dir. Then, once both clients are back, they stop, the broker is killed and restarted a last
-time, and the queue is drained with basic.get until get-empty.
+dir. Then, once both clients are back, the consumer stops, the publisher goes on until 20 more
+messages are confirmed (so a confirmed backlog is on disk whatever the rates did), the broker is
+killed and restarted a last time, and the queue is drained with basic.get until get-empty.
 SIGKILL leaves the OS page cache intact: this shows what the broker wrote, not what it fsynced.
 
 Rules:
@@ -137,8 +138,9 @@ class CrashRun:
                 c.start()
             cycles = [self._cycle(n) for n in range(1, self.config.cycles + 1)]
             self._await_clients()
-            for c in self.clients:
-                c.stop(15.0)
+            self.consumer.stop(15.0)
+            self._await_backlog()
+            self.publisher.stop(15.0)
             self._kill_and_restart()
             drained = drain(self.link, self.config.drain_timeout)
         finally:
@@ -168,6 +170,17 @@ class CrashRun:
         self.broker.kill()
         self.link.next_epoch()
         return self.broker.start()
+
+    def _await_backlog(self, wanted: int = 20) -> None:
+        """With the consumer stopped, until `wanted` more messages are confirmed (bounded): the
+        final kill then always has a confirmed backlog for the restarted broker to give back."""
+        start = len(self.publisher.confirmed)
+        deadline = time.monotonic() + self.link.reconnect_timeout
+        while len(self.publisher.confirmed) < start + wanted:
+            if time.monotonic() > deadline or not self.publisher.is_alive():
+                raise CrashTestFailed(f"publisher confirmed {len(self.publisher.confirmed) - start} of "
+                                      f"{wanted} messages after the consumer stopped: {self.publisher.error}")
+            time.sleep(0.02)
 
     def _await_clients(self) -> None:
         """Until both clients work on the latest incarnation (bounded)."""
