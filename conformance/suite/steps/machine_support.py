@@ -141,7 +141,8 @@ class Smallest:
     failure with fewer steps was last seen (one with as many steps and smaller values does not
     count: the shrinker finds those on and on, each a little smaller)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stable_examples: int = STABLE_EXAMPLES) -> None:
+        self.stable_examples = stable_examples  # a fast machine runs many more examples in STABLE_SECONDS
         self.best: tuple[int, BaseException, Program, str] | None = None
         self.examples = 0  # examples offered so far
         self.improved_at = 0  # the example that last gave a smaller failure
@@ -167,7 +168,7 @@ class Smallest:
 
     @property
     def stable(self) -> bool:
-        return self.best is not None and (self.examples - self.improved_at >= STABLE_EXAMPLES
+        return self.best is not None and (self.examples - self.improved_at >= self.stable_examples
                                           or time.perf_counter() - self.improved_time >= STABLE_SECONDS)
 
     @contextlib.contextmanager
@@ -225,7 +226,7 @@ def example_ended(budget: Budget | None, smallest: Smallest | None, program: Pro
     if smallest is not None:
         smallest.offer(program, frames, hurried)
         if smallest.stable and current_build_context().is_final:
-            note(f"shrinking stopped: no smaller failure in the last {STABLE_EXAMPLES} examples or "
+            note(f"shrinking stopped: no smaller failure in the last {smallest.stable_examples} examples or "
                  f"{STABLE_SECONDS:g} s")
     if budget is not None:
         budget.report()

@@ -1,0 +1,20 @@
+"""The topology machine (conformance/suite/steps/machine_topology.py) against the broker: declares,
+bindings, deletions, a consumer's cancel, a reconnect and publishes, each publish's queues and each
+removal checked against the topology oracle (conformance/model/topology.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.plugin.session import Target
+from conformance.suite.steps.machine_consuming import machine_target
+from conformance.suite.steps.machine_topology import run_topology_machine
+
+TOPOLOGY_RULES = ("ROUTE-01", "ROUTE-03", "ROUTE-04", "ROUTE-05", "ROUTE-06", "ROUTE-07", "ROUTE-09", "ROUTE-10",
+                  "ROUTE-11", "ROUTE-12", "ROUTE-13", "EXCH-01", "EXCH-06", "EXCH-07", "EXCH-08", "EXCH-10",
+                  "QUEUE-05", "QUEUE-06", "QUEUE-10", "QUEUE-11")
+
+
+@pytest.mark.rules(*TOPOLOGY_RULES)
+def test_topology_matches_the_model(target: Target) -> None:
+    run_topology_machine(machine_target(target), examples=300, steps=10)

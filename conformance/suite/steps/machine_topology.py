@@ -1,0 +1,536 @@
+"""The topology machine: exchanges, queues and bindings built and torn down at random, every
+publish's destinations and every removal checked against the topology oracle.
+
+Responsibility: drive one connection through declares (every exchange type, auto-delete,
+internal, an alternate exchange; queues exclusive, auto-delete, durable), queue and
+exchange-to-exchange bindings (topic patterns with `*` and `#`, headers with each `x-match`),
+unbinds, deletes, a consumer's cancel, a reconnect and publishes (mandatory, CC), and fail at the
+first step where the broker differs from `conformance.model.topology`, naming the rule.
+Rules:
+- One connection, channel 1 for every step, channel 2 for the checks (a 404 closes only it).
+- Where a publish went is read, never guessed: every publish has its own body, then every queue
+  the model holds is drained with basic.get (no-ack) on channel 1 until get-empty; the broker
+  orders a publish and a later basic.get of the same channel, and a basic.return before the
+  replies to what the channel sent after the publish. Every queue is empty after each step.
+- After every step each exchange and queue the model holds must exist, empty (a passive declare
+  each); what the step removed must be gone. A removal by the broker's own act (an exclusive
+  queue after its connection closed) may come a moment later: it is asked again until the
+  (scaled) wait ends, a round trip each; what a client's request removes is gone once the reply
+  came (RabbitMQ deletes a queue in its process's terminate, before the reply: gen_server2
+  `{stop, Reason, Reply, State}`), and asking again changes nothing there.
+- A failure's first line names one rule: the hop the broker got wrong (`hop_rule`,
+  `extra_rule`), the removal it did not make, or the request it refused.
+- Values drawn from the machine's state are picks (machine_support), names are logical
+  (`x0`..`x3`, `q0`..`q3`) and real names are unique per example; everything is deleted at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+from codec import (
+    BasicCancel,
+    BasicCancelOk,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicProperties,
+    BasicPublish,
+    BasicReturn,
+    ExchangeBind,
+    ExchangeBindOk,
+    ExchangeDeclare,
+    ExchangeDeclareOk,
+    ExchangeDelete,
+    ExchangeDeleteOk,
+    ExchangeUnbind,
+    ExchangeUnbindOk,
+    Method,
+    QueueBind,
+    QueueBindOk,
+    QueueDeclare,
+    QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    QueueUnbind,
+    QueueUnbindOk,
+    ReplyCode,
+)
+from conformance.catalogue.mentions import RuleViolation
+from conformance.drivers.raw import ChannelClosed, DriverError, Recorder
+from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology, extra_rule, hop_rule
+from conformance.suite.steps.machine_support import (
+    HURRIED_SETTLE_SECONDS,
+    PICKS,
+    Budget,
+    FrameLog,
+    MachineClient,
+    MachineTarget,
+    Pick,
+    Program,
+    Smallest,
+    example_ended,
+    from_machine,
+    run_within_budget,
+)
+from conformance.suite.steps.topology_replay import reduce_failure
+
+STEP, CHECK = 1, 2  # channels
+STABLE_EXAMPLES = 1000  # an example takes milliseconds: shrinking may go on (STABLE_SECONDS still ends it)
+NAMES = 4  # logical exchanges x0..x3 and queues q0..q3
+# keys and patterns from short lists where `*` and `#` meet zero, one and two words (ROUTE-05's edges)
+WORDS = st.sampled_from(["", "a", "b", "a.b", "b.a", "a.a", "a.b.b"])
+PATTERNS = st.sampled_from(["", "a", "b", "*", "#", "a.*", "a.#", "#.b", "*.b", "a.#.b", "#.*", "*.*", "#.#"])
+VALUES = st.sampled_from(["1", "2"])
+HEADERS = st.fixed_dictionaries({}, optional={"h1": VALUES, "h2": VALUES, "x-h": VALUES})
+BINDING_HEADERS = st.fixed_dictionaries({}, optional={
+    "x-match": st.sampled_from(["all", "any", "all-with-x", "any-with-x"]), "h1": VALUES, "h2": VALUES, "x-h": VALUES})
+KINDS = st.sampled_from(["direct", "fanout", "topic", "headers"])
+EXCHANGES = st.builds(Exchange, KINDS, st.booleans(), st.booleans(),
+                      st.none() | st.integers(0, NAMES - 1).map(lambda n: f"x{n}"))
+QUEUES = st.builds(lambda exclusive, auto_delete, durable: Queue(exclusive, auto_delete, durable and not exclusive),
+                   st.booleans(), st.booleans(), st.booleans())
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def _fill(pattern: str, choices: list[int]) -> str:
+    """A routing key made from a topic pattern: each `*` one word, each `#` zero to two words."""
+    words: list[str] = []
+    for n, word in enumerate(pattern.split(".") if pattern else []):
+        choice = choices[n % len(choices)]
+        if word == "*":
+            words.append("ab"[choice % 2])
+        elif word == "#":
+            words += ["a", "b"][:choice]
+        else:
+            words.append(word)
+    return ".".join(words)
+
+
+def resolved(fn: F) -> F:
+    """A rule whose picks are resolved against the machine's state when it runs (machine_support)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: TopologyMachine, **kwargs: Any) -> None:
+        kwargs = {k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()}
+        self.calls.append((fn.__name__, kwargs))
+        fn(self, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _exchanges(m: TopologyMachine) -> list[str]:
+    return sorted(m.model.exchanges)
+
+
+def _queues(m: TopologyMachine) -> list[str]:
+    return sorted(m.model.queues)
+
+
+def _publishable(m: TopologyMachine) -> list[str]:
+    return [x for x in _exchanges(m) if not m.model.exchanges[x].internal]
+
+
+def _aimable(m: TopologyMachine) -> list[Binding]:
+    return [b for b in m.model.bindings if not m.model.exchanges[b.source].internal]
+
+
+class TopologyMachine(RuleBasedStateMachine):
+    """ROUTE-01, 03..07, 09..13, EXCH-01, 06..10, QUEUE-05, 06, 10, 11 over one connection. A step runs
+    nothing when what it would name does not exist (no preconditions: a rule's draw keeps its meaning
+    when the shrinker deletes the steps before it)."""
+
+    WAIT_SECONDS: ClassVar[float] = 5.0  # for what the broker removes by its own act (module rules)
+
+    def __init__(self, target: MachineTarget) -> None:
+        super().__init__()
+        self.target, self.model, self.recorder = target, Topology(), Recorder()
+        self.prefix = f"amqpc.t.{uuid.uuid4().hex[:10]}"
+        self.program = Program(type(self).__name__)
+        self.budget: Budget | None = None
+        self.smallest: Smallest | None = None
+        self.bodies = 0
+        self.hurried = False
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # the steps as called, picks resolved (replay)
+        self.failed: list[list[tuple[str, dict[str, Any]]]] | None = None  # where a failing example's calls go
+        self.client = self._connect()
+
+    def real(self, logical: str) -> str:
+        return f"{self.prefix}.{logical}"
+
+    def _connect(self) -> MachineClient:
+        client = MachineClient(self.target.url, recorder=self.recorder, timeout=self.target.timeout(5.0))
+        client.connect()
+        client.channel(STEP)
+        client.channel(CHECK)
+        return client
+
+    # -- steps -------------------------------------------------------------------------------
+    @initialize(exchanges=st.lists(EXCHANGES, min_size=1, max_size=3), queues=st.lists(QUEUES, min_size=1, max_size=3),
+                bindings=st.lists(st.tuples(st.integers(0, NAMES - 1), st.integers(0, NAMES - 1), st.booleans(),
+                                            PATTERNS, BINDING_HEADERS), min_size=1, max_size=5))
+    def build(self, exchanges: list[Exchange], queues: list[Queue],
+              bindings: list[tuple[int, int, bool, str, dict[str, str]]]) -> None:
+        """A first topology in one step: exchanges x0.., queues q0.., bindings between them."""
+        self.calls.append(("build", {"exchanges": exchanges, "queues": queues, "bindings": bindings}))
+        exchanges = [Exchange(e.kind, e.auto_delete, e.internal, e.alternate if e.alternate is None or
+                              int(e.alternate[1:]) < len(exchanges) else None) for e in exchanges]
+        made = [self._binding(f"x{s % len(exchanges)}", f"x{d % len(exchanges)}" if to_x else f"q{d % len(queues)}",
+                              to_x, pattern, headers, kind=exchanges[s % len(exchanges)].kind)
+                for s, d, to_x, pattern, headers in bindings]
+        self._log("build", exchanges=exchanges, queues=queues, bindings=[b.describe() for b in made])
+        for n, spec in enumerate(exchanges):
+            self._declare_exchange(f"x{n}", spec)
+        for n, qspec in enumerate(queues):
+            self._declare_queue(f"q{n}", qspec)
+        for binding in made:
+            self._bind(binding)
+        self._check(Removed())
+
+    @rule(name=from_machine(lambda m: [f"x{n}" for n in range(NAMES) if f"x{n}" not in m.model.exchanges]),
+          spec=EXCHANGES)
+    @resolved
+    def declare_exchange(self, name: str | None, spec: Exchange) -> None:
+        """An exchange under a name not in use (the build's are redeclared at teardown: EXCH-01)."""
+        if name is None:
+            return
+        self._log("declare_exchange", name=name, spec=spec)
+        self._declare_exchange(name, spec)
+        self._check(Removed())
+
+    @rule(name=from_machine(lambda m: [f"q{n}" for n in range(NAMES) if f"q{n}" not in m.model.queues]), spec=QUEUES)
+    @resolved
+    def declare_queue(self, name: str | None, spec: Queue) -> None:
+        if name is None:
+            return
+        self._log("declare_queue", name=name, spec=spec)
+        self._declare_queue(name, spec)
+        self._check(Removed())
+
+    @rule(exchange=from_machine(_exchanges), queue=from_machine(_queues), pattern=PATTERNS, headers=BINDING_HEADERS)
+    @resolved
+    def bind_queue(self, exchange: str | None, queue: str | None, pattern: str, headers: dict[str, str]) -> None:
+        if exchange is None or queue is None:
+            return
+        binding = self._binding(exchange, queue, False, pattern, headers)
+        self._log("bind", binding=binding.describe())
+        self._bind(binding)
+        self._check(Removed())
+
+    @rule(source=from_machine(_exchanges), destination=from_machine(_exchanges), pattern=PATTERNS,
+          headers=BINDING_HEADERS)
+    @resolved
+    def bind_exchange(self, source: str | None, destination: str | None, pattern: str,
+                      headers: dict[str, str]) -> None:
+        if source is None or destination is None:
+            return
+        binding = self._binding(source, destination, True, pattern, headers)
+        self._log("bind", binding=binding.describe())
+        self._bind(binding)
+        self._check(Removed())
+
+    @rule(how=st.sampled_from(["unbind", "delete_queue", "delete_exchange", "consume_and_cancel", "reconnect"]),
+          index=st.integers(0, PICKS - 1))
+    def remove(self, how: str, index: int) -> None:
+        """One of the removals (one rule, so that building and publishing are drawn as often):
+        unbind a binding, delete a queue or an exchange, a consumer comes and goes (an auto-delete
+        queue goes with it), the connection closes (its exclusive queues go)."""
+        choices: dict[str, list[Any]] = {"unbind": list(self.model.bindings), "delete_exchange": _exchanges(self),
+                                         "reconnect": [None]}
+        items = choices.get(how, _queues(self))
+        if not items:
+            return
+        item = items[-1 - index % len(items)]
+        if how == "reconnect":
+            self._log("reconnect")
+            self.client.close()
+            self.client = self._connect()
+            self._check(self.model.connection_closed(), wait=True)
+        elif how == "unbind":
+            self._log("unbind", binding=item.describe())
+            self._request("EXCH-10", f"unbind {item.describe()}", self._bind_method(item, unbind=True),
+                          ExchangeUnbindOk, QueueUnbindOk)
+            self._check(self.model.unbind(item))
+        elif how == "delete_queue":
+            self._log("delete_queue", queue=item)
+            self._request("QUEUE-10", f"queue.delete {item}", QueueDelete(queue=self.real(item)), QueueDeleteOk)
+            self._check(self.model.delete_queue(item))
+        elif how == "delete_exchange":
+            self._log("delete_exchange", exchange=item)
+            self._request("EXCH-06", f"exchange.delete {item}", ExchangeDelete(exchange=self.real(item)),
+                          ExchangeDeleteOk)
+            self._check(self.model.delete_exchange(item))
+        else:  # the queue is empty: the consumer gets nothing
+            self._log("consume_and_cancel", queue=item)
+            self._request("QUEUE-06", f"basic.consume on {item}",
+                          BasicConsume(queue=self.real(item), consumer_tag="c", no_ack=True), BasicConsumeOk)
+            self._request("QUEUE-06", f"basic.cancel of the consumer on {item}", BasicCancel(consumer_tag="c"),
+                          BasicCancelOk)
+            self._check(self.model.consumer_cancelled(item))
+
+    @rule(exchange=from_machine(_publishable), key=WORDS, headers=HEADERS, cc=st.lists(WORDS, max_size=2),
+          mandatory=st.booleans())
+    @resolved
+    def publish(self, exchange: str | None, key: str, headers: dict[str, str], cc: list[str], mandatory: bool) -> None:
+        if exchange is None:
+            return
+        table: dict[str, Any] = {**headers, **({"CC": list(cc)} if cc else {})}
+        self._log("publish", exchange=exchange, key=key, headers=table, mandatory=mandatory)
+        self._publish(exchange, self.real(exchange), key, table, tuple(cc), mandatory)
+
+    @rule(binding=from_machine(_aimable), fill=st.lists(st.integers(0, 2), min_size=4, max_size=4),
+          keep=st.lists(st.booleans(), min_size=3, max_size=3), mandatory=st.booleans())
+    @resolved
+    def publish_along(self, binding: Binding | None, fill: list[int], keep: list[bool], mandatory: bool) -> None:
+        """A publish to a binding's source made from the binding: `*` and `#` filled in (`fill`), the
+        binding's headers kept or changed (`keep`), so that it matches or nearly does."""
+        if binding is None:
+            return
+        key = _fill(binding.key, fill)
+        headers = {k: (v if kept else "3") for (k, v), kept in
+                   zip([a for a in binding.arguments if a[0] != "x-match"], keep, strict=False)}
+        self._log("publish", exchange=binding.source, key=key, headers=headers, mandatory=mandatory)
+        self._publish(binding.source, self.real(binding.source), key, dict(headers), (), mandatory)
+
+    @rule(queue=from_machine(_queues), mandatory=st.booleans(), missing=st.booleans())
+    @resolved
+    def publish_to_queue(self, queue: str | None, mandatory: bool, missing: bool) -> None:
+        """Through the default exchange, by a queue's name (or a name no queue has)."""
+        if queue is None:
+            return
+        logical = f"{queue}-missing" if missing else queue
+        self._log("publish_to_queue", queue=logical, mandatory=mandatory)
+        self._publish("", "", self.real(logical), {}, (), mandatory, logical=logical)
+
+    # -- the steps' parts --------------------------------------------------------------------
+    def _log(self, step: str, **arguments: Any) -> None:
+        self.program.add(step, arguments)
+
+    def _binding(self, source: str, destination: str, to_exchange: bool, pattern: str, headers: dict[str, str],
+                 kind: str | None = None) -> Binding:
+        if (kind or self.model.exchanges[source].kind) == "headers":
+            return Binding(source, destination, to_exchange, "", tuple(sorted(headers.items())))
+        return Binding(source, destination, to_exchange, pattern)
+
+    def _bind_method(self, binding: Binding, unbind: bool = False) -> Method:
+        source, destination = self.real(binding.source), self.real(binding.destination)
+        key, arguments = binding.key, dict(binding.arguments)
+        if binding.to_exchange:
+            kind = ExchangeUnbind if unbind else ExchangeBind
+            return kind(destination=destination, source=source, routing_key=key, arguments=arguments)
+        qkind = QueueUnbind if unbind else QueueBind
+        return qkind(queue=destination, exchange=source, routing_key=key, arguments=arguments)
+
+    def _bind(self, binding: Binding) -> None:
+        self._request("EXCH-10", f"bind {binding.describe()}", self._bind_method(binding), ExchangeBindOk, QueueBindOk)
+        self.model.bind(binding)
+
+    def _declare_exchange(self, name: str, spec: Exchange) -> None:
+        arguments = {"alternate-exchange": self.real(spec.alternate)} if spec.alternate else {}
+        self._request("EXCH-01" if name in self.model.exchanges else "EXCH-02", f"exchange.declare {name} {spec}",
+                      ExchangeDeclare(exchange=self.real(name), exchange_type=spec.kind, auto_delete=spec.auto_delete,
+                                      internal=spec.internal, arguments=arguments), ExchangeDeclareOk)
+        self.model.declare_exchange(name, spec)
+
+    def _declare_queue(self, name: str, spec: Queue) -> None:
+        self._request("QUEUE-01", f"queue.declare {name} {spec}",
+                      QueueDeclare(queue=self.real(name), exclusive=spec.exclusive, auto_delete=spec.auto_delete,
+                                   durable=spec.durable), QueueDeclareOk)
+        self.model.declare_queue(name, spec)
+
+    def _request(self, rule_id: str, what: str, method: Method, *reply: type[Method]) -> None:
+        try:
+            self.client.rpc(STEP, method, *reply, timeout=self.target.timeout(5.0))
+        except DriverError as exc:
+            raise RuleViolation(rule_id, f"{what} must succeed (everything it names exists in the model); "
+                                         f"the broker answered: {exc}") from None
+
+    def _publish(self, exchange: str, real: str, key: str, headers: dict[str, Any], cc: tuple[str, ...],
+                 mandatory: bool, logical: str | None = None) -> None:
+        self.bodies += 1
+        body = f"m{self.bodies}"
+        route = self.model.route(exchange, logical if logical is not None else key, headers, cc)
+        what = f"publish {body} to {exchange or 'the default exchange'} key {key!r} headers {headers}" + \
+            (" mandatory" if mandatory else "")
+        self.client.send(STEP, BasicPublish(exchange=real, routing_key=key, mandatory=mandatory),
+                         BasicProperties(headers=headers or None), body.encode())
+        got = self._drain(what)
+        wanted = set(route.queues)
+        problems = []
+        for queue in sorted(self.model.queues):
+            copies = got.get(queue, 0)
+            if queue in wanted and copies == 0:
+                problems.append((hop_rule(route.queues[queue]), f"{queue} did not get it (the rules route it "
+                                 f"there by {_hop_text(route.queues[queue])})"))
+            elif queue not in wanted and copies:
+                misses = route.misses.get(queue)
+                problems.append((extra_rule(self.model, route, queue), f"{queue} got it (" + (
+                    f"the rules do not match it to {misses[0].binding.describe() if misses[0].binding else queue}"
+                    if misses else "no route the rules know leads there") + ")"))
+            elif copies > 1:
+                problems.append(("ROUTE-10", f"{queue} got {copies} copies (one however many routes)"))
+        returns = [c.method for c in self.client.pending(STEP) if isinstance(c.method, BasicReturn)]
+        self.client.inbox.pop(STEP, None)
+        must_return = mandatory and not wanted
+        if not problems and len(returns) != int(must_return):
+            said = "not returned" if not returns else f"returned {len(returns)} time(s)"
+            problems.append(("ROUTE-11", f"it was {said}; a mandatory publish that reaches no queue is returned "
+                                         "once (312 NO_ROUTE), any other publish never"))
+        elif not problems and returns and returns[0].reply_code != ReplyCode.NO_ROUTE:
+            problems.append(("ROUTE-11", f"it was returned with {returns[0].reply_code}, not 312 NO_ROUTE"))
+        if problems:
+            rule_id = problems[0][0]
+            detail = "; ".join(text for _, text in problems)
+            raise RuleViolation(rule_id, f"{what}: {detail}. The rules send it to {sorted(wanted) or 'no queue'}; "
+                                         f"the broker to {sorted(q for q in got if got[q])}. "
+                                         f"Bindings: {[b.describe() for b in self.model.bindings]}")
+        self._check(Removed())
+
+    def _drain(self, what: str) -> dict[str, int]:
+        """Each queue the model holds, emptied with basic.get: the copies of the last body each got."""
+        got: dict[str, int] = {}
+        for queue in sorted(self.model.queues):
+            while True:
+                try:
+                    reply = self.client.rpc(STEP, BasicGet(queue=self.real(queue), no_ack=True), BasicGetOk,
+                                            BasicGetEmpty, timeout=self.target.timeout(5.0))
+                except DriverError as exc:
+                    raise RuleViolation("EXCH-09", f"{what}: the publish to an existing, not internal exchange "
+                                                   f"was refused, or {queue} was gone: {exc}") from None
+                if isinstance(reply.method, BasicGetEmpty):
+                    break
+                got[queue] = got.get(queue, 0) + 1
+        self._request("EXCH-09", f"{what}, then a passive declare of amq.direct (a round trip: a basic.return "
+                                 "comes before its reply)", ExchangeDeclare(exchange="amq.direct", passive=True),
+                      ExchangeDeclareOk)
+        return got
+
+    # -- after every step --------------------------------------------------------------------
+    def _check(self, removed: Removed, wait: bool = False) -> None:
+        """What the step removed is gone, everything else the model holds exists, empty."""
+        deadline = time.monotonic() + self._wait_seconds() if wait else 0.0
+        for name, rule_id in removed.exchanges.items():
+            if not self._gone(ExchangeDeclare(exchange=self.real(name), passive=True), ExchangeDeclareOk, deadline):
+                rule_id, why = self._why_kept(name, rule_id, removed.causes.get(name))
+                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: exchange {name} must be gone "
+                                             f"({why}); it still exists")
+        for name, rule_id in removed.queues.items():
+            if not self._gone(QueueDeclare(queue=self.real(name), passive=True), QueueDeclareOk, deadline):
+                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: queue {name} must be gone "
+                                             f"({_why(rule_id)}); it still exists")
+        for name, spec in sorted(self.model.exchanges.items()):
+            if not self._exists(ExchangeDeclare(exchange=self.real(name), passive=True), ExchangeDeclareOk):
+                rule_id = "EXCH-08" if spec.auto_delete else "EXCH-07"
+                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: exchange {name} ({spec}) must "
+                                             "still exist; it is gone")
+        for name, qspec in sorted(self.model.queues.items()):
+            reply = self._exists(QueueDeclare(queue=self.real(name), passive=True), QueueDeclareOk)
+            if not reply:
+                rule_id = "QUEUE-06" if qspec.auto_delete else "QUEUE-05" if qspec.exclusive else "QUEUE-10"
+                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: queue {name} ({qspec}) must "
+                                             "still exist; it is gone")
+
+    def _why_kept(self, name: str, rule_id: str, cause: str | None) -> tuple[str, str]:
+        """Why an auto-delete exchange is still there: its binding was kept (`cause`, the rule that
+        removes it), or it was not deleted with its last binding (EXCH-08). Asked by an
+        exchange.delete with if-unused, which this failing example no longer needs the exchange for."""
+        if rule_id != "EXCH-08" or cause is None:
+            return rule_id, _why(rule_id)
+        try:
+            self.client.rpc(CHECK, ExchangeDelete(exchange=self.real(name), if_unused=True), ExchangeDeleteOk,
+                            timeout=self.target.timeout(5.0))
+        except ChannelClosed as closed:
+            return cause, (f"{_why(cause)}, and then an auto-delete exchange without a binding as a source goes; "
+                           f"exchange.delete if-unused says it still has one: {closed.code} {closed.text}")
+        return rule_id, f"{_why(rule_id)}; exchange.delete if-unused found no binding left and deleted it"
+
+    def _wait_seconds(self) -> float:
+        if self.smallest is not None and self.smallest.hurry():
+            self.hurried = True
+            return self.target.timeout(HURRIED_SETTLE_SECONDS)
+        return self.target.timeout(self.WAIT_SECONDS)
+
+    def _exists(self, method: Method, reply: type[Method]) -> bool:
+        try:
+            self.client.rpc(CHECK, method, reply, timeout=self.target.timeout(5.0))
+        except ChannelClosed as closed:
+            if closed.code != ReplyCode.NOT_FOUND:
+                raise
+            self.client.closed_channels.pop(CHECK, None)  # channel() clears it only after open-ok
+            self.client.inbox.pop(CHECK, None)
+            self.client.channel(CHECK)
+            return False
+        return True
+
+    def _gone(self, method: Method, reply: type[Method], deadline: float) -> bool:
+        while self._exists(method, reply):
+            if time.monotonic() >= deadline:
+                return False
+        return True
+
+    # -- teardown ----------------------------------------------------------------------------
+    def teardown(self) -> None:
+        if self.failed is not None and isinstance(sys.exc_info()[1], AssertionError):
+            self.failed.append(list(self.calls))
+        try:
+            self.close()
+        finally:
+            example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
+
+    def close(self) -> None:
+        self.client.close()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        deletes: list[Method] = [QueueDelete(queue=self.real(f"q{n}")) for n in range(NAMES)]
+        deletes += [ExchangeDelete(exchange=self.real(f"x{n}")) for n in range(NAMES)]
+        with contextlib.suppress(DriverError, OSError), \
+                MachineClient(self.target.url, timeout=self.target.timeout(5.0)) as c:
+            for method in deletes:
+                with contextlib.suppress(ChannelClosed):
+                    c.rpc(c.channel(), method, QueueDeleteOk, ExchangeDeleteOk)
+
+
+def _hop_text(hop: Any) -> str:
+    how = {"publish": "", "exchange-to-exchange": " (reached by an exchange-to-exchange binding)",
+           "alternate": " (its alternate exchange)"}[hop.via]
+    binding = hop.binding.describe() if hop.binding else f"the default exchange's binding of {hop.exchange!r}"
+    return f"{binding}{how}" + (" on a CC key" if hop.by_cc else "")
+
+
+def _why(rule_id: str) -> str:
+    return {"EXCH-08": "an auto-delete exchange goes with its last binding as a source",
+            "EXCH-06": "exchange.delete", "QUEUE-10": "queue.delete", "QUEUE-05": "an exclusive queue goes with its "
+            "connection", "QUEUE-06": "an auto-delete queue goes with its last consumer",
+            "QUEUE-11": "a deleted queue's bindings go with it", "EXCH-07": "a deleted exchange's bindings go with it",
+            "EXCH-10": "an unbound binding is gone"}.get(rule_id, rule_id)
+
+
+def run_topology_machine(target: MachineTarget, *, examples: int, steps: int) -> None:
+    """The machine as a Hypothesis test within its budget (machine_support rules); a failure is
+    then reduced by replaying its steps (`topology_replay`)."""
+    budget, smallest = Budget(Budget.seconds_configured()), Smallest(STABLE_EXAMPLES)
+    failed: list[list[tuple[str, dict[str, Any]]]] = []
+
+    def factory() -> TopologyMachine:  # its source seeds the examples (machine_support rules)
+        made = TopologyMachine(target)
+        made.budget, made.smallest, made.failed = budget, smallest, failed
+        return made
+
+    try:
+        run_within_budget(factory, budget, smallest, examples=examples, steps=steps)
+    except AssertionError as failure:
+        if failed:
+            reduce_failure(lambda: TopologyMachine(target), failed[-1], failure, budget)
+        raise

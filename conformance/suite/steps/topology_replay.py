@@ -1,0 +1,76 @@
+"""Reducing a failing topology-machine example by replaying its steps.
+
+Responsibility: Hypothesis shrinks the topology machine's failures poorly (a step that first
+decided one of its rule choices often cannot be deleted without changing what the later choices
+mean), so the failure it reports may carry steps that play no part. `reduce_failure` replays the
+reported example's steps, values resolved, on fresh machines, drops each step whose absence
+leaves the same failure (the same first rule named), and raises the smallest program that still
+fails, with that replay's frames (when no step could go, Hypothesis's report stands).
+Rules:
+- Only a failure that replays counts: the reduced program is run once more from scratch and its
+  own failure (message, frames) is what is raised; if the example does not fail again, the
+  original failure stands unchanged.
+- The first step (the build) stays; steps are tried in order, each replay a fresh connection and
+  fresh names, within the machine test's budget (a spent budget ends the reduction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from conformance.catalogue.mentions import named_rules
+from conformance.suite.steps.machine_support import Budget, FrameLog, Program
+
+Call = tuple[str, dict[str, Any]]
+
+
+class Replayable(Protocol):
+    program: Program
+    recorder: Any
+
+    def close(self) -> None: ...
+
+
+def _first_rule(failure: BaseException) -> str | None:
+    rules = getattr(failure, "rules", None) or named_rules(str(failure))
+    return rules[0] if rules else None
+
+
+def replay(make: Callable[[], Replayable], calls: list[Call]) -> tuple[Replayable, AssertionError | None]:
+    """Run `calls` on a fresh machine: the machine and the failure they end in, if any."""
+    machine = make()
+    try:
+        for name, arguments in calls:
+            getattr(machine, name)(**arguments)
+    except AssertionError as failure:
+        return machine, failure
+    finally:
+        machine.close()
+    return machine, None
+
+
+def reduce_failure(make: Callable[[], Replayable], calls: list[Call], failure: AssertionError,
+                   budget: Budget) -> None:
+    """Raise the smallest replayed program that fails as `failure` does (module rules); return
+    when the example does not fail the same way again."""
+    rule = _first_rule(failure)
+    kept, index = list(calls), 1
+    while index < len(kept) and not budget.spent:
+        candidate = kept[:index] + kept[index + 1:]
+        _, again = replay(make, candidate)
+        if again is not None and _first_rule(again) == rule:
+            kept = candidate
+        else:
+            index += 1
+    if len(kept) == len(calls):
+        return
+    machine, final = replay(make, kept)
+    if final is None or _first_rule(final) != rule:
+        return
+    final.add_note(machine.program.as_failing_case())
+    final.add_note(f"(reduced by replaying: {len(kept)} of the {len(calls)} steps Hypothesis reported still fail "
+                   f"as {rule}; this is that replay)")
+    final.add_note(repr(machine.program))
+    final.add_note(repr(FrameLog(machine.recorder)))
+    raise final from failure
