@@ -29,10 +29,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-import time
 import uuid
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
@@ -71,7 +70,6 @@ from conformance.catalogue.mentions import RuleViolation
 from conformance.drivers.raw import ChannelClosed, DriverError, Recorder
 from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology, extra_rule, hop_rule
 from conformance.suite.steps.machine_support import (
-    HURRIED_SETTLE_SECONDS,
     PICKS,
     Budget,
     FrameLog,
@@ -84,9 +82,10 @@ from conformance.suite.steps.machine_support import (
     from_machine,
     run_within_budget,
 )
+from conformance.suite.steps.topology_checks import CHECK, TopologyChecks
 from conformance.suite.steps.topology_replay import reduce_failure
 
-STEP, CHECK = 1, 2  # channels
+STEP = 1  # the channel of every step (CHECK: the checks')
 STABLE_EXAMPLES = 1000  # an example takes milliseconds: shrinking may go on (STABLE_SECONDS still ends it)
 NAMES = 4  # logical exchanges x0..x3 and queues q0..q3
 # keys and patterns from short lists where `*` and `#` meet zero, one and two words (ROUTE-05's edges)
@@ -146,12 +145,11 @@ def _aimable(m: TopologyMachine) -> list[Binding]:
     return [b for b in m.model.bindings if not m.model.exchanges[b.source].internal]
 
 
-class TopologyMachine(RuleBasedStateMachine):
+class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
     """ROUTE-01, 03..07, 09..13, EXCH-01, 06..10, QUEUE-05, 06, 10, 11 over one connection. A step runs
     nothing when what it would name does not exist (no preconditions: a rule's draw keeps its meaning
     when the shrinker deletes the steps before it)."""
 
-    WAIT_SECONDS: ClassVar[float] = 5.0  # for what the broker removes by its own act (module rules)
 
     def __init__(self, target: MachineTarget) -> None:
         super().__init__()
@@ -416,69 +414,6 @@ class TopologyMachine(RuleBasedStateMachine):
                       ExchangeDeclareOk)
         return got
 
-    # -- after every step --------------------------------------------------------------------
-    def _check(self, removed: Removed, wait: bool = False) -> None:
-        """What the step removed is gone, everything else the model holds exists, empty."""
-        deadline = time.monotonic() + self._wait_seconds() if wait else 0.0
-        for name, rule_id in removed.exchanges.items():
-            if not self._gone(ExchangeDeclare(exchange=self.real(name), passive=True), ExchangeDeclareOk, deadline):
-                rule_id, why = self._why_kept(name, rule_id, removed.causes.get(name))
-                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: exchange {name} must be gone "
-                                             f"({why}); it still exists")
-        for name, rule_id in removed.queues.items():
-            if not self._gone(QueueDeclare(queue=self.real(name), passive=True), QueueDeclareOk, deadline):
-                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: queue {name} must be gone "
-                                             f"({_why(rule_id)}); it still exists")
-        for name, spec in sorted(self.model.exchanges.items()):
-            if not self._exists(ExchangeDeclare(exchange=self.real(name), passive=True), ExchangeDeclareOk):
-                rule_id = "EXCH-08" if spec.auto_delete else "EXCH-07"
-                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: exchange {name} ({spec}) must "
-                                             "still exist; it is gone")
-        for name, qspec in sorted(self.model.queues.items()):
-            reply = self._exists(QueueDeclare(queue=self.real(name), passive=True), QueueDeclareOk)
-            if not reply:
-                rule_id = "QUEUE-06" if qspec.auto_delete else "QUEUE-05" if qspec.exclusive else "QUEUE-10"
-                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: queue {name} ({qspec}) must "
-                                             "still exist; it is gone")
-
-    def _why_kept(self, name: str, rule_id: str, cause: str | None) -> tuple[str, str]:
-        """Why an auto-delete exchange is still there: its binding was kept (`cause`, the rule that
-        removes it), or it was not deleted with its last binding (EXCH-08). Asked by an
-        exchange.delete with if-unused, which this failing example no longer needs the exchange for."""
-        if rule_id != "EXCH-08" or cause is None:
-            return rule_id, _why(rule_id)
-        try:
-            self.client.rpc(CHECK, ExchangeDelete(exchange=self.real(name), if_unused=True), ExchangeDeleteOk,
-                            timeout=self.target.timeout(5.0))
-        except ChannelClosed as closed:
-            return cause, (f"{_why(cause)}, and then an auto-delete exchange without a binding as a source goes; "
-                           f"exchange.delete if-unused says it still has one: {closed.code} {closed.text}")
-        return rule_id, f"{_why(rule_id)}; exchange.delete if-unused found no binding left and deleted it"
-
-    def _wait_seconds(self) -> float:
-        if self.smallest is not None and self.smallest.hurry():
-            self.hurried = True
-            return self.target.timeout(HURRIED_SETTLE_SECONDS)
-        return self.target.timeout(self.WAIT_SECONDS)
-
-    def _exists(self, method: Method, reply: type[Method]) -> bool:
-        try:
-            self.client.rpc(CHECK, method, reply, timeout=self.target.timeout(5.0))
-        except ChannelClosed as closed:
-            if closed.code != ReplyCode.NOT_FOUND:
-                raise
-            self.client.closed_channels.pop(CHECK, None)  # channel() clears it only after open-ok
-            self.client.inbox.pop(CHECK, None)
-            self.client.channel(CHECK)
-            return False
-        return True
-
-    def _gone(self, method: Method, reply: type[Method], deadline: float) -> bool:
-        while self._exists(method, reply):
-            if time.monotonic() >= deadline:
-                return False
-        return True
-
     # -- teardown ----------------------------------------------------------------------------
     def teardown(self) -> None:
         if self.failed is not None and isinstance(sys.exc_info()[1], AssertionError):
@@ -507,14 +442,6 @@ def _hop_text(hop: Any) -> str:
            "alternate": " (its alternate exchange)"}[hop.via]
     binding = hop.binding.describe() if hop.binding else f"the default exchange's binding of {hop.exchange!r}"
     return f"{binding}{how}" + (" on a CC key" if hop.by_cc else "")
-
-
-def _why(rule_id: str) -> str:
-    return {"EXCH-08": "an auto-delete exchange goes with its last binding as a source",
-            "EXCH-06": "exchange.delete", "QUEUE-10": "queue.delete", "QUEUE-05": "an exclusive queue goes with its "
-            "connection", "QUEUE-06": "an auto-delete queue goes with its last consumer",
-            "QUEUE-11": "a deleted queue's bindings go with it", "EXCH-07": "a deleted exchange's bindings go with it",
-            "EXCH-10": "an unbound binding is gone"}.get(rule_id, rule_id)
 
 
 def run_topology_machine(target: MachineTarget, *, examples: int, steps: int) -> None:
