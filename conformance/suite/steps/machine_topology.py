@@ -13,11 +13,14 @@ Rules:
   orders a publish and a later basic.get of the same channel, and a basic.return before the
   replies to what the channel sent after the publish. Every queue is empty after each step.
 - After every step each exchange and queue the model holds must exist, empty (a passive declare
-  each); what the step removed must be gone. A removal by the broker's own act (an exclusive
-  queue after its connection closed) may come a moment later: it is asked again until the
-  (scaled) wait ends, a round trip each; what a client's request removes is gone once the reply
-  came (RabbitMQ deletes a queue in its process's terminate, before the reply: gen_server2
-  `{stop, Reason, Reply, State}`), and asking again changes nothing there.
+  each); what the step removed must be gone. A removal by the broker's own act may come a moment
+  later and is asked again until the (scaled) wait ends, a round trip each: an exclusive queue
+  after its connection closed, and an auto-delete queue after its consumer's basic.cancel-ok
+  (the queue process sends cancel-ok first, then removes the consumer and stops:
+  rabbit_amqqueue_process `maybe_send_reply(ChPid, OkMsg)`, v3.10.8 l. 1443, v4.0.5 l. 1380,
+  v4.3.5 l. 1428). What queue.delete, exchange.delete and unbind remove is gone once the reply
+  came (the queue process deletes in terminate, then replies: gen_server2 `{stop, ...}` and
+  `terminate_delete` with `reply_to`), so those are asked once.
 - A failure's first line names one rule: the hop the broker got wrong (`hop_rule`,
   `extra_rule`), the removal it did not make, or the request it refused.
 - Values drawn from the machine's state are picks (machine_support), names are logical
@@ -275,7 +278,7 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
                           BasicConsume(queue=self.real(item), consumer_tag="c", no_ack=True), BasicConsumeOk)
             self._request("QUEUE-06", f"basic.cancel of the consumer on {item}", BasicCancel(consumer_tag="c"),
                           BasicCancelOk)
-            self._check(self.model.consumer_cancelled(item))
+            self._check(self.model.consumer_cancelled(item), wait=True)
 
     @rule(exchange=from_machine(_publishable), key=WORDS, headers=HEADERS, cc=st.lists(WORDS, max_size=2),
           mandatory=st.booleans())
