@@ -97,8 +97,11 @@ def _verdicts(tests: dict[str, tuple[str, str]], names: set[str]) -> dict[str, s
     return {name: tests[name][0] for name in names if name in tests}
 
 
-@pytest.mark.parametrize(("library", "rule", "deviation", "failing"), PROXY_CASES,
-                         ids=[f"{c[0]}-{c[2].name}" for c in PROXY_CASES])
+# `make test` keeps the first case; the others (a client library's whole run each, 12-30 s of CPU on
+# two cores) run in `make test-gates`, as every whole-run proof beyond the first does
+@pytest.mark.parametrize(("library", "rule", "deviation", "failing"), [
+    pytest.param(*case, id=f"{case[0]}-{case[2].name}", marks=() if n == 0 else pytest.mark.gate)
+    for n, case in enumerate(PROXY_CASES)])
 def test_a_client_suite_test_fails_a_deviating_broker(tmp_path: Path, library: str, rule: str,
                                                       deviation: type[Deviation], failing: set[str]) -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), deviation) as proxy:
@@ -107,6 +110,7 @@ def test_a_client_suite_test_fails_a_deviating_broker(tmp_path: Path, library: s
     assert deviation.name in proxy.actions
 
 
+@pytest.mark.gate  # a client library's run: `make test-gates`
 def test_the_global_qos_client_test_fails_the_channel_wide_fault(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMQPC_BROKER_FAULTS", "global_qos_channel_wide")  # 4.3 must treat global=true per consumer
@@ -125,7 +129,8 @@ def _passes(tmp_path: Path, library: str, *args: str) -> None:
     assert list(ours.values()).count("passed") == expected, ours
 
 
-@pytest.mark.parametrize("library", ["pika", "amqp", "aio-pika"])
+@pytest.mark.parametrize("library", ["pika", pytest.param("amqp", marks=pytest.mark.gate),
+                                     pytest.param("aio-pika", marks=pytest.mark.gate)])
 def test_the_client_suite_tests_pass_the_reference_broker(tmp_path: Path, library: str) -> None:
     _passes(tmp_path, library)
 
