@@ -16,7 +16,7 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis.stateful import rule as machine_rule
@@ -64,6 +64,18 @@ FAULT_CASES = [
 ]
 
 
+def _in_make_test(cases: list[tuple[str, ...]]) -> list[Any]:
+    """`make test` keeps, of each row (the case without its library), one library, turn by turn so
+    that every library is met; the others run in `make test-gates` (a client library's machine run
+    is seconds of CPU, and `make test` has 5 minutes on two cores)."""
+    rows: dict[tuple[str, ...], list[str]] = {}
+    for case in cases:
+        rows.setdefault(case[:1] + case[2:], []).append(case[1])
+    kept = {row: libraries[n % len(libraries)] for n, (row, libraries) in enumerate(rows.items())}
+    return [pytest.param(*case, id="-".join(case), marks=() if kept[case[:1] + case[2:]] == case[1] else pytest.mark.gate)
+            for case in cases]
+
+
 @contextlib.contextmanager
 def drivers_for(library: str, url: str) -> Iterator[tuple[Callable[[], ClientDriver], Recorder]]:
     """A factory of `library` drivers connected to `url` through a recording relay, and its recorder."""
@@ -94,8 +106,7 @@ def _no_shrinking(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_SHRINK, "0")  # a failure matters here, not its minimal form
 
 
-@pytest.mark.parametrize(("machine", "library", "fault", "rule"), FAULT_CASES,
-                         ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(("machine", "library", "fault", "rule"), _in_make_test(FAULT_CASES))
 def test_a_client_machine_fails_a_deviating_broker_naming_the_rule(machine: str, library: str, fault: str,
                                                                    rule: str) -> None:
     with EmbeddedBroker(faults=[fault]) as broker, pytest.raises(AssertionError) as failed:
@@ -103,8 +114,8 @@ def test_a_client_machine_fails_a_deviating_broker_naming_the_rule(machine: str,
     assert re.search(rf"\b{re.escape(rule)}\b", str(failed.value)), str(failed.value)
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-@pytest.mark.parametrize("machine", sorted(MACHINES))
+@pytest.mark.parametrize(("machine", "library"), _in_make_test(
+    [(machine, library) for machine in sorted(MACHINES) for library in LIBRARIES]))
 def test_a_client_machine_passes_the_reference_broker(machine: str, library: str) -> None:
     with EmbeddedBroker() as broker:
         run(machine, library, broker.url)
