@@ -75,8 +75,12 @@ def _stop_classic(core: BrokerState, queue: Queue) -> list[Effect]:
 
 
 def _restart_classic(core: BrokerState, cluster: Cluster, queue: Queue) -> None:
-    """A durable classic queue's restart: its persistent messages, ready or recovered from the
-    channels that held them, in their original order; the transient ones are lost."""
+    """A durable classic queue's restart (CLU-09): its bindings stay (they are the cluster's, not
+    the node's), its persistent messages come back, ready or recovered from the channels that held
+    them, in their original order; the transient ones are lost."""
+    if not core.rules.bindings_kept_at_restart():
+        for exchange in core.vhosts[queue.vhost].exchanges.values():
+            exchange.bindings = [b for b in exchange.bindings if b.is_exchange or b.destination != queue.name]
     kept = [m for m in queue.ready_messages() if m.properties.delivery_mode == 2]
     queue.purge()
     for message in sorted([*kept, *cluster.recovering.pop(queue, [])], key=lambda m: m.seq):

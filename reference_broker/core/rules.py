@@ -228,3 +228,4 @@ class Rules:
     lost_at_failover: Callable[[list[Unacked]], list[Unacked]] = _none  # CLU-05: nothing is lost
     delivers_without_majority: Callable[[], bool] = _false  # CLU-07
     confirm_waits_for_majority: Callable[[], bool] = _true  # CLU-07
+    bindings_kept_at_restart: Callable[[], bool] = _true  # CLU-09: a restarted queue's bindings stay

@@ -29,7 +29,7 @@ from tests.conftest import cli_env, require
 ROOT = Path(__file__).resolve().parents[2]
 LIVE = [os.environ.get(f"AMQPC_RMQ43_C{i}_URL", f"amqp://guest:guest@127.0.0.1:{5750 + i}/") for i in (1, 2, 3)]
 LIVE_CONTROL = "scripts/rabbitmq4.sh node 4.3 {index} {action}"
-CLUSTER_TESTS = 5
+CLUSTER_TESTS = 6
 # the test of each cluster fault's rule (conformance/suite/cluster)
 FAULT_TESTS = {
     "cluster_no_cancel_on_node_down": "test_cluster.py::test_consumers_of_a_stopped_nodes_classic_queue_are_cancelled",
@@ -40,6 +40,8 @@ FAULT_TESTS = {
         "test_cluster_quorum.py::test_a_quorum_queue_without_a_majority_neither_delivers_nor_confirms",
     "cluster_confirms_without_majority":
         "test_cluster_quorum.py::test_a_quorum_queue_without_a_majority_neither_delivers_nor_confirms",
+    "cluster_restart_drops_bindings":
+        "test_cluster_restart.py::test_a_restarted_nodes_durable_queue_keeps_its_bindings_and_persistent_messages",
 }
 
 

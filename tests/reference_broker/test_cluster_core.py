@@ -201,9 +201,15 @@ def test_clu_08_a_quorum_consumer_timeout_keeps_its_deadline_across_the_failover
 @pytest.mark.parametrize(("fault", "check"), [
     ("cluster_no_cancel_on_node_down", "cancel"), ("cluster_ack_for_stopped_queue", "nack"),
     ("cluster_failover_drops_unacked", "failover"), ("cluster_delivers_without_majority", "majority"),
-    ("cluster_confirms_without_majority", "confirm")])
+    ("cluster_confirms_without_majority", "confirm"), ("cluster_restart_drops_bindings", "restart")])
 def test_each_cluster_fault_breaks_its_rule(fault: str, check: str) -> None:
     def observe(faults: list[str]) -> object:
+        if check == "restart":
+            sim = classic_on_node_3(faults=faults)
+            sim.do(3, 1, QueueBind(queue="cq", exchange="amq.fanout"))
+            sim.stop(3)
+            sim.start(3)
+            return [b.destination for b in sim.core.vhosts["/"].exchanges["amq.fanout"].bindings]
         if check in ("cancel", "nack"):
             sim = classic_on_node_3(faults=faults)
             sim.consume(2, "cq", "cap")

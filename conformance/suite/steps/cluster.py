@@ -1,4 +1,4 @@
-"""Shared steps of the cluster tests (cluster/test_cluster*.py, CLU-01..08, docs/findings-cluster.md):
+"""Shared steps of the cluster tests (cluster/test_cluster*.py, CLU-01..09, docs/findings-cluster.md):
 a rule judged only where it was measured, queues placed on a node, waits that name their rule.
 
 Rules: a queue lives where it is declared (a classic queue on the declaring node; a quorum
