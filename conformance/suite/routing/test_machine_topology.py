@@ -11,7 +11,7 @@ from conformance.suite.steps.machine_consuming import machine_target
 from conformance.suite.steps.machine_topology import run_topology_machine
 
 TOPOLOGY_RULES = ("ROUTE-01", "ROUTE-03", "ROUTE-04", "ROUTE-05", "ROUTE-06", "ROUTE-07", "ROUTE-09", "ROUTE-10",
-                  "ROUTE-11", "ROUTE-12", "ROUTE-13", "EXCH-01", "EXCH-06", "EXCH-07", "EXCH-08", "EXCH-10",
+                  "ROUTE-11", "ROUTE-12", "ROUTE-13", "EXCH-06", "EXCH-07", "EXCH-08", "EXCH-09", "EXCH-10",
                   "QUEUE-05", "QUEUE-06", "QUEUE-10", "QUEUE-11")
 
 
