@@ -94,10 +94,14 @@ NAMES = 4  # logical exchanges x0..x3 and queues q0..q3
 # keys and patterns from short lists where `*` and `#` meet zero, one and two words (ROUTE-05's edges)
 WORDS = st.sampled_from(["", "a", "b", "a.b", "b.a", "a.a", "a.b.b"])
 PATTERNS = st.sampled_from(["", "a", "b", "*", "#", "a.*", "a.#", "#.b", "*.b", "a.#.b", "#.*", "*.*", "#.#"])
-VALUES = st.sampled_from(["1", "2"])
-HEADERS = st.fixed_dictionaries({}, optional={"h1": VALUES, "h2": VALUES, "x-h": VALUES})
-BINDING_HEADERS = st.fixed_dictionaries({}, optional={
-    "x-match": st.sampled_from(["all", "any", "all-with-x", "any-with-x"]), "h1": VALUES, "h2": VALUES, "x-h": VALUES})
+# headers and binding arguments from short lists where x-match all/any (and -with-x) meet a full, a
+# partial and no match, and `x-` keys are counted or not (ROUTE-06/07's edges)
+HEADERS = st.sampled_from([{}, {"h1": "1"}, {"h2": "2"}, {"h1": "1", "h2": "2"}, {"h1": "2"}, {"x-h": "1"},
+                           {"h1": "1", "x-h": "1"}])
+BINDING_HEADERS = st.sampled_from([
+    {}, {"h1": "1"}, {"x-match": "any", "h1": "1", "h2": "2"}, {"x-match": "all", "h1": "1", "h2": "2"},
+    {"x-match": "any", "h1": "1", "x-h": "1"}, {"x-match": "all-with-x", "h1": "1", "x-h": "1"},
+    {"x-match": "any-with-x", "h2": "2", "x-h": "1"}, {"h1": "1", "x-h": "2"}])
 KINDS = st.sampled_from(["direct", "fanout", "topic", "headers"])
 EXCHANGES = st.builds(Exchange, KINDS, st.booleans(), st.booleans(),
                       st.none() | st.integers(0, NAMES - 1).map(lambda n: f"x{n}"))
