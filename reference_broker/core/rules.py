@@ -222,7 +222,7 @@ class Rules:
     # -- the connection engine (NET-02, MSG-01) ---------------------------------------------
     ends_socket_after_close_ok: Callable[[], bool] = _false  # NET-02: the client ends it
     delivered_properties: Callable[[BasicProperties], BasicProperties] = _same  # MSG-01: as published
-    # -- a cluster's nodes (CLU-01..07, core/cluster.py) -----------------------------------
+    # -- a cluster's nodes (CLU-01..07 and CLU-09, core/cluster.py and core/nodes.py) ---------
     cancel_on_node_down: Callable[[bool], bool] = _same  # CLU-01: basic.cancel with the capability
     nack_for_stopped_queue: Callable[[], bool] = _true  # CLU-03: a stopped classic queue refuses
     lost_at_failover: Callable[[list[Unacked]], list[Unacked]] = _none  # CLU-05: nothing is lost

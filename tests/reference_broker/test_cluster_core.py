@@ -1,4 +1,4 @@
-"""The cluster in the pure core (docs/findings-cluster.md CLU-01..CLU-08): classic
+"""The cluster in the pure core (docs/findings-cluster.md CLU-01..CLU-09): classic
 queues on their node, quorum queues replicated, nodes stopping and starting."""
 
 from __future__ import annotations
