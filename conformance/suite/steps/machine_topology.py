@@ -86,42 +86,21 @@ from conformance.suite.steps.machine_support import (
     run_within_budget,
 )
 from conformance.suite.steps.topology_checks import CHECK, TopologyChecks
+from conformance.suite.steps.topology_draws import (
+    BINDING_HEADERS,
+    EXCHANGES,
+    HEADERS,
+    NAMES,
+    PATTERNS,
+    QUEUES,
+    WORDS,
+)
+from conformance.suite.steps.topology_draws import fill as fill_key
 from conformance.suite.steps.topology_replay import reduce_failure
 
 STEP = 1  # the channel of every step (CHECK: the checks')
 STABLE_EXAMPLES = 1000  # an example takes milliseconds: shrinking may go on (STABLE_SECONDS still ends it)
-NAMES = 4  # logical exchanges x0..x3 and queues q0..q3
-# keys and patterns from short lists where `*` and `#` meet zero, one and two words (ROUTE-05's edges)
-WORDS = st.sampled_from(["", "a", "b", "a.b", "b.a", "a.a", "a.b.b"])
-PATTERNS = st.sampled_from(["", "a", "b", "*", "#", "a.*", "a.#", "#.b", "*.b", "a.#.b", "#.*", "*.*", "#.#"])
-# headers and binding arguments from short lists where x-match all/any (and -with-x) meet a full, a
-# partial and no match, and `x-` keys are counted or not (ROUTE-06/07's edges)
-HEADERS = st.sampled_from([{}, {"h1": "1"}, {"h2": "2"}, {"h1": "1", "h2": "2"}, {"h1": "2"}, {"x-h": "1"},
-                           {"h1": "1", "x-h": "1"}])
-BINDING_HEADERS = st.sampled_from([
-    {}, {"h1": "1"}, {"x-match": "any", "h1": "1", "h2": "2"}, {"x-match": "all", "h1": "1", "h2": "2"},
-    {"x-match": "any", "h1": "1", "x-h": "1"}, {"x-match": "all-with-x", "h1": "1", "x-h": "1"},
-    {"x-match": "any-with-x", "h2": "2", "x-h": "1"}, {"h1": "1", "x-h": "2"}])
-KINDS = st.sampled_from(["direct", "fanout", "topic", "headers"])
-EXCHANGES = st.builds(Exchange, KINDS, st.booleans(), st.booleans(),
-                      st.none() | st.integers(0, NAMES - 1).map(lambda n: f"x{n}"))
-QUEUES = st.builds(lambda exclusive, auto_delete, durable: Queue(exclusive, auto_delete, durable and not exclusive),
-                   st.booleans(), st.booleans(), st.booleans())
 F = TypeVar("F", bound=Callable[..., None])
-
-
-def _fill(pattern: str, choices: list[int]) -> str:
-    """A routing key made from a topic pattern: each `*` one word, each `#` zero to two words."""
-    words: list[str] = []
-    for n, word in enumerate(pattern.split(".") if pattern else []):
-        choice = choices[n % len(choices)]
-        if word == "*":
-            words.append("ab"[choice % 2])
-        elif word == "#":
-            words += ["a", "b"][:choice]
-        else:
-            words.append(word)
-    return ".".join(words)
 
 
 def resolved(fn: F) -> F:
@@ -301,7 +280,7 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
         binding's headers kept or changed (`keep`), so that it matches or nearly does."""
         if binding is None:
             return
-        key = _fill(binding.key, fill)
+        key = fill_key(binding.key, fill)
         headers = {k: (v if kept else "3") for (k, v), kept in
                    zip([a for a in binding.arguments if a[0] != "x-match"], keep, strict=False)}
         self._log("publish", exchange=binding.source, key=key, headers=headers, mandatory=mandatory)
