@@ -20,9 +20,11 @@ from typing import Any
 from conformance.results.baseline import Baseline, BaselineError, Judgement, load_baseline
 from conformance.results.evidence import TestEvidence
 from conformance.run.config import RunConfig
+from conformance.run.nodes import wants_embedded
 
 DEFAULT_OUT = Path("amqp-conformance-results")
 ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')
+MAX_DEFAULT_JOBS = 8
 
 
 class UsageError(Exception):
@@ -58,7 +60,7 @@ class Prepared:
 def prepare(options: RunOptions) -> Prepared:
     """Check the gate's own options (UsageError, one line, on the first bad one); the run's
     configuration was checked when it was built."""
-    jobs = _jobs(options.jobs) if options.jobs is not None else default_jobs(options.config.broker_url)
+    jobs = _jobs(options.jobs) if options.jobs is not None else default_jobs(options.config.broker_url, options.config.cluster_node)
     run_id = options.config.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     options.config = replace(options.config, run_id=run_id)
     if options.strict_baseline and options.baseline is None:
@@ -76,16 +78,19 @@ def prepare(options: RunOptions) -> Prepared:
     return Prepared(options, run_id, baseline, jobs)
 
 
-def default_jobs(broker_url: str | None) -> str:
-    """Workers when --jobs is not given: one against a broker the user names (its global settings are
-    theirs to share out), several against the embedded reference broker, whose suite mostly waits on
-    timers (2 cores, measured: 1 job about 62 s, 2 jobs 45 s, 4 jobs 37 s). AMQPC_JOBS overrides it."""
+def default_jobs(broker_url: str | None, cluster_nodes: tuple[str, ...] = ()) -> str:
+    """Workers when --jobs is not given: three per core, at most MAX_DEFAULT_JOBS, for the embedded
+    reference broker and a broker the user names alike. The suite mostly waits on the broker's
+    clock and round trips, and a test that changes a broker-wide setting runs alone anyway
+    (conformance.plugin.distributed); measured on 2 cores against RabbitMQ 4.3.6: 4 workers 44 s,
+    6 workers 34 s, 1 worker about 150 s (docs/benchmarks.md). One worker against a cluster the
+    user names: its tests stop and start the shared nodes. AMQPC_JOBS overrides it."""
     chosen = os.environ.get(ENV_JOBS)
     if chosen:
         return _jobs(chosen)
-    if broker_url or importlib.util.find_spec("xdist") is None:
+    if importlib.util.find_spec("xdist") is None or (cluster_nodes and not wants_embedded(cluster_nodes)):
         return "1"
-    return str(min(4, 2 * (os.cpu_count() or 1)))
+    return str(min(MAX_DEFAULT_JOBS, 3 * (os.cpu_count() or 1)))
 
 
 def _jobs(text: str) -> str:

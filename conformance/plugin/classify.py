@@ -96,10 +96,13 @@ class TestState:
             self.message = failure_message(self.failures)
 
     def update(self, report: pytest.TestReport, verdict: Verdict, message: str | None,
-               exc: BaseException | None) -> None:
-        self.duration_total += report.duration
+               exc: BaseException | None, lock_wait: float = 0.0) -> None:
+        """`lock_wait`: seconds the test has waited so far for other tests (the exclusive lock of
+        a broker-wide change, taken in the call), left out of its durations."""
+        own = report.duration - lock_wait if report.when == "call" else report.duration
+        self.duration_total += max(own, 0.0)
         if report.when == "call":
-            self.duration = report.duration
+            self.duration = max(own, 0.0)
         if report.failed:
             self.outcome = "failed"
         elif report.skipped and self.outcome == "passed":

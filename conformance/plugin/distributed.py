@@ -18,12 +18,19 @@ Rules:
 - The controller counts verdicts from the workers' teardown reports (their `evidence`
   attribute), so the terminal summary and exit statuses 2 (broken) and 3 (broker down) are
   the same as in a single process.
-- Tests that use the `admin` fixture may change broker-wide settings (the global consumer
-  timeout), so across workers they run alone: every broker test holds a shared lock, an
-  admin test an exclusive one (`BrokerLock`, flock on files in a directory the controller
-  creates; writers are not starved). Without `fcntl` (Windows) there is no lock.
+- A test that changes a broker-wide setting (the global consumer timeout, the channel tick)
+  runs alone across workers: every broker test holds a shared lock, and a test turns it into
+  an exclusive one when it first changes such a setting (`BrokerLock.upgrade`, through
+  `fixtures.admin`; flock on files in a directory the controller creates; writers are not
+  starved). It does so before it has deliveries in flight, so waiting for the lock delays no
+  timer the test measures. Policies a test puts on its own queues are not broker-wide: their
+  pattern matches that queue's name only, and RabbitMQ leaves every queue whose matching
+  policy did not change untouched (rabbit_policy `update_matched_objects` → `no_change`:
+  v3.10.8 l.478/498, v4.0.5 l.426/448, v4.3.5 l.443/465). Without `fcntl` (Windows) there
+  is no lock.
 - In xdist's `load` mode the controller's scheduler starts the long tests first, spread over
-  the workers, and hands out the rest one at a time (`conformance.plugin.schedule`).
+  the workers, hands out the rest one at a time and keeps the broker-wide tests for the end;
+  the workers tell it each test's rank (`conformance.plugin.schedule`).
 - Nothing here is active without pytest-xdist; the hooks are optional hooks.
 """
 
@@ -32,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,6 +55,8 @@ RUN_ID_KEY = "amqpc_run_id"
 LOCK_KEY = "amqpc_lock_dir"
 CONFIG_KEY = "amqpc_run_config"
 OUTPUT_KEY = "amqpc"
+EXCLUSIVE = pytest.StashKey[Callable[[], None]]()  # a test's way to make its shared hold exclusive
+LOCK_WAIT = pytest.StashKey[float]()  # seconds the test waited for that (left out of its duration)
 
 
 def worker_run_id(config: pytest.Config) -> str | None:
@@ -94,7 +103,27 @@ class BrokerLock:
         self._main: IO[str] = open(directory / "main", "a+")  # noqa: SIM115
 
     @contextlib.contextmanager
-    def hold(self, exclusive: bool) -> Iterator[None]:
+    def hold(self, exclusive: bool = False) -> Iterator[Callable[[], None]]:
+        """Hold the lock (shared unless `exclusive`); yields `upgrade`, which makes a shared hold
+        exclusive (it lets go first, then queues as a writer: two upgrades never deadlock)."""
+        import fcntl
+
+        held = {"exclusive": exclusive}
+
+        def upgrade() -> None:
+            if held["exclusive"]:
+                return
+            fcntl.flock(self._main, fcntl.LOCK_UN)
+            self._take(exclusive=True)
+            held["exclusive"] = True
+
+        self._take(exclusive)
+        try:
+            yield upgrade
+        finally:
+            fcntl.flock(self._main, fcntl.LOCK_UN)
+
+    def _take(self, exclusive: bool) -> None:
         import fcntl
 
         fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # a waiting writer blocks new readers here
@@ -104,10 +133,6 @@ class BrokerLock:
         else:
             fcntl.flock(self._turnstile, fcntl.LOCK_UN)
             fcntl.flock(self._main, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._main, fcntl.LOCK_UN)
 
     def close(self) -> None:
         self._turnstile.close()
@@ -125,18 +150,21 @@ def _has_fcntl() -> bool:
 class WorkerSide:
     def __init__(self, state: Harness, lock_dir: str | None) -> None:
         self.state = state
-        self.lock = BrokerLock(Path(lock_dir)) if lock_dir and _has_fcntl() else None
+        self.lock_dir = Path(lock_dir) if lock_dir else None
+        self.lock = BrokerLock(self.lock_dir) if self.lock_dir and _has_fcntl() else None
 
     @pytest.hookimpl(trylast=True)  # after the selection deselected what it does not run
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        schedule.admin_last(items)
+        if self.lock_dir is not None:
+            with contextlib.suppress(OSError):  # without ranks the controller ranks by file name
+                schedule.write_ranks(self.lock_dir, items)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
-        fixtures = getattr(item, "fixturenames", ())
-        if self.lock is None or "target" not in fixtures:
+        if self.lock is None or "target" not in getattr(item, "fixturenames", ()):
             return (yield)
-        with self.lock.hold(exclusive="admin" in fixtures):
+        with self.lock.hold() as upgrade:
+            item.stash[EXCLUSIVE] = upgrade
             return (yield)
 
     @pytest.hookimpl(trylast=True)
@@ -176,7 +204,7 @@ class ControllerSide:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if not schedule.wanted(config):
             return None  # xdist's own scheduler for every other mode or chunk size
-        return schedule.make_scheduler(config, log)  # the model machines first, on different workers
+        return schedule.make_scheduler(config, log, Path(self.lock_dir))  # long tests first, on different workers
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

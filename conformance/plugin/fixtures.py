@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,11 +26,14 @@ from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import ChannelClosed, DriverError, RawClient, Recorder
 from conformance.embedded import start as start_embedded
 from conformance.plugin.classify import BROKEN_PREFIX
+from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
+from conformance.plugin.schedule import BROKER_WIDE
 from conformance.plugin.session import Names, Target, harness
 from conformance.plugin.verdicts import skip_unless_applies
+from conformance.plugin.watchdog import Watchdog
 from conformance.results.records import redact_url
-from conformance.results.verdicts import EXIT_UNREACHABLE
+from conformance.results.verdicts import EXIT_UNREACHABLE, HarnessError
 from conformance.run.admin import RestoringAdmin, parse_admin
 from conformance.run.nodes import EMBEDDED_NODES, cluster_urls, embedded_cluster
 
@@ -145,7 +149,31 @@ def names(target: Target, request: pytest.FixtureRequest) -> Iterator[Names]:
 
 @pytest.fixture
 def admin(target: Target, request: pytest.FixtureRequest) -> Iterator[RestoringAdmin]:
-    """The `--broker-admin` adapter for one test; its changes are undone at teardown."""
-    view = RestoringAdmin(harness(request.config).admin, target.vhost)
+    """The `--broker-admin` adapter for one test; its changes are undone at teardown. A broker-wide
+    change goes through `broker_wide_claim`."""
+    state = harness(request.config)
+    view = RestoringAdmin(state.admin, target.vhost, broker_wide_claim(request.node, state.watchdog))
     yield view
     view.restore()
+
+
+def broker_wide_claim(item: Any, watchdog: Watchdog | None) -> Callable[[], None]:
+    """What a test's first broker-wide change calls: a harness error unless the test is marked
+    `broker_wide`; across xdist workers, its lock made exclusive (conformance.plugin.distributed),
+    the wait left out of its duration and its watchdog deadline."""
+
+    def claim() -> None:
+        if item.get_closest_marker(BROKER_WIDE) is None:
+            raise HarnessError(f"{item.nodeid} changes a broker-wide setting but is not marked "
+                               f"@pytest.mark.{BROKER_WIDE}: other tests would run beside it")
+        upgrade = item.stash.get(EXCLUSIVE, None)
+        if upgrade is None:
+            return
+        start = time.monotonic()
+        upgrade()
+        waited = time.monotonic() - start  # other tests' time, not this test's nor the broker's
+        item.stash[LOCK_WAIT] = item.stash.get(LOCK_WAIT, 0.0) + waited
+        if watchdog is not None:
+            watchdog.extend(waited)
+
+    return claim

@@ -49,7 +49,7 @@ from conformance.drivers.probes import PROBE_SUPPORT
 from conformance.drivers.raw import Recorder
 from conformance.drivers.registry import client_version
 from conformance.drivers.silence import SILENCES
-from conformance.plugin import classify, distributed, evidence, selection
+from conformance.plugin import classify, distributed, evidence, schedule, selection
 from conformance.plugin.cluster import STOPPED_NODES
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
@@ -91,6 +91,9 @@ def pytest_configure(config: pytest.Config) -> None:
     force_full_assertions(config)  # a failure's message is read by people: never cut inside a value
     config.addinivalue_line("markers", "rules(*ids): the catalogue rule IDs a test checks")
     config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
+    config.addinivalue_line("markers", f"{schedule.LONG_WAIT}: spends seconds on the broker's clock (started first)")
+    config.addinivalue_line("markers", f"{schedule.BROKER_WIDE}: may change a setting every connection sees "
+                                       "(runs alone when it does, at the end)")
     for area in AREAS:  # "area_" because a bare `timeout` would be pytest-timeout's marker
         config.addinivalue_line("markers", f"{AREA_MARKER}{area}: conformance tests of the {area} area")
     run = run_config(config)
@@ -292,7 +295,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             state.down = state.probe.check()
         if state.down is not None:
             verdict, message = Verdict.BROKEN, f"{state.down} (the test saw: {message})"
-    test.update(report, verdict, message, exc)
+    test.update(report, verdict, message, exc, item.stash.get(distributed.LOCK_WAIT, 0.0))
     if report.when == "teardown":
         _finish(item, report, test, frames)
     return report

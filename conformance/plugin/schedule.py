@@ -5,7 +5,8 @@ each (they explore, then shrink their failure) while an example test takes a fra
 with xdist's plain `load` distribution two machines could land one after the other on the
 same worker while the others idled (measured: one worker 91 s, three 21-28 s, with
 `multi_ack_only_named`). The plugin's scheduler starts the long tests first, each on its own
-worker, and hands the rest out one test at a time to whichever worker is free.
+worker, hands the rest out one test at a time to whichever worker is free, and keeps the tests
+that change broker-wide settings for the end.
 
 Rules:
 - In xdist's `load` mode (what `-n N` means, and what `amqp-conformance run --jobs N` runs)
@@ -13,54 +14,102 @@ Rules:
   scheduling with a chunk of one (a worker holds the test it runs and the next one, as xdist
   needs) and the pending tests in the order `arrange` gives. With `--maxschedchunk` or another
   `--dist` mode, xdist schedules as it always does; without pytest-xdist nothing changes.
-- `arrange` is pure: from the collected node ids and the number of workers it returns the
-  order of the tests, by rank: the model machines outside the timeout area first (each
-  worker's first two tests are one of them and a short test, so no machine waits behind
-  another on one worker), then the other tests, then the timeout machine, then the rest of
-  the timeout area; collection order within a rank.
-- Why the timeout area comes last: its tests change broker-wide settings (the global consumer
-  timeout, through the `admin` fixture), so across workers each of them runs alone
-  (`distributed.BrokerLock`); one started while a machine runs makes every worker wait for
-  that machine (measured: 24 s stalls against a deviating broker). For the same reason a
-  worker's collection puts every test that uses `admin` last within its rank
-  (`admin_last`), so those outside the timeout area come after the short ones.
+- Each test has a rank, from what the test says of itself (`rank_of`, on the workers, which
+  hold the collected items; the controller holds only node ids): FIRST for the model machines
+  and the tests marked `long_wait(seconds)` (seconds spent on the broker's clock by design,
+  longest first), PLAIN for the rest,
+  LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
+  such as the global consumer timeout). Workers write the ranks into the run's lock directory
+  (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
+  them (a worker that could not write), a test ranks by its file name (`rank`).
+- `arrange` is pure: from the node ids, their ranks and the number of workers it returns the
+  order of the tests: each worker's first two tests are a FIRST test and a short one (so no
+  long test waits behind another on one worker), then the rest by rank, collection order
+  within a rank.
+- Why broker-wide tests come last: when one of them changes a broker-wide setting it takes the
+  exclusive lock (`distributed.BrokerLock`) and waits for every running test; one started
+  while a machine runs would make every worker wait for that machine (measured: 24 s stalls
+  against a deviating broker). Only the marked tests can take it (`fixtures.admin` refuses an
+  unmarked test with a harness error), so the mark cannot be forgotten.
 - The verdicts do not depend on the order: every test sets up its own queues and connections.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-MACHINE, PLAIN, TIMEOUT_MACHINE, TIMERS = 0, 1, 2, 3  # ranks, in the order they are handed out
+FIRST, PLAIN, LAST = 0, 1, 2  # ranks, in the order they are handed out
+LONG_WAIT = "long_wait"  # marker: the test spends seconds on the broker's clock
+BROKER_WIDE = "broker_wide"  # marker: the test may change a setting every connection sees
+RANKS_FILE = "ranks.json"
+MACHINE_SECONDS = 10.0  # what a model machine is expected to take (4-13 s on the brokers we run)
 
 
 def rank(nodeid: str) -> int:
+    """The rank a node id gives on its own: FIRST for a model machine, PLAIN otherwise."""
     path = nodeid.split("::", 1)[0]
-    machine = path.rsplit("/", 1)[-1].startswith("test_machine_")
-    if "/timeout/" in path:
-        return TIMEOUT_MACHINE if machine else TIMERS
-    return MACHINE if machine else PLAIN
+    return FIRST if path.rsplit("/", 1)[-1].startswith("test_machine_") else PLAIN
 
 
-def arrange(nodeids: list[str], workers: int) -> list[int]:
+def rank_of(item: Any) -> tuple[int, float]:
+    """A collected test's rank and the seconds it is expected to take on a conforming broker
+    (`long_wait(seconds)`; a machine: MACHINE_SECONDS; otherwise 0)."""
+    if item.get_closest_marker(BROKER_WIDE) is not None:
+        return LAST, 0.0
+    waits = item.get_closest_marker(LONG_WAIT)
+    if waits is not None:
+        return FIRST, float(waits.args[0]) if waits.args else MACHINE_SECONDS
+    found = rank(item.nodeid)
+    return found, MACHINE_SECONDS if found == FIRST else 0.0
+
+
+def write_ranks(directory: Path, items: list[Any]) -> None:
+    """On a worker: every collected test's rank and expected seconds, for the controller (written
+    whole, then renamed)."""
+    ranks = {item.nodeid: rank_of(item) for item in items}
+    partial = directory / f"{RANKS_FILE}.{os.getpid()}"
+    partial.write_text(json.dumps(ranks))
+    partial.replace(directory / RANKS_FILE)
+
+
+def read_ranks(directory: Path) -> dict[str, tuple[int, float]]:
+    """On the controller: what a worker wrote, or {} when there is nothing readable."""
+    try:
+        found = json.loads((directory / RANKS_FILE).read_text())
+        return {str(k): (int(v[0]), float(v[1])) for k, v in found.items()}
+    except (OSError, ValueError, TypeError, IndexError, AttributeError):
+        return {}
+
+
+def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, float]] | None = None) -> list[int]:
     """The collection indices in the order to hand out (see the module's rules)."""
-    by_rank = sorted(range(len(nodeids)), key=lambda i: rank(nodeids[i]))  # stable
-    machines = [i for i in by_rank if rank(nodeids[i]) == MACHINE][:workers]
-    short = [i for i in by_rank if rank(nodeids[i]) == PLAIN][:len(machines)]
-    if workers < 2 or len(short) < len(machines):
+    known = ranks or {}
+
+    def key(i: int) -> tuple[int, float]:
+        found = known.get(nodeids[i])
+        if found is None:
+            named = rank(nodeids[i])
+            return named, -MACHINE_SECONDS if named == FIRST else 0.0
+        return found[0], -found[1]
+
+    def of(i: int) -> int:
+        return key(i)[0]
+
+    by_rank = sorted(range(len(nodeids)), key=key)  # stable
+    longs = [i for i in by_rank if of(i) == FIRST][:workers]
+    short = [i for i in by_rank if of(i) == PLAIN][:len(longs)]
+    if workers < 2 or len(short) < len(longs):
         return by_rank
-    first = [index for pair in zip(machines, short, strict=True) for index in pair]
+    first = [index for pair in zip(longs, short, strict=True) for index in pair]
     taken = set(first)
     return first + [index for index in by_rank if index not in taken]
 
 
-def admin_last(items: list[Any]) -> None:
-    """A worker's collection, in place: the tests that use the `admin` fixture after the others
-    (stable; the same on every worker, as xdist requires)."""
-    items.sort(key=lambda item: "admin" in getattr(item, "fixturenames", ()))
-
-
-def make_scheduler(config: Any, log: Any) -> Any:
+def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
     """xdist's load scheduler, one test at a time, in the order of `arrange`."""
     from xdist.scheduler import LoadScheduling
 
@@ -74,8 +123,8 @@ def make_scheduler(config: Any, log: Any) -> Any:
         def _send_tests(self, node: Any, num: int) -> None:
             if not self.arranged and self.collection is not None:  # the first distribution
                 pending = set(self.pending)
-                self.pending[:] = [index for index in arrange(list(self.collection), len(self.nodes))
-                                   if index in pending]
+                order = arrange(list(self.collection), len(self.nodes), read_ranks(lock_dir))
+                self.pending[:] = [index for index in order if index in pending]
                 self.arranged = True
             super()._send_tests(node, num)
 

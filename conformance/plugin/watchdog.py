@@ -18,6 +18,8 @@ Rules:
   nor Hypothesis catches it), so the running test ends `broken`. The main thread is reached
   with a signal (`SIGNAL`, which also breaks a blocking socket call); another thread with an
   asynchronous exception.
+- Time a test spends waiting for another test (the exclusive lock of a broker-wide change,
+  conformance.plugin.distributed) is not the broker's: `extend` moves the test's deadline.
 - A rule test that overran (`session` false) is one stuck test, not yet a dead broker: the
   plugin probes the broker with a fresh connection once the test has ended, and only when
   that probe fails is the broker down (exit 3). Once the interrupted test has ended
@@ -115,6 +117,16 @@ class Watchdog:
         if self._thread is None:
             self._thread = threading.Thread(target=self._watch, name="amqpc-watchdog", daemon=True)
             self._thread.start()
+
+    def extend(self, seconds: float) -> None:
+        """The running test waited `seconds` for something that is not the broker (the exclusive
+        lock of a broker-wide change): its deadline moves by as much."""
+        with self._cond:
+            if self._test is not None:
+                nodeid, deadline, ident = self._test
+                if deadline is not None:
+                    self._test = (nodeid, deadline + seconds, ident)
+                    self._cond.notify()
 
     def disarm(self) -> None:
         """The rule test ended; after a test overrun, the watchdog is ready for the next one."""

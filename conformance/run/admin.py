@@ -335,9 +335,16 @@ def parse_admin(spec: str, broker_url: str, timeout: float = 10.0) -> AdminAdapt
 class RestoringAdmin(AdminAdapter):
     """One test's view of the adapter: changes are recorded and undone by `restore()`."""
 
-    def __init__(self, adapter: AdminAdapter, vhost: str = "/") -> None:
+    def __init__(self, adapter: AdminAdapter, vhost: str = "/", claim: Callable[[], None] | None = None) -> None:
         self.adapter, self.vhost = adapter, vhost
         self._undo: list[tuple[str, Callable[[], None]]] = []
+        self._claim = claim  # called before the first broker-wide change (the plugin: the exclusive lock)
+
+    def claim_broker_wide(self) -> None:
+        """Say that this test changes broker-wide settings from now on (before its deliveries are
+        in flight); `set_global` says it on its own."""
+        if self._claim is not None:
+            self._claim()
 
     def describe(self) -> str:
         return self.adapter.describe()
@@ -380,7 +387,8 @@ class RestoringAdmin(AdminAdapter):
         return self.adapter.get_global(key)
 
     def set_global(self, key: str, value: GlobalValue) -> None:
-        previous = self.adapter.get_global(key)
+        previous = self.adapter.get_global(key)  # Unavailable here, before any claim, without an adapter
+        self.claim_broker_wide()
         self.adapter.set_global(key, value)
         self._undo.append((f"setting {key}", lambda: self.adapter.set_global(key, previous)))
 

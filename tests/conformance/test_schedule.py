@@ -1,10 +1,33 @@
-"""The order pytest-xdist hands the suite's tests out in (conformance/plugin/schedule.py)."""
+"""The order pytest-xdist hands the suite's tests out in (conformance/plugin/schedule.py), and the
+lock a broker-wide test takes (conformance/plugin/distributed.py)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import time
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
-from conformance.plugin.schedule import MACHINE, PLAIN, TIMEOUT_MACHINE, TIMERS, admin_last, arrange, rank
+import pytest
+
+from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT, BrokerLock
+from conformance.plugin.fixtures import broker_wide_claim
+from conformance.plugin.schedule import (
+    BROKER_WIDE,
+    FIRST,
+    LAST,
+    LONG_WAIT,
+    MACHINE_SECONDS,
+    PLAIN,
+    arrange,
+    rank,
+    rank_of,
+    read_ranks,
+    write_ranks,
+)
+from conformance.plugin.watchdog import Budgets, Watchdog
+from conformance.results.verdicts import HarnessError
 
 SUITE = [
     "conformance/suite/ack/test_ack.py::test_a",
@@ -21,31 +44,109 @@ SUITE = [
     "conformance/suite/errors/test_errors.py::test_f",
     "conformance/suite/messages/test_messages.py::test_g",
 ]
+# what the workers would say: the timeout machine and test_c[1] change global settings, test_e waits
+RANKS = {**{n: (rank(n), 10.0 if rank(n) == FIRST else 0.0) for n in SUITE},
+         SUITE[6]: (LAST, 0.0), SUITE[5]: (LAST, 0.0), SUITE[10]: (FIRST, 3.0)}
 
 
-def test_ranks_name_the_machines_and_the_timeout_area() -> None:
-    assert [rank(n) for n in SUITE[:8]] == [PLAIN, MACHINE, PLAIN, MACHINE, MACHINE, TIMERS, TIMEOUT_MACHINE, TIMERS]
+class Item(SimpleNamespace):
+    def get_closest_marker(self, name: str) -> Any:
+        return SimpleNamespace(args=self.marks[name]) if name in self.marks else None
 
 
-def test_each_worker_starts_with_a_machine_and_a_short_test_and_the_timeout_area_comes_last() -> None:
-    order = [SUITE[i] for i in arrange(SUITE, 3)]
+def test_a_node_id_alone_names_the_machines() -> None:
+    assert [rank(n) for n in SUITE[:5]] == [PLAIN, FIRST, PLAIN, FIRST, FIRST]
+
+
+def test_a_tests_marks_give_its_rank_and_broker_wide_wins() -> None:
+    items = [Item(nodeid=SUITE[0], marks={}), Item(nodeid=SUITE[0], marks={LONG_WAIT: (12,)}),
+             Item(nodeid=SUITE[1], marks={}), Item(nodeid=SUITE[6], marks={BROKER_WIDE: ()}),
+             Item(nodeid=SUITE[0], marks={LONG_WAIT: (3,), BROKER_WIDE: ()})]
+    assert [rank_of(i) for i in items] == [(PLAIN, 0), (FIRST, 12), (FIRST, MACHINE_SECONDS), (LAST, 0), (LAST, 0)]
+
+
+def test_ranks_travel_from_a_worker_to_the_controller(tmp_path: Path) -> None:
+    assert read_ranks(tmp_path) == {}  # none written: the controller ranks by file name
+    write_ranks(tmp_path, [Item(nodeid=SUITE[0], marks={LONG_WAIT: (2,)}), Item(nodeid=SUITE[5], marks={BROKER_WIDE: ()})])
+    assert read_ranks(tmp_path) == {SUITE[0]: (FIRST, 2.0), SUITE[5]: (LAST, 0.0)}
+    (tmp_path / "ranks.json").write_text("{not json")
+    assert read_ranks(tmp_path) == {}
+
+
+def test_each_worker_starts_with_a_long_test_and_a_short_one_and_broker_wide_tests_come_last() -> None:
+    order = [SUITE[i] for i in arrange(SUITE, 3, RANKS)]
     assert sorted(order) == sorted(SUITE)  # every test, once
     firsts = order[:6]  # xdist's first distribution: two tests per worker, in this order
-    assert [rank(n) for n in firsts[0::2]] == [MACHINE] * 3  # no machine waits behind another
-    assert [rank(n) for n in firsts[1::2]] == [PLAIN] * 3
-    ranks = [rank(n) for n in order[6:]]
-    assert ranks == sorted(ranks)  # then by rank: machines, short tests, the timeout machine, the timeout area
-    assert order[-3:] == [SUITE[6], SUITE[5], SUITE[7]]
+    assert [RANKS[n][0] for n in firsts[0::2]] == [FIRST] * 3  # no long test waits behind another
+    assert [RANKS[n][0] for n in firsts[1::2]] == [PLAIN] * 3
+    ranks = [RANKS[n][0] for n in order[6:]]
+    assert ranks == sorted(ranks)  # then by rank
+    assert order[-2:] == [SUITE[5], SUITE[6]]  # the broker-wide tests, in collection order
+    assert order[6:8] == [SUITE[8], SUITE[10]]  # the last machine, then the shorter long wait
 
 
 def test_one_worker_or_too_few_short_tests_keep_the_rank_order() -> None:
     assert SUITE[arrange(SUITE, 1)[0]] == SUITE[1]
-    machines_only = [n for n in SUITE if rank(n) == MACHINE]
+    machines_only = [n for n in SUITE if rank(n) == FIRST]
     assert arrange(machines_only, 2) == list(range(len(machines_only)))
 
 
-def test_a_workers_collection_puts_the_tests_using_admin_last() -> None:
-    items = [SimpleNamespace(name=n, fixturenames=f) for n, f in
-             [("a", ["target", "admin"]), ("b", ["target"]), ("c", ["admin"]), ("d", [])]]
-    admin_last(items)
-    assert [i.name for i in items] == ["b", "d", "a", "c"]
+def _hold(directory: str, upgrade_after: float, log: Any, name: str, reading: Any) -> None:
+    lock = BrokerLock(Path(directory))
+    with lock.hold() as upgrade:
+        log.put((name, "shared", time.monotonic()))
+        if upgrade_after >= 0:
+            assert reading.wait(timeout=10)  # the reader holds its shared lock
+            time.sleep(upgrade_after)  # the test's own work before its broker-wide change
+            upgrade()
+            log.put((name, "exclusive", time.monotonic()))
+            time.sleep(0.3)
+        else:
+            reading.set()
+            time.sleep(-upgrade_after)
+        log.put((name, "end", time.monotonic()))
+    lock.close()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="flock needs a POSIX system")
+def test_an_upgraded_hold_runs_alone_and_two_upgrades_do_not_deadlock(tmp_path: Path) -> None:
+    """Two tests upgrade while a third holds a shared lock for a while: each upgraded part starts
+    after every other holder let go, and all three end (a deadlock would hit the join timeout)."""
+    context = multiprocessing.get_context("fork")
+    log, reading = context.Queue(), context.Event()
+    procs = [context.Process(target=_hold, args=(str(tmp_path), after, log, name, reading))
+             for name, after in (("a", 0.1), ("b", 0.1), ("reader", -0.8))]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=20)
+    assert all(proc.exitcode == 0 for proc in procs), [proc.exitcode for proc in procs]
+    events = [log.get(timeout=5) for _ in range(8)]
+    at = {(name, what): when for name, what, when in events}
+    alone = sorted((at[n, "exclusive"], at[n, "end"]) for n in ("a", "b"))
+    assert alone[0][1] <= alone[1][0], f"the two upgraded holds overlapped: {events}"
+    assert at["reader", "end"] <= alone[0][0], f"an upgraded hold ran beside the reader's shared one: {events}"
+
+
+class Stashed(SimpleNamespace):
+    def get_closest_marker(self, name: str) -> Any:
+        return object() if name in self.marks else None
+
+
+def test_a_broker_wide_change_needs_the_mark_and_its_lock_wait_is_not_the_tests() -> None:
+    unmarked = Stashed(nodeid="suite/test_x.py::test_y", marks=(), stash={})
+    with pytest.raises(HarnessError, match=r"test_y changes a broker-wide setting but is not marked "
+                                           r"@pytest.mark.broker_wide"):
+        broker_wide_claim(unmarked, None)()
+    upgrades: list[str] = []
+    dog = Watchdog(Budgets(test=60.0, session=0.0, scale=1.0), lambda reason, session: None)
+    dog.arm("suite/test_x.py::test_z")
+    armed = dog._deadlines()[0]
+    marked = Stashed(nodeid="suite/test_x.py::test_z", marks=(BROKER_WIDE,),
+                     stash={EXCLUSIVE: lambda: upgrades.append("exclusive")})
+    broker_wide_claim(marked, dog)()
+    assert upgrades == ["exclusive"]
+    waited = marked.stash[LOCK_WAIT]
+    assert waited >= 0 and dog._deadlines()[0] == pytest.approx(armed + waited)  # the deadline moved by the wait
+    dog.disarm()
+    dog.stop()

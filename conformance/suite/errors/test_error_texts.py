@@ -172,6 +172,7 @@ def test_frame_too_large_text(connect: Connect, target: Target) -> None:
                 f"{{frame_too_large,{frame_max + 1},{frame_max - 8}}}")
 
 
+@pytest.mark.long_wait(3)  # rabbit_reader SILENT_CLOSE_DELAY (3 s) after a refused login
 @pytest.mark.rules("ERR-04")
 def test_unparsable_sasl_response_is_refused(target: Target, recorder: Recorder) -> None:
     """502 SYNTAX_ERROR during the handshake. RabbitMQ raises it in the `securing` state, where
@@ -290,6 +291,7 @@ def test_not_implemented_texts(connect: Connect, target: Target, case: str) -> N
     assert_text(target, closed, f"NOT_IMPLEMENTED - {text}")
 
 
+@pytest.mark.long_wait(3)  # the management API lists a new connection after its stats interval
 @pytest.mark.slow
 @pytest.mark.rules("ERR-04")
 def test_operator_close_is_320(connect: Connect, target: Target, admin: AdminAdapter) -> None:

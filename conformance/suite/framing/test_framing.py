@@ -103,6 +103,7 @@ def test_tune_ok_within_the_bounds_opens(connect: Connect, target: Target, recor
         assert result.open_ok, f"tune-ok {case} refused: {result}"
 
 
+@pytest.mark.long_wait(3)  # RabbitMQ closes a refused handshake's socket after 3 s (rabbit_reader SILENT_CLOSE_DELAY)
 @pytest.mark.rules("FRM-01")
 def test_tune_ok_out_of_bounds_is_530(target: Target, recorder: Recorder) -> None:
     low = frame_min_size(target.profile)
@@ -124,6 +125,7 @@ def test_tune_ok_out_of_bounds_is_530(target: Target, recorder: Recorder) -> Non
             assert result.close.reply_text.startswith("NOT_ALLOWED - negotiated channel_max = 0"), result.close
 
 
+@pytest.mark.long_wait(3)  # as above
 # -- FRM-02 ----------------------------------------------------------------------------------
 @pytest.mark.rules("FRM-02")
 def test_frame_min_size_is_the_lowest_frame_max(target: Target, recorder: Recorder) -> None:
@@ -135,6 +137,7 @@ def test_frame_min_size_is_the_lowest_frame_max(target: Target, recorder: Record
                                   f"minimum allowed value ({low})")
 
 
+@pytest.mark.long_wait(3)  # as above
 @pytest.mark.rules("FRM-02")
 def test_frames_before_tune_ok_are_limited_to_frame_min_size(target: Target, recorder: Recorder) -> None:
     """A start-ok whose payload is exactly FRAME_MIN_SIZE is read; one octet more is refused
@@ -239,6 +242,7 @@ HB_SLACK = 0.3  # seconds on top of heartbeat/2 for scheduling
 HB_WINDOW = 1.9  # long enough to see two consecutive broker heartbeats even at 1 s spacing
 
 
+@pytest.mark.long_wait(2)  # broker heartbeats watched for HB_WINDOW
 @pytest.mark.rules("HB-01")
 def test_the_broker_sends_heartbeats_every_half_interval(connect: Connect, target: Target) -> None:
     """heartbeat=1 (far below the 60 s offered: the client's value rules, no bounds); while
@@ -258,6 +262,7 @@ def test_the_broker_sends_heartbeats_every_half_interval(connect: Connect, targe
         f"silences between heartbeats: {silences}")
 
 
+@pytest.mark.long_wait(5)  # the management API lists a new connection after its stats interval
 @pytest.mark.rules("HB-01")
 @pytest.mark.parametrize("heartbeat", [0, 120], ids=["disabled", "above-offered"])
 def test_the_heartbeat_is_the_clients_value(connect: Connect, target: Target, admin: AdminAdapter,
@@ -283,6 +288,7 @@ def test_a_heartbeat_on_a_channel_is_505(connect: Connect, target: Target) -> No
     assert outcome(closed.value) == ("connection", expected, 0, 0)
 
 
+@pytest.mark.long_wait(3)  # two to three 1 s heartbeat intervals
 @pytest.mark.slow
 @pytest.mark.rules("HB-01")
 def test_a_silent_client_is_dropped_after_two_to_three_intervals(connect: Connect, target: Target) -> None:

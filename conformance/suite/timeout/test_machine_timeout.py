@@ -233,12 +233,15 @@ def admin_can_put_policy(admin: RestoringAdmin) -> bool:
     return True
 
 
+@pytest.mark.broker_wide
 @pytest.mark.rules("TMO-03", "TMO-4.3-2", "TMO-4.3-3", "TMO-4.3-4", "TMO-4.3-5")
 def test_timeout_precedence_and_reactions_match_the_model(target: Target, admin: RestoringAdmin,
                                                           request: pytest.FixtureRequest) -> None:
     if target.profile.name != PROFILE:
         not_applicable(f"the timeout machine models the 4.3 rules, not {target.profile.name}")
     can_global = can_set_global(admin)
+    if can_global:
+        admin.claim_broker_wide()  # its examples set the global value: alone from the start, before any delivery
     original = admin.get_global("consumer_timeout") if can_global else None
     if original is not None and original <= 10 * TimeoutWire.SETTLE_SECONDS * 1000:
         set_global(admin, LONG)  # a global as short as a step would time out the LONG level: raised for this test,

@@ -86,6 +86,7 @@ def test_global_default_is_30_minutes(target: Target, admin: RestoringAdmin) -> 
                        f"({model.DEFAULT_CONSUMER_TIMEOUT} ms) cannot be observed")
 
 
+@pytest.mark.broker_wide
 @pytest.mark.rules("TMO-01")
 def test_the_global_value_is_used_when_nothing_else_is_set(connect: Connect, names: Names, target: Target,
                                                            admin: RestoringAdmin) -> None:
@@ -108,6 +109,7 @@ def test_the_global_value_is_used_when_nothing_else_is_set(connect: Connect, nam
     await_reaction(client, ch, expected_reaction(target, value), detection_deadline(target, value), start)
 
 
+@pytest.mark.broker_wide
 @pytest.mark.rules("TMO-01")
 def test_no_timeout_within_seconds_by_default(connect: Connect, names: Names, target: Target,
                                               admin: RestoringAdmin) -> None:
@@ -126,6 +128,7 @@ def test_no_timeout_within_seconds_by_default(connect: Connect, names: Names, ta
     assert [queue_counts(client, ch, q)[0] for q in queues] == [0, 0]
 
 
+@pytest.mark.broker_wide
 @pytest.mark.slow
 @pytest.mark.rules("TMO-01")
 def test_undefined_global_disables_timeouts_before_4_3(connect: Connect, names: Names, target: Target,
@@ -143,6 +146,7 @@ def test_undefined_global_disables_timeouts_before_4_3(connect: Connect, names: 
     assert ready(client, ch, queue) == 0
 
 
+@pytest.mark.broker_wide
 # -- TMO-02: the channel tick (≤4.2) -----------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.rules("TMO-02")
@@ -195,6 +199,7 @@ PRECEDENCE = {
 }
 
 
+@pytest.mark.broker_wide
 @pytest.mark.rules("TMO-03")
 @pytest.mark.parametrize("case", list(PRECEDENCE))
 def test_which_timeout_value_wins(connect: Connect, names: Names, target: Target, admin: RestoringAdmin,
@@ -274,6 +279,7 @@ def test_timeout_arguments_are_validated(connect: Connect, names: Names, target:
         assert "of queue type" in closed.text, closed.text
 
 
+@pytest.mark.broker_wide
 @pytest.mark.rules("TMO-04")
 def test_zero_is_an_immediate_timeout(connect: Connect, names: Names, target: Target,
                                       admin: RestoringAdmin) -> None:

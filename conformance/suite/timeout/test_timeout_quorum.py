@@ -60,6 +60,7 @@ from conformance.suite.steps.wire import sync
 CAPABLE = model.Reaction(model.CANCEL)
 
 
+@pytest.mark.broker_wide
 # -- TMO-4.3-1: only quorum queues time out ------------------------------------------------------
 @pytest.mark.rules("TMO-4.3-1")
 @pytest.mark.parametrize("kind", [CLASSIC, STREAM])
@@ -126,6 +127,7 @@ def test_timeout_returns_the_message_first_and_pauses_the_consumer(connect: Conn
     assert got[0].headers.get("x-delivery-count", 0) == 0, f"delivery count incremented: {got[0].headers}"
 
 
+@pytest.mark.long_wait(12)  # two deadlines a detection margin apart, then a quiet window
 @pytest.mark.rules("TMO-4.3-2")
 def test_partial_timeout_returns_only_expired_deliveries(connect: Connect, names: Names, target: Target) -> None:
     """m1 and m2 reach the same consumer half a timeout apart: at m1's deadline only m1 goes
@@ -242,6 +244,7 @@ def test_consumer_stays_registered_after_the_broker_cancel(connect: Connect, nam
         sync(client, ch)
 
 
+@pytest.mark.long_wait(2)  # a timeout, then a late settle
 # -- TMO-4.3-5: a late ack is accepted --------------------------------------------------------------
 @pytest.mark.rules("TMO-4.3-5")
 @pytest.mark.parametrize("kind", ["ack", "reject"])

@@ -98,6 +98,7 @@ def test_sac_timed_out_active_consumer_hands_over(connect: Connect, names: Names
     assert_quiet(client, first, quiet_window(target))
 
 
+@pytest.mark.long_wait(2)  # two consumers time out one after the other
 @pytest.mark.rules("TMO-4.3-7", "TMO-4.3-2")
 def test_sac_stalls_once_every_consumer_timed_out(connect: Connect, names: Names, target: Target) -> None:
     """With every consumer timed out a SAC quorum queue stops dispatching (expected, per the

@@ -52,6 +52,8 @@ from conformance.suite.steps.timeouts import (
     require_legacy,
 )
 
+pytestmark = pytest.mark.broker_wide  # every test sets the channel tick (≤4.2), a broker-wide setting
+
 UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
 
 
