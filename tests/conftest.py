@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 STRICT_ENV = "AMQPC_STRICT"
-# `amqp-conformance run` against the embedded broker defaults to several pytest-xdist workers
+# `amqp-conformance run` defaults to several pytest-xdist workers against any broker
 # (conformance.gate.options.default_jobs); the project's tests run it serially, as before, unless a
 # test passes --jobs: `make test` already runs five workers of its own.
 os.environ.setdefault("AMQPC_JOBS", "1")

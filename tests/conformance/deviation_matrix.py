@@ -160,16 +160,16 @@ def _parser() -> argparse.ArgumentParser:
                              "the machines alone keep theirs (default 60 s)")
     parser.add_argument("--jobs", type=int, default=embedded_jobs(),
                         help="pytest-xdist workers per suite run and control run, as `amqp-conformance run --jobs` "
-                             "(default: as many as `amqp-conformance run` gives the embedded reference broker, "
-                             f"{embedded_jobs()} here; 1: one process, as against a broker named by --broker-url)")
+                             "(default: as many as `amqp-conformance run` gives a broker by default, "
+                             f"{embedded_jobs()} here; 1: one process)")
     parser.add_argument("--no-suite", action="store_true", help="only the machines alone")
     parser.add_argument("--no-machines-alone", action="store_true", help="only the suite runs")
     return parser
 
 
 def embedded_jobs() -> int:
-    """The workers `amqp-conformance run` gives the embedded reference broker (the broker behind the
-    proxy here) when --jobs is not given (`conformance.gate.options.default_jobs`)."""
+    """The workers `amqp-conformance run` gives a broker (here the one behind the proxy) when --jobs
+    is not given (`conformance.gate.options.default_jobs`)."""
     chosen = default_jobs(None)
     return (os.cpu_count() or 1) if chosen == "auto" else int(chosen)
 
