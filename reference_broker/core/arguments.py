@@ -1,6 +1,7 @@
 """Queue argument checks as rabbit_amqqueue makes them (check_int_arg, check_non_neg_int_arg,
-check_max_priority_arg): 406 PRECONDITION_FAILED "invalid arg '<arg>' for <queue>: <reason>",
-the reason printed as RabbitMQ prints its Erlang term.
+check_max_priority_arg, check_message_ttl_arg): 406 PRECONDITION_FAILED "invalid arg '<arg>' for
+<queue>: <reason>", the reason printed as RabbitMQ prints its Erlang term; and the per-message
+`expiration` property as rabbit_basic:parse_expiration reads it (TTL-01).
 """
 
 from __future__ import annotations
@@ -48,3 +49,40 @@ def check_non_negative_int(arg: str, what: str, value: Any, maximum: int | None 
         raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: {{value_negative,{value}}}")
     if maximum is not None and value > maximum:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: {{max_value_exceeded,{value}}}")
+
+
+def check_message_ttl(arg: str, what: str, value: Any) -> None:
+    """x-message-ttl (TTL-02): an integer from 0 to ten years in ms (check_message_ttl_arg:
+    check_int_arg, then rabbit_misc:check_expiry)."""
+    if not is_int(value):
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: "
+                   f'"expected integer, got {field_type(value)}"')
+    reason = "value_negative" if value < 0 else "value_too_large" if value > MAX_EXPIRY_MS else None
+    if reason:
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: {{{reason},{value}}}")
+
+
+def parse_expiration(text: str) -> int:
+    """A message's `expiration` in ms, as rabbit_basic:parse_expiration reads it (TTL-01):
+    string:to_integer (an optional sign, then decimal digits, nothing before them), all of the
+    string, then check_expiry; else 406 "invalid expiration '<text>': <reason>"."""
+    sign = 1 if len(text) > 0 and text[0] in "+-" else 0
+    digits = len(text[sign:]) - len(text[sign:].lstrip("0123456789"))
+    if digits == 0:
+        reason = "no_integer"
+    elif sign + digits < len(text):
+        reason = f"{{leftover_string,{erlang_string(text[sign + digits:])}}}"
+    else:
+        value = int(text)
+        if 0 <= value <= MAX_EXPIRY_MS:
+            return value
+        reason = f"{{{'value_negative' if value < 0 else 'value_too_large'},{value}}}"
+    raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}': {reason}")
+
+
+def erlang_string(text: str) -> str:
+    """How ~p prints a list of character codes: a quoted string when every code is printable
+    (io_lib:printable_list; here printable ASCII, with \\ and \" escaped), else the list."""
+    if all(32 <= ord(c) < 127 for c in text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "[" + ",".join(str(b) for b in text.encode()) + "]"

@@ -24,7 +24,7 @@ from codec import (
 from reference_broker.core import cluster, durability, lease, permissions, streams, texts, timeouts
 from reference_broker.core.arguments import field_type, is_int
 from reference_broker.core.broker_state import BrokerState, Meta
-from reference_broker.core.delivery import after_consumer_change, checkout, dead_letter, dispatch
+from reference_broker.core.delivery import after_consumer_change, checkout, dead_letter, dispatch, expire_head
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.errors import hard, soft
 from reference_broker.core.publish import REPLY_TO
@@ -155,7 +155,7 @@ def basic_get(core: BrokerState, meta: Meta, ch: Channel, m: BasicGet,
             unacked = ch.unacked[tag] = Unacked(tag, queue.name, message, None, meta.now_ms)
             queue.checked_out += 1
             effects += timeouts.arm(core, meta, queue, ch, unacked, timeouts.get_timeout(core, queue))
-        return effects
+        return effects + expire_head(core, meta, queue)  # TTL-03: after a fetch
     return [*effects, Send(ch.conn, ch.number, BasicGetEmpty())]
 
 

@@ -30,7 +30,16 @@ from reference_broker.core.effects import Effect, Send, StartTimer
 from reference_broker.core.errors import soft
 from reference_broker.core.routing import binding_matches
 from reference_broker.core.settings import delivery_limit, message_ttl, queue_setting
-from reference_broker.core.state import QUORUM, STREAM, Consumer, Exchange, Message, Queue, Unacked, VHost
+from reference_broker.core.state import (
+    QUORUM,
+    STREAM,
+    Consumer,
+    Exchange,
+    Message,
+    Queue,
+    Unacked,
+    VHost,
+)
 
 DISPATCH_BATCH = 512
 
@@ -125,8 +134,33 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
         durability.remember(core, queue, message)
         if core.rules.publish_renews_lease():  # QUEUE-08: not RabbitMQ's (a fault's)
             effects += lease.touch(core, meta, queue)
+        message.arriving = True  # TTL-05: attempt_delivery comes before any expiry
         effects += dispatch(core, meta, queue)
+        message.arriving = False
+        expired = message.expires_at is not None and message.expires_at <= meta.now_ms  # a TTL of 0
+        if core.rules.expired_dropped_on_arrival() or not expired or message is not queue.head():
+            effects += expire_head(core, meta, queue)
     return effects, accepted
+
+
+def expire_head(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
+    """TTL-03, TTL-05: the messages at the head whose TTL has passed go (dead-lettered, or dropped),
+    and the queue's TTL timer is armed for the new head's expiry, as RabbitMQ drops expired
+    messages only at the head: on publish, after a fetch, on its timer (rabbit_amqqueue_process
+    drop_expired_msgs and ensure_ttl_timer; rabbit_fifo expire_msgs and its timer effect)."""
+    if queue.kind == STREAM:
+        return []
+    effects: list[Effect] = []
+    while ((head := queue.head()) is not None and head.expires_at is not None and head.expires_at <= meta.now_ms
+           and not head.arriving):
+        queue.pop()
+        durability.forget(core, head)
+        effects += dead_letter(core, meta, queue, head, "expired")
+    due = head.expires_at if head is not None and not head.arriving else None  # an arriving one: after its delivery attempt
+    if due is not None and due != queue.ttl_timer_at and core.rules.ttl_timer():
+        queue.ttl_timer_at = due
+        effects.append(StartTimer(("ttl", queue.vhost, queue.name), due))
+    return effects
 
 
 def _admit(core: BrokerState, queue: Queue) -> tuple[bool, list[Message]]:
@@ -175,6 +209,8 @@ def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Messag
         limit = delivery_limit(core, queue)
         if limit is not None and message.delivery_count > limit:
             return dead_letter(core, meta, queue, message, "delivery_limit")
+    if not core.rules.returned_keeps_expiry() and message.expires_at is not None:  # TTL-04 (a fault's)
+        message.expires_at = meta.now_ms + (message_ttl(core, queue, message.properties) or 0)
     core.rules.put_back(queue, message)
     return []
 
@@ -199,10 +235,11 @@ def dispatch(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
         message = queue.pop()
         if message is None:
             break
-        if message.expires_at is not None and message.expires_at <= meta.now_ms:
+        if message.expires_at is not None and message.expires_at <= meta.now_ms and not message.arriving:
             effects += dead_letter(core, meta, queue, message, "expired")
             continue
         effects += deliver(core, meta, consumer, queue, message)
+    effects += expire_head(core, meta, queue)  # TTL-03: after a fetch
     return effects + core.rules.timer_after_command(queue, meta.now_ms)  # TMO-4.3-2 (a fault's hook)
 
 

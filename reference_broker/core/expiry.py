@@ -20,7 +20,7 @@ from codec import AmqpError, BasicCancel, ReplyCode
 from reference_broker.core import lease, texts, timeouts
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.channels import fail
-from reference_broker.core.delivery import delete_queue, dispatch, return_to_queue
+from reference_broker.core.delivery import delete_queue, dispatch, expire_head, return_to_queue
 from reference_broker.core.effects import Effect, Send, StartTimer
 from reference_broker.core.state import Channel, Queue
 
@@ -99,3 +99,12 @@ def on_lease_timer(core: BrokerState, meta: Meta, key: tuple[object, ...]) -> li
     """QUEUE-08: a queue unused for its x-expires is deleted (lease.py)."""
     queue = lease.expired(core, meta, key)
     return [] if queue is None else delete_queue(core, meta, queue)
+
+
+def on_ttl_timer(core: BrokerState, meta: Meta, key: tuple[object, ...]) -> list[Effect]:
+    """TTL-03: the head's TTL passed: expired messages at the head go, the timer is armed again."""
+    queue = core.find_queue(str(key[1]), str(key[2]))
+    if queue is None:
+        return []
+    queue.ttl_timer_at = None
+    return expire_head(core, meta, queue)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from codec import BasicAck, BasicDeliver, BasicProperties, BasicPublish, BasicReturn, ReplyCode
 from reference_broker.core import cluster, durability, permissions, texts
+from reference_broker.core.arguments import parse_expiration
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import route_and_enqueue, sender_routes
 from reference_broker.core.effects import Effect, Send
@@ -40,6 +41,10 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
     if props.user_id is not None and props.user_id != user and core.rules.user_id_checked():  # MSG-02: rabbit_channel check_user_id_header
         raise soft(ReplyCode.PRECONDITION_FAILED,
                    f"user_id property set to '{props.user_id}' but authenticated user was '{user}'")
+    if props.expiration is not None and core.rules.expiration_checked():  # TTL-01: check_expiration_header
+        ttl = parse_expiration(props.expiration)
+        if core.config.timeout_mode != "legacy":  # TTL-01: 4.x delivers the number read (mc_amqpl)
+            props = props._replace(expiration=str(ttl))
     sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
     if ch.tx:
         ch.tx_publishes.append(PendingPublish(m.exchange, m.routing_key, m.mandatory, props, body))

@@ -39,7 +39,12 @@ from codec import (
 )
 from codec.fields import rabbitmq_equivalent
 from reference_broker.core import cluster, durability, lease, permissions, streams, texts, timeouts
-from reference_broker.core.arguments import MAX_SUPPORTED_PRIORITY, check_expires, check_non_negative_int
+from reference_broker.core.arguments import (
+    MAX_SUPPORTED_PRIORITY,
+    check_expires,
+    check_message_ttl,
+    check_non_negative_int,
+)
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import delete_queue, maybe_auto_delete_exchange
 from reference_broker.core.effects import Effect, Send
@@ -50,6 +55,7 @@ from reference_broker.core.state import CLASSIC, QUORUM, STREAM, Binding, Channe
 DEFAULT_EXCHANGE_REFUSED = "operation not permitted on the default exchange"
 # QUEUE-02: the arguments compared on redeclaration, in RabbitMQ's order (rabbit_classic_queue
 # capabilities queue_arguments, v3.10.8 to v4.3.5; x-delivery-limit is a quorum queue's)
+MESSAGE_TTL = "x-message-ttl"
 EQUIVALENCE_ARGS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
                     "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
                     "x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
@@ -261,6 +267,8 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
             kind = _queue_kind(v, m._replace(queue=name))
             if (expires := m.arguments.get("x-expires")) is not None and core.rules.expires_checked():  # QUEUE-07
                 check_expires("x-expires", texts.q(name, v.name), expires)
+            if (ttl := m.arguments.get(MESSAGE_TTL)) is not None and kind != STREAM and core.rules.message_ttl_checked():
+                check_message_ttl(MESSAGE_TTL, texts.q(name, v.name), ttl)  # TTL-02 (streams refuse it whole)
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
             version = m.arguments.get(QUEUE_VERSION)  # DCL-03 (live 4.3.6); legacy mode: 3.x accepts 1
             if kind == CLASSIC and version not in (None, 2) and core.config.timeout_mode != "legacy":

@@ -124,6 +124,7 @@ TIMERS: dict[str, TimerHandler] = {
     "qtimeout": expiry.on_queue_timer,  # 4.3 quorum consumer timeouts
     "tick": expiry.on_tick,  # legacy channel tick
     "lease": expiry.on_lease_timer,  # x-expires (QUEUE-08)
+    "ttl": expiry.on_ttl_timer,  # a head's message TTL (TTL-03)
 }
 
 

@@ -133,6 +133,10 @@ def _answered(_method: Any) -> bool:
     return True  # every method the broker implements gets its reply (or a 540 for one it does not)
 
 
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
 def _true() -> bool:
     return True
 
@@ -207,6 +211,13 @@ class Rules:
     consumers_rotate: Callable[[], bool] = _true  # QUEUE-13: the consumer served goes to the back
     bcc_removed: Callable[[], bool] = _true  # ROUTE-13
     user_id_checked: Callable[[], bool] = _true  # MSG-02
+    # -- message TTL (TTL-*) ------------------------------------------------------------------
+    expiration_checked: Callable[[], bool] = _true  # TTL-01
+    message_ttl_checked: Callable[[], bool] = _true  # TTL-02
+    expired_dropped_on_arrival: Callable[[], bool] = _true  # TTL-05: a TTL-0 message nobody took is gone at once
+    ttl_timer: Callable[[], bool] = _true  # TTL-03: the head's expiry is timed, not left to the next fetch
+    ttl_combined: Callable[[int | None, int | None], int | None] = _lower  # TTL-03: (queue's, message's) -> the TTL
+    returned_keeps_expiry: Callable[[], bool] = _true  # TTL-04: a returned message keeps its enqueue's expiry
     stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
     queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
     answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok

@@ -8,10 +8,12 @@ expiration; the quorum delivery limit is the lower of argument and policy (RQ-06
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
-from codec import BasicProperties
+from codec import AmqpError, BasicProperties
+from reference_broker.core.arguments import parse_expiration
 from reference_broker.core.broker_state import BrokerState
 from reference_broker.core.state import Queue
 
@@ -70,10 +72,10 @@ def delivery_limit(core: BrokerState, queue: Queue) -> int | None:
 
 
 def message_ttl(core: BrokerState, queue: Queue, properties: BasicProperties) -> int | None:
-    ttls = []
+    """TTL-03: the lower of the queue's x-message-ttl (or policy) and the message's expiration."""
     queue_ttl = queue_setting(core, queue, "message-ttl")
-    if isinstance(queue_ttl, int) and queue_ttl >= 0:
-        ttls.append(queue_ttl)
-    if properties.expiration is not None and properties.expiration.isdigit():
-        ttls.append(int(properties.expiration))
-    return min(ttls) if ttls else None
+    own = None
+    if properties.expiration is not None:
+        with contextlib.suppress(AmqpError):  # unchecked only under the expiration_unchecked fault
+            own = parse_expiration(properties.expiration)
+    return core.rules.ttl_combined(queue_ttl if isinstance(queue_ttl, int) and queue_ttl >= 0 else None, own)

@@ -45,6 +45,7 @@ class Message:
     store_id: int = 0  # its row in the durable store (0: not stored), durability.py
     level: int = 0  # the priority level it waits at in its queue (PRI-01, PRI-02)
     written_at: int = 0  # ms (monotonic) it was appended to a stream's log
+    arriving: bool = False  # being published: a consumer with room takes it whatever its TTL (TTL-05)
 
     def copy_for_queue(self) -> Message:
         return Message(self.exchange, self.routing_key, self.properties, self.body)
@@ -104,6 +105,12 @@ class Lane:
             return heapq.heappop(self.heap)[1]
         return self.fresh.popleft() if self.fresh else None
 
+    def peek(self) -> Message | None:
+        """What `pop` would return, left in place."""
+        if self.heap and (not self.fresh or self.heap[0][0] < self.fresh[0].seq):
+            return self.heap[0][1]
+        return self.fresh[0] if self.fresh else None
+
     def remove(self, message: Message) -> bool:
         if message in self.fresh:
             self.fresh.remove(message)
@@ -138,6 +145,7 @@ class Queue:
     ready_bytes: int = 0  # body octets of ready messages (the memory alarm's measure)
     deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms
     timer_at: int | None = None  # when the queue's timeout timer is armed for
+    ttl_timer_at: int | None = None  # when its head's TTL timer is armed for (TTL-03)
     log: list[Message] = field(default_factory=list)  # stream queues: every message, by offset
     node: int = 1  # cluster (core/cluster.py): a classic queue's node, a quorum queue's leader
     members: tuple[int, ...] = ()  # cluster: a quorum queue's member nodes
@@ -203,6 +211,16 @@ class Queue:
             return self._returns.popleft()
         for level in self._levels:
             message = self._lanes[level].pop()
+            if message is not None:
+                return message
+        return None
+
+    def head(self) -> Message | None:
+        """What `pop` would return, left in place (the message TTL-03 expires first)."""
+        if self.kind == QUORUM and self._returns:
+            return self._returns[0]
+        for level in self._levels:
+            message = self._lanes[level].peek()
             if message is not None:
                 return message
         return None

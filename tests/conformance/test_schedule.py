@@ -108,7 +108,6 @@ def _hold(directory: str, upgrade_after: float, log: Any, name: str, reading: An
     lock.close()
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="flock needs a POSIX system")
 def test_an_upgraded_hold_runs_alone_and_two_upgrades_do_not_deadlock(tmp_path: Path) -> None:
     """Two tests upgrade while a third holds a shared lock for a while: each upgraded part starts
     after every other holder let go, and all three end (a deadlock would hit the join timeout)."""

@@ -13,6 +13,7 @@ Rules:
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -100,10 +101,16 @@ def methods(classes: Sequence[type]) -> st.SearchStrategy[Method]:
 def no_reply_to(p: BasicProperties) -> bool:
     """Properties a publish may carry without a rule of its own refusing or diverting it: not direct
     reply-to (ROUTE-14), no user-id but the connection's (MSG-02), no CC or BCC that is not an array
-    (ROUTE-13)."""
+    (ROUTE-13), no expiration but a number of ms up to ten years (TTL-01)."""
     headers = p.headers or {}
     return (p.reply_to != "amq.rabbitmq.reply-to" and p.user_id in (None, "guest")
-            and all(isinstance(headers[k], list) for k in ("CC", "BCC") if k in headers))
+            and all(isinstance(headers[k], list) for k in ("CC", "BCC") if k in headers)
+            and (p.expiration is None or valid_expiration(p.expiration)))
+
+
+def valid_expiration(text: str) -> bool:
+    """TTL-01: Erlang's string:to_integer over the whole string, from 0 to ten years in ms."""
+    return re.fullmatch(r"[+-]?[0-9]+", text) is not None and 0 <= int(text) <= 315_360_000_000
 
 
 def wire(draw: Any, ch: int, m: Method, limit: int) -> tuple[bytes, ...]:
