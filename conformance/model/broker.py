@@ -60,8 +60,9 @@ class BrokerModel:
         self.state.channels[ch] = ChannelState(ch, connection)
 
     def close_channel(self, ch: ChannelKey) -> None:
-        """Client channel.close (RQ-03, PC-13)."""
-        settlement.close_channel(self.state, ch)
+        """Client channel.close (RQ-03, PC-13): the machines drain the channel first, so nothing
+        is in flight behind it."""
+        settlement.close_channel(self.state, ch, by_broker=False)
 
     def is_open(self, ch: ChannelKey) -> bool:
         return ch in self.state.channels

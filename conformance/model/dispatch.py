@@ -71,9 +71,16 @@ def allowed_deliveries(state: BrokerState, key: ChannelKey) -> frozenset[Deliver
     for consumer in eligible(state, channel, with_grace=True):
         queue = state.queues[consumer.queue]
         for message in queue.ready.candidates():
-            allowed.add(Deliver(consumer.tag, channel.next_tag, queue.redelivered(message, on_return_only),
-                                message.body))
+            for flag in flags(queue, message, on_return_only):
+                allowed.add(Deliver(consumer.tag, channel.next_tag, flag, message.body))
     return frozenset(allowed)
+
+
+def flags(queue: QueueState, message: Message, on_return_only: bool) -> tuple[bool, ...]:
+    """RQ-04: the redelivered flags `message` may carry when taken now: both for one the broker may
+    have sent behind a channel.close it raised (settlement.maybe_sent_behind_close)."""
+    flag = queue.redelivered(message, on_return_only)
+    return (flag, True) if message.maybe_sent and not flag else (flag,)
 
 
 def _broken_rule(state: BrokerState, key: ChannelKey, delivery: Deliver, allowed: frozenset[Deliver]) -> str:
@@ -158,8 +165,8 @@ def get_outcomes(state: BrokerState, key: ChannelKey, queue_name: str) -> frozen
     if not len(queue.ready):
         return frozenset({GetEmpty()})
     on_return_only = state.traits.quorum_redelivered_on_return
-    return frozenset(GetOk(channel.next_tag, queue.redelivered(m, on_return_only), m.body)
-                     for m in queue.ready.candidates())
+    return frozenset(GetOk(channel.next_tag, flag, m.body)
+                     for m in queue.ready.candidates() for flag in flags(queue, m, on_return_only))
 
 
 def commit_get(state: BrokerState, key: ChannelKey, queue_name: str, no_ack: bool, observed: GetOutcome) -> None:

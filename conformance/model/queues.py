@@ -45,6 +45,7 @@ class Message:
     returned: int = 0  # times requeued (delivery_count of quorum queues ≤3.13)
     failed_over: bool = False  # unacked when a node stop moved its quorum queue's leader (CLU-05), until taken again
     requeued_by: str = ""  # the method that last requeued it ("basic.recover", ...), for a failure's wording
+    maybe_sent: bool = False  # RQ-04: maybe sent behind a channel.close the broker raised (settlement.py)
 
     def __lt__(self, other: Message) -> bool:
         return self.seq < other.seq
@@ -104,6 +105,10 @@ class ClassicReady:
         # taking the head before any group: one landed behind it, which one does not matter
         self.first_landed = True
         self.messages.remove(message)
+
+    def in_order(self) -> list[Message]:
+        """Every ready message, the next to be served first (landing groups by position)."""
+        return sorted([*self.messages, *(m for g in self.landing for m in g)])
 
     def fresh_may_come(self) -> bool:
         """Whether a message never delivered (behind every requeued one) may come next."""
@@ -175,6 +180,10 @@ class QuorumReady:
         while self.landing:
             self._land_group(self.landing[0])
         self.batch = None
+
+    def in_order(self) -> list[Message]:
+        """Every ready message, the next to be served first (returns, then landing groups, then main)."""
+        return [*(m for b in self.returns for m in b), *(m for g in self.landing for m in g), *self.main]
 
     def candidates(self) -> tuple[Message, ...]:
         landing = {m for g in self.landing for m in g}

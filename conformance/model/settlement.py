@@ -103,24 +103,44 @@ def recover(state: BrokerState, key: ChannelKey, requeue_them: bool = True, asyn
     return OK
 
 
-def close_channel(state: BrokerState, key: ChannelKey, requeue_unacked: bool = True) -> None:
+def close_channel(state: BrokerState, key: ChannelKey, requeue_unacked: bool = True, by_broker: bool = True) -> None:
     """The channel is gone (RQ-03, PC-13); its key may be opened again as a new channel."""
     channel: ChannelState | None = state.channels.pop(key, None)
     if channel is None:
         return
+    if by_broker:
+        maybe_sent_behind_close(state, channel)
     if requeue_unacked:
         requeue(state, channel.unacked.values(), atomic=True)
     for table in (state.owed_cancels, state.maybe_cancels, state.limbo, state.grace, state.multiple_settles):
         table.pop(key, None)
 
 
-def close_connection(state: BrokerState, connection: Hashable) -> None:
+def maybe_sent_behind_close(state: BrokerState, channel: ChannelState) -> None:
+    """RQ-04 and a race: when the broker raises a channel.close, a queue may already have handed the
+    channel's consumers deliveries that the client never sees (RabbitMQ writes such a basic.deliver
+    behind the channel.close, seen on 4.3.6 under load); back in the queue, such a message is
+    redelivered. Which ones went is unknowable, so each consumer's free prefetch worth of its
+    queue's ready messages, from the next one served, may come back with either flag."""
+    for consumer in channel.consumers.values():
+        queue = state.queues.get(consumer.queue)
+        if consumer.no_ack or queue is None:
+            continue
+        room = consumer.prefetch - consumer.outstanding if consumer.prefetch else len(queue.ready)
+        for message in queue.ready.in_order()[:max(room, 0)]:
+            message.maybe_sent = True
+
+
+def close_connection(state: BrokerState, connection: Hashable, by_broker: bool = True) -> None:
     """RQ-03 for every channel of the connection. The channels end in an order the client
     cannot know, so per queue their deliveries come back as one group (no order among them).
     Not modelled: a no-ack consumer on a channel that ends later may take (and lose) what an
     earlier one requeued; the machines do not close a connection that has one."""
     channels = state.channels_of(connection)
+    if by_broker:
+        for channel in channels:
+            maybe_sent_behind_close(state, channel)
     requeue(state, [u for c in channels for u in c.unacked.values()], atomic=True)
     for channel in channels:
-        close_channel(state, channel.key, requeue_unacked=False)
+        close_channel(state, channel.key, requeue_unacked=False, by_broker=False)
     state.connections.pop(connection, None)

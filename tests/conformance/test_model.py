@@ -276,3 +276,27 @@ def test_reusing_a_live_tag_is_530_and_requeues_the_connection() -> None:
     assert m.consume(2, "q", "c1") == OK  # another channel: fine
     assert m.consume(1, "q", "c1") == ConnectionClosed(530, 60, 20)
     assert m.ready("q") == 1
+
+
+def test_a_delivery_maybe_sent_behind_a_broker_close_may_come_back_redelivered() -> None:
+    """RQ-04 under a race seen on RabbitMQ 4.3.6: the consumer (prefetch 2) acks m2, so m3 is due;
+    a second ack of the same tag closes the channel (406) and RabbitMQ may already have written m3's
+    basic.deliver behind the channel.close. Back in the queue m3 may carry either flag; m1, delivered
+    before, only redelivered=true. A client's own channel.close (drained first) leaves no doubt."""
+    for by_broker in (True, False):
+        m = model()
+        publish(m, "q", "m1", "m2", "m3")
+        m.qos(2, 2)
+        m.consume(2, "q", "c1")
+        assert [d.body for _, d in deliver_all(m)] == [b"m1", b"m2"]
+        assert m.ack(2, 2) == OK  # m3 is due to c1 now
+        if by_broker:
+            assert m.ack(2, 2) == ChannelClosed(406, 60, 80)  # ACK-04, then RQ-03
+        else:
+            m.close_channel(2)
+        m.consume(1, "q", "c2", no_ack=True)
+        first = sorted(m.deliveries(1), key=repr)
+        assert first == [Deliver("c2", 1, True, b"m1")]
+        m.deliver(1, first[0])
+        flags = sorted(d.redelivered for d in m.deliveries(1))
+        assert flags == ([False, True] if by_broker else [False])
