@@ -101,6 +101,7 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.core = BrokerCore(config)
+        self.core.clock_offset_ms = int(time.time() * 1000) - now_ms()  # the wall clock, for x-death times
         self.clients: dict[int, _ClientProtocol] = {}
         self.timers: dict[tuple[object, ...], asyncio.TimerHandle] = {}
         self._next_conn = 0

@@ -55,6 +55,7 @@ class BrokerState:
     defs_dirty: bool = False  # durable definitions may have changed since the last flush
     awaiting_store: dict[tuple[int, int], Channel] = field(default_factory=dict)  # confirms/commit-ok held
     cluster: Cluster | None = None  # several nodes (core/cluster.py); None: a single node
+    clock_offset_ms: int = 0  # wall clock minus Meta.now_ms, set by the transport (x-death times, DLX-02)
 
     def __post_init__(self) -> None:
         if self.journal is None and self.config.data_dir:

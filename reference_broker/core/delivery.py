@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from codec import BasicCancel, BasicDeliver, BasicProperties, ReplyCode
+from codec.fields import timestamp_from_wire
 from reference_broker.core import cluster, durability, lease, streams, timeouts
 from reference_broker.core.arguments import field_type
 from reference_broker.core.broker_state import BrokerState, Meta
@@ -184,17 +185,39 @@ def dead_letter(core: BrokerState, meta: Meta, queue: Queue, message: Message, r
     dlx = queue_setting(core, queue, "dead-letter-exchange")
     if dlx is None:
         return []
-    rk = queue_setting(core, queue, "dead-letter-routing-key") or message.routing_key
+    dlrk = queue_setting(core, queue, "dead-letter-routing-key")
+    rk = core.rules.dead_letter_key(dlrk if isinstance(dlrk, str) else None, message.routing_key)  # DLX-01
     headers = dict(message.properties.headers or {})
-    death = {"count": 1, "reason": reason, "queue": queue.name, "time": meta.now_ms // 1000,
-             "exchange": message.exchange, "routing-keys": [message.routing_key]}
-    headers["x-death"] = [death, *list(headers.get("x-death") or [])]
+    headers["x-death"] = _deaths(core, meta, queue, message, reason, headers.get("x-death"))
     headers.setdefault("x-first-death-reason", reason)
     headers.setdefault("x-first-death-queue", queue.name)
     headers.setdefault("x-first-death-exchange", message.exchange)
-    props = message.properties._replace(headers=headers, expiration=None)
-    effects, _ok = route_and_enqueue(core, meta, queue.vhost, str(dlx), str(rk), props, message.body)
+    if core.config.timeout_mode != "legacy" and core.rules.last_death_headers():  # DLX-02: from 3.13
+        headers.update({"x-last-death-reason": reason, "x-last-death-queue": queue.name,
+                        "x-last-death-exchange": message.exchange})
+    expiration = None if core.rules.dead_letter_strips_expiration() else message.properties.expiration  # DLX-02
+    props = message.properties._replace(headers=headers, expiration=expiration)
+    effects, _ok = route_and_enqueue(core, meta, queue.vhost, str(dlx), rk, props, message.body)
     return effects
+
+
+def _deaths(core: BrokerState, meta: Meta, queue: Queue, message: Message, reason: str, before: Any) -> list[Any]:
+    """DLX-02: the x-death entries, newest first: one per (queue, reason), whose count grows when the
+    message dies there again for the same reason (moved to the front); a new one records the time
+    (a timestamp, seconds), the exchange and routing key the message was published with, and its
+    expiration as original-expiration (rabbit_dead_letter)."""
+    deaths = [d for d in before if isinstance(d, dict)] if isinstance(before, list) else []
+    same = next((d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None)
+    if same is not None and core.rules.deaths_merged():
+        deaths.remove(same)
+        count = same.get("count")
+        return [{**same, "count": (count if isinstance(count, int) else 0) + 1}, *deaths]
+    death: dict[str, Any] = {"count": 1, "reason": reason, "queue": queue.name,
+                             "time": timestamp_from_wire((meta.now_ms + core.clock_offset_ms) // 1000),
+                             "exchange": message.exchange, "routing-keys": [message.routing_key]}
+    if message.properties.expiration is not None:
+        death["original-expiration"] = message.properties.expiration
+    return [death, *deaths]
 
 
 def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Message, failed: bool) -> list[Effect]:

@@ -218,6 +218,11 @@ class Rules:
     ttl_timer: Callable[[], bool] = _true  # TTL-03: the head's expiry is timed, not left to the next fetch
     ttl_combined: Callable[[int | None, int | None], int | None] = _lower  # TTL-03: (queue's, message's) -> the TTL
     returned_keeps_expiry: Callable[[], bool] = _true  # TTL-04: a returned message keeps its enqueue's expiry
+    # -- dead-lettering (DLX-*) -----------------------------------------------------------
+    deaths_merged: Callable[[], bool] = _true  # DLX-02: one x-death entry per (queue, reason), counted
+    last_death_headers: Callable[[], bool] = _true  # DLX-02: x-last-death-* (4.x)
+    dead_letter_key: Callable[[str | None, str], str] = lambda dlrk, key: key if dlrk is None else dlrk  # DLX-01
+    dead_letter_strips_expiration: Callable[[], bool] = _true  # DLX-02
     stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
     queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
     answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok
