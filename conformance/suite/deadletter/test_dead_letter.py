@@ -76,6 +76,20 @@ def source(client: RawClient, ch: int, names: Names, kind: str, arguments: dict[
     return declare(client, ch, names.queue(f"src-{kind}"), kind, arguments)
 
 
+def dead_lettered(connect: Connect, names: Names, target: Target, kind: str, how: str,
+                  properties: BasicProperties) -> tuple[str, str, Command | None]:
+    """A `kind` queue dead-lettering through '' to a classic queue by x-dead-letter-routing-key; one
+    message published to it (`properties`) and made to die `how`: (source, target, what landed)."""
+    require_kind(target.profile, kind)
+    client = connect()
+    ch = client.channel()
+    dlq = declare(client, ch, names.queue("dlq"))
+    src = source(client, ch, names, kind, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    Publisher(client).publish(src, [b"m"], properties)
+    die(client, ch, src, how)
+    return src, dlq, landed(client, ch, dlq, prompt(client) + 0.1)
+
+
 def expect_reason(how: str) -> str:
     return "expired" if how == "expired" else "rejected"
 
@@ -85,14 +99,7 @@ def expect_reason(how: str) -> str:
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_dead_letter_routing_key_routes_it(connect: Connect, names: Names, target: Target, kind: str,
                                               how: str) -> None:
-    require_kind(target.profile, kind)
-    client = connect()
-    ch = client.channel()
-    dlq = declare(client, ch, names.queue("dlq"))
-    src = source(client, ch, names, kind, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
-    Publisher(client).publish(src, [b"m"], BasicProperties(expiration="100"))
-    die(client, ch, src, how)
-    got = landed(client, ch, dlq, prompt(client) + 0.1)
+    _src, dlq, got = dead_lettered(connect, names, target, kind, how, BasicProperties(expiration="100"))
     assert got is not None, (f"DLX-01: a message {expect_reason(how)} from a {kind} queue with x-dead-letter-exchange "
                              f"'' and x-dead-letter-routing-key {dlq!r} goes to {dlq!r}; nothing arrived there")
     assert (got.body, get_ok(got).exchange, get_ok(got).routing_key) == (b"m", "", dlq), (
@@ -126,14 +133,8 @@ def test_without_a_dead_letter_routing_key_its_own_key_routes_it(connect: Connec
 @pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("kind", KINDS)
 def test_x_death_records_the_death(connect: Connect, names: Names, target: Target, kind: str, how: str) -> None:
-    require_kind(target.profile, kind)
-    client = connect()
-    ch = client.channel()
-    dlq = declare(client, ch, names.queue("dlq"))
-    src = source(client, ch, names, kind, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
-    Publisher(client).publish(src, [b"m"], BasicProperties(expiration="100", headers={"app": "kept"}))
-    die(client, ch, src, how)
-    got = landed(client, ch, dlq, prompt(client) + 0.1)
+    src, dlq, got = dead_lettered(connect, names, target, kind, how,
+                                  BasicProperties(expiration="100", headers={"app": "kept"}))
     assert got is not None, f"DLX-02: the dead-lettered message never reached {dlq!r} (DLX-01)"
     headers = headers_of(got)
     deaths = headers.get("x-death")
@@ -161,14 +162,7 @@ def test_x_death_records_the_death(connect: Connect, names: Names, target: Targe
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_dead_lettered_message_loses_its_expiration(connect: Connect, names: Names, target: Target,
                                                       kind: str) -> None:
-    require_kind(target.profile, kind)
-    client = connect()
-    ch = client.channel()
-    dlq = declare(client, ch, names.queue("dlq"))
-    src = source(client, ch, names, kind, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
-    Publisher(client).publish(src, [b"m"], BasicProperties(expiration="60000"))
-    die(client, ch, src, "reject")
-    reply = landed(client, ch, dlq, prompt(client) + 0.1)
+    _src, dlq, reply = dead_lettered(connect, names, target, kind, "reject", BasicProperties(expiration="60000"))
     assert reply is not None, f"DLX-02: the rejected message never reached {dlq!r} (DLX-01)"
     expiration = reply.properties.expiration if reply.properties else None
     assert expiration is None, (f"DLX-02: a dead-lettered message no longer carries its expiration (it is kept as "
