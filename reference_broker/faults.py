@@ -323,6 +323,9 @@ FAULTS: tuple[Fault, ...] = (
     Fault("dead_letter_keeps_expiration", "deadletter", "DLX-02",
           "a dead-lettered message keeps its expiration (and may expire again)",
           {"dead_letter_strips_expiration": _const(False)}),
+    Fault("dead_letter_args_unchecked", "deadletter", "DLX-03",
+          "any x-dead-letter-exchange and x-dead-letter-routing-key values are accepted",
+          {"dead_letter_args_checked": _const(False)}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

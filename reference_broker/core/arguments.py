@@ -86,3 +86,20 @@ def erlang_string(text: str) -> str:
     if all(32 <= ord(c) < 127 for c in text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return "[" + ",".join(str(b) for b in text.encode()) + "]"
+
+
+DLX, DLRK = "x-dead-letter-exchange", "x-dead-letter-routing-key"
+
+
+def check_dead_letter_args(arguments: dict[str, Any], what: str) -> None:
+    """DLX-03 (rabbit_amqqueue check_dlxname_arg, check_dlxrk_arg): the exchange a longstr, the
+    routing key a longstr and only beside an exchange; the exchange need not exist."""
+    dlx, dlrk = arguments.get(DLX), arguments.get(DLRK)
+    if dlx is not None and not isinstance(dlx, str):
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid type '{field_type(dlx)}' for arg '{DLX}' in {what}")
+    if dlrk is None:
+        return
+    if not isinstance(dlrk, str):
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{DLRK}' for {what}: {{unacceptable_type,{field_type(dlrk)}}}")
+    if dlx is None:
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{DLRK}' for {what}: routing_key_but_no_dlx_defined")

@@ -223,6 +223,7 @@ class Rules:
     last_death_headers: Callable[[], bool] = _true  # DLX-02: x-last-death-* (4.x)
     dead_letter_key: Callable[[str | None, str], str] = lambda dlrk, key: key if dlrk is None else dlrk  # DLX-01
     dead_letter_strips_expiration: Callable[[], bool] = _true  # DLX-02
+    dead_letter_args_checked: Callable[[], bool] = _true  # DLX-03
     stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
     queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
     answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok
