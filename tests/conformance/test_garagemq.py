@@ -46,6 +46,8 @@ SUBSET = " or ".join([
     "test_default_exchange_routes_by_queue_name", "test_topic_words_star_and_hash",  # routing
     "test_delete_and_if_unused",  # exchanges
     "test_server_named_queues_and_the_reserved_prefix",  # queues
+    "test_an_invalid_expiration_closes_the_channel",  # ttl
+    "test_invalid_dead_letter_arguments_are_refused",  # deadletter
     "test_cluster",  # cluster (the modules: needs-cluster, a single GarageMQ node)
 ])
 # Deviations this subset always shows (docs/garagemq.md): multiple=true above the highest tag is
