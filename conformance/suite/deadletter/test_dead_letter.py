@@ -61,9 +61,15 @@ def headers_of(reply: Command) -> dict[str, Any]:
     return dict((reply.properties.headers or {}) if reply.properties else {})
 
 
+def expiration(how: str) -> str:
+    """The message's expiration: 100 ms when it is to expire, else one it cannot reach within the
+    test, so a confirm or a basic.get delayed by a slow link never finds it expired already."""
+    return "100" if how == "expired" else "600000"
+
+
 def die(client: RawClient, ch: int, queue: str, how: str) -> None:
     """Make the (only) message of `queue` die: reject or nack it from a basic.get, or let it expire
-    (it was published with a 100 ms expiration)."""
+    (it was published with `expiration(how)`, 100 ms)."""
     if how == "expired":
         return
     got = get(client, ch, queue)
@@ -99,7 +105,7 @@ def expect_reason(how: str) -> str:
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_dead_letter_routing_key_routes_it(connect: Connect, names: Names, target: Target, kind: str,
                                               how: str) -> None:
-    _src, dlq, got = dead_lettered(connect, names, target, kind, how, BasicProperties(expiration="100"))
+    _src, dlq, got = dead_lettered(connect, names, target, kind, how, BasicProperties(expiration=expiration(how)))
     assert got is not None, (f"DLX-01: a message {expect_reason(how)} from a {kind} queue with x-dead-letter-exchange "
                              f"'' and x-dead-letter-routing-key {dlq!r} goes to {dlq!r}; nothing arrived there")
     assert (got.body, get_ok(got).exchange, get_ok(got).routing_key) == (b"m", "", dlq), (
@@ -134,7 +140,7 @@ def test_without_a_dead_letter_routing_key_its_own_key_routes_it(connect: Connec
 @pytest.mark.parametrize("kind", KINDS)
 def test_x_death_records_the_death(connect: Connect, names: Names, target: Target, kind: str, how: str) -> None:
     src, dlq, got = dead_lettered(connect, names, target, kind, how,
-                                  BasicProperties(expiration="100", headers={"app": "kept"}))
+                                  BasicProperties(expiration=expiration(how), headers={"app": "kept"}))
     assert got is not None, f"DLX-02: the dead-lettered message never reached {dlq!r} (DLX-01)"
     headers = headers_of(got)
     deaths = headers.get("x-death")
@@ -143,7 +149,7 @@ def test_x_death_records_the_death(connect: Connect, names: Names, target: Targe
         f"DLX-02: a message dead-lettered once carries x-death with one table; headers: {headers}")
     death = deaths[0]
     want = {"count": 1, "reason": reason, "queue": src, "exchange": "", "routing-keys": [src],
-            "original-expiration": "100"}
+            "original-expiration": expiration(how)}
     have = {k: death.get(k) for k in want}
     assert have == want, f"DLX-02: the x-death entry of a message {reason} from {src!r}: {death}"
     assert isinstance(death.get("time"), datetime.datetime), (
