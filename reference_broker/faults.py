@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from codec import AmqpError, BasicProperties, ReplyCode
-from reference_broker.core import texts, timeouts
+from reference_broker.core import deaths, texts, timeouts
 from reference_broker.core.effects import Effect
 from reference_broker.core.routing import headers_match, topic_matches
 from reference_broker.core.rules import Expired, Rules
@@ -326,6 +326,21 @@ FAULTS: tuple[Fault, ...] = (
     Fault("dead_letter_args_unchecked", "deadletter", "DLX-03",
           "any x-dead-letter-exchange and x-dead-letter-routing-key values are accepted",
           {"dead_letter_args_checked": _const(False)}),
+    Fault("dead_letter_cycle_kept", "deadletter", "DLX-04",
+          "a message expiring around a dead-letter cycle is dead-lettered again and again (no cycle detection)",
+          {"dead_letter_cycle": lambda _target, _deaths, _reason: False}),
+    Fault("dead_letter_cycle_rejections_ignored", "deadletter", "DLX-04",
+          "a dead-letter cycle is broken even when a consumer rejected the message inside it",
+          {"dead_letter_cycle": lambda target, deaths_, _reason: deaths.is_cycle(target, deaths_, False)}),
+    Fault("missing_dead_letter_exchange_kept", "deadletter", "DLX-05",
+          "a message whose dead-letter exchange does not exist stays in its queue (without its TTL)",
+          {"missing_dead_letter_kept": _const(True)}),
+    Fault("dead_letter_cc_ignored", "deadletter", "DLX-06",
+          "without a dead-letter routing key, a dead-lettered message is routed by its own key only (not CC or BCC)",
+          {"dead_letter_extra_keys": lambda _dlrk, _keys: ()}),
+    Fault("x_death_from_publisher", "deadletter", "DLX-07",
+          "from 3.13's behaviour on: an x-death header the publisher set is taken as the message's deaths",
+          {"publisher_deaths_read": _const(True)}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

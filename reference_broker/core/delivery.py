@@ -24,7 +24,7 @@ from typing import Any
 
 from codec import BasicCancel, BasicDeliver, BasicProperties, ReplyCode
 from codec.fields import timestamp_from_wire
-from reference_broker.core import cluster, durability, lease, streams, timeouts
+from reference_broker.core import cluster, deaths, durability, lease, streams, timeouts
 from reference_broker.core.arguments import field_type
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send, StartTimer
@@ -103,18 +103,28 @@ def sender_routes(properties: BasicProperties, bcc_removed: bool = True) -> tupl
 
 
 def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
-                      properties: BasicProperties, body: bytes) -> tuple[list[Effect], bool | None]:
-    """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
-    extra, properties = sender_routes(properties, core.rules.bcc_removed())
+                      properties: BasicProperties, body: bytes,
+                      dead: deaths.DeadLetter | None = None) -> tuple[list[Effect], bool | None]:
+    """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused.
+    A dead-lettered message (`dead`) is routed by the keys it says, not by its CC and BCC headers,
+    and not into a queue that would close a dead-letter cycle (DLX-04, DLX-06)."""
+    if dead is None:
+        extra, properties = sender_routes(properties, core.rules.bcc_removed())
+    else:
+        extra = list(dead.extra_keys)
     queues = route(core, vhost, exchange, routing_key, properties.headers)
     for key in dict.fromkeys(extra):  # ROUTE-13: each CC/BCC key routed too, one copy per queue
         queues += [q for q in route(core, vhost, exchange, key, properties.headers) if all(q is not o for o in queues)]
+    if dead is not None:
+        queues = [q for q in queues if not core.rules.dead_letter_cycle(q.name, dead.deaths, dead.reason)]
     if not queues:
         return [], None
     effects: list[Effect] = []
     accepted = True
+    routes = (routing_key, *extra)
     for queue in queues:
-        message = Message(exchange, routing_key, properties, body)
+        message = Message(exchange, routing_key, properties, body, routes=routes,
+                          deaths=dead.recorded if dead is not None else None)
         if (verdict := cluster.divert(core, queue, message)) is not None:  # CLU-03, CLU-07
             accepted = accepted and verdict
             continue
@@ -180,44 +190,53 @@ def _admit(core: BrokerState, queue: Queue) -> tuple[bool, list[Message]]:
 
 
 def dead_letter(core: BrokerState, meta: Meta, queue: Queue, message: Message, reason: str) -> list[Effect]:
-    """Republish to the queue's dead-letter exchange, or drop when it has none."""
+    """Republish to the queue's dead-letter exchange, or drop when it has none or it does not exist
+    (DLX-01, DLX-05): with the dead-letter routing key alone, else with every key it was routed by
+    (DLX-06); x-death recorded as the profile's version does (DLX-02, DLX-07)."""
     durability.forget(core, message)
     dlx = queue_setting(core, queue, "dead-letter-exchange")
     if dlx is None:
         return []
+    if str(dlx) and str(dlx) not in core.vhosts[queue.vhost].exchanges and core.rules.missing_dead_letter_kept():
+        message.expires_at = None  # DLX-05 (a fault's): kept, as if it had nowhere to go
+        core.rules.put_back(queue, message)
+        return []
     dlrk = queue_setting(core, queue, "dead-letter-routing-key")
-    rk = core.rules.dead_letter_key(dlrk if isinstance(dlrk, str) else None, message.routing_key)  # DLX-01
+    dlrk = dlrk if isinstance(dlrk, str) else None
+    rk = core.rules.dead_letter_key(dlrk, message.routing_key)  # DLX-01
+    extra = core.rules.dead_letter_extra_keys(dlrk, message.routes[1:])  # DLX-06
     headers = dict(message.properties.headers or {})
-    headers["x-death"] = _deaths(core, meta, queue, message, reason, headers.get("x-death"))
-    headers.setdefault("x-first-death-reason", reason)
-    headers.setdefault("x-first-death-queue", queue.name)
-    headers.setdefault("x-first-death-exchange", message.exchange)
-    if core.config.timeout_mode != "legacy" and core.rules.last_death_headers():  # DLX-02: from 3.13
+    legacy = core.config.timeout_mode == "legacy"
+    entry: dict[str, Any] = {"count": 1, "reason": reason, "queue": queue.name,
+                             "time": timestamp_from_wire((meta.now_ms + core.clock_offset_ms) // 1000),
+                             "exchange": message.exchange,
+                             "routing-keys": deaths.death_routing_keys(message.routing_key, headers)}
+    if message.properties.expiration is not None:
+        entry["original-expiration"] = message.properties.expiration
+    merged = core.rules.deaths_merged()
+    recorded: list[dict[str, Any]] | None = None
+    if legacy or core.rules.publisher_deaths_read():  # DLX-07: 3.x reads the header a publisher may have set
+        headers["x-death"], first = deaths.legacy_recorded(headers.get("x-death"), entry, merged)
+    else:
+        recorded = deaths.recorded(message.deaths, entry, merged)
+        headers["x-death"], first = recorded, True
+    oldest = headers["x-death"][-1]
+    if first and not legacy:  # 4.x: the first recorded death, whatever the publisher set
+        headers.update({"x-first-death-reason": oldest["reason"], "x-first-death-queue": oldest["queue"],
+                        "x-first-death-exchange": oldest["exchange"]})
+    elif first:
+        headers.update({"x-first-death-reason": reason, "x-first-death-queue": queue.name,
+                        "x-first-death-exchange": message.exchange})
+    if not legacy and core.rules.last_death_headers():  # DLX-02: from 3.13
         headers.update({"x-last-death-reason": reason, "x-last-death-queue": queue.name,
                         "x-last-death-exchange": message.exchange})
+    if legacy and dlrk is not None:
+        headers.pop("CC", None)  # DLX-06: 3.x drops CC with a dead-letter routing key
     expiration = None if core.rules.dead_letter_strips_expiration() else message.properties.expiration  # DLX-02
     props = message.properties._replace(headers=headers, expiration=expiration)
-    effects, _ok = route_and_enqueue(core, meta, queue.vhost, str(dlx), rk, props, message.body)
+    dead = deaths.DeadLetter(reason, tuple(extra), headers["x-death"], recorded)
+    effects, _ok = route_and_enqueue(core, meta, queue.vhost, str(dlx), rk, props, message.body, dead)
     return effects
-
-
-def _deaths(core: BrokerState, meta: Meta, queue: Queue, message: Message, reason: str, before: Any) -> list[Any]:
-    """DLX-02: the x-death entries, newest first: one per (queue, reason), whose count grows when the
-    message dies there again for the same reason (moved to the front); a new one records the time
-    (a timestamp, seconds), the exchange and routing key the message was published with, and its
-    expiration as original-expiration (rabbit_dead_letter)."""
-    deaths = [d for d in before if isinstance(d, dict)] if isinstance(before, list) else []
-    same = next((d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None)
-    if same is not None and core.rules.deaths_merged():
-        deaths.remove(same)
-        count = same.get("count")
-        return [{**same, "count": (count if isinstance(count, int) else 0) + 1}, *deaths]
-    death: dict[str, Any] = {"count": 1, "reason": reason, "queue": queue.name,
-                             "time": timestamp_from_wire((meta.now_ms + core.clock_offset_ms) // 1000),
-                             "exchange": message.exchange, "routing-keys": [message.routing_key]}
-    if message.properties.expiration is not None:
-        death["original-expiration"] = message.properties.expiration
-    return [death, *deaths]
 
 
 def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Message, failed: bool) -> list[Effect]:

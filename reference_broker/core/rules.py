@@ -15,7 +15,7 @@ from itertools import takewhile
 from typing import Any
 
 from codec import AmqpError, BasicProperties, ReplyCode
-from reference_broker.core import texts
+from reference_broker.core import deaths, texts
 from reference_broker.core.effects import Effect
 from reference_broker.core.routing import HeadersMatch, TopicMatch, headers_match, topic_matches
 from reference_broker.core.state import QUORUM, Channel, Connection, Consumer, Message, Queue, Unacked
@@ -224,6 +224,12 @@ class Rules:
     dead_letter_key: Callable[[str | None, str], str] = lambda dlrk, key: key if dlrk is None else dlrk  # DLX-01
     dead_letter_strips_expiration: Callable[[], bool] = _true  # DLX-02
     dead_letter_args_checked: Callable[[], bool] = _true  # DLX-03
+    dead_letter_cycle: Callable[[str, list[dict[str, Any]], str], bool] = (  # DLX-04: (target, deaths, reason)
+        lambda target, deaths_, reason: reason != "rejected" and deaths.is_cycle(target, deaths_))
+    missing_dead_letter_kept: Callable[[], bool] = _false  # DLX-05: a missing dead-letter exchange drops it
+    dead_letter_extra_keys: Callable[[str | None, tuple[str, ...]], tuple[str, ...]] = (  # DLX-06
+        lambda dlrk, keys: () if dlrk is not None else keys)
+    publisher_deaths_read: Callable[[], bool] = _false  # DLX-07: from 3.13 only the broker's deaths count
     stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
     queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
     answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok

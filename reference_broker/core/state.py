@@ -46,9 +46,12 @@ class Message:
     level: int = 0  # the priority level it waits at in its queue (PRI-01, PRI-02)
     written_at: int = 0  # ms (monotonic) it was appended to a stream's log
     arriving: bool = False  # being published: a consumer with room takes it whatever its TTL (TTL-05)
+    routes: tuple[str, ...] = ()  # the keys it was routed by, CC and BCC ones after its own (DLX-06)
+    deaths: list[dict[str, Any]] | None = None  # the deaths the broker recorded, newest first (DLX-07, 4.x)
 
     def copy_for_queue(self) -> Message:
-        return Message(self.exchange, self.routing_key, self.properties, self.body)
+        return Message(self.exchange, self.routing_key, self.properties, self.body, routes=self.routes,
+                       deaths=self.deaths)
 
 
 @dataclass(slots=True, eq=False)

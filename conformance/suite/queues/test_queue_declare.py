@@ -88,6 +88,11 @@ ARGUMENT_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {  # cas
     "x-dead-letter-routing-key changed": ("x-dead-letter-routing-key",
                                           {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "a"},
                                           {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "b"}),
+    # compared before the dead-letter arguments are checked: RabbitMQ answers "inequivalent arg", not
+    # routing_key_but_no_dlx_defined (live on 3.10.8, 4.0.5 and 4.3.6; Java's
+    # DeadLetterExchange.redeclareQueueWithRoutingKeyButNoDeadLetterExchange)
+    "x-dead-letter-routing-key added without a DLX": ("x-dead-letter-routing-key", {},
+                                                      {"x-dead-letter-routing-key": "x"}),
     "x-max-priority added": ("x-max-priority", {}, {"x-max-priority": 5}),
     "x-overflow added": ("x-overflow", {}, {"x-overflow": "reject-publish"}),
     "x-message-ttl as text": ("x-message-ttl", {"x-message-ttl": 1000}, {"x-message-ttl": "1000"}),
@@ -123,6 +128,18 @@ def test_equal_arguments_of_any_integer_width_and_other_arguments_pass(connect: 
                             ("x-bar added", {"x-message-ttl": 1000, "x-bar": 1})):
         judge.ok(f"redeclaring it with {what}", QueueDeclare(queue=q, exclusive=True, arguments=arguments),
                  QueueDeclareOk)
+
+
+@pytest.mark.rules("QUEUE-02")
+def test_the_same_dead_letter_arguments_pass(connect: Connect, names: Names, target: Target) -> None:
+    judge = Judge(connect(), target, "QUEUE-02")
+    q = names.queue("q")
+    dead_letter = {"x-dead-letter-exchange": names.exchange("dlx"), "x-dead-letter-routing-key": "dlrk"}
+    for what, arguments in (("x-dead-letter-exchange", {"x-dead-letter-exchange": dead_letter["x-dead-letter-exchange"]}),
+                            ("x-dead-letter-exchange and x-dead-letter-routing-key", dead_letter)):
+        queue = f"{q}-{len(arguments)}"
+        for step in ("declaring a queue with", "redeclaring it with the same"):
+            judge.ok(f"{step} {what}", QueueDeclare(queue=queue, exclusive=True, arguments=arguments), QueueDeclareOk)
 
 
 @pytest.mark.rules("QUEUE-02")
