@@ -26,6 +26,7 @@ from codec import (
 )
 from conformance.interpose.frames import Frame
 from tests.conformance.deviant import Deviation, Io, Message, encode
+from tests.conformance.deviations_lifecycle import DeadLetterKeyRewritten, ExpirationStripped, XDeathDropped
 from tests.conformance.deviations_routing import (
     DeclareOkCountsZero,
     IfUnusedDropped,
@@ -425,5 +426,6 @@ DEVIATIONS: tuple[type[Deviation], ...] = (
     PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmNackAsAck, ReturnDropped,
     CancelNotificationDropped, CancelCapabilityForced, TimeoutAsChannelClose, Codes404And406Swapped,
     QosNotImplemented, RoutingKeyCaseFolded, MandatoryIgnored, IfUnusedDropped, DeclareOkCountsZero,
+    ExpirationStripped, XDeathDropped, DeadLetterKeyRewritten,
 )
 BY_NAME = {d.name: d for d in DEVIATIONS}
