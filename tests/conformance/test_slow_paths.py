@@ -115,3 +115,34 @@ def test_a_persistent_message_to_a_durable_queue_is_given_the_disk_wait() -> Non
         DECLARED[durable] = (CLASSIC, True)
         assert confirm_wait(client, durable, persistent=True) == 5.0
         assert confirm_wait(client, durable, persistent=False) == 2.0
+
+
+class SlowLink(Deviation):
+    """Every method frame from the broker arrives `DELAY` s late (a slow link; the order is kept)."""
+
+    name = "slow_link"
+    DELAY: ClassVar[float] = 0.05  # as long as the lifecycle machine's SHORT TTL
+
+    def broker(self, frame: Frame, io: Io) -> None:
+        if frame.type == 1:
+            time.sleep(self.DELAY)  # the link's latency: part of the scenario, not a wait for anything
+            io.record("delayed")
+        io.to_client(frame.raw)
+
+
+@pytest.mark.gate  # the lifecycle machine end to end behind a slow link: `make test-gates`
+@pytest.mark.timeout(300)
+def test_the_lifecycle_machine_passes_behind_a_slow_link(tmp_path: Path) -> None:
+    """Its TTLs are counted from the replies, which a slow link delays: a message's TTL passes
+    earlier on the broker's clock than the machine assumes, never later."""
+    with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), SlowLink) as proxy:
+        env = {**os.environ, "AMQPC_MACHINE_EXAMPLES": "6"}
+        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
+                              "-o", "addopts=", "--broker-url", proxy.url, "--results-dir", str(tmp_path),
+                              "--run-id", "slow", "-k", "test_the_message_lifecycle_matches_the_model",
+                              "--pyargs", "conformance.suite"],
+                             capture_output=True, text=True, timeout=280, check=False, cwd=ROOT, env=env)
+        delayed = proxy.actions.count("delayed")
+    rows = read_table(tmp_path, "tests", "slow").to_pylist()
+    assert [r["verdict"] for r in rows] == ["passed"], (run.stdout[-3000:], [r["message"] for r in rows])
+    assert delayed > 0

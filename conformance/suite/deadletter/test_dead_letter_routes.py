@@ -121,6 +121,33 @@ def test_a_cycle_with_a_rejection_in_it_goes_on(connect: Connect, names: Names, 
         f"[{q1} expired 2, {q2} rejected 1]; got {deaths}")
 
 
+@pytest.mark.rules("DLX-04")
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_expiry_cycle_entered_by_a_rejection_is_broken(connect: Connect, names: Names, target: Target,
+                                                          kind: str) -> None:
+    """c → a (TTL) → b (TTL) → a: rejected in c, the message expires in a, then in b; back into a it
+    would close a cycle of expiries (the rejection in c is not part of it) and is dropped. The
+    queues are watched for three TTLs more: a broker that lets it go round shows it in a or b."""
+    client, ch = setup(connect, target, kind)
+    a, b, c = names.queue(f"a-{kind}"), names.queue(f"b-{kind}"), names.queue(f"c-{kind}")
+    declare(client, ch, a, kind, ttl_to(b))
+    declare(client, ch, b, kind, ttl_to(a))
+    declare(client, ch, c, kind, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": a})
+    Publisher(client).publish(c, [b"m"], BasicProperties())
+    die(client, ch, c, "reject")
+    time.sleep(2 * TTL_MS / 1000 + target.timeout(TOLERANCE))  # its two expiries, on the broker's clock
+    watch_until = time.monotonic() + 3 * TTL_MS / 1000
+    while True:
+        counts = {q: ready(client, ch, q) for q in (a, b)}
+        assert counts == {a: 0, b: 0}, (
+            f"DLX-04: a message rejected in {c!r} goes to {a!r}, expires there into {b!r} and expires there again; "
+            f"back into {a!r} it closes a cycle of expiries (the rejection happened before the cycle) and is dropped. "
+            f"{2 * TTL_MS} ms + {target.timeout(TOLERANCE):.1f} s after the reject the queues count {counts}: it is "
+            "still going round")
+        if time.monotonic() > watch_until:
+            break
+
+
 # -- DLX-05: a missing or empty dead-letter exchange ------------------------------------------------
 @pytest.mark.rules("DLX-05")
 @pytest.mark.parametrize("how", ["reject", "expired"])
