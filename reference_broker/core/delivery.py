@@ -102,13 +102,23 @@ def sender_routes(properties: BasicProperties, bcc_removed: bool = True) -> tupl
     return keys, properties
 
 
-def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
-                      properties: BasicProperties, body: bytes) -> tuple[list[Effect], bool | None]:
-    """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
+def route_all(core: BrokerState, vhost: str, exchange: str, routing_key: str,
+              properties: BasicProperties) -> list[Queue]:
+    """The queues a publish reaches: its routing key and each CC/BCC key (ROUTE-13), one copy per queue."""
     extra, properties = sender_routes(properties, core.rules.bcc_removed())
     queues = route(core, vhost, exchange, routing_key, properties.headers)
-    for key in dict.fromkeys(extra):  # ROUTE-13: each CC/BCC key routed too, one copy per queue
+    for key in dict.fromkeys(extra):
         queues += [q for q in route(core, vhost, exchange, key, properties.headers) if all(q is not o for o in queues)]
+    return queues
+
+
+def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
+                      properties: BasicProperties, body: bytes,
+                      routed: list[Queue] | None = None) -> tuple[list[Effect], bool | None]:
+    """Route (unless `routed`: the queues a transaction's publish was routed to, TX-06) and
+    enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
+    queues = route_all(core, vhost, exchange, routing_key, properties) if routed is None else routed
+    _extra, properties = sender_routes(properties, core.rules.bcc_removed())
     if not queues:
         return [], None
     effects: list[Effect] = []
