@@ -53,8 +53,9 @@ SUBSET = " or ".join([
 ])
 # Deviations this subset always shows (docs/garagemq.md): multiple=true above the highest tag is
 # accepted (ACK-05), cancelling an unknown tag closes the channel 404 (CCN-03), an out-of-range
-# tune-ok is accepted (FRM-01), tx.commit outside a transaction gets no reply (PC-11).
-KNOWN = {"ACK-05", "CCN-03", "FRM-01", "PC-11", "EXCH-06", "QUEUE-04"}
+# tune-ok is accepted (FRM-01), tx.commit outside a transaction gets no reply (PC-11), nor does
+# tx.select (TX-01).
+KNOWN = {"ACK-05", "CCN-03", "FRM-01", "PC-11", "EXCH-06", "QUEUE-04", "TX-01"}
 SUMMARY = re.compile(r"^([\w-]+)" + r"\s+(\d+|\.)" * len(Verdict) + r"\s*$", re.M)  # a column per verdict
 
 
