@@ -184,6 +184,7 @@ class Rules:
     confirm_effects: Callable[[list[Effect]], list[Effect]] = _same
     unroutable_return: Callable[[list[Effect], Effect, Effect | None], tuple[list[Effect], bool]] = _return_first
     tx_select_refused: Callable[[Channel], bool] = _tx_refused
+    tx_required: Callable[[], bool] = _true  # PC-11: commit and rollback need tx.select
     # -- transactions (TX-01..06) ---------------------------------------------------------
     tx_reselect_allowed: Callable[[], bool] = _true  # TX-01: tx.select on a tx channel is answered
     tx_holds_publishes: Callable[[], bool] = _true  # TX-02

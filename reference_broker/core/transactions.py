@@ -48,7 +48,7 @@ def tx_select(core: BrokerState, meta: Meta, ch: Channel, m: TxSelect,
 
 def tx_commit(core: BrokerState, meta: Meta, ch: Channel, m: TxCommit,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
-    if not ch.tx:
+    if not ch.tx and core.rules.tx_required():
         raise soft(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")  # PC-11
     effects: list[Effect] = []
     puts_before = core.store_seq
@@ -79,7 +79,7 @@ def tx_commit(core: BrokerState, meta: Meta, ch: Channel, m: TxCommit,
 
 def tx_rollback(core: BrokerState, meta: Meta, ch: Channel, m: TxRollback,
                 props: BasicProperties | None, body: bytes) -> list[Effect]:
-    if not ch.tx:
+    if not ch.tx and core.rules.tx_required():
         raise soft(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")  # PC-11
     effects: list[Effect] = []
     publishes, ch.tx_publishes = ch.tx_publishes, []
