@@ -33,15 +33,14 @@ from conformance.suite.steps.tx import publish, tx_channel
 Connect = Callable[..., RawClient]
 
 
-def assert_not_enqueued(client: RawClient, chs: tuple[int, ...], queue: str, what: str) -> None:
-    """Neither counted nor fetched on any of `chs` (a fetch would take it: the test is over then)."""
+def assert_not_enqueued(client: RawClient, chs: tuple[int, ...], queue: str, required: str) -> None:
+    """Neither counted nor fetched on any of `chs` (a fetch would take it: the test is over then);
+    `required`: what the rule says, the failure's first half."""
     for ch in chs:
         count = ready(client, ch, queue)
-        assert count == 0, (f"TX-02: {what} reaches no queue before tx.commit; queue.declare-ok counted "
-                            f"{count} ready message(s) on channel {ch}")
+        assert count == 0, f"{required}; queue.declare-ok counted {count} ready message(s) on channel {ch}"
         got = get(client, ch, queue, no_ack=True)
-        assert got is None, (f"TX-02: {what} reaches no queue before tx.commit; basic.get on channel {ch} "
-                             f"fetched {got.body!r}")
+        assert got is None, f"{required}; basic.get on channel {ch} fetched {got.body!r}"
 
 
 # -- TX-01 ------------------------------------------------------------------------------------
@@ -85,7 +84,8 @@ def test_publishes_are_held_until_commit(connect: Connect, names: Names) -> None
     ch, other = tx_channel(client), client.channel()
     queue = declare(client, other, names.queue())
     publish(client, ch, queue, messages(3))
-    assert_not_enqueued(client, (ch, other), queue, "a publish on a transactional channel")
+    assert_not_enqueued(client, (ch, other), queue, "TX-02: a publish on a transactional channel reaches no queue "
+                        "before tx.commit")
     client.rpc(ch, TxCommit(), TxCommitOk)
     count = ready(client, other, queue)
     assert count == 3, f"TX-02: tx.commit enqueues the transaction's 3 publishes before tx.commit-ok; {count} ready"
@@ -102,7 +102,8 @@ def test_rollback_discards_publishes(connect: Connect, names: Names) -> None:
     publish(client, ch, queue, messages(2))
     client.rpc(ch, TxRollback(), TxRollbackOk)
     client.rpc(ch, TxCommit(), TxCommitOk)  # nothing left to commit
-    assert_not_enqueued(client, (ch, other), queue, "a publish rolled back (and then a commit)")
+    assert_not_enqueued(client, (ch, other), queue, "TX-02: tx.rollback discards the transaction's publishes (the "
+                        "next tx.commit has nothing to enqueue)")
 
 
 @pytest.mark.rules("TX-02")

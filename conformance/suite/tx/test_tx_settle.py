@@ -29,7 +29,7 @@ from codec import (
     TxSelect,
     TxSelectOk,
 )
-from conformance.drivers.raw import RawClient
+from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.queues import (
@@ -63,6 +63,28 @@ def fetched(connect: Connect, names: Names, count: int, target: Target,
     return client, ch, queue, out
 
 
+def settled_again(client: RawClient, ch: int, reply: TxCommit | TxRollback, rule: str) -> None:
+    """tx.commit or tx.rollback after settling deliveries whose earlier settlements a rollback
+    forgot: a channel.close here (an unknown tag) means the rollback did not make them unacked again."""
+    try:
+        client.rpc(ch, reply, TxCommitOk if isinstance(reply, TxCommit) else TxRollbackOk)
+    except ChannelClosed as closed:
+        raise AssertionError(f"{rule}: after tx.rollback the deliveries whose settlements it rolled back are unacked "
+                             f"again and may be settled again; the broker closed the channel: {closed}") from None
+
+
+def requeued_after_close(connect: Connect, queue: str, want: int, target: Target, rule: str, what: str) -> None:
+    """`assert_ready_elsewhere`, its failure naming `rule` and what the close had to bring back."""
+    try:
+        assert_ready_elsewhere(connect, {queue: want}, target.timeout(RETURN_S))
+    except AssertionError as failed:
+        raise AssertionError(f"{rule}: {what}, so {want} message(s) are ready after the close; {failed}") from None
+
+
+def article(kind: str) -> str:
+    return f"an {kind}" if kind == "ack" else f"a {kind}"
+
+
 def close_unspecified(target: Target) -> bool:
     """TX-04's variant: AMQP 0-9-1 does not say what a close or basic.recover does in a transaction."""
     return target.profile.expect("TX-04").startswith("variant:")
@@ -87,8 +109,8 @@ def test_requeue_and_drop_take_effect_at_commit(connect: Connect, names: Names, 
     client, ch, queue, (m1, m2) = fetched(connect, names, 2, target, kind)
     client.send(ch, settle(kind, m1.tag, requeue=True))
     client.send(ch, settle(kind, m2.tag, requeue=False))
-    assert_ready(client, ch, queue, 0, "TX-03", f"before tx.commit of a {kind} with requeue=true")
-    assert_empty(client, ch, queue, "TX-03", f"before tx.commit of a {kind} with requeue=true")
+    assert_ready(client, ch, queue, 0, "TX-03", f"before tx.commit of {article(kind)} with requeue=true")
+    assert_empty(client, ch, queue, "TX-03", f"before tx.commit of {article(kind)} with requeue=true")
     client.rpc(ch, TxCommit(), TxCommitOk)
     assert_redelivered(get(client, ch, queue), b"m1")
     assert_empty(client, ch, queue, "TX-03", f"after the commit, m1 back and m2 dropped ({kind} requeue=false)")
@@ -105,7 +127,7 @@ def test_commit_applies_only_the_settlements_since_a_rollback(connect: Connect, 
     client.rpc(ch, TxRollback(), TxRollbackOk)
     for method in [BasicAck(delivery_tag=m3.tag), settle(kind, m1.tag, requeue=True), settle(kind, m2.tag)]:
         client.send(ch, method)
-    client.rpc(ch, TxCommit(), TxCommitOk)
+    settled_again(client, ch, TxCommit(), "TX-03")
     assert_redelivered(get(client, ch, queue), b"m1")
     assert_empty(client, ch, queue, "TX-03", f"after committing ack m3, {kind} m1 requeue=true, {kind} m2 "
                  "requeue=false (the settlements before the rollback forgotten)")
@@ -131,9 +153,9 @@ def test_settlements_in_any_order_commit(connect: Connect, names: Names, target:
                  BasicAck(delivery_tag=tags[2])]
     for method in steps:
         client.send(ch, method)
-    client.rpc(ch, TxCommit(), TxCommitOk)
+    settled_again(client, ch, TxCommit(), "TX-03")
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 0}, target.timeout(RETURN_S))
+    requeued_after_close(connect, queue, 0, target, "TX-03", "every delivery was settled and committed")
 
 
 @pytest.mark.rules("TX-03")
@@ -145,7 +167,7 @@ def test_multiple_ack_is_applied_at_commit(connect: Connect, names: Names, targe
     client.send(ch, BasicAck(delivery_tag=0 if tag == "tag-0" else m2.tag, multiple=True))
     client.rpc(ch, TxCommit(), TxCommitOk)
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 0}, target.timeout(RETURN_S))
+    requeued_after_close(connect, queue, 0, target, "TX-03", "a committed multiple=true ack settled both deliveries")
 
 
 @pytest.mark.rules("TX-03")
@@ -157,7 +179,7 @@ def test_commit_does_not_requeue_unsettled_deliveries(connect: Connect, names: N
     client.rpc(ch, TxCommit(), TxCommitOk)
     assert_empty(client, ch, queue, "TX-03", "after a commit that acked m1 only (m2 is still unacked)")
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 1}, target.timeout(RETURN_S))
+    requeued_after_close(connect, queue, 1, target, "TX-03", "m1's ack was committed and m2 stayed unacked")
 
 
 # -- TX-04 ------------------------------------------------------------------------------------
@@ -169,14 +191,14 @@ def test_rollback_requeues_nothing(connect: Connect, names: Names, target: Targe
     client, ch, queue, (m1, _m2) = fetched(connect, names, 2, target, kind)
     client.send(ch, settle(kind, m1.tag, requeue=True))
     client.rpc(ch, TxRollback(), TxRollbackOk)
-    assert_ready(client, ch, queue, 0, "TX-04", f"after tx.rollback of a {kind} (requeue=true) and an unsettled delivery")
-    assert_empty(client, ch, queue, "TX-04", f"after tx.rollback of a {kind} (requeue=true) and an unsettled delivery")
+    assert_ready(client, ch, queue, 0, "TX-04", f"after tx.rollback of {article(kind)} (requeue=true) and an unsettled delivery")
+    assert_empty(client, ch, queue, "TX-04", f"after tx.rollback of {article(kind)} (requeue=true) and an unsettled delivery")
     client.send(ch, BasicAck(delivery_tag=m1.tag))  # unacked again: may be settled again
-    client.rpc(ch, TxRollback(), TxRollbackOk)
+    settled_again(client, ch, TxRollback(), "TX-04")
     if close_unspecified(target):
         return
     client.close_channel(ch)
-    assert_ready_elsewhere(connect, {queue: 2}, target.timeout(RETURN_S))
+    requeued_after_close(connect, queue, 2, target, "TX-04", "both deliveries were unacked when the channel closed")
 
 
 @pytest.mark.rules("TX-04")
@@ -192,7 +214,8 @@ def test_close_requeues_uncommitted_acks_and_unacked(connect: Connect, names: Na
         client.close_channel(ch)
     else:
         client.close()
-    assert_ready_elsewhere(connect, {queue: 2}, target.timeout(RETURN_S))
+    requeued_after_close(connect, queue, 2, target, "TX-04", f"closing the {closing} requeues the acked-uncommitted "
+                         "delivery with the unacked one")
 
 
 @pytest.mark.rules("TX-04")
