@@ -27,10 +27,21 @@ from codec import (
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
-from conformance.suite.steps.queues import bodies, declare, get, get_all, messages, ready
+from conformance.suite.steps.queues import (
+    CLASSIC,
+    QUORUM,
+    bodies,
+    declare,
+    get,
+    get_all,
+    messages,
+    ready,
+    require_kind,
+)
 from conformance.suite.steps.tx import publish, tx_channel
 
 Connect = Callable[..., RawClient]
+KINDS = [CLASSIC, QUORUM]
 
 
 def assert_not_enqueued(client: RawClient, chs: tuple[int, ...], queue: str, required: str) -> None:
@@ -79,10 +90,12 @@ def test_each_commit_starts_the_next_transaction(connect: Connect, names: Names)
 
 # -- TX-02 ------------------------------------------------------------------------------------
 @pytest.mark.rules("TX-02")
-def test_publishes_are_held_until_commit(connect: Connect, names: Names) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_publishes_are_held_until_commit(connect: Connect, names: Names, target: Target, kind: str) -> None:
+    require_kind(target.profile, kind)
     client = connect()
     ch, other = tx_channel(client), client.channel()
-    queue = declare(client, other, names.queue())
+    queue = declare(client, other, names.queue(kind), kind)
     publish(client, ch, queue, messages(3))
     assert_not_enqueued(client, (ch, other), queue, "TX-02: a publish on a transactional channel reaches no queue "
                         "before tx.commit")

@@ -33,6 +33,8 @@ from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.queues import (
+    CLASSIC,
+    QUORUM,
     RETURN_S,
     Delivery,
     assert_ready_elsewhere,
@@ -40,20 +42,24 @@ from conformance.suite.steps.queues import (
     filled,
     get,
     ready,
+    require_kind,
     require_nack,
     settle,
 )
 
 Connect = Callable[..., RawClient]
 NACKS = ["nack", "reject"]
+QUEUE_KINDS = [CLASSIC, QUORUM]
 
 
-def fetched(connect: Connect, names: Names, count: int, target: Target,
-            kind: str = "ack") -> tuple[RawClient, int, str, list[Delivery]]:
-    """A queue of m1..m<count>, a transactional channel, and the `count` deliveries basic.get took."""
+def fetched(connect: Connect, names: Names, count: int, target: Target, kind: str = "ack",
+            queue_kind: str = CLASSIC) -> tuple[RawClient, int, str, list[Delivery]]:
+    """A `queue_kind` queue of m1..m<count>, a transactional channel, and the `count` deliveries
+    basic.get took."""
     if kind == "nack":
         require_nack(target.profile)
-    client, ch, queue = filled(connect, names, count)
+    require_kind(target.profile, queue_kind)
+    client, ch, queue = filled(connect, names, count, queue_kind)
     client.rpc(ch, TxSelect(), TxSelectOk)
     out = []
     for i in range(count):
@@ -102,11 +108,13 @@ def assert_empty(client: RawClient, ch: int, queue: str, rule: str, when: str) -
 
 # -- TX-03 ------------------------------------------------------------------------------------
 @pytest.mark.rules("TX-03")
+@pytest.mark.parametrize("queue_kind", QUEUE_KINDS)
 @pytest.mark.parametrize("kind", NACKS)
-def test_requeue_and_drop_take_effect_at_commit(connect: Connect, names: Names, target: Target, kind: str) -> None:
+def test_requeue_and_drop_take_effect_at_commit(connect: Connect, names: Names, target: Target, kind: str,
+                                                queue_kind: str) -> None:
     """m1 settled requeue=true, m2 requeue=false: neither is back before tx.commit; after it,
     exactly m1 is (redelivered)."""
-    client, ch, queue, (m1, m2) = fetched(connect, names, 2, target, kind)
+    client, ch, queue, (m1, m2) = fetched(connect, names, 2, target, kind, queue_kind)
     client.send(ch, settle(kind, m1.tag, requeue=True))
     client.send(ch, settle(kind, m2.tag, requeue=False))
     assert_ready(client, ch, queue, 0, "TX-03", f"before tx.commit of {article(kind)} with requeue=true")
@@ -202,12 +210,13 @@ def test_rollback_requeues_nothing(connect: Connect, names: Names, target: Targe
 
 
 @pytest.mark.rules("TX-04")
+@pytest.mark.parametrize("queue_kind", QUEUE_KINDS)
 @pytest.mark.parametrize("closing", ["channel", "connection"])
 def test_close_requeues_uncommitted_acks_and_unacked(connect: Connect, names: Names, target: Target,
-                                                     closing: str) -> None:
+                                                     closing: str, queue_kind: str) -> None:
     if close_unspecified(target):
         not_applicable("what a close does to an open transaction's acks is not specified by AMQP 0-9-1")
-    client, ch, queue, (m1, _m2) = fetched(connect, names, 2, target)
+    client, ch, queue, (m1, _m2) = fetched(connect, names, 2, target, queue_kind=queue_kind)
     client.send(ch, BasicAck(delivery_tag=m1.tag))
     assert_ready(client, ch, queue, 0, "TX-04", "with m1's ack uncommitted and m2 unacked")
     if closing == "channel":
