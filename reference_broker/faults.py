@@ -24,7 +24,7 @@ from reference_broker.core import deaths, texts, timeouts
 from reference_broker.core.effects import Effect
 from reference_broker.core.routing import headers_match, topic_matches
 from reference_broker.core.rules import Expired, Rules
-from reference_broker.core.state import QUORUM, STREAM, Connection, Consumer, Message, Queue, Unacked
+from reference_broker.core.state import QUORUM, STREAM, Channel, Connection, Consumer, Message, Queue, Unacked
 
 ENV = "AMQPC_BROKER_FAULTS"
 
@@ -49,6 +49,14 @@ def _const(value: Any) -> Callable[..., Any]:
 
 def _nothing(*_args: Any) -> list[Unacked]:
     return []
+
+
+def _recover_held_too(ch: Channel) -> list[Unacked]:
+    """basic.recover takes the deliveries settled in the open transaction too (forgetting those
+    settlements), not only the unacked ones."""
+    held, ch.tx_held = list(ch.tx_held.values()), {}
+    ch.tx_settles.clear()
+    return [*ch.unacked.values(), *held]
 
 
 def _requeue_classic_to_tail(queue: Queue, message: Message) -> None:
@@ -210,6 +218,9 @@ FAULTS: tuple[Fault, ...] = (
           {"confirm_lost": lambda seqno, accepted: accepted is None}),
     Fault("tx_select_on_confirm_accepted", "confirms", "PC-03", "tx.select on a confirm channel is accepted",
           {"tx_select_refused": _const(False)}),
+    Fault("tx_commit_without_select_ok", "confirms", "PC-11",
+          "tx.commit and tx.rollback on a channel without tx.select are answered -ok",
+          {"tx_required": _const(False)}),
     Fault("cancel_without_capability", "cancel", "CCN-02", "basic.cancel is sent to clients without the capability",
           {"cancel_on_delete": _const(True)}),
     Fault("no_cancel_on_queue_delete", "cancel", "CCN-02", "consumers of a deleted queue are dropped silently",
@@ -341,6 +352,23 @@ FAULTS: tuple[Fault, ...] = (
     Fault("x_death_from_publisher", "deadletter", "DLX-07",
           "from 3.13's behaviour on: an x-death header the publisher set is taken as the message's deaths",
           {"publisher_deaths_read": _const(True)}),
+    Fault("tx_reselect_refused", "tx", "TX-01", "tx.select on a transactional channel is a 406 channel error",
+          {"tx_reselect_allowed": _const(False)}),
+    Fault("tx_publish_not_held", "tx", "TX-02", "a publish on a transactional channel is enqueued at once",
+          {"tx_holds_publishes": _const(False)}),
+    Fault("tx_rollback_keeps_publishes", "tx", "TX-02", "tx.rollback enqueues the transaction's publishes",
+          {"rollback_discards_publishes": _const(False)}),
+    Fault("tx_settle_immediate", "tx", "TX-03", "acks, nacks and rejects on a transactional channel apply at once",
+          {"tx_defers_settlements": _const(False)}),
+    Fault("tx_rollback_requeues", "tx", "TX-04", "tx.rollback requeues the deliveries whose settlements it rolls back",
+          {"requeued_on_rollback": lambda held: held}),
+    Fault("tx_recover_redelivers_acked", "tx", "TX-04",
+          "basic.recover also redelivers the deliveries acked in the open transaction",
+          {"recover_scope": _recover_held_too}),
+    Fault("tx_return_immediate", "tx", "TX-05", "an unroutable mandatory publish in a transaction is returned at once",
+          {"tx_return_at_commit": _const(False)}),
+    Fault("tx_routed_at_commit", "tx", "TX-06", "a transaction's publishes are routed at the commit, not when published",
+          {"tx_routes_at_publish": _const(False)}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

@@ -102,21 +102,36 @@ def sender_routes(properties: BasicProperties, bcc_removed: bool = True) -> tupl
     return keys, properties
 
 
-def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
-                      properties: BasicProperties, body: bytes,
-                      dead: deaths.DeadLetter | None = None) -> tuple[list[Effect], bool | None]:
-    """Route and enqueue; returns (effects, accepted): None = unroutable, False = a queue refused.
-    A dead-lettered message (`dead`) is routed by the keys it says, not by its CC and BCC headers,
-    and not into a queue that would close a dead-letter cycle (DLX-04, DLX-06)."""
+def route_all(core: BrokerState, vhost: str, exchange: str, routing_key: str, properties: BasicProperties,
+              dead: deaths.DeadLetter | None = None) -> list[Queue]:
+    """The queues a publish reaches: its routing key and each CC/BCC key (ROUTE-13), one copy per
+    queue. A dead-lettered message (`dead`) is routed by the keys it says, not by its CC and BCC
+    headers, and not into a queue that would close a dead-letter cycle (DLX-04, DLX-06)."""
     if dead is None:
         extra, properties = sender_routes(properties, core.rules.bcc_removed())
     else:
         extra = list(dead.extra_keys)
     queues = route(core, vhost, exchange, routing_key, properties.headers)
-    for key in dict.fromkeys(extra):  # ROUTE-13: each CC/BCC key routed too, one copy per queue
+    for key in dict.fromkeys(extra):
         queues += [q for q in route(core, vhost, exchange, key, properties.headers) if all(q is not o for o in queues)]
     if dead is not None:
         queues = [q for q in queues if not core.rules.dead_letter_cycle(q.name, dead.deaths, dead.reason)]
+    return queues
+
+
+def _extra_keys(core: BrokerState, properties: BasicProperties, dead: deaths.DeadLetter | None) -> list[str]:
+    return sender_routes(properties, core.rules.bcc_removed())[0] if dead is None else list(dead.extra_keys)
+
+
+def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, routing_key: str,
+                      properties: BasicProperties, body: bytes, routed: list[Queue] | None = None,
+                      dead: deaths.DeadLetter | None = None) -> tuple[list[Effect], bool | None]:
+    """Route (unless `routed`: the queues a transaction's publish was routed to, TX-06) and
+    enqueue; returns (effects, accepted): None = unroutable, False = a queue refused."""
+    queues = route_all(core, vhost, exchange, routing_key, properties, dead) if routed is None else routed
+    extra = _extra_keys(core, properties, dead)
+    if dead is None:
+        properties = sender_routes(properties, core.rules.bcc_removed())[1]
     if not queues:
         return [], None
     effects: list[Effect] = []
@@ -235,7 +250,7 @@ def dead_letter(core: BrokerState, meta: Meta, queue: Queue, message: Message, r
     expiration = None if core.rules.dead_letter_strips_expiration() else message.properties.expiration  # DLX-02
     props = message.properties._replace(headers=headers, expiration=expiration)
     dead = deaths.DeadLetter(reason, tuple(extra), headers["x-death"], recorded)
-    effects, _ok = route_and_enqueue(core, meta, queue.vhost, str(dlx), rk, props, message.body, dead)
+    effects, _ok = route_and_enqueue(core, meta, queue.vhost, str(dlx), rk, props, message.body, dead=dead)
     return effects
 
 

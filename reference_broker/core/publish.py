@@ -12,11 +12,11 @@ from codec import BasicAck, BasicDeliver, BasicProperties, BasicPublish, BasicRe
 from reference_broker.core import cluster, durability, permissions, texts
 from reference_broker.core.arguments import parse_expiration
 from reference_broker.core.broker_state import BrokerState, Meta
-from reference_broker.core.delivery import route_and_enqueue, sender_routes
+from reference_broker.core.delivery import route_all, route_and_enqueue, sender_routes
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.errors import hard, soft
 from reference_broker.core.flow import block_connection
-from reference_broker.core.state import Channel, PendingPublish
+from reference_broker.core.state import Channel, PendingPublish, Queue
 
 EMPTY = BasicProperties()
 
@@ -46,10 +46,22 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
         if core.config.timeout_mode != "legacy":  # TTL-01: 4.x delivers the number read (mc_amqpl)
             props = props._replace(expiration=str(ttl))
     sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
-    if ch.tx:
-        ch.tx_publishes.append(PendingPublish(m.exchange, m.routing_key, m.mandatory, props, body))
-        return []
+    if ch.tx and core.rules.tx_holds_publishes():  # TX-02
+        return hold(core, ch, m, props, body)
     return publish_now(core, meta, ch, m.exchange, m.routing_key, m.mandatory, props, body)
+
+
+def hold(core: BrokerState, ch: Channel, m: BasicPublish, props: BasicProperties, body: bytes) -> list[Effect]:
+    """Keep a transaction's publish until the commit, routed now (TX-06); an unroutable mandatory
+    one is returned at the commit (TX-05), or now under a fault."""
+    vhost = core.connections[ch.conn].vhost
+    queues = route_all(core, vhost, m.exchange, m.routing_key, props) if core.rules.tx_routes_at_publish() else None
+    if m.mandatory and not core.rules.tx_return_at_commit() and not (
+            queues if queues is not None else route_all(core, vhost, m.exchange, m.routing_key, props)):
+        returned = BasicReturn(ReplyCode.NO_ROUTE, "NO_ROUTE", m.exchange, m.routing_key)
+        return [Send(ch.conn, ch.number, returned, props, body)]
+    ch.tx_publishes.append(PendingPublish(m.exchange, m.routing_key, m.mandatory, props, body, queues))
+    return []
 
 
 REPLY_TO = "amq.rabbitmq.reply-to"
@@ -78,7 +90,7 @@ def _reply_to(core: BrokerState, ch: Channel, exchange: str, routing_key: str, p
 
 
 def publish_now(core: BrokerState, meta: Meta, ch: Channel, exchange: str, routing_key: str,
-                mandatory: bool, props: BasicProperties, body: bytes) -> list[Effect]:
+                mandatory: bool, props: BasicProperties, body: bytes, routed: list[Queue] | None = None) -> list[Effect]:
     conn = core.connections[ch.conn]
     blocked: list[Effect] = []
     if not conn.publisher:
@@ -95,7 +107,7 @@ def publish_now(core: BrokerState, meta: Meta, ch: Channel, exchange: str, routi
     if direct is not None:
         effects, accepted = direct, (True if direct else None)
     else:
-        effects, accepted = route_and_enqueue(core, meta, vhost, exchange, routing_key, props, body)
+        effects, accepted = route_and_enqueue(core, meta, vhost, exchange, routing_key, props, body, routed)
     collect = True
     if accepted is None and mandatory:  # PC-06: the return precedes the confirm
         returned = Send(ch.conn, ch.number, BasicReturn(ReplyCode.NO_ROUTE, "NO_ROUTE", exchange, routing_key),

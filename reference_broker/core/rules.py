@@ -109,6 +109,10 @@ def _tx_refused(ch: Channel) -> bool:
     return ch.confirm  # PC-03
 
 
+def _unacked(ch: Channel) -> list[Unacked]:
+    return list(ch.unacked.values())  # ACK-09, TX-04: what basic.recover requeues
+
+
 def _no_cancel_error(tag: str) -> AmqpError | None:
     return None  # CCN-03: cancelling an unknown tag is not an error
 
@@ -180,6 +184,16 @@ class Rules:
     confirm_effects: Callable[[list[Effect]], list[Effect]] = _same
     unroutable_return: Callable[[list[Effect], Effect, Effect | None], tuple[list[Effect], bool]] = _return_first
     tx_select_refused: Callable[[Channel], bool] = _tx_refused
+    tx_required: Callable[[], bool] = _true  # PC-11: commit and rollback need tx.select
+    # -- transactions (TX-01..06) ---------------------------------------------------------
+    tx_reselect_allowed: Callable[[], bool] = _true  # TX-01: tx.select on a tx channel is answered
+    tx_holds_publishes: Callable[[], bool] = _true  # TX-02
+    rollback_discards_publishes: Callable[[], bool] = _true  # TX-02
+    tx_defers_settlements: Callable[[], bool] = _true  # TX-03: applied at the commit
+    requeued_on_rollback: Callable[[list[Unacked]], list[Unacked]] = _none  # TX-04: unacked again
+    recover_scope: Callable[[Channel], list[Unacked]] = _unacked  # TX-04
+    tx_return_at_commit: Callable[[], bool] = _true  # TX-05
+    tx_routes_at_publish: Callable[[], bool] = _true  # TX-06
     # -- consumer cancel (CCN-02, CCN-03) -------------------------------------------------
     cancel_on_delete: Callable[[bool], bool] = _same  # CCN-02: basic.cancel when the client has the capability
     unknown_cancel: Callable[[str], AmqpError | None] = _no_cancel_error

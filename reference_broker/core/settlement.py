@@ -81,7 +81,7 @@ def settle(core: BrokerState, meta: Meta, ch: Channel, items: list[Unacked], req
 def basic_ack(core: BrokerState, meta: Meta, ch: Channel, m: BasicAck,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     items = collect(core, ch, m.delivery_tag, m.multiple)
-    if ch.tx:
+    if ch.tx and core.rules.tx_defers_settlements():  # TX-03
         return _defer(ch, items, "ack", False)  # ACK-08
     return settle(core, meta, ch, items, None, False)
 
@@ -90,7 +90,7 @@ def basic_nack(core: BrokerState, meta: Meta, ch: Channel, m: BasicNack,
                props: BasicProperties | None, body: bytes) -> list[Effect]:
     items = collect(core, ch, m.delivery_tag, m.multiple)
     requeue = core.rules.nack_requeue(m.requeue)
-    if ch.tx:
+    if ch.tx and core.rules.tx_defers_settlements():  # TX-03
         return _defer(ch, items, "nack", requeue)
     return settle(core, meta, ch, items, requeue, False)  # RQ-06 4.3: nack does not count
 
@@ -98,7 +98,7 @@ def basic_nack(core: BrokerState, meta: Meta, ch: Channel, m: BasicNack,
 def basic_reject(core: BrokerState, meta: Meta, ch: Channel, m: BasicReject,
                  props: BasicProperties | None, body: bytes) -> list[Effect]:
     items = collect(core, ch, m.delivery_tag, False)
-    if ch.tx:
+    if ch.tx and core.rules.tx_defers_settlements():  # TX-03
         return _defer(ch, items, "reject", m.requeue)
     return settle(core, meta, ch, items, m.requeue, True)  # RQ-06 4.3: reject counts
 
@@ -115,9 +115,10 @@ def basic_recover(core: BrokerState, meta: Meta, ch: Channel, m: BasicRecover | 
                   props: BasicProperties | None, body: bytes) -> list[Effect]:
     if not m.requeue:
         raise hard(ReplyCode.NOT_IMPLEMENTED, "requeue=false")  # ACK-09
-    for u in ch.unacked.values():
+    recovered = core.rules.recover_scope(ch)  # TX-04: not the deliveries settled in the open tx
+    for u in recovered:
         core.rules.recovered(u.message)
-    effects = settle(core, meta, ch, list(ch.unacked.values()), True, False)
+    effects = settle(core, meta, ch, recovered, True, False)
     if isinstance(m, BasicRecover):
         effects.insert(0, Send(ch.conn, ch.number, BasicRecoverOk()))
     return effects

@@ -309,13 +309,15 @@ class Exchange:
 
 @dataclass(slots=True, eq=False)
 class PendingPublish:
-    """A publish inside a transaction, routed at commit (PC-11)."""
+    """A publish inside a transaction, held until the commit (TX-02); `queues`: where it was
+    routed when published (TX-06), None when the commit routes it."""
 
     exchange: str
     routing_key: str
     mandatory: bool
     properties: BasicProperties
     body: bytes
+    queues: list[Queue] | None = None
 
 
 @dataclass(slots=True, eq=False)

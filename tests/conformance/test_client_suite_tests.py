@@ -4,8 +4,9 @@ Each case runs `amqp-conformance run --client LIB --select RULE` against the emb
 broker made to deviate in one way (a named fault of reference_broker/faults.py, or a rewrite by
 the DeviantProxy, tests/conformance/deviant.py) and expects the client test of that rule to be
 `failed`; the same tests pass the conforming broker and, marked `rabbitmq`, RabbitMQ 3.10.8.
-The transaction deviations are defined here: no named fault of the reference broker breaks a
-transaction rule.
+The transaction deviations are defined here, as rewrites of the client's frames (the reference
+broker's named tx faults, tx_* in reference_broker/faults.py, are judged by the broker suite's tx
+area and PC-11, docs/mutation.md).
 """
 
 from __future__ import annotations

@@ -48,12 +48,14 @@ SUBSET = " or ".join([
     "test_server_named_queues_and_the_reserved_prefix",  # queues
     "test_an_invalid_expiration_closes_the_channel",  # ttl
     "test_invalid_dead_letter_arguments_are_refused",  # deadletter
+    "test_select_commit_and_rollback_are_answered",  # tx
     "test_cluster",  # cluster (the modules: needs-cluster, a single GarageMQ node)
 ])
 # Deviations this subset always shows (docs/garagemq.md): multiple=true above the highest tag is
 # accepted (ACK-05), cancelling an unknown tag closes the channel 404 (CCN-03), an out-of-range
-# tune-ok is accepted (FRM-01), tx.commit outside a transaction gets no reply (PC-11).
-KNOWN = {"ACK-05", "CCN-03", "FRM-01", "PC-11", "EXCH-06", "QUEUE-04"}
+# tune-ok is accepted (FRM-01), tx.commit outside a transaction gets no reply (PC-11), nor does
+# tx.select (TX-01).
+KNOWN = {"ACK-05", "CCN-03", "FRM-01", "PC-11", "EXCH-06", "QUEUE-04", "TX-01"}
 SUMMARY = re.compile(r"^([\w-]+)" + r"\s+(\d+|\.)" * len(Verdict) + r"\s*$", re.M)  # a column per verdict
 
 
