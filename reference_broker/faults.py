@@ -51,6 +51,14 @@ def _nothing(*_args: Any) -> list[Unacked]:
     return []
 
 
+def _drop_tail(queue: Queue) -> Message | None:
+    """drop_tail_instead_of_head: the newest ready message goes."""
+    ready = queue.ready_messages()
+    if ready:
+        queue.remove(ready[-1])
+    return ready[-1] if ready else None
+
+
 def _requeue_classic_to_tail(queue: Queue, message: Message) -> None:
     if queue.kind == QUORUM:
         queue.return_message(message)
@@ -326,6 +334,25 @@ FAULTS: tuple[Fault, ...] = (
     Fault("dead_letter_args_unchecked", "deadletter", "DLX-03",
           "any x-dead-letter-exchange and x-dead-letter-routing-key values are accepted",
           {"dead_letter_args_checked": _const(False)}),
+    # queue length limits (core/limits.py)
+    Fault("length_args_unchecked", "limits", "LEN-01", "any x-max-length, x-max-length-bytes and x-overflow is accepted",
+          {"length_args_checked": _const(False)}),
+    Fault("drop_tail_instead_of_head", "limits", "LEN-02", "a full drop-head queue drops its newest message",
+          {"length_drop": _drop_tail}),
+    Fault("max_length_bytes_counts_headers", "limits", "LEN-02",
+          "x-max-length-bytes counts a message's encoded properties on classic queues too",
+          {"length_counts_properties": _const(True)}),
+    Fault("length_counts_unacked", "limits", "LEN-02", "delivered, unacknowledged messages count toward the limits",
+          {"length_counts_unacked": _const(True)}),
+    Fault("maxlen_not_dead_lettered", "limits", "LEN-03", "a message dropped from the head is discarded, not dead-lettered",
+          {"maxlen_dead_lettered": _const(False)}),
+    Fault("quorum_reject_publish_exact", "limits", "LEN-04",
+          "a quorum queue refuses the publish that would take it over its limit, as a classic queue does",
+          {"quorum_limit_after_enqueue": _const(False)}),
+    Fault("reject_publish_dead_lettered", "limits", "LEN-04", "a publish refused under reject-publish is dead-lettered",
+          {"refused_dead_lettered": lambda overflow: overflow.startswith("reject-publish")}),
+    Fault("reject_publish_dlx_not_dead_lettered", "limits", "LEN-05",
+          "a publish refused under reject-publish-dlx is not dead-lettered", {"refused_dead_lettered": _const(False)}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

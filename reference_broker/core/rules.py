@@ -224,6 +224,14 @@ class Rules:
     dead_letter_key: Callable[[str | None, str], str] = lambda dlrk, key: key if dlrk is None else dlrk  # DLX-01
     dead_letter_strips_expiration: Callable[[], bool] = _true  # DLX-02
     dead_letter_args_checked: Callable[[], bool] = _true  # DLX-03
+    # -- queue length limits (LEN-*, core/limits.py) -----------------------------------------
+    length_args_checked: Callable[[], bool] = _true  # LEN-01
+    length_drop: Callable[[Queue], Message | None] = lambda queue: queue.drop_head()  # LEN-02: the head goes
+    length_counts_properties: Callable[[str, bool], bool] = lambda kind, modern: kind == QUORUM and modern  # LEN-02
+    length_counts_unacked: Callable[[], bool] = _false  # LEN-02: only ready messages count
+    maxlen_dead_lettered: Callable[[], bool] = _true  # LEN-03
+    quorum_limit_after_enqueue: Callable[[], bool] = _true  # LEN-04: a quorum queue takes the publish that goes over
+    refused_dead_lettered: Callable[[str], bool] = lambda overflow: overflow == "reject-publish-dlx"  # LEN-04, LEN-05
     stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
     queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
     answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok

@@ -146,6 +146,7 @@ class Queue:
     deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms
     timer_at: int | None = None  # when the queue's timeout timer is armed for
     ttl_timer_at: int | None = None  # when its head's TTL timer is armed for (TTL-03)
+    overflow_blocked: bool = False  # a quorum queue over a limit under reject-publish (LEN-04, limits.py)
     log: list[Message] = field(default_factory=list)  # stream queues: every message, by offset
     node: int = 1  # cluster (core/cluster.py): a classic queue's node, a quorum queue's leader
     members: tuple[int, ...] = ()  # cluster: a quorum queue's member nodes
