@@ -344,6 +344,8 @@ FAULTS: tuple[Fault, ...] = (
           {"length_counts_properties": _const(True)}),
     Fault("length_counts_unacked", "limits", "LEN-02", "delivered, unacknowledged messages count toward the limits",
           {"length_counts_unacked": _const(True)}),
+    Fault("requeue_not_trimmed", "limits", "LEN-02", "a requeue that takes a queue over its limit drops nothing",
+          {"trimmed_after_return": _const(False)}),
     Fault("maxlen_not_dead_lettered", "limits", "LEN-03", "a message dropped from the head is discarded, not dead-lettered",
           {"maxlen_dead_lettered": _const(False)}),
     Fault("quorum_reject_publish_exact", "limits", "LEN-04",

@@ -221,8 +221,8 @@ def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Messag
             return dead_letter(core, meta, queue, message, "delivery_limit")
     if not core.rules.returned_keeps_expiry() and message.expires_at is not None:  # TTL-04 (a fault's)
         message.expires_at = meta.now_ms + (message_ttl(core, queue, message.properties) or 0)
-    core.rules.put_back(queue, message)
-    return []
+    core.rules.put_back(queue, message)  # LEN-02, LEN-03: the return may take the queue over a limit
+    return [e for old in limits.trim(core, queue, True) for e in dead_letter(core, meta, queue, old, "maxlen")]
 
 
 # -- delivery --------------------------------------------------------------------------------

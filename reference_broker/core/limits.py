@@ -6,8 +6,10 @@ Rules:
   A message's bytes are its body's, except on a quorum queue from 4.3 (not in legacy mode),
   which adds its encoded properties (rabbit_fifo counts mc:size's metadata and body, 4.3.0).
 - drop-head (the default): the publish is taken (attempted delivery first), then the head goes,
-  dead-lettered with reason maxlen, while the queue is over a limit (`trim`). With a limit of 0
-  nothing stays ready.
+  dead-lettered with reason maxlen, while the queue is over a limit (`trim`); the same after a
+  message returned to the queue (rabbit_amqqueue_process requeue_and_run, rabbit_fifo's limit
+  evaluated after every command). The head is the next message served (a quorum queue's returns
+  first: rabbit_fifo take_next_msg). With a limit of 0 nothing stays ready.
 - reject-publish on a classic queue: a publish that would take the queue over a limit is refused
   before it is enqueued (nack under confirms; `admit`). reject-publish-dlx: the same, and the
   refused message is dead-lettered with reason maxlen.
@@ -116,10 +118,12 @@ def admit(core: BrokerState, queue: Queue, message: Message) -> tuple[bool, list
     return False, [message] if core.rules.refused_dead_lettered(mode) else []
 
 
-def trim(core: BrokerState, queue: Queue) -> list[Message]:
-    """After a publish was taken: drop-head drops from the head while the queue is over a limit
-    (LEN-02), returning what it dropped, in order; a quorum queue with reject-publish that went
-    over a limit refuses the next publishes (LEN-04)."""
+def trim(core: BrokerState, queue: Queue, returned: bool = False) -> list[Message]:
+    """After a publish was taken, or a message `returned` to the queue: drop-head drops from the
+    head while the queue is over a limit (LEN-02), returning what it dropped, in order; a quorum
+    queue with reject-publish that went over a limit refuses the next publishes (LEN-04)."""
+    if returned and not core.rules.trimmed_after_return():
+        return []  # LEN-02 (a fault's)
     mode = overflow(core, queue)
     if mode != DROP_HEAD:
         if queue.kind == QUORUM and _over(core, queue):

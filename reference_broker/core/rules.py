@@ -226,9 +226,10 @@ class Rules:
     dead_letter_args_checked: Callable[[], bool] = _true  # DLX-03
     # -- queue length limits (LEN-*, core/limits.py) -----------------------------------------
     length_args_checked: Callable[[], bool] = _true  # LEN-01
-    length_drop: Callable[[Queue], Message | None] = lambda queue: queue.drop_head()  # LEN-02: the head goes
+    length_drop: Callable[[Queue], Message | None] = lambda queue: queue.pop()  # LEN-02: the head goes (returns first)
     length_counts_properties: Callable[[str, bool], bool] = lambda kind, modern: kind == QUORUM and modern  # LEN-02
     length_counts_unacked: Callable[[], bool] = _false  # LEN-02: only ready messages count
+    trimmed_after_return: Callable[[], bool] = _true  # LEN-02: a requeue may take the queue over a limit
     maxlen_dead_lettered: Callable[[], bool] = _true  # LEN-03
     quorum_limit_after_enqueue: Callable[[], bool] = _true  # LEN-04: a quorum queue takes the publish that goes over
     refused_dead_lettered: Callable[[str], bool] = lambda overflow: overflow == "reject-publish-dlx"  # LEN-04, LEN-05

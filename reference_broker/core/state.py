@@ -226,21 +226,6 @@ class Queue:
                 return message
         return None
 
-    def drop_head(self) -> Message | None:
-        """Remove the head message (x-max-length drop-head overflow): the next one served;
-        on a quorum queue the main queue's head before the returns."""
-        if self.kind == QUORUM:
-            for level in self._levels:
-                message = self._lanes[level].pop()
-                if message is not None:
-                    self.ready_bytes -= len(message.body)
-                    return message
-            message = self._returns.popleft() if self._returns else None
-            if message is not None:
-                self.ready_bytes -= len(message.body)
-            return message
-        return self.pop()
-
     def remove(self, message: Message) -> None:
         """Take a ready message out wherever it is (used only by the late-ack fault)."""
         if message in self._returns:

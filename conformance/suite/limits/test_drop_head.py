@@ -18,20 +18,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec import BasicAck, BasicProperties
+from codec import BasicAck, BasicNack, BasicProperties
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
 from conformance.suite.steps.limits import (
     LIMIT_SETTINGS,
     Limits,
     bodies,
+    dead_lettered,
     held,
     opened,
     publish_one_by_one,
     sized,
     trial,
 )
-from conformance.suite.steps.queues import CLASSIC, QUORUM, declare, get, ready
+from conformance.suite.steps.queues import CLASSIC, QUORUM, declare, get, ready, tag_of
 
 Connect = Callable[..., RawClient]
 KINDS = [CLASSIC, QUORUM]
@@ -109,3 +110,39 @@ def test_dropped_messages_are_dead_lettered_as_maxlen(connect: Connect, names: N
             f"maxlen: {run.told()}")
 
     check()
+
+
+@pytest.mark.rules("LEN-02", "LEN-03")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("max_length", [1, 2, 3])
+@pytest.mark.parametrize("multiple", [False, True], ids=["one-by-one", "multiple"])
+def test_a_requeue_over_the_limit_drops_from_the_head(connect: Connect, names: Names, target: Target, kind: str,
+                                                       max_length: int, multiple: bool) -> None:
+    """`max_length` messages taken by basic.get and not acked, `max_length` more published, then
+    the first ones nacked with requeue: the queue is back at its limit, what it dropped dead-lettered
+    with reason maxlen, nothing lost or doubled. Which ones go is the head's: where a returned
+    message goes is RQ-01's and RQ-02's, pinned here only for classic queues (back at their
+    original places, the head: the requeued ones go)."""
+    client, ch = opened(connect, target, kind)
+    dlq = declare(client, ch, names.queue("dlq"))
+    queue = declare(client, ch, names.queue(kind), kind,
+                    {"x-max-length": max_length, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    old, new = bodies(max_length), [b"n" + b for b in bodies(max_length)]
+    publish_one_by_one(client, queue, old)
+    tags = [tag_of(get(client, ch, queue)) for _ in old]
+    publish_one_by_one(client, queue, new)
+    for tag in tags[-1:] if multiple else tags:
+        client.send(ch, BasicNack(delivery_tag=tag, multiple=multiple, requeue=True))
+    dead = dead_lettered(client, ch, dlq, max_length)
+    kept = held(client, ch, queue)
+    reasons = {reason for _, reason, _ in dead}
+    dropped = [body for body, _, _ in dead]
+    told = f"the {kind} queue held {kept}, its dead-letter queue got (body, reason, first reason) {dead}"
+    assert len(kept) == max_length and sorted(kept + dropped) == sorted(old + new) and reasons <= {"maxlen"}, (
+        f"LEN-02, LEN-03: with x-max-length {max_length}, {old} unacked and {new} ready, a nack with requeue of "
+        f"{old} takes the queue over its limit: it drops from its head back to {max_length} messages and "
+        f"dead-letters what it dropped with reason maxlen; {told}")
+    if kind == CLASSIC:
+        assert (kept, dropped) == (new, old), (
+            f"LEN-02: a classic queue puts the requeued {old} back at their places, its head (RQ-01), and drops "
+            f"them from there; {told}")
