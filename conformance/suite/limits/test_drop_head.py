@@ -144,5 +144,5 @@ def test_a_requeue_over_the_limit_drops_from_the_head(connect: Connect, names: N
         f"dead-letters what it dropped with reason maxlen; {told}")
     if kind == CLASSIC:
         assert (kept, dropped) == (new, old), (
-            f"LEN-02: a classic queue puts the requeued {old} back at their places, its head (RQ-01), and drops "
+            f"LEN-02: a classic queue puts the requeued {old} back at their places, its head, and drops "
             f"them from there; {told}")
