@@ -51,6 +51,14 @@ def _nothing(*_args: Any) -> list[Unacked]:
     return []
 
 
+def _merged_policies(policies: list[dict[str, Any]]) -> dict[str, Any]:
+    """policies_merged: every matching policy's keys, the higher priority's value kept."""
+    merged: dict[str, Any] = {}
+    for policy in reversed(policies):
+        merged.update(policy.get("definition", {}))
+    return merged
+
+
 def _drop_tail(queue: Queue) -> Message | None:
     """drop_tail_instead_of_head: the newest ready message goes."""
     ready = queue.ready_messages()
@@ -334,6 +342,14 @@ FAULTS: tuple[Fault, ...] = (
     Fault("dead_letter_args_unchecked", "deadletter", "DLX-03",
           "any x-dead-letter-exchange and x-dead-letter-routing-key values are accepted",
           {"dead_letter_args_checked": _const(False)}),
+    # policies (core/settings.py)
+    Fault("policy_apply_to_ignored", "policies", "POL-01", "a policy applies to queues whatever its apply-to",
+          {"policy_admits": _const(True)}),
+    Fault("policies_merged", "policies", "POL-01",
+          "the definitions of every matching policy are merged, the higher priority winning a key",
+          {"policy_chosen": _merged_policies}),
+    Fault("arguments_always_win", "policies", "POL-02", "a queue argument always wins over a policy's value",
+          {"policy_precedence": _const("argument")}),
     # queue length limits (core/limits.py)
     Fault("length_args_unchecked", "limits", "LEN-01", "any x-max-length, x-max-length-bytes and x-overflow is accepted",
           {"length_args_checked": _const(False)}),

@@ -137,6 +137,23 @@ def _lower(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
+MIN_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes"})  # res_min / min/2
+
+
+def _precedence(kind: str, key: str, legacy: bool) -> str:
+    """POL-02: which of a queue argument and a policy value applies ("min", "argument", "policy"):
+    classic queues rabbit_amqqueue_process process_args_policy (res_min, res_arg); quorum queues
+    rabbit_quorum_queue args_policy_lookup (overflow: the policy; expires: the policy up to 3.13)."""
+    if kind == QUORUM and (key == "overflow" or (key == "expires" and legacy)):
+        return "policy"
+    return "min" if key in MIN_KEYS else "argument"
+
+
+def _highest(policies: list[dict[str, Any]]) -> dict[str, Any]:
+    """POL-01: of the matching policies (highest priority first), the first one's definition alone."""
+    return dict(policies[0].get("definition", {})) if policies else {}
+
+
 def _true() -> bool:
     return True
 
@@ -224,6 +241,10 @@ class Rules:
     dead_letter_key: Callable[[str | None, str], str] = lambda dlrk, key: key if dlrk is None else dlrk  # DLX-01
     dead_letter_strips_expiration: Callable[[], bool] = _true  # DLX-02
     dead_letter_args_checked: Callable[[], bool] = _true  # DLX-03
+    # -- policies (POL-*, core/settings.py) ---------------------------------------------------
+    policy_precedence: Callable[[str, str, bool], str] = _precedence  # POL-02: (kind, key, legacy) -> rule
+    policy_admits: Callable[[bool], bool] = _same  # POL-01: (apply-to admits the queue) -> the policy may apply
+    policy_chosen: Callable[[list[dict[str, Any]]], dict[str, Any]] = _highest  # POL-01
     # -- queue length limits (LEN-*, core/limits.py) -----------------------------------------
     length_args_checked: Callable[[], bool] = _true  # LEN-01
     length_drop: Callable[[Queue], Message | None] = lambda queue: queue.pop()  # LEN-02: the head goes (returns first)
