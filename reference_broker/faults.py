@@ -348,6 +348,9 @@ FAULTS: tuple[Fault, ...] = (
     Fault("policies_merged", "policies", "POL-01",
           "the definitions of every matching policy are merged, the higher priority winning a key",
           {"policy_chosen": _merged_policies}),
+    Fault("operator_policy_loses", "policies", "POL-03",
+          "where a policy and an operator policy set one key, the policy's value applies",
+          {"operator_merge": lambda value, _operator: value}),
     Fault("arguments_always_win", "policies", "POL-02", "a queue argument always wins over a policy's value",
           {"policy_precedence": _const("argument")}),
     # queue length limits (core/limits.py)

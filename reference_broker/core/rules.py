@@ -154,6 +154,12 @@ def _highest(policies: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(policies[0].get("definition", {})) if policies else {}
 
 
+def _lesser(value: Any, operator: Any) -> Any:
+    """POL-03 (rabbit_policies merge_policy_value): the lower number; else the operator's."""
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (value, operator))
+    return min(value, operator) if numbers else operator
+
+
 def _true() -> bool:
     return True
 
@@ -245,6 +251,7 @@ class Rules:
     policy_precedence: Callable[[str, str, bool], str] = _precedence  # POL-02: (kind, key, legacy) -> rule
     policy_admits: Callable[[bool], bool] = _same  # POL-01: (apply-to admits the queue) -> the policy may apply
     policy_chosen: Callable[[list[dict[str, Any]]], dict[str, Any]] = _highest  # POL-01
+    operator_merge: Callable[[Any, Any], Any] = _lesser  # POL-03: (policy's, operator policy's) -> the value
     # -- queue length limits (LEN-*, core/limits.py) -----------------------------------------
     length_args_checked: Callable[[], bool] = _true  # LEN-01
     length_drop: Callable[[Queue], Message | None] = lambda queue: queue.pop()  # LEN-02: the head goes (returns first)

@@ -33,8 +33,8 @@ def queue_setting(core: BrokerState, queue: Queue, key: str) -> Any:
     return policy if rule == "policy" else argument
 
 
-def set_policies(core: BrokerState, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
-    core.policies[vhost] = policies
+def set_policies(core: BrokerState, vhost: str, policies: dict[str, dict[str, Any]], operator: bool = False) -> None:
+    (core.operator_policies if operator else core.policies)[vhost] = policies
     core.policy_version += 1
     core.defs_dirty = core.journal is not None
 
@@ -43,12 +43,21 @@ APPLY_TO_KIND = {"classic": "classic_queues", "quorum": "quorum_queues", "stream
 
 
 def policy_definition(core: BrokerState, queue: Queue) -> dict[str, Any]:
-    """The definition of the highest-priority policy matching the queue (POL-01), cached per
-    queue until the policies change (it is read on every publish)."""
+    """The definition of the highest-priority policy matching the queue (POL-01), merged with the
+    highest-priority operator policy's (POL-03: a key both set takes `Rules.operator_merge`, the
+    lower number); cached per queue until the policies change (it is read on every publish)."""
     if queue.policy_cache is not None and queue.policy_cache[0] == core.policy_version:
         return queue.policy_cache[1]
+    definition = _chosen(core, queue, core.policies)
+    for key, value in _chosen(core, queue, core.operator_policies).items():
+        definition[key] = value if key not in definition else core.rules.operator_merge(definition[key], value)
+    queue.policy_cache = (core.policy_version, definition)
+    return definition
+
+
+def _chosen(core: BrokerState, queue: Queue, table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     matching: list[dict[str, Any]] = []
-    for policy in core.policies.get(queue.vhost, {}).values():
+    for policy in table.get(queue.vhost, {}).values():
         admitted = policy.get("apply-to", "all") in ("all", "queues", APPLY_TO_KIND.get(queue.kind))
         if not core.rules.policy_admits(admitted):
             continue
@@ -58,9 +67,7 @@ def policy_definition(core: BrokerState, queue: Queue) -> dict[str, Any]:
         except re.error:
             continue  # refused at PUT; a bad pattern in a config never matches
         matching.append(policy)
-    definition = core.rules.policy_chosen(sorted(matching, key=lambda p: -int(p.get("priority", 0))))
-    queue.policy_cache = (core.policy_version, definition)
-    return definition
+    return core.rules.policy_chosen(sorted(matching, key=lambda p: -int(p.get("priority", 0))))
 
 
 def delivery_limit(core: BrokerState, queue: Queue) -> int | None:

@@ -48,3 +48,11 @@ def test_argument_against_policy(kind: str, key: str, argument: Any, policy: Any
     core = core_with({"p": {"pattern": "^q$", "priority": 0, "definition": {key: policy}}}, legacy)
     q = queue(kind, **({} if argument is None else {key: argument}))
     assert queue_setting(core, q, key) == want
+
+
+def test_an_operator_policy_joins_the_policy_and_the_lower_number_wins() -> None:
+    core = core_with({"p": {"pattern": "^q$", "priority": 0, "definition": {"max-length": 3, "overflow": "reject-publish"}}})
+    set_policies(core, "/", {"op": {"pattern": "q", "priority": 0, "definition": {"max-length": 1, "message-ttl": 5}},
+                             "op-low": {"pattern": "q", "priority": -1, "definition": {"expires": 9}}}, operator=True)
+    assert policy_definition(core, queue("quorum")) == {"max-length": 1, "overflow": "reject-publish", "message-ttl": 5}
+    assert queue_setting(core, queue("classic", **{"max-length": 2}), "max-length") == 1

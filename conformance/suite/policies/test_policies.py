@@ -39,8 +39,8 @@ LOOK_EVERY = 0.1  # s between two looks at the admin's queue list
 
 
 def policy(admin: RestoringAdmin, target: Target, queue: str, definition: dict[str, Any], *, label: str = "pol",
-           apply_to: str = "queues", priority: int = 0) -> None:
-    admin.put_policy(target.vhost, f"{queue}.{label}", exact(queue), definition, apply_to, priority)
+           apply_to: str = "queues", priority: int = 0, operator: bool = False) -> None:
+    admin.put_policy(target.vhost, f"{queue}.{label}", exact(queue), definition, apply_to, priority, operator=operator)
 
 
 def under_policy(connect: Connect, names: Names, target: Target, admin: RestoringAdmin, kind: str,
@@ -204,3 +204,35 @@ def gone_at(admin: RestoringAdmin, target: Target, queue: str, until: float) -> 
         if time.monotonic() >= until:
             return None
         time.sleep(LOOK_EVERY)
+
+
+OPERATOR_CASES: dict[str, tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any], Limits]] = {
+    # case -> (x-arguments, policy's definition or None, operator policy's definition, what applies)
+    "alone": ({}, None, {"max-length": 1}, Limits(max_length=1)),
+    "policy-lower": ({}, {"max-length": 1}, {"max-length": 3}, Limits(max_length=1)),
+    "operator-lower": ({}, {"max-length": 3}, {"max-length": 1}, Limits(max_length=1)),
+    "merged-keys": ({}, {"overflow": REJECT}, {"max-length": 1}, Limits(max_length=1, overflow=REJECT)),
+    "argument-lower": ({"x-max-length": 1}, None, {"max-length": 3}, Limits(max_length=1)),
+    "operator-lower-than-argument": ({"x-max-length": 3}, None, {"max-length": 1}, Limits(max_length=1)),
+}
+
+
+@pytest.mark.rules("POL-03")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", list(OPERATOR_CASES))
+def test_an_operator_policy_merges_with_the_policy(connect: Connect, names: Names, target: Target,
+                                                   admin: RestoringAdmin, kind: str, case: str) -> None:
+    """An operator policy's keys join the policy's; a key both set, or set by the queue's argument
+    too, takes the lower number."""
+    require_kind(target.profile, kind)
+    arguments, user, operator, applies = OPERATOR_CASES[case]
+    client = connect()
+    ch = client.channel()
+    queue = names.queue(kind)
+    policy(admin, target, queue, operator, label="op", operator=True)
+    if user is not None:
+        policy(admin, target, queue, user)
+    declare(client, ch, queue, kind, arguments)
+    assert_kept(client, ch, queue, kind, applies, 3, (
+        f"POL-03: with the arguments {arguments}, the policy {user} and the operator policy {operator}, the {kind} "
+        f"queue acts on {applies}"))
