@@ -150,7 +150,7 @@ def test_the_dead_letter_exchange_argument_wins(connect: Connect, names: Names, 
     client.send(ch, BasicReject(delivery_tag=got.tag, requeue=False))
     want = by_argument if source == "argument and policy" else by_policy
     other = by_policy if want == by_argument else by_argument
-    arrived = poll_ready(client, ch, want, 1, prompt(client))
+    arrived = poll_ready(client, ch, want, 1, client.timeout)  # 5 s (scaled): once seen at 0 after 2 s on 4.0.5
     astray = poll_ready(client, ch, other, 0, 0)
     assert (arrived, astray) == (1, 0), (
         f"POL-02: a message rejected from a {kind} queue with the dead-letter exchange and routing key from "
