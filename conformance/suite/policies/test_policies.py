@@ -173,7 +173,7 @@ def test_overflow_argument_or_policy(connect: Connect, names: Names, target: Tar
 
 
 @pytest.mark.rules("POL-02")
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [CLASSIC, pytest.param(QUORUM, marks=pytest.mark.long_wait(6))])  # the 5 s tick
 @pytest.mark.parametrize(("argument", "value"), [(LONG, EXPIRES_MS), (EXPIRES_MS, LONG)],
                          ids=["policy-lower", "argument-lower"])
 def test_expires_argument_and_policy(connect: Connect, names: Names, target: Target, admin: RestoringAdmin,
