@@ -57,6 +57,20 @@ def _recover_held_too(ch: Channel) -> list[Unacked]:
     held, ch.tx_held = list(ch.tx_held.values()), {}
     ch.tx_settles.clear()
     return [*ch.unacked.values(), *held]
+def _merged_policies(policies: list[dict[str, Any]]) -> dict[str, Any]:
+    """policies_merged: every matching policy's keys, the higher priority's value kept."""
+    merged: dict[str, Any] = {}
+    for policy in reversed(policies):
+        merged.update(policy.get("definition", {}))
+    return merged
+
+
+def _drop_tail(queue: Queue) -> Message | None:
+    """drop_tail_instead_of_head: the newest ready message goes."""
+    ready = queue.ready_messages()
+    if ready:
+        queue.remove(ready[-1])
+    return ready[-1] if ready else None
 
 
 def _requeue_classic_to_tail(queue: Queue, message: Message) -> None:
@@ -369,6 +383,38 @@ FAULTS: tuple[Fault, ...] = (
           {"tx_return_at_commit": _const(False)}),
     Fault("tx_routed_at_commit", "tx", "TX-06", "a transaction's publishes are routed at the commit, not when published",
           {"tx_routes_at_publish": _const(False)}),
+    # policies (core/settings.py)
+    Fault("policy_apply_to_ignored", "policies", "POL-01", "a policy applies to queues whatever its apply-to",
+          {"policy_admits": _const(True)}),
+    Fault("policies_merged", "policies", "POL-01",
+          "the definitions of every matching policy are merged, the higher priority winning a key",
+          {"policy_chosen": _merged_policies}),
+    Fault("operator_policy_loses", "policies", "POL-03",
+          "where a policy and an operator policy set one key, the policy's value applies",
+          {"operator_merge": lambda value, _operator: value}),
+    Fault("arguments_always_win", "policies", "POL-02", "a queue argument always wins over a policy's value",
+          {"policy_precedence": _const("argument")}),
+    # queue length limits (core/limits.py)
+    Fault("length_args_unchecked", "limits", "LEN-01", "any x-max-length, x-max-length-bytes and x-overflow is accepted",
+          {"length_args_checked": _const(False)}),
+    Fault("drop_tail_instead_of_head", "limits", "LEN-02", "a full drop-head queue drops its newest message",
+          {"length_drop": _drop_tail}),
+    Fault("max_length_bytes_counts_headers", "limits", "LEN-02",
+          "x-max-length-bytes counts a message's encoded properties on classic queues too",
+          {"length_counts_properties": _const(True)}),
+    Fault("length_counts_unacked", "limits", "LEN-02", "delivered, unacknowledged messages count toward the limits",
+          {"length_counts_unacked": _const(True)}),
+    Fault("requeue_not_trimmed", "limits", "LEN-02", "a requeue that takes a queue over its limit drops nothing",
+          {"trimmed_after_return": _const(False)}),
+    Fault("maxlen_not_dead_lettered", "limits", "LEN-03", "a message dropped from the head is discarded, not dead-lettered",
+          {"maxlen_dead_lettered": _const(False)}),
+    Fault("quorum_reject_publish_exact", "limits", "LEN-04",
+          "a quorum queue refuses the publish that would take it over its limit, as a classic queue does",
+          {"quorum_limit_after_enqueue": _const(False)}),
+    Fault("reject_publish_dead_lettered", "limits", "LEN-04", "a publish refused under reject-publish is dead-lettered",
+          {"refused_dead_lettered": lambda overflow: overflow.startswith("reject-publish")}),
+    Fault("reject_publish_dlx_not_dead_lettered", "limits", "LEN-05",
+          "a publish refused under reject-publish-dlx is not dead-lettered", {"refused_dead_lettered": _const(False)}),
     # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
     Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
           "consumers of a stopped node's classic queues are dropped silently, even with the capability",

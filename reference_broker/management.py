@@ -295,6 +295,11 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("GET", "/api/policies/{vhost}/{name}", policy, "policies"),
     ("PUT", "/api/policies/{vhost}/{name}", put_policy, "policies"),
     ("DELETE", "/api/policies/{vhost}/{name}", delete_policy, "policies"),
+    ("GET", "/api/operator-policies", policies, "admin"),  # POL-03: administrators only
+    ("GET", "/api/operator-policies/{vhost}", policies, "admin"),
+    ("GET", "/api/operator-policies/{vhost}/{name}", policy, "admin"),
+    ("PUT", "/api/operator-policies/{vhost}/{name}", put_policy, "admin"),
+    ("DELETE", "/api/operator-policies/{vhost}/{name}", delete_policy, "admin"),
     ("GET", "/api/connections", connections, "login"),
     ("DELETE", "/api/connections/{name}", close_connection, "login"),
     ("GET", "/api/users", users, "admin"),

@@ -209,9 +209,9 @@ class BrokerServer:
         if client is not None and client.engine is not None:
             self.execute(client.engine.close_from_broker(now_ms(), ReplyCode.CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}"))
 
-    def apply_policies(self, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
-        """Replace a vhost's policies; they apply to existing queues at once."""
-        self.core.set_policies(vhost, policies)
+    def apply_policies(self, vhost: str, policies: dict[str, dict[str, Any]], operator: bool = False) -> None:
+        """Replace a vhost's policies (or operator policies); they apply to existing queues at once."""
+        self.core.set_policies(vhost, policies, operator)
         meta = Meta(now_ms())
         effects = [e for q in list(self.core.vhosts[vhost].queues.values()) for e in self.core.dispatch(meta, q)]
         self.execute([*effects, *self.core.flush()])

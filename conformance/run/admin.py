@@ -97,15 +97,16 @@ class AdminAdapter(abc.ABC):
     @abc.abstractmethod
     def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None: ...
 
+    # operator=True: an operator policy (RabbitMQ's operator-policies, merged with the user policy)
     @abc.abstractmethod
-    def get_policy(self, vhost: str, name: str) -> Policy | None: ...
+    def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None: ...
 
     @abc.abstractmethod
     def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
-                   apply_to: str = "queues", priority: int = 0) -> None: ...
+                   apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None: ...
 
     @abc.abstractmethod
-    def delete_policy(self, vhost: str, name: str) -> None: ...
+    def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None: ...
 
     @abc.abstractmethod
     def get_global(self, key: str) -> GlobalValue: ...
@@ -172,20 +173,20 @@ class ManagementApi(AdminAdapter):
     def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
         self._call("DELETE", f"/api/connections/{_q(name)}", missing_ok=True, **{"X-Reason": reason})
 
-    def get_policy(self, vhost: str, name: str) -> Policy | None:
-        row = self._call("GET", f"/api/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
+    def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
+        row = self._call("GET", f"/api/{_policies(operator)}/{_q(vhost)}/{_q(name)}", missing_ok=True)
         if row is None:
             return None
         return Policy(vhost, name, row["pattern"], dict(row.get("definition") or {}), row.get("apply-to", "all"),
                       int(row.get("priority", 0)))
 
     def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
-                   apply_to: str = "queues", priority: int = 0) -> None:
+                   apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None:
         body = {"pattern": pattern, "definition": definition, "apply-to": apply_to, "priority": priority}
-        self._call("PUT", f"/api/policies/{_q(vhost)}/{_q(name)}", body)
+        self._call("PUT", f"/api/{_policies(operator)}/{_q(vhost)}/{_q(name)}", body)
 
-    def delete_policy(self, vhost: str, name: str) -> None:
-        self._call("DELETE", f"/api/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
+    def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
+        self._call("DELETE", f"/api/{_policies(operator)}/{_q(vhost)}/{_q(name)}", missing_ok=True)
 
     def get_global(self, key: str) -> GlobalValue:
         """RabbitMQ's API cannot read `consumer_timeout`; the reference broker serves it as an
@@ -258,8 +259,8 @@ class Rabbitmqctl(AdminAdapter):
                 self.run("close_connection", pid, reason)
                 return
 
-    def get_policy(self, vhost: str, name: str) -> Policy | None:
-        for r in self._json("list_policies", "-p", vhost):
+    def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
+        for r in self._json("list_operator_policies" if operator else "list_policies", "-p", vhost):
             if r["name"] == name:
                 definition = r["definition"]
                 return Policy(vhost, name, r["pattern"], json.loads(definition) if isinstance(definition, str)
@@ -267,13 +268,13 @@ class Rabbitmqctl(AdminAdapter):
         return None
 
     def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
-                   apply_to: str = "queues", priority: int = 0) -> None:
-        self.run("set_policy", "-p", vhost, "--priority", str(priority), "--apply-to", apply_to,
-                 name, pattern, json.dumps(definition))
+                   apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None:
+        self.run("set_operator_policy" if operator else "set_policy", "-p", vhost, "--priority", str(priority),
+                 "--apply-to", apply_to, name, pattern, json.dumps(definition))
 
-    def delete_policy(self, vhost: str, name: str) -> None:
+    def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
         try:
-            self.run("clear_policy", "-p", vhost, name)
+            self.run("clear_operator_policy" if operator else "clear_policy", "-p", vhost, name)
         except AdminError as exc:
             if "does not exist" not in str(exc):
                 raise
@@ -361,27 +362,29 @@ class RestoringAdmin(AdminAdapter):
     def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
         self.adapter.close_connection(name, reason)
 
-    def get_policy(self, vhost: str, name: str) -> Policy | None:
-        return self.adapter.get_policy(vhost, name)
+    def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
+        return self.adapter.get_policy(vhost, name, operator=operator)
 
     def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
-                   apply_to: str = "queues", priority: int = 0) -> None:
-        previous = self.adapter.get_policy(vhost, name)
-        self.adapter.put_policy(vhost, name, pattern, definition, apply_to, priority)
-        self._undo.append((f"policy {name!r} on {vhost!r}", lambda: self._restore_policy(vhost, name, previous)))
+                   apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None:
+        previous = self.adapter.get_policy(vhost, name, operator=operator)
+        self.adapter.put_policy(vhost, name, pattern, definition, apply_to, priority, operator=operator)
+        self._undo.append((f"{_policies(operator)[:-3]}y {name!r} on {vhost!r}",
+                           lambda: self._restore_policy(vhost, name, previous, operator)))
 
-    def _restore_policy(self, vhost: str, name: str, previous: Policy | None) -> None:
+    def _restore_policy(self, vhost: str, name: str, previous: Policy | None, operator: bool = False) -> None:
         if previous is None:
-            self.adapter.delete_policy(vhost, name)
+            self.adapter.delete_policy(vhost, name, operator=operator)
         else:
             self.adapter.put_policy(vhost, name, previous.pattern, previous.definition, previous.apply_to,
-                                    previous.priority)
+                                    previous.priority, operator=operator)
 
-    def delete_policy(self, vhost: str, name: str) -> None:
-        previous = self.adapter.get_policy(vhost, name)
-        self.adapter.delete_policy(vhost, name)
+    def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
+        previous = self.adapter.get_policy(vhost, name, operator=operator)
+        self.adapter.delete_policy(vhost, name, operator=operator)
         if previous is not None:
-            self._undo.append((f"policy {name!r} on {vhost!r}", lambda: self._restore_policy(vhost, name, previous)))
+            self._undo.append((f"{_policies(operator)[:-3]}y {name!r} on {vhost!r}",
+                               lambda: self._restore_policy(vhost, name, previous, operator)))
 
     def get_global(self, key: str) -> GlobalValue:
         return self.adapter.get_global(key)
@@ -403,3 +406,8 @@ class RestoringAdmin(AdminAdapter):
                 failures.append(f"{what}: {exc}")
         if failures:
             raise AdminError("could not restore the broker: " + "; ".join(failures))
+
+
+def _policies(operator: bool) -> str:
+    """The management API's path segment (and, singular, the word) for policies or operator policies."""
+    return "operator-policies" if operator else "policies"

@@ -43,6 +43,7 @@ class BrokerState:
     vhosts: dict[str, VHost] = field(default_factory=dict)
     connections: dict[int, Connection] = field(default_factory=dict)
     policies: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # vhost -> name -> policy
+    operator_policies: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # the same (POL-03)
     policy_version: int = 0
     alarm: bool = False  # memory alarm raised
     published: bool = False  # a publish since the last flush

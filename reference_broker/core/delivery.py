@@ -3,8 +3,8 @@ queue deletion.
 
 Rules:
 - Routing follows exchange-to-exchange bindings once each; each reached queue gets its own
-  copy, with the lower of queue and message TTL; x-max-length drops the head (default) or
-  refuses the publish (reject-publish, PC-08); dropped and expired messages are
+  copy, with the lower of queue and message TTL; the length limits drop the head (default) or
+  refuse the publish (reject-publish, PC-08; limits.py); dropped and expired messages are
   dead-lettered.
 - Dispatch delivers ready messages to consumers with capacity, round-robin by priority
   (the earliest consumer only under single-active-consumer), at most DISPATCH_BATCH per call:
@@ -24,7 +24,7 @@ from typing import Any
 
 from codec import BasicCancel, BasicDeliver, BasicProperties, ReplyCode
 from codec.fields import timestamp_from_wire
-from reference_broker.core import cluster, deaths, durability, lease, streams, timeouts
+from reference_broker.core import cluster, deaths, durability, lease, limits, streams, timeouts
 from reference_broker.core.arguments import field_type
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send, StartTimer
@@ -150,7 +150,7 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
         ttl = message_ttl(core, queue, properties)
         if ttl is not None:
             message.expires_at = meta.now_ms + ttl
-        ok, dropped = _admit(core, queue)
+        ok, dropped = limits.admit(core, queue, message)  # LEN-04, LEN-05
         for old in dropped:
             effects += dead_letter(core, meta, queue, old, "maxlen")
         if not ok:
@@ -162,6 +162,8 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
             effects += lease.touch(core, meta, queue)
         message.arriving = True  # TTL-05: attempt_delivery comes before any expiry
         effects += dispatch(core, meta, queue)
+        for old in limits.trim(core, queue):  # LEN-02, LEN-03
+            effects += dead_letter(core, meta, queue, old, "maxlen")
         message.arriving = False
         expired = message.expires_at is not None and message.expires_at <= meta.now_ms  # a TTL of 0
         if core.rules.expired_dropped_on_arrival() or not expired or message is not queue.head():
@@ -187,21 +189,6 @@ def expire_head(core: BrokerState, meta: Meta, queue: Queue) -> list[Effect]:
         queue.ttl_timer_at = due
         effects.append(StartTimer(("ttl", queue.vhost, queue.name), due))
     return effects
-
-
-def _admit(core: BrokerState, queue: Queue) -> tuple[bool, list[Message]]:
-    """x-max-length: drop-head (default) makes room, reject-publish refuses (PC-08)."""
-    limit = queue_setting(core, queue, "max-length")
-    if not isinstance(limit, int) or queue.ready_count() < limit:
-        return True, []
-    if queue_setting(core, queue, "overflow") in ("reject-publish", "reject-publish-dlx"):
-        return False, []
-    dropped = []
-    while queue.ready_count() >= max(limit, 0) and (old := queue.drop_head()) is not None:
-        dropped.append(old)
-        if limit <= 0:
-            return False, dropped
-    return True, dropped
 
 
 def dead_letter(core: BrokerState, meta: Meta, queue: Queue, message: Message, reason: str) -> list[Effect]:
@@ -268,8 +255,8 @@ def return_to_queue(core: BrokerState, meta: Meta, queue: Queue, message: Messag
             return dead_letter(core, meta, queue, message, "delivery_limit")
     if not core.rules.returned_keeps_expiry() and message.expires_at is not None:  # TTL-04 (a fault's)
         message.expires_at = meta.now_ms + (message_ttl(core, queue, message.properties) or 0)
-    core.rules.put_back(queue, message)
-    return []
+    core.rules.put_back(queue, message)  # LEN-02, LEN-03: the return may take the queue over a limit
+    return [e for old in limits.trim(core, queue, True) for e in dead_letter(core, meta, queue, old, "maxlen")]
 
 
 # -- delivery --------------------------------------------------------------------------------

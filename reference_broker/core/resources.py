@@ -38,7 +38,7 @@ from codec import (
     ReplyCode,
 )
 from codec.fields import rabbitmq_equivalent
-from reference_broker.core import cluster, durability, lease, permissions, streams, texts, timeouts
+from reference_broker.core import cluster, durability, lease, limits, permissions, streams, texts, timeouts
 from reference_broker.core.arguments import (
     MAX_SUPPORTED_PRIORITY,
     check_dead_letter_args,
@@ -272,6 +272,8 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
                 check_message_ttl(MESSAGE_TTL, texts.q(name, v.name), ttl)  # TTL-02 (streams refuse it whole)
             if kind != STREAM and core.rules.dead_letter_args_checked():
                 check_dead_letter_args(m.arguments, texts.q(name, v.name))  # DLX-03
+            if kind != STREAM and core.rules.length_args_checked():
+                limits.check_arguments(m.arguments, texts.q(name, v.name))  # LEN-01
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
             version = m.arguments.get(QUEUE_VERSION)  # DCL-03 (live 4.3.6); legacy mode: 3.x accepts 1
             if kind == CLASSIC and version not in (None, 2) and core.config.timeout_mode != "legacy":

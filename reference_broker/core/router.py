@@ -217,8 +217,8 @@ class BrokerCore(BrokerState):
         return flow.block_connection(self, conn, on)
 
     # -- management (policies, queues) ---------------------------------------------------------
-    def set_policies(self, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
-        settings.set_policies(self, vhost, policies)
+    def set_policies(self, vhost: str, policies: dict[str, dict[str, Any]], operator: bool = False) -> None:
+        settings.set_policies(self, vhost, policies, operator)
 
     def policy_definition(self, queue: Queue) -> dict[str, Any]:
         return settings.policy_definition(self, queue)

@@ -141,6 +141,29 @@ def _lower(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
+MIN_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes"})  # res_min / min/2
+
+
+def _precedence(kind: str, key: str, legacy: bool) -> str:
+    """POL-02: which of a queue argument and a policy value applies ("min", "argument", "policy"):
+    classic queues rabbit_amqqueue_process process_args_policy (res_min, res_arg); quorum queues
+    rabbit_quorum_queue args_policy_lookup (overflow: the policy; expires: the policy up to 3.13)."""
+    if kind == QUORUM and (key == "overflow" or (key == "expires" and legacy)):
+        return "policy"
+    return "min" if key in MIN_KEYS else "argument"
+
+
+def _highest(policies: list[dict[str, Any]]) -> dict[str, Any]:
+    """POL-01: of the matching policies (highest priority first), the first one's definition alone."""
+    return dict(policies[0].get("definition", {})) if policies else {}
+
+
+def _lesser(value: Any, operator: Any) -> Any:
+    """POL-03 (rabbit_policies merge_policy_value): the lower number; else the operator's."""
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (value, operator))
+    return min(value, operator) if numbers else operator
+
+
 def _true() -> bool:
     return True
 
@@ -244,6 +267,20 @@ class Rules:
     dead_letter_extra_keys: Callable[[str | None, tuple[str, ...]], tuple[str, ...]] = (  # DLX-06
         lambda dlrk, keys: () if dlrk is not None else keys)
     publisher_deaths_read: Callable[[], bool] = _false  # DLX-07: from 3.13 only the broker's deaths count
+    # -- policies (POL-*, core/settings.py) ---------------------------------------------------
+    policy_precedence: Callable[[str, str, bool], str] = _precedence  # POL-02: (kind, key, legacy) -> rule
+    policy_admits: Callable[[bool], bool] = _same  # POL-01: (apply-to admits the queue) -> the policy may apply
+    policy_chosen: Callable[[list[dict[str, Any]]], dict[str, Any]] = _highest  # POL-01
+    operator_merge: Callable[[Any, Any], Any] = _lesser  # POL-03: (policy's, operator policy's) -> the value
+    # -- queue length limits (LEN-*, core/limits.py) -----------------------------------------
+    length_args_checked: Callable[[], bool] = _true  # LEN-01
+    length_drop: Callable[[Queue], Message | None] = lambda queue: queue.pop()  # LEN-02: the head goes (returns first)
+    length_counts_properties: Callable[[str, bool], bool] = lambda kind, modern: kind == QUORUM and modern  # LEN-02
+    length_counts_unacked: Callable[[], bool] = _false  # LEN-02: only ready messages count
+    trimmed_after_return: Callable[[], bool] = _true  # LEN-02: a requeue may take the queue over a limit
+    maxlen_dead_lettered: Callable[[], bool] = _true  # LEN-03
+    quorum_limit_after_enqueue: Callable[[], bool] = _true  # LEN-04: a quorum queue takes the publish that goes over
+    refused_dead_lettered: Callable[[str], bool] = lambda overflow: overflow == "reject-publish-dlx"  # LEN-04, LEN-05
     stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
     queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
     answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok

@@ -1,8 +1,9 @@
 """Queue settings: x-arguments, else the matching policy's definition (RabbitMQ's precedence).
 
 Rules: the highest-priority policy whose pattern matches the queue name and whose apply-to
-fits the queue applies; its definition is cached per queue until the policies change (it
-is read on every publish). Message TTL is the lower of the queue's and the message's
+fits the queue applies, alone (POL-01); its definition is cached per queue until the policies
+change (it is read on every publish). Where argument and policy both set a key, RabbitMQ's
+precedence decides (POL-02). Message TTL is the lower of the queue's and the message's
 expiration; the quorum delivery limit is the lower of argument and policy (RQ-06).
 """
 
@@ -19,15 +20,21 @@ from reference_broker.core.state import Queue
 
 
 def queue_setting(core: BrokerState, queue: Queue, key: str) -> Any:
-    """x-<key> queue argument, else the matching policy's <key>."""
-    value = queue.arguments.get(f"x-{key}")
-    if value is None:
-        value = policy_definition(core, queue).get(key)
-    return value
+    """The x-<key> queue argument or the matching policy's <key>; when both are set, the one
+    RabbitMQ's precedence names (POL-02, `Rules.policy_precedence`): the lower number, the
+    argument, or the policy."""
+    argument, policy = queue.arguments.get(f"x-{key}"), policy_definition(core, queue).get(key)
+    if argument is None or policy is None:
+        return policy if argument is None else argument
+    rule = core.rules.policy_precedence(queue.kind, key, core.config.timeout_mode == "legacy")
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (argument, policy))
+    if rule == "min" and numbers:
+        return min(argument, policy)
+    return policy if rule == "policy" else argument
 
 
-def set_policies(core: BrokerState, vhost: str, policies: dict[str, dict[str, Any]]) -> None:
-    core.policies[vhost] = policies
+def set_policies(core: BrokerState, vhost: str, policies: dict[str, dict[str, Any]], operator: bool = False) -> None:
+    (core.operator_policies if operator else core.policies)[vhost] = policies
     core.policy_version += 1
     core.defs_dirty = core.journal is not None
 
@@ -36,24 +43,31 @@ APPLY_TO_KIND = {"classic": "classic_queues", "quorum": "quorum_queues", "stream
 
 
 def policy_definition(core: BrokerState, queue: Queue) -> dict[str, Any]:
-    """The definition of the highest-priority policy matching the queue, cached per
-    queue until the policies change (it is read on every publish)."""
+    """The definition of the highest-priority policy matching the queue (POL-01), merged with the
+    highest-priority operator policy's (POL-03: a key both set takes `Rules.operator_merge`, the
+    lower number); cached per queue until the policies change (it is read on every publish)."""
     if queue.policy_cache is not None and queue.policy_cache[0] == core.policy_version:
         return queue.policy_cache[1]
-    best: dict[str, Any] | None = None
-    for policy in core.policies.get(queue.vhost, {}).values():
-        if policy.get("apply-to", "all") not in ("all", "queues", APPLY_TO_KIND.get(queue.kind)):
+    definition = _chosen(core, queue, core.policies)
+    for key, value in _chosen(core, queue, core.operator_policies).items():
+        definition[key] = value if key not in definition else core.rules.operator_merge(definition[key], value)
+    queue.policy_cache = (core.policy_version, definition)
+    return definition
+
+
+def _chosen(core: BrokerState, queue: Queue, table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    matching: list[dict[str, Any]] = []
+    for policy in table.get(queue.vhost, {}).values():
+        admitted = policy.get("apply-to", "all") in ("all", "queues", APPLY_TO_KIND.get(queue.kind))
+        if not core.rules.policy_admits(admitted):
             continue
         try:
             if not re.search(policy.get("pattern", ""), queue.name):
                 continue
         except re.error:
             continue  # refused at PUT; a bad pattern in a config never matches
-        if best is None or policy.get("priority", 0) > best.get("priority", 0):
-            best = policy
-    definition = dict(best.get("definition", {})) if best else {}
-    queue.policy_cache = (core.policy_version, definition)
-    return definition
+        matching.append(policy)
+    return core.rules.policy_chosen(sorted(matching, key=lambda p: -int(p.get("priority", 0))))
 
 
 def delivery_limit(core: BrokerState, queue: Queue) -> int | None:

@@ -149,6 +149,7 @@ class Queue:
     deadlines: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (conn, ch, tag) -> ms
     timer_at: int | None = None  # when the queue's timeout timer is armed for
     ttl_timer_at: int | None = None  # when its head's TTL timer is armed for (TTL-03)
+    overflow_blocked: bool = False  # a quorum queue over a limit under reject-publish (LEN-04, limits.py)
     log: list[Message] = field(default_factory=list)  # stream queues: every message, by offset
     node: int = 1  # cluster (core/cluster.py): a classic queue's node, a quorum queue's leader
     members: tuple[int, ...] = ()  # cluster: a quorum queue's member nodes
@@ -227,21 +228,6 @@ class Queue:
             if message is not None:
                 return message
         return None
-
-    def drop_head(self) -> Message | None:
-        """Remove the head message (x-max-length drop-head overflow): the next one served;
-        on a quorum queue the main queue's head before the returns."""
-        if self.kind == QUORUM:
-            for level in self._levels:
-                message = self._lanes[level].pop()
-                if message is not None:
-                    self.ready_bytes -= len(message.body)
-                    return message
-            message = self._returns.popleft() if self._returns else None
-            if message is not None:
-                self.ready_bytes -= len(message.body)
-            return message
-        return self.pop()
 
     def remove(self, message: Message) -> None:
         """Take a ready message out wherever it is (used only by the late-ack fault)."""

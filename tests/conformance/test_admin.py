@@ -164,14 +164,14 @@ class MemoryAdmin(NoAdmin):
         self.settings: dict[str, GlobalValue] = {"consumer_timeout": 1_800_000}
         self.fail_undo = False
 
-    def get_policy(self, vhost: str, name: str) -> Policy | None:
+    def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
         return self.policies.get((vhost, name))
 
     def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
-                   apply_to: str = "queues", priority: int = 0) -> None:
+                   apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None:
         self.policies[vhost, name] = Policy(vhost, name, pattern, definition, apply_to, priority)
 
-    def delete_policy(self, vhost: str, name: str) -> None:
+    def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
         if self.fail_undo:
             raise AdminError("management API DELETE: HTTP 503")
         self.policies.pop((vhost, name), None)

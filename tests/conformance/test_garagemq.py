@@ -49,6 +49,8 @@ SUBSET = " or ".join([
     "test_an_invalid_expiration_closes_the_channel",  # ttl
     "test_invalid_dead_letter_arguments_are_refused",  # deadletter
     "test_select_commit_and_rollback_are_answered",  # tx
+    "test_invalid_length_arguments_are_refused",  # limits
+    "test_the_lower_max_length_wins",  # policies (needs-admin on GarageMQ)
     "test_cluster",  # cluster (the modules: needs-cluster, a single GarageMQ node)
 ])
 # Deviations this subset always shows (docs/garagemq.md): multiple=true above the highest tag is
