@@ -386,6 +386,9 @@ FAULTS: tuple[Fault, ...] = (
     # policies (core/settings.py)
     Fault("policy_apply_to_ignored", "policies", "POL-01", "a policy applies to queues whatever its apply-to",
           {"policy_admits": _const(True)}),
+    Fault("policy_fixed_at_declare", "policies", "POL-01",
+          "a queue keeps the policy it was declared under: later policy changes and deletions never reach it",
+          {"policy_follows_changes": _const(False)}),
     Fault("policies_merged", "policies", "POL-01",
           "the definitions of every matching policy are merged, the higher priority winning a key",
           {"policy_chosen": _merged_policies}),

@@ -46,7 +46,8 @@ def policy_definition(core: BrokerState, queue: Queue) -> dict[str, Any]:
     """The definition of the highest-priority policy matching the queue (POL-01), merged with the
     highest-priority operator policy's (POL-03: a key both set takes `Rules.operator_merge`, the
     lower number); cached per queue until the policies change (it is read on every publish)."""
-    if queue.policy_cache is not None and queue.policy_cache[0] == core.policy_version:
+    if queue.policy_cache is not None and (queue.policy_cache[0] == core.policy_version
+                                           or not core.rules.policy_follows_changes()):
         return queue.policy_cache[1]
     definition = _chosen(core, queue, core.policies)
     for key, value in _chosen(core, queue, core.operator_policies).items():

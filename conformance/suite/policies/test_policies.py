@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from codec import BasicProperties, BasicReject
+from codec import BasicProperties, BasicReject, QueuePurge, QueuePurgeOk
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
 from conformance.run.admin import RestoringAdmin
@@ -82,6 +82,35 @@ def test_a_policy_applies_to_the_queues_its_apply_to_names(connect: Connect, nam
     assert_kept(client, ch, queue, kind, Limits(max_length=1 if applies else None), 3, (
         f"POL-01: a policy max-length 1 with apply-to {apply_to!r} matching the {kind} queue "
         f"{'applies' if applies else 'does not apply'} to it"))
+
+
+APPLIED = 5.0  # s (scaled): a policy set on, or deleted from, a live queue reaches it (POL-01)
+
+
+@pytest.mark.rules("POL-01")
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_policy_reaches_a_live_queue_and_leaves_it_when_deleted(connect: Connect, names: Names, target: Target,
+                                                                  admin: RestoringAdmin, kind: str) -> None:
+    """The change reaches the queue's process asynchronously: each look starts afresh (purge, three
+    publishes, the count), until the effect shows or `APPLIED` s passed."""
+    require_kind(target.profile, kind)
+    client = connect()
+    ch = client.channel()
+    queue = declare(client, ch, names.queue(kind), kind)
+    for phase, want in (("set", 1), ("deleted", 3)):
+        if phase == "set":
+            policy(admin, target, queue, {"max-length": 1})
+        else:
+            admin.delete_policy(target.vhost, f"{queue}.pol")
+        deadline = time.monotonic() + target.timeout(APPLIED)
+        while True:
+            client.rpc(ch, QueuePurge(queue=queue), QueuePurgeOk)
+            count = len(kept(client, ch, queue, 3)[1])
+            if count == want or time.monotonic() > deadline:
+                break
+        assert count == want, (
+            f"POL-01: once a policy max-length 1 matching the live {kind} queue {queue!r} is {phase}, the queue "
+            f"keeps {want} of 3 messages; {target.timeout(APPLIED):.0f} s after that it still kept {count}")
 
 
 @pytest.mark.rules("POL-01")
