@@ -125,9 +125,10 @@ def accepted(deviation: Deviation, suite: dict[str, tuple[str, ...]]) -> set[str
 def test_a_baseline_from_before_the_split_accepts_what_the_migrated_one_accepts(
         name: str, suite: dict[str, tuple[str, ...]]) -> None:
     old, new = load_baseline(BEFORE / name), load_baseline(REPO / "baselines" / name)
-    assert [d.rule for d in old.deviations] == [d.rule for d in new.deviations]
+    kept = new.deviations[:len(old.deviations)]  # the entries added since (new rules' bugs) come after
+    assert [d.rule for d in old.deviations] == [d.rule for d in kept]
     moved = 0
-    for before, now in zip(old.deviations, new.deviations, strict=True):
+    for before, now in zip(old.deviations, kept, strict=True):
         then = accepted(before, suite)
         assert then == accepted(now, suite), before.describe(", ".join(before.tests))
         assert then or not before.tests, f"{before.describe()}: its tests are not in today's suite"

@@ -13,17 +13,12 @@ Rules:
 from __future__ import annotations
 
 import datetime
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from codec import (
-    BasicGet,
-    BasicGetEmpty,
-    BasicGetOk,
-    BasicNack,
     BasicProperties,
     BasicReject,
     Command,
@@ -32,50 +27,11 @@ from codec import (
 )
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
-from conformance.suite.steps.queues import CLASSIC, QUORUM, Publisher, declare, get, prompt, require_kind
+from conformance.suite.steps.deadletter import KINDS, die, expiration, get_ok, headers_of, landed
+from conformance.suite.steps.queues import Publisher, declare, prompt, require_kind
 
 Connect = Callable[..., RawClient]
-KINDS = [CLASSIC, QUORUM]
 HOW = ["reject", "nack", "expired"]
-
-
-def landed(client: RawClient, ch: int, queue: str, within: float, no_ack: bool = True) -> Command | None:
-    """The first message in `queue` (basic.get-ok), asked again until one is there or `within` passed:
-    the source queue dead-letters after its own reply."""
-    deadline = time.monotonic() + within
-    while True:
-        reply = client.rpc(ch, BasicGet(queue=queue, no_ack=no_ack), BasicGetOk, BasicGetEmpty)
-        if isinstance(reply.method, BasicGetOk):
-            return reply
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.02)
-
-
-def get_ok(reply: Command) -> BasicGetOk:
-    assert isinstance(reply.method, BasicGetOk)
-    return reply.method
-
-
-def headers_of(reply: Command) -> dict[str, Any]:
-    return dict((reply.properties.headers or {}) if reply.properties else {})
-
-
-def expiration(how: str) -> str:
-    """The message's expiration: 100 ms when it is to expire, else one it cannot reach within the
-    test, so a confirm or a basic.get delayed by a slow link never finds it expired already."""
-    return "100" if how == "expired" else "600000"
-
-
-def die(client: RawClient, ch: int, queue: str, how: str) -> None:
-    """Make the (only) message of `queue` die: reject or nack it from a basic.get, or let it expire
-    (it was published with `expiration(how)`, 100 ms)."""
-    if how == "expired":
-        return
-    got = get(client, ch, queue)
-    assert got is not None, f"the message to dead-letter is not in {queue}"
-    client.send(ch, BasicReject(delivery_tag=got.tag, requeue=False) if how == "reject"
-                else BasicNack(delivery_tag=got.tag, requeue=False))
 
 
 def source(client: RawClient, ch: int, names: Names, kind: str, arguments: dict[str, Any]) -> str:

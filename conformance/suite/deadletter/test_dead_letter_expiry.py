@@ -7,7 +7,7 @@ Rules:
   drop_expired_msgs for classic queues, rabbit_fifo's timer effect for quorum queues, v3.10.8 to
   v4.3.5). The dead-letter queue is watched with basic.get only (the source queue is never asked),
   so a broker that expires only when the source queue is read fails.
-- The deadline is the TTL plus `TOLERANCE` (test_ttl_expiry's, 0.5 s scaled) after the confirm;
+- The deadline is the TTL plus `TTL_TOLERANCE` (test_ttl_expiry's, 0.5 s scaled) after the confirm;
   the message may not be there before the TTL has passed since the publish was sent. The failure
   says how late it was, or that it was early.
 - TTL 0 (a classic queue without a consumer) dead-letters at once, with reason `expired`.
@@ -23,9 +23,8 @@ import pytest
 from codec import BasicProperties
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
-from conformance.suite.deadletter.test_dead_letter import KINDS, headers_of, landed
+from conformance.suite.steps.deadletter import KINDS, TTL_TOLERANCE, headers_of, landed
 from conformance.suite.steps.queues import CLASSIC, Publisher, declare, prompt, require_kind
-from conformance.suite.ttl.test_ttl_expiry import TOLERANCE
 
 Connect = Callable[..., RawClient]
 TTL_MS = 300
@@ -44,13 +43,13 @@ def test_an_expired_message_is_dead_lettered_at_its_expiry(connect: Connect, nam
     sent = time.monotonic()
     Publisher(client).publish(src, [b"m"], BasicProperties())
     confirmed = time.monotonic()
-    due = confirmed + TTL_MS / 1000 + target.timeout(TOLERANCE)
+    due = confirmed + TTL_MS / 1000 + target.timeout(TTL_TOLERANCE)
     got = landed(client, ch, dlq, max(due - time.monotonic(), 0))
     now = time.monotonic()
     assert got is not None, (
         f"DLX-01: a message in a {kind} queue with x-message-ttl {TTL_MS} and a dead-letter exchange, which nobody "
         f"fetched from, must be dead-lettered by its queue's own timer within {TTL_MS} ms plus the tolerance "
-        f"({target.timeout(TOLERANCE):.2f} s) of its confirm; the dead-letter queue {dlq} was still empty "
+        f"({target.timeout(TTL_TOLERANCE):.2f} s) of its confirm; the dead-letter queue {dlq} was still empty "
         f"{now - confirmed:.2f} s after the confirm")
     seen = now - sent  # it landed before `now`, and was enqueued after `sent`
     assert seen >= TTL_MS / 1000, (

@@ -6,7 +6,7 @@ Rules:
 - As in test_dead_letter.py: queues named per test, publishes confirmed, what lands looked for with
   basic.get, waiting (bounded) for the dead-lettering the source queue does after its own reply.
 - A message that must be gone (a cycle broken, a missing exchange) is judged on queue.declare-ok's
-  count once its TTL plus `TOLERANCE` (test_ttl_expiry's, scaled) has passed since the confirm: a
+  count once its TTL plus `TTL_TOLERANCE` (test_ttl_expiry's, scaled) has passed since the confirm: a
   broker that dead-letters it again puts it straight back, so it is counted.
 - Rejections (basic.reject, requeue=false) make it die where the rule does not need a clock.
 """
@@ -23,9 +23,8 @@ import pytest
 from codec import BasicProperties, BasicReject, ExchangeDeclare, ExchangeDeclareOk, QueueBind, QueueBindOk
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
-from conformance.suite.deadletter.test_dead_letter import KINDS, die, get_ok, headers_of, landed
+from conformance.suite.steps.deadletter import KINDS, TTL_TOLERANCE, die, get_ok, headers_of, landed
 from conformance.suite.steps.queues import Publisher, declare, prompt, ready, require_kind
-from conformance.suite.ttl.test_ttl_expiry import TOLERANCE
 
 Connect = Callable[..., RawClient]
 TTL_MS = 100
@@ -42,7 +41,7 @@ def publish_and_wait(client: RawClient, queue: str, target: Target, hops: int = 
     """Publish one message to `queue` and let `hops` TTLs plus the tolerance pass on the broker's clock
     (part of the scenario, not a wait for a reply)."""
     Publisher(client).publish(queue, [b"m"], properties or BasicProperties())
-    time.sleep(hops * TTL_MS / 1000 + target.timeout(TOLERANCE))
+    time.sleep(hops * TTL_MS / 1000 + target.timeout(TTL_TOLERANCE))
 
 
 def ttl_to(queue: str | None, exchange: str = "") -> dict[str, Any]:
@@ -72,7 +71,7 @@ def test_a_message_expiring_into_its_own_queue_is_dropped(connect: Connect, name
     assert count == 0, (
         f"DLX-04: a message that expired from {queue!r} (x-message-ttl {TTL_MS} ms), whose dead-letter exchange '' "
         f"and routing key lead back to {queue!r}, closes a cycle with no rejection in it and is dropped; "
-        f"{target.timeout(TOLERANCE):.1f} s past its TTL the queue still counts {count} (it was dead-lettered into itself)")
+        f"{target.timeout(TTL_TOLERANCE):.1f} s past its TTL the queue still counts {count} (it was dead-lettered into itself)")
 
 
 @pytest.mark.rules("DLX-04")
@@ -94,7 +93,7 @@ def test_an_expiry_cycle_through_two_queues_is_broken_where_it_closes(connect: C
     assert counts == {a: 0, b: 0, watch: 1}, (
         f"DLX-04: a message expiring in {a!r} is dead-lettered to {b!r} and {watch!r}; expiring in {b!r}, whose "
         f"dead-letter route leads back to {a!r}, it would close a cycle of expiries and is dropped. "
-        f"{2 * TTL_MS} ms + {target.timeout(TOLERANCE):.1f} s after the publish the queues count {counts} "
+        f"{2 * TTL_MS} ms + {target.timeout(TTL_TOLERANCE):.1f} s after the publish the queues count {counts} "
         f"(expected {a}: 0, {b}: 0, {watch}: 1)")
 
 
@@ -107,7 +106,7 @@ def test_a_cycle_with_a_rejection_in_it_goes_on(connect: Connect, names: Names, 
     declare(client, ch, q1, kind, ttl_to(q2))
     declare(client, ch, q2, kind, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q1})
     Publisher(client).publish(q1, [b"m"], BasicProperties())
-    within = TTL_MS / 1000 + target.timeout(TOLERANCE) + prompt(client)
+    within = TTL_MS / 1000 + target.timeout(TTL_TOLERANCE) + prompt(client)
     first = landed(client, ch, q2, within, no_ack=False)
     assert first is not None, f"DLX-04: the message never expired from {q1!r} into {q2!r} (DLX-01)"
     client.send(ch, BasicReject(delivery_tag=get_ok(first).delivery_tag, requeue=False))
@@ -135,14 +134,14 @@ def test_an_expiry_cycle_entered_by_a_rejection_is_broken(connect: Connect, name
     declare(client, ch, c, kind, {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": a})
     Publisher(client).publish(c, [b"m"], BasicProperties())
     die(client, ch, c, "reject")
-    time.sleep(2 * TTL_MS / 1000 + target.timeout(TOLERANCE))  # its two expiries, on the broker's clock
+    time.sleep(2 * TTL_MS / 1000 + target.timeout(TTL_TOLERANCE))  # its two expiries, on the broker's clock
     watch_until = time.monotonic() + 3 * TTL_MS / 1000
     while True:
         counts = {q: ready(client, ch, q) for q in (a, b)}
         assert counts == {a: 0, b: 0}, (
             f"DLX-04: a message rejected in {c!r} goes to {a!r}, expires there into {b!r} and expires there again; "
             f"back into {a!r} it closes a cycle of expiries (the rejection happened before the cycle) and is dropped. "
-            f"{2 * TTL_MS} ms + {target.timeout(TOLERANCE):.1f} s after the reject the queues count {counts}: it is "
+            f"{2 * TTL_MS} ms + {target.timeout(TTL_TOLERANCE):.1f} s after the reject the queues count {counts}: it is "
             "still going round")
         if time.monotonic() > watch_until:
             break
@@ -167,7 +166,7 @@ def test_a_missing_dead_letter_exchange_drops_the_message_until_it_exists(connec
         Publisher(client).publish(queue, [phase.encode()], properties)
         die(client, ch, queue, how)
         if how == "expired":
-            time.sleep(TTL_MS / 1000 + target.timeout(TOLERANCE))
+            time.sleep(TTL_MS / 1000 + target.timeout(TTL_TOLERANCE))
         if phase == "bound":  # a quorum queue dead-letters after it applied the reject (a rabbit_fifo
             # effect): the "unbound" message may be routed once the binding exists, and arrive first
             bodies: list[bytes] = []

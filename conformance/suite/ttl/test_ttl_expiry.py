@@ -41,6 +41,7 @@ from codec import (
 )
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
+from conformance.suite.steps.deadletter import TTL_TOLERANCE
 from conformance.suite.steps.queues import (
     CLASSIC,
     QUORUM,
@@ -57,7 +58,7 @@ from conformance.suite.steps.queues import (
 Connect = Callable[..., RawClient]
 TTL_MS = 300
 LONG_MS = 600_000  # never passes within a test
-TOLERANCE = 0.5  # s past the TTL (scaled): see the module's rules
+TOLERANCE = TTL_TOLERANCE  # s past the TTL (scaled): see the module's rules
 QUIET = 0.5  # s (scaled) a consumer must get nothing: see the module's rules
 
 
