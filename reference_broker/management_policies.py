@@ -18,7 +18,7 @@ from reference_broker.management_http import (
     visible,
 )
 
-POLICY_KEYS = {"consumer-timeout", "max-length", "max-length-bytes", "message-ttl", "dead-letter-exchange",
+POLICY_KEYS = {"consumer-timeout", "max-length", "max-length-bytes", "message-ttl", "dead-letter-exchange", "alternate-exchange",
                "dead-letter-routing-key", "delivery-limit", "overflow", "expires",
                # accepted, no effect on a single node (TMO-4.3-6)
                "consumer-disconnected-timeout"}

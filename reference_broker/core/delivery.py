@@ -30,7 +30,7 @@ from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Send, StartTimer
 from reference_broker.core.errors import soft
 from reference_broker.core.routing import binding_matches
-from reference_broker.core.settings import delivery_limit, message_ttl, queue_setting
+from reference_broker.core.settings import delivery_limit, exchange_setting, message_ttl, queue_setting
 from reference_broker.core.state import (
     QUORUM,
     STREAM,
@@ -76,7 +76,7 @@ def route(core: BrokerState, vhost: str, exchange_name: str, routing_key: str,
                 elif b.destination in v.queues:
                     routed = True
                     found.append(v.queues[b.destination])
-        alternate = exchange.arguments.get("alternate-exchange")
+        alternate = exchange_setting(core, vhost, exchange, "alternate-exchange")  # ROUTE-12, POL-04
         if not routed and isinstance(alternate, str):
             todo.append(alternate)
     return rules.one_copy(found)

@@ -272,6 +272,7 @@ class Rules:
     policy_admits: Callable[[bool], bool] = _same  # POL-01: (apply-to admits the queue) -> the policy may apply
     policy_chosen: Callable[[list[dict[str, Any]]], dict[str, Any]] = _highest  # POL-01
     policy_follows_changes: Callable[[], bool] = _true  # POL-01: a live queue takes a policy set or deleted
+    exchange_argument_wins: Callable[[], bool] = _true  # POL-04: an exchange's own alternate-exchange first
     operator_merge: Callable[[Any, Any], Any] = _lesser  # POL-03: (policy's, operator policy's) -> the value
     # -- queue length limits (LEN-*, core/limits.py) -----------------------------------------
     length_args_checked: Callable[[], bool] = _true  # LEN-01

@@ -16,7 +16,7 @@ from typing import Any
 from codec import AmqpError, BasicProperties
 from reference_broker.core.arguments import parse_expiration
 from reference_broker.core.broker_state import BrokerState
-from reference_broker.core.state import Queue
+from reference_broker.core.state import Exchange, Queue
 
 
 def queue_setting(core: BrokerState, queue: Queue, key: str) -> Any:
@@ -57,18 +57,34 @@ def policy_definition(core: BrokerState, queue: Queue) -> dict[str, Any]:
 
 
 def _chosen(core: BrokerState, queue: Queue, table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    return _chosen_for(core, queue.vhost, queue.name, ("all", "queues", APPLY_TO_KIND.get(queue.kind)), table)
+
+
+def _chosen_for(core: BrokerState, vhost: str, name: str, admitting: tuple[str | None, ...],
+                table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The definition of the highest-priority policy of `table` matching `name` whose apply-to is
+    one of `admitting` (POL-01)."""
     matching: list[dict[str, Any]] = []
-    for policy in table.get(queue.vhost, {}).values():
-        admitted = policy.get("apply-to", "all") in ("all", "queues", APPLY_TO_KIND.get(queue.kind))
-        if not core.rules.policy_admits(admitted):
+    for policy in table.get(vhost, {}).values():
+        if not core.rules.policy_admits(policy.get("apply-to", "all") in admitting):
             continue
         try:
-            if not re.search(policy.get("pattern", ""), queue.name):
+            if not re.search(policy.get("pattern", ""), name):
                 continue
         except re.error:
             continue  # refused at PUT; a bad pattern in a config never matches
         matching.append(policy)
     return core.rules.policy_chosen(sorted(matching, key=lambda p: -int(p.get("priority", 0))))
+
+
+def exchange_setting(core: BrokerState, vhost: str, exchange: Exchange, key: str) -> Any:
+    """POL-04: the exchange's own <key> argument, else the <key> of the policy matching it (apply-to
+    exchanges or all): rabbit_policy:get_arg, the argument first (alternate-exchange)."""
+    argument = exchange.arguments.get(key)
+    if argument is not None and core.rules.exchange_argument_wins():
+        return argument
+    policy = _chosen_for(core, vhost, exchange.name, ("all", "exchanges"), core.policies).get(key)
+    return policy if policy is not None else argument
 
 
 def delivery_limit(core: BrokerState, queue: Queue) -> int | None:
