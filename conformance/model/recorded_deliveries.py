@@ -37,6 +37,8 @@ def deliver(s: ChannelLifetime, c: Columns, i: int) -> None:
             recorded_queue_order.on_deliver(s, c, i, tag, ctag, None, 0, False)
         else:
             recorded_queue_order.on_deliver(s, c, i, tag, ctag, consumer.queue, consumer.prefetch, consumer.no_ack)
+    if consumer is not None and consumer.queue is not None:
+        s.tag_queue[tag] = consumer.queue
     if consumer is None:
         s.outstanding[tag] = ctag
     elif not consumer.no_ack:
@@ -82,6 +84,8 @@ def get_ok(s: ChannelLifetime, c: Columns, i: int) -> None:
     if tag != expected:  # ACK-01: basic.get-ok shares the channel's counter
         _tag_slip(s, c, i, "basic.get-ok tag", tag, expected)
     _expect_identity(s, c, i, tag)
+    if s.get_queue is not None:
+        s.tag_queue[tag] = s.get_queue
     recorded_queue_order.on_get_ok(s, c, i, tag, s.get_queue)
     if not s.get_no_ack:
         s.outstanding[tag] = None
@@ -104,8 +108,11 @@ def body(s: ChannelLifetime, c: Columns, i: int) -> None:
         s.identity[tag] = digest
     if s.order_judged:
         recorded_queue_order.on_identity(s, c, i, digest)  # RQ-01/02
-    if s.requeued.get(digest, 0) > 0:  # (a Counter's missing key costs a call)
-        s.requeued[digest] -= 1
+    # the same message from the queue it was requeued to (a dead-lettered copy in another queue is a
+    # new message there: DLX-02, its redelivered flag not RQ-04's); "" when the recording does not say
+    queue = s.tag_queue.get(tag, "") if tag in s.outstanding else s.tag_queue.pop(tag, "")  # no-ack: done with it
+    if s.requeued.get((digest, queue), 0) > 0:  # (a Counter's missing key costs a call)
+        s.requeued[(digest, queue)] -= 1
         # delivered and returned once at least (here): the flag every queue type must set
         if redelivered_flag(None, 1, 1, s.traits.quorum_redelivered_on_return) and not s.awaiting_redelivered:
             s.find(c.seq[i], "redelivered-missing",  # RQ-04
@@ -229,8 +236,9 @@ def _settle(s: ChannelLifetime, tag: int, ctag: str | None, requeue: bool) -> No
 
 def _requeue_identity(s: ChannelLifetime, tag: int, requeue: bool) -> None:
     digest = s.identity.pop(tag, None)
+    queue = s.tag_queue.pop(tag, "")
     if requeue and digest is not None:  # ACK-07: back to its queue, delivered once more
-        s.requeued[digest] += 1
+        s.requeued[(digest, queue)] += 1
 
 
 def recover(s: ChannelLifetime, c: Columns, i: int) -> None:

@@ -51,7 +51,8 @@ class ChannelLifetime:
     identity: dict[int, str] = field(default_factory=dict)  # tag -> message identity, when known
     awaiting_body: int = 0  # tag of the last delivery whose identity is still unknown
     awaiting_redelivered: bool = False  # that delivery's redelivered flag
-    requeued: Counter[str] = field(default_factory=Counter)  # identities requeued on this channel
+    requeued: Counter[tuple[str, str]] = field(default_factory=Counter)  # (identity, queue) requeued on this channel
+    tag_queue: dict[int, str] = field(default_factory=dict)  # tag -> the queue it came from, when known ("" not)
     order: RequeueOrder = field(default_factory=RequeueOrder)  # RQ-01/02 (recorded_queue_order)
     order_judged: bool = False  # RQ-01/02 are the recorded broker's rules (a RabbitMQ profile)
     consume_requests: deque[ConsumeRequest] = field(default_factory=deque)

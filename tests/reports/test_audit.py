@@ -131,6 +131,19 @@ def test_audit_redelivery_after_requeue_needs_the_flag() -> None:
     assert audit_channel(flagged) == []
 
 
+def test_audit_a_dead_lettered_copy_in_another_queue_is_no_redelivery() -> None:
+    """Requeued from q, then the same body from dlq (dead-lettered there, e.g. by a length limit):
+    a new message in dlq, whose redelivered flag is not RQ-04's; from q again it is a redelivery."""
+    body = F(0, "in", None, frame_type="body", body_digest="m1")
+
+    def fetch(tag: int, queue: str) -> list[ChannelFrame]:
+        return [F(0, "out", "basic.get", queue=queue), F(0, "in", "basic.get-ok", delivery_tag=tag), body]
+
+    requeued = [*OPEN, *fetch(1, "q"), F(0, "out", "basic.reject", delivery_tag=1, requeue=True)]
+    assert audit_channel(renumber([*requeued, *fetch(2, "dlq")])) == []
+    assert kinds(audit_channel(renumber([*requeued, *fetch(2, "q")]))) == ["redelivered-missing"]
+
+
 def test_audit_transactions_restore_rolled_back_acks() -> None:
     frames = renumber([*OPEN, F(0, "out", "tx.select"), F(0, "in", "tx.select-ok"), *CONSUME, deliver(1),
                        F(0, "out", "basic.ack", delivery_tag=1), F(0, "out", "tx.rollback"),
