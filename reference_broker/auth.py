@@ -198,6 +198,7 @@ def delete_user(config: BrokerConfig, name: str) -> bool:
     if config.users.pop(name, None) is None:
         return False
     config.permissions[name] = {}  # no vhost from now on, also for its open connections
+    config.topic_permissions.pop(name, None)
     return True
 
 
@@ -228,6 +229,27 @@ def clear_permissions(config: BrokerConfig, user: str, vhost: str, vhosts: Itera
         return False
     del _entries(config, user, vhosts)[vhost]
     return True
+
+
+def set_topic_permissions(config: BrokerConfig, user: str, vhost: str, body: dict[str, Any]) -> str:
+    """PUT /api/topic-permissions body {exchange, write, read}: the patterns on one exchange."""
+    exchange, write, read = body.get("exchange"), body.get("write", ""), body.get("read", "")
+    if not isinstance(exchange, str) or not exchange or not isinstance(write, str) or not isinstance(read, str):
+        return "exchange (a name), write and read must be strings"
+    for regex in (write, read):
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            return f"{regex} is not a valid regular expression ({exc})"
+    config.topic_permissions.setdefault(user, {}).setdefault(vhost, {})[exchange] = [write, read]
+    return ""
+
+
+def topic_permission_rows(config: BrokerConfig) -> list[dict[str, Any]]:
+    """RabbitMQ's topic permission objects (/api/topic-permissions)."""
+    return [{"user": user, "vhost": vhost, "exchange": exchange, "write": pair[0], "read": pair[1]}
+            for user, by_vhost in sorted(config.topic_permissions.items())
+            for vhost, by_exchange in by_vhost.items() for exchange, pair in by_exchange.items()]
 
 
 def permissions_of(config: BrokerConfig, user: str, vhost: str) -> list[str] | None:

@@ -32,13 +32,15 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
     if exchange.internal and core.rules.internal_refuses_publish():  # EXCH-09
         raise soft(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal {texts.x(m.exchange, vhost)}")
     if core.config.permissions:
-        permissions.check(core, ch, "write", "exchange", m.exchange)
+        permissions.check(core, ch, "write", "exchange", m.exchange, "basic.publish")
+    permissions.check_topic(core, ch, "write", m.exchange, exchange.kind, m.routing_key)  # ACC-05
     if len(body) > core.config.max_message_size:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"message size {len(body)} is larger than configured "
                    f"max size {core.config.max_message_size}")
     props = props or EMPTY
     user = core.connections[ch.conn].user
-    if props.user_id is not None and props.user_id != user and core.rules.user_id_checked():  # MSG-02: rabbit_channel check_user_id_header
+    if (props.user_id is not None and props.user_id != user and core.rules.user_id_checked()  # MSG-02: check_user_id_header
+            and not core.rules.impersonation_allowed(permissions.tags(core, user))):  # ACC-07
         raise soft(ReplyCode.PRECONDITION_FAILED,
                    f"user_id property set to '{props.user_id}' but authenticated user was '{user}'")
     if props.expiration is not None and core.rules.expiration_checked():  # TTL-01: check_expiration_header

@@ -223,13 +223,16 @@ class ServerConnection:
         return {**self.client_properties, "capabilities": {k: v for k, v in caps.items() if ours.get(k) is True}}
 
     def _auth_failed(self, meta: Meta, err: AuthError) -> list[Output]:
+        """ACC-06 (rabbit_reader auth_fail, handle_exception in `starting`): a refused login is
+        connection.close 403 (0/0) only for a client with authentication_failure_close, else the
+        socket ends; an unknown mechanism or an unparsable response ends it too (RabbitMQ after
+        its 3 s SILENT_CLOSE_DELAY, live 3.10.8, 4.0.5, 4.3.6; here at once)."""
         caps = self._negotiated_properties().get("capabilities")
-        if err.code == ReplyCode.ACCESS_REFUSED and not (
-                isinstance(caps, dict) and caps.get("authentication_failure_close")):
+        asked = isinstance(caps, dict) and caps.get("authentication_failure_close") is True
+        if err.code != ReplyCode.ACCESS_REFUSED or not self.core.rules.auth_failure_close(asked):
             self.state = states.CLOSED
             return [CloseTransport(self.id, str(err))]
-        ids = (0, 0) if err.code == ReplyCode.ACCESS_REFUSED else (ConnectionStartOk.CLASS_ID, ConnectionStartOk.METHOD_ID)  # 403: RabbitMQ 3.10.8, live
-        return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", *ids)
+        return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", 0, 0)
 
     def _negotiate(self, m: ConnectionTuneOk) -> None:
         """FRM-01: 0 counts as higher than a non-zero server value; below the minimum is 530."""

@@ -269,7 +269,7 @@ def test_core_permissions_refuse_with_403() -> None:
     assert methods(sim.do(5, 1, QueueDeclare(queue="app.q")))[0].queue == "app.q"
     close = methods(sim.do(5, 1, QueueDeclare(queue="other")), ChannelClose)[0]
     assert (close.reply_code, close.reply_text) == (
-        403, "ACCESS_REFUSED - access to queue 'other' in vhost '/' refused for user 'app'")
+        403, "ACCESS_REFUSED - configure access to queue 'other' in vhost '/' refused for user 'app'")
     sim.do(5, 1, ChannelCloseOk())
     sim.open(5, 2)
     close = methods(sim.do(5, 2, BasicPublish(exchange="amq.topic"), BasicProperties(), b"x"), ChannelClose)[0]
