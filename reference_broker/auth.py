@@ -90,8 +90,18 @@ def stored_hash(entry: str | dict[str, Any]) -> tuple[str, str]:
 
 
 # -- SASL ---------------------------------------------------------------------------------------
+ANONYMOUS_LOGIN = ("guest", "guest")  # RabbitMQ 4.x anonymous_login_user / anonymous_login_pass
+
+
+def mechanisms(config: BrokerConfig) -> list[str]:
+    """The SASL mechanisms offered: RabbitMQ 4.0+ adds ANONYMOUS (ACC-06); the legacy 3.x mode not."""
+    return ["PLAIN", "AMQPLAIN"] if config.timeout_mode == "legacy" else ["PLAIN", "AMQPLAIN", "ANONYMOUS"]
+
+
 def parse_response(mechanism: str, response: bytes) -> tuple[str, str]:
-    """(user, password) from a PLAIN or AMQPLAIN response."""
+    """(user, password) from a PLAIN or AMQPLAIN response (ANONYMOUS: the anonymous login)."""
+    if mechanism == "ANONYMOUS":
+        return ANONYMOUS_LOGIN
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) != 3:
@@ -122,6 +132,8 @@ def authenticate(config: BrokerConfig, mechanism: str, response: bytes, peer: st
     """The user a PLAIN/AMQPLAIN response logs in; RabbitMQ's `loopback_users` (guest by
     default) may log in only from a loopback address, refused with the same 403 as a wrong
     password (the reason goes to the log only)."""
+    if mechanism not in mechanisms(config):
+        raise AuthError(ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'")
     user, password = parse_response(mechanism, response)
     remote = bool(peer) and user in config.loopback_users and not is_loopback(str(peer))
     if not check_password(config, user, password) or remote:

@@ -47,7 +47,12 @@ def check(core: BrokerState, ch: Channel, kind: str, resource: str, name: str, m
     if granted(core, conn.user, conn.vhost, kind, name) or not core.rules.permission_checked(kind, method):
         return
     raise soft(ReplyCode.ACCESS_REFUSED,
-               f"{kind} access to {resource} '{name}' in vhost '{conn.vhost}' refused for user '{conn.user}'")
+               f"{_named(core, kind)}access to {resource} '{name}' in vhost '{conn.vhost}' refused for user '{conn.user}'")
+
+
+def _named(core: BrokerState, kind: str) -> str:
+    """The refusal names the permission from 3.12.0 (rabbit_access_control; 3.10.8 and 3.11 not)."""
+    return "" if core.config.emulates == "3.10" else f"{kind} "
 
 
 def check_any(core: BrokerState, ch: Channel, resource: str, name: str) -> None:
@@ -82,5 +87,5 @@ def check_topic(core: BrokerState, ch: Channel, kind: str, exchange: str, exchan
         return
     pattern = expand(entry[0 if kind == "write" else 1], conn.user, conn.vhost)
     if re.search(pattern, key) is None:
-        raise soft(ReplyCode.ACCESS_REFUSED, f"{kind} access to topic '{key}' in exchange '{exchange}' in vhost "
-                   f"'{conn.vhost}' refused for user '{conn.user}'")
+        raise soft(ReplyCode.ACCESS_REFUSED, f"{_named(core, kind)}access to topic '{key}' in exchange '{exchange}' "
+                   f"in vhost '{conn.vhost}' refused for user '{conn.user}'")

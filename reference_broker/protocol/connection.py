@@ -47,7 +47,7 @@ from codec import (
     encode_heartbeat,
     encode_method,
 )
-from reference_broker.auth import AuthError, authenticate
+from reference_broker.auth import AuthError, authenticate, mechanisms
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CloseConnection, Effect, Meta, Send
 from reference_broker.core.permissions import vhost_allowed
@@ -177,7 +177,7 @@ class ServerConnection:
                                     "information": "amqp-conformance reference broker"}
         if self.config.announce_emulation:  # lets `auto` judge it as that RabbitMQ version
             props["emulates"] = f"RabbitMQ {self.config.emulates}"
-        return ConnectionStart(0, 9, props, b"PLAIN AMQPLAIN", b"en_US")
+        return ConnectionStart(0, 9, props, " ".join(mechanisms(self.config)).encode(), b"en_US")
 
     def _handshake(self, meta: Meta, command: Command) -> list[Output]:
         m = command.method
