@@ -128,6 +128,7 @@ class RawClient:
         self.connection_closed: ConnectionClosed | None = None
         self.lost = False
         self.server_properties: dict[str, Any] = {}
+        self.mechanisms: list[str] = []  # the SASL mechanisms connection.start offered
         self.tune: ConnectionTune | None = None
         self.frame_max = 4096
         self._next_channel = 1
@@ -147,6 +148,7 @@ class RawClient:
         start = self.expect(0, ConnectionStart).method
         assert isinstance(start, ConnectionStart)
         self.server_properties = dict(start.server_properties)
+        self.mechanisms = start.mechanisms.decode(errors="replace").split()
         response = self.response
         if response is None:
             response = f"\x00{self.address.user}\x00{self.address.password}".encode()
