@@ -462,8 +462,14 @@ class RestoringAdmin(AdminAdapter):
         self.adapter.set_global(key, value)
         self._undo.append((f"setting {key}", lambda: self.adapter.set_global(key, previous)))
 
+    def _require(self, method: str) -> None:
+        """Unavailable before any claim or record, where the adapter lacks `method` (NoAdmin)."""
+        if getattr(type(self.adapter), method) is getattr(AdminAdapter, method):
+            raise Unavailable(NEEDS_ADMIN)
+
     def put_user(self, name: str, password: str, tags: str = "") -> None:
         """A user the test makes: deleted at `restore()` (with its permissions)."""
+        self._require("put_user")
         self.claim_broker_wide()
         self._undo.append((f"user {name!r}", lambda: self.adapter.delete_user(name)))
         self.adapter.put_user(name, password, tags)
@@ -473,6 +479,7 @@ class RestoringAdmin(AdminAdapter):
 
     def put_vhost(self, name: str) -> None:
         """A vhost the test makes: deleted at `restore()` (with what is in it)."""
+        self._require("put_vhost")
         self.claim_broker_wide()
         self._undo.append((f"vhost {name!r}", lambda: self.adapter.delete_vhost(name)))
         self.adapter.put_vhost(name)
