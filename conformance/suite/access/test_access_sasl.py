@@ -96,6 +96,8 @@ def test_refused_logins(target: Target, recorder: Recorder) -> None:
         "PLAIN, unknown user": (start_ok("PLAIN", plain("amqpc.nobody", "x")), "PLAIN"),
         "PLAIN, wrong password, no authentication_failure_close": (
             start_ok("PLAIN", plain(address.user, address.password + "x"), capability=False), None),
+        "PLAIN, unknown user, no authentication_failure_close": (
+            start_ok("PLAIN", plain("amqpc.nobody", "x"), capability=False), None),
         "mechanism FOO": (start_ok("FOO", plain(address.user, address.password)), None),
         "PLAIN, unparsable response": (start_ok("PLAIN", b"garbage"), None),
     }
