@@ -227,12 +227,17 @@ async def permission(request: web.Request) -> web.Response:
     return web.json_response(rows[0]) if rows else web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
 
 
-async def put_permission(request: web.Request) -> web.Response:
-    server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
+def _unknown_target(server: BrokerServer, vhost: str, name: str) -> web.Response | None:
+    """A permission's vhost or user that does not exist: 404 or 400, as RabbitMQ's API."""
     if vhost not in server.core.vhosts:
         return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
-    if name not in server.config.users:
-        return bad_request(f"no_such_user: {name}")
+    return bad_request(f"no_such_user: {name}") if name not in server.config.users else None
+
+
+async def put_permission(request: web.Request) -> web.Response:
+    server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
+    if (unknown := _unknown_target(server, vhost, name)) is not None:
+        return unknown
     body = await json_body(request)
     created = auth.permissions_of(server.config, name, vhost) is None
     problem = auth.set_permissions(server.config, name, vhost, body if isinstance(body, dict) else {},
@@ -298,10 +303,8 @@ async def topic_permission(request: web.Request) -> web.Response:
 
 async def put_topic_permission(request: web.Request) -> web.Response:
     server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
-    if vhost not in server.core.vhosts:
-        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
-    if name not in server.config.users:
-        return bad_request(f"no_such_user: {name}")
+    if (unknown := _unknown_target(server, vhost, name)) is not None:
+        return unknown
     body = await json_body(request)
     problem = auth.set_topic_permissions(server.config, name, vhost, body if isinstance(body, dict) else {})
     return bad_request(problem) if problem else web.Response(status=201)

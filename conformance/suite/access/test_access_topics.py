@@ -32,6 +32,7 @@ from conformance.plugin.session import Names, Target
 from conformance.run.admin import RestoringAdmin
 from conformance.suite.steps.access import (
     UNNAMED,
+    Account,
     Connect,
     account,
     allowed,
@@ -104,16 +105,22 @@ def test_topic_permissions_match_the_routing_key(admin: RestoringAdmin, connect:
 
 
 # -- ACC-07: user-id --------------------------------------------------------------------------------
+def _publisher(admin: RestoringAdmin, connect: Connect, names: Names, target: Target, label: str,
+               tags: str = "") -> tuple[RawClient, int, str, Account, RawClient, int]:
+    """The run's client and channel, a queue, and a new user (with `tags`) connected, a channel open."""
+    setup = connect()
+    sch = setup.channel()
+    queue = names.queue(label)
+    setup.rpc(sch, QueueDeclare(queue=queue), QueueDeclareOk)
+    user = account(admin, target, label, tags=tags)
+    client = connect(url=user.url)
+    return setup, sch, queue, user, client, client.channel()
+
+
 @pytest.mark.rules("ACC-07")
 def test_the_user_id_must_name_the_user(admin: RestoringAdmin, connect: Connect, names: Names,
                                         target: Target) -> None:
-    setup = connect()
-    sch = setup.channel()
-    queue = names.queue("uid")
-    setup.rpc(sch, QueueDeclare(queue=queue), QueueDeclareOk)
-    user = account(admin, target, "uid")
-    client = connect(url=user.url)
-    ch = client.channel()
+    setup, sch, queue, user, client, ch = _publisher(admin, connect, names, target, "uid")
     published(client, ch, BasicPublish(exchange="", routing_key=queue),
               f"basic.publish with the user-id {user.user!r}, the user's own", BasicProperties(user_id=user.user))
     await_ready(setup, sch, queue, 1, target.timeout(2.0))
@@ -129,13 +136,7 @@ def test_the_user_id_must_name_the_user(admin: RestoringAdmin, connect: Connect,
 @pytest.mark.rules("ACC-07")
 def test_an_impersonator_may_publish_any_user_id(admin: RestoringAdmin, connect: Connect, names: Names,
                                                  target: Target) -> None:
-    setup = connect()
-    sch = setup.channel()
-    queue = names.queue("imp")
-    setup.rpc(sch, QueueDeclare(queue=queue), QueueDeclareOk)
-    user = account(admin, target, "imp", tags="impersonator")
-    client = connect(url=user.url)
-    ch = client.channel()
+    setup, sch, queue, user, client, ch = _publisher(admin, connect, names, target, "imp", tags="impersonator")
     published(client, ch, BasicPublish(exchange="", routing_key=queue),
               f"basic.publish by {user.user} (tag impersonator) with the user-id 'someone.else'",
               BasicProperties(user_id="someone.else"))
