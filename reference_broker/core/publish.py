@@ -47,7 +47,10 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
         ttl = parse_expiration(props.expiration)
         if core.config.timeout_mode != "legacy":  # TTL-01: 4.x delivers the number read (mc_amqpl)
             props = props._replace(expiration=str(ttl))
-    sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
+    extra_keys, _ = sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
+    if core.config.emulates == "4.3" and core.rules.topic_checks_sender_keys():  # ACC-05: 4.0+ check every routing key (mc:routing_keys), 3.x the key only
+        for key in extra_keys:
+            permissions.check_topic(core, ch, "write", m.exchange, exchange.kind, key)
     if ch.tx and core.rules.tx_holds_publishes():  # TX-02
         return hold(core, ch, m, props, body)
     return publish_now(core, meta, ch, m.exchange, m.routing_key, m.mandatory, props, body)

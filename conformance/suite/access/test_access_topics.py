@@ -85,6 +85,8 @@ def test_topic_permissions_match_the_routing_key(admin: RestoringAdmin, connect:
                 f"basic.publish to {protected} with the key 'other.a': its write topic permission is {OWN}")
     assert _get(setup, sch, queue) is None, "ACC-05: the refused publish reached the queue"
     ch = client.channel()
+    _cc_keys(client, ch, setup, sch, queue, protected, user.user, target)
+    ch = client.channel()
     allowed(client, ch, QueueBind(queue=queue, exchange=protected, routing_key=f"{user.user}.#"), QueueBindOk,
             f"queue.bind to {protected} with the key '{user.user}.#' (matches the read topic permission {OWN})")
     refused_403(client, ch, QueueBind(queue=queue, exchange=protected, routing_key="other.#"),
@@ -102,6 +104,23 @@ def test_topic_permissions_match_the_routing_key(admin: RestoringAdmin, connect:
               f"basic.publish to the direct exchange {direct}: a topic permission applies to topic exchanges only")
     allowed(client, ch, QueueBind(queue=queue, exchange=direct, routing_key="other"), QueueBindOk,
             f"queue.bind to the direct exchange {direct} with any key (not a topic exchange)")
+
+
+def _cc_keys(client: RawClient, ch: int, setup: RawClient, sch: int, queue: str, exchange: str, user: str,
+             target: Target) -> None:
+    """4.0+: a CC key is checked like the routing key (refused); 3.x: not checked (routed)."""
+    mine, cc = f"{user}.a", "other.cc"
+    props = BasicProperties(headers={"CC": [cc]})
+    what = f"basic.publish to {exchange} with the key {mine!r} and CC [{cc!r}] (write topic permission {OWN})"
+    if "CC and BCC keys are not checked" in target.profile.expect("ACC-05"):
+        published(client, ch, BasicPublish(exchange=exchange, routing_key=mine), what + ": 3.x checks the key only",
+                  props)
+        await_ready(setup, sch, queue, 1, target.timeout(2.0))
+        assert _get(setup, sch, queue) is not None, f"ACC-05: {what} is routed on 3.x; basic.get found nothing"
+        return
+    refused_403(client, ch, BasicPublish(exchange=exchange, routing_key=mine),
+                _topic_refusal(target, "write", cc, exchange, user), what + ": 4.0+ check the CC keys too", props=props)
+    assert _get(setup, sch, queue) is None, f"ACC-05: the refused publish ({what}) reached the queue"
 
 
 # -- ACC-07: user-id --------------------------------------------------------------------------------
