@@ -25,6 +25,7 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 from http import HTTPStatus
 from typing import Any
 
@@ -278,7 +279,11 @@ async def delete_vhost(request: web.Request) -> web.Response:
     for conn_id, conn in list(server.core.connections.items()):
         if conn.vhost == name:
             server.force_close(conn_id, f"vhost '{name}' is deleted")
-    if any(conn.vhost == name for conn in server.core.connections.values()):
+    for _ in range(40):  # their close-ok, 2 s at most (a client that never answers keeps it: 409)
+        if not any(conn.vhost == name for conn in server.core.connections.values()):
+            break
+        await asyncio.sleep(0.05)
+    else:
         return web.json_response({"error": "vhost in use", "reason": "connections are closing"},
                                  status=HTTPStatus.CONFLICT)
     del server.core.vhosts[name]

@@ -183,3 +183,24 @@ def test_management_vhosts_and_topic_permissions_round_trip(managed: EmbeddedBro
     assert client.delete("/api/vhosts/made").status_code == 404
     assert client.delete("/api/vhosts/%2F").status_code == 404  # a configured vhost stays
     assert client.delete("/api/users/topical").status_code == 204
+
+
+def test_management_deleting_a_vhost_closes_its_connections(managed: EmbeddedBroker) -> None:
+    """RabbitMQ closes a deleted vhost's connections (320 CONNECTION_FORCED); the DELETE answers once they went."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from codec import ConnectionClose
+    from conformance.drivers.raw import RawClient
+
+    client = api(managed)
+    assert client.put("/api/vhosts/doomed", json={}).status_code == 201
+    amqp = RawClient(f"amqp://guest:guest@{managed.host}:{managed.port}/doomed", timeout=5).connect()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            deleting = pool.submit(client.delete, "/api/vhosts/doomed")
+            close = amqp.expect(0, ConnectionClose).method  # answered with close-ok
+            assert isinstance(close, ConnectionClose) and close.reply_code == 320
+            assert deleting.result(timeout=5).status_code == 204
+    finally:
+        amqp.close()
+    assert "doomed" not in managed.server.core.vhosts

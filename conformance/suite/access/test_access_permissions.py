@@ -13,6 +13,7 @@ Rules:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -342,3 +343,28 @@ def test_reading_a_queue_needs_read(admin: RestoringAdmin, connect: Connect, nam
     method, replies = call(unreadable)
     refused_403(client, ch, method, refusal(target, "ACC-04", "read", "queue", unreadable, user),
                 f"{operation} on {unreadable}: {user} may read only {RD}", reply=replies[0])
+
+
+@pytest.mark.rules("ACC-02", "ACC-03", "ACC-04")
+def test_empty_permissions_open_the_vhost_and_grant_nothing(admin: RestoringAdmin, connect: Connect, names: Names,
+                                                           target: Target) -> None:
+    """The Java client's Permissions.noAccess: permissions "" "" "" (RabbitMQ reads "" as "^$")
+    let the user open the vhost; every declaration, publish and read is refused."""
+    theirs = declared(connect, names, "rd", "xrd")
+    client, user = _user_client(connect, admin, target, "empty", configure="", write="", read="")
+    ch = client.channel()
+    own = names.queue("cfg")
+    cases: list[tuple[str, str, Any, str, type | None]] = [
+        ("ACC-02", "configure", QueueDeclare(queue=own), own, QueueDeclareOk),
+        ("ACC-02", "configure", ExchangeDeclare(exchange=names.exchange("cfg"), exchange_type="fanout"), "", ExchangeDeclareOk),
+        ("ACC-03", "write", BasicPublish(exchange=theirs["xrd"]), theirs["xrd"], None),
+        ("ACC-03", "write", QueueBind(queue=theirs["rd"], exchange=theirs["xrd"]), theirs["rd"], QueueBindOk),
+        ("ACC-04", "read", BasicGet(queue=theirs["rd"]), theirs["rd"], BasicGetOk),
+        ("ACC-04", "read", QueuePurge(queue=theirs["rd"]), theirs["rd"], QueuePurgeOk),
+    ]
+    for rule, kind, method, name, reply in cases:
+        resource = "exchange" if isinstance(method, (ExchangeDeclare, BasicPublish)) else "queue"
+        name = name or method.exchange
+        refused_403(client, ch, method, refusal(target, rule, kind, resource, name, user),
+                    f"{method.NAME} by {user}, whose permissions are all empty", reply=reply)
+        ch = client.channel()

@@ -63,7 +63,8 @@ def test_topic_permissions_match_the_routing_key(admin: RestoringAdmin, connect:
     setup = connect()
     sch = setup.channel()
     protected, free, direct = names.exchange("topic"), names.exchange("free"), names.exchange("direct")
-    for name, kind in ((protected, "topic"), (free, "topic"), (direct, "direct")):
+    by_vhost = names.exchange("byvhost")
+    for name, kind in ((protected, "topic"), (free, "topic"), (direct, "direct"), (by_vhost, "topic")):
         setup.rpc(sch, ExchangeDeclare(exchange=name, exchange_type=kind), ExchangeDeclareOk)
     queue = names.queue("q")
     setup.rpc(sch, QueueDeclare(queue=queue), QueueDeclareOk)
@@ -71,6 +72,7 @@ def test_topic_permissions_match_the_routing_key(admin: RestoringAdmin, connect:
     user = account(admin, target, "topic")
     for exchange in (protected, direct):
         admin.set_topic_permissions(target.vhost, user.user, exchange, OWN, OWN)
+    admin.set_topic_permissions(target.vhost, user.user, by_vhost, r"^{vhost}\.", r"^{vhost}\.")
     client = connect(url=user.url)
     ch = client.channel()
     mine = f"{user.user}.a"
@@ -104,6 +106,11 @@ def test_topic_permissions_match_the_routing_key(admin: RestoringAdmin, connect:
               f"basic.publish to the direct exchange {direct}: a topic permission applies to topic exchanges only")
     allowed(client, ch, QueueBind(queue=queue, exchange=direct, routing_key="other"), QueueBindOk,
             f"queue.bind to the direct exchange {direct} with any key (not a topic exchange)")
+    published(client, ch, BasicPublish(exchange=by_vhost, routing_key=f"{target.vhost}.a"),
+              f"basic.publish to {by_vhost} with the key '{target.vhost}.a' (write topic permission ^{{vhost}}\\.)")
+    refused_403(client, ch, BasicPublish(exchange=by_vhost, routing_key="{vhost}.a"),
+                _topic_refusal(target, "write", "{vhost}.a", by_vhost, user.user),
+                f"basic.publish to {by_vhost} with the key '{{vhost}}.a': the pattern's {{vhost}} is replaced first")
 
 
 def _cc_keys(client: RawClient, ch: int, setup: RawClient, sch: int, queue: str, exchange: str, user: str,
