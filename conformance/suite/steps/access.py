@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
-import pytest
-
 from codec import BasicProperties, BasicQos, BasicQosOk, Method
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, RawClient
 from conformance.plugin.session import Target
@@ -74,23 +72,28 @@ def sync(client: RawClient, ch: int) -> None:
 
 
 def refused_403(client: RawClient, ch: int, method: Method, text: str, what: str, *,
-                reply: type | None = None, props: BasicProperties | None = None) -> None:
+                reply: type | tuple[type, ...] | None = None, props: BasicProperties | None = None) -> None:
     """`method` on `ch` is channel.close 403 with RabbitMQ's `text` (after "ACCESS_REFUSED - ")
     and the method's class/method id."""
     expect_closed(client, ch, method, 403, f"ACCESS_REFUSED - {text}", what, reply=reply, props=props)
 
 
 def expect_closed(client: RawClient, ch: int, method: Method, code: int, text: str, what: str, *,
-                  reply: type | None = None, props: BasicProperties | None = None) -> None:
-    with pytest.raises(ChannelClosed) as closed:
+                  reply: type | tuple[type, ...] | None = None, props: BasicProperties | None = None) -> None:
+    """`method` (answered by `reply`, or none) closes `ch` with `code` and exactly `text`."""
+    try:
         if method.HAS_CONTENT:
             client.send(ch, method, props or BasicProperties(), b"m")
         elif reply is not None:
-            client.rpc(ch, method, reply)
+            client.rpc(ch, method, *(reply if isinstance(reply, tuple) else (reply,)))
         else:
             client.send(ch, method)
         sync(client, ch)
-    got = closed.value
+    except ChannelClosed as closed:
+        got = closed
+    else:
+        raise AssertionError(f"{what}: want channel.close {code} ({method.CLASS_ID}/{method.METHOD_ID}); "
+                             f"the broker accepted {method.NAME}")
     assert (got.code, got.class_id, got.method_id) == (code, method.CLASS_ID, method.METHOD_ID), (
         f"{what}: want channel.close {code} ({method.CLASS_ID}/{method.METHOD_ID}), the broker sent {got}")
     assert got.text == text, f"{what}: want the text {text!r}, the broker sent {got.text!r}"
