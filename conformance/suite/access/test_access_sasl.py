@@ -59,13 +59,15 @@ def assert_silent_end(result: Handshake, what: str) -> None:
     assert result.ended is not None, f"ACC-06: {what}: the socket did not end within the wait"
 
 
-def assert_refused(result: Handshake, mechanism: str, what: str) -> None:
+def assert_refused(result: Handshake, mechanism: str, what: str, rule: str = "ACC-06") -> None:
     close = result.close
-    assert close is not None, (f"ACC-06: {what}: want connection.close 403 (0/0) for a client with "
-                               f"authentication_failure_close; the broker {'ended the socket' if result.ended else 'sent ' + str(result.tune)}")
+    assert close is not None, (f"{rule}: {what}: want connection.close 403 (0/0) for a client with "
+                               "authentication_failure_close; the broker "
+                               f"{'ended the socket' if result.ended else 'sent ' + str(result.tune)}")
     assert (close.reply_code, close.class_id, close.method_id) == (403, 0, 0), (
-        f"ACC-06: {what}: want connection.close 403 (0/0), got {close}")
-    assert close.reply_text == REFUSED.format(mechanism), f"ACC-06: {what}: want the text {REFUSED.format(mechanism)!r}, got {close.reply_text!r}"
+        f"{rule}: {what}: want connection.close 403 (0/0), got {close}")
+    want = REFUSED.format(mechanism)
+    assert close.reply_text == want, f"{rule}: {what}: want the text {want!r}, got {close.reply_text!r}"
 
 
 @pytest.mark.rules("ACC-06")
@@ -114,7 +116,7 @@ def non_loopback_address() -> str | None:
     """This machine's address on its default route (a UDP connect sends nothing), if any."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
-            probe.connect(("192.0.2.255", 9))
+            probe.connect(("198.51.100.1", 9))  # TEST-NET-2: routed, never sent to
             address = str(probe.getsockname()[0])
         except OSError:
             return None
@@ -143,4 +145,4 @@ def test_guest_logs_in_from_loopback_only(target: Target, recorder: Recorder) ->
         return
     [refused] = handshakes(url_for(target.url.replace(address.host, str(remote), 1), address.user, address.password,
                                    address.vhost), recorder, target.timeout(WAIT), [{}])
-    assert_refused(refused, "PLAIN", f"guest over the non-loopback address {remote}")
+    assert_refused(refused, "PLAIN", f"guest over the non-loopback address {remote}", "ACC-08")
