@@ -58,6 +58,8 @@ def _named(core: BrokerState, kind: str) -> str:
 def check_any(core: BrokerState, ch: Channel, resource: str, name: str) -> None:
     """A passive declare (RabbitMQ 4.3.1+, check_any_resource_access_permitted): any one of the
     three permissions; the refusal is configure's."""
+    if core.config.emulates != "4.3":  # before 4.3.1 a passive declare checks nothing
+        return
     conn = core.connections[ch.conn]
     if not any(granted(core, conn.user, conn.vhost, kind, name) for kind in ("read", "write")):
         check(core, ch, "configure", resource, name)
