@@ -90,8 +90,18 @@ def stored_hash(entry: str | dict[str, Any]) -> tuple[str, str]:
 
 
 # -- SASL ---------------------------------------------------------------------------------------
+ANONYMOUS_LOGIN = ("guest", "guest")  # RabbitMQ 4.x anonymous_login_user / anonymous_login_pass
+
+
+def mechanisms(config: BrokerConfig) -> list[str]:
+    """The SASL mechanisms offered: RabbitMQ 4.0+ adds ANONYMOUS (ACC-06); the legacy 3.x mode not."""
+    return ["PLAIN", "AMQPLAIN"] if config.timeout_mode == "legacy" else ["PLAIN", "AMQPLAIN", "ANONYMOUS"]
+
+
 def parse_response(mechanism: str, response: bytes) -> tuple[str, str]:
-    """(user, password) from a PLAIN or AMQPLAIN response."""
+    """(user, password) from a PLAIN or AMQPLAIN response (ANONYMOUS: the anonymous login)."""
+    if mechanism == "ANONYMOUS":
+        return ANONYMOUS_LOGIN
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) != 3:
@@ -122,6 +132,8 @@ def authenticate(config: BrokerConfig, mechanism: str, response: bytes, peer: st
     """The user a PLAIN/AMQPLAIN response logs in; RabbitMQ's `loopback_users` (guest by
     default) may log in only from a loopback address, refused with the same 403 as a wrong
     password (the reason goes to the log only)."""
+    if mechanism not in mechanisms(config):
+        raise AuthError(ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'")
     user, password = parse_response(mechanism, response)
     remote = bool(peer) and user in config.loopback_users and not is_loopback(str(peer))
     if not check_password(config, user, password) or remote:
@@ -198,6 +210,7 @@ def delete_user(config: BrokerConfig, name: str) -> bool:
     if config.users.pop(name, None) is None:
         return False
     config.permissions[name] = {}  # no vhost from now on, also for its open connections
+    config.topic_permissions.pop(name, None)
     return True
 
 
@@ -228,6 +241,27 @@ def clear_permissions(config: BrokerConfig, user: str, vhost: str, vhosts: Itera
         return False
     del _entries(config, user, vhosts)[vhost]
     return True
+
+
+def set_topic_permissions(config: BrokerConfig, user: str, vhost: str, body: dict[str, Any]) -> str:
+    """PUT /api/topic-permissions body {exchange, write, read}: the patterns on one exchange."""
+    exchange, write, read = body.get("exchange"), body.get("write", ""), body.get("read", "")
+    if not isinstance(exchange, str) or not exchange or not isinstance(write, str) or not isinstance(read, str):
+        return "exchange (a name), write and read must be strings"
+    for regex in (write, read):
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            return f"{regex} is not a valid regular expression ({exc})"
+    config.topic_permissions.setdefault(user, {}).setdefault(vhost, {})[exchange] = [write, read]
+    return ""
+
+
+def topic_permission_rows(config: BrokerConfig) -> list[dict[str, Any]]:
+    """RabbitMQ's topic permission objects (/api/topic-permissions)."""
+    return [{"user": user, "vhost": vhost, "exchange": exchange, "write": pair[0], "read": pair[1]}
+            for user, by_vhost in sorted(config.topic_permissions.items())
+            for vhost, by_exchange in by_vhost.items() for exchange, pair in by_exchange.items()]
 
 
 def permissions_of(config: BrokerConfig, user: str, vhost: str) -> list[str] | None:

@@ -37,6 +37,8 @@ class BrokerConfig:
     vhosts: list[str] = field(default_factory=lambda: ["/"])
     # user -> vhost -> (configure, write, read) regexes; missing = full access to every vhost
     permissions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # user -> vhost -> exchange -> (write, read) regexes on routing keys (topic exchanges only, ACC-05)
+    topic_permissions: dict[str, dict[str, dict[str, list[str]]]] = field(default_factory=dict)
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])  # RabbitMQ's default
     frame_max: int = 131072  # FRM-01
     frame_min_size: int = 8192  # FRM-02 (4.1+)

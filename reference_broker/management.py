@@ -14,14 +14,18 @@ Rules:
   GET /api/exchanges[/{vhost}], GET /api/policies[/{vhost}[/{name}]], PUT/DELETE
   /api/policies/{vhost}/{name}, GET /api/connections, DELETE /api/connections/{name} (320
   CONNECTION_FORCED), GET /api/users, GET/PUT/DELETE /api/users/{name}, GET /api/permissions,
-  GET/PUT/DELETE /api/permissions/{vhost}/{user}. User and permission changes act on the
-  live broker (BrokerConfig.users / .permissions) at once and are stored with a data_dir.
+  GET/PUT/DELETE /api/permissions/{vhost}/{user}, GET /api/vhosts, GET/PUT/DELETE
+  /api/vhosts/{name}, GET /api/topic-permissions, GET/PUT/DELETE
+  /api/topic-permissions/{vhost}/{user}. User and permission changes act on the live broker
+  (BrokerConfig.users / .permissions / .topic_permissions) at once and are stored with a
+  data_dir. Deleting a vhost closes its connections (320) and drops its permissions.
 - Extension (not in RabbitMQ): GET/PUT /api/global-parameters/consumer_timeout changes the
   global consumer timeout at runtime (value in ms); legacy-mode channels read it at open.
 """
 
 from __future__ import annotations
 
+import asyncio
 from http import HTTPStatus
 from typing import Any
 
@@ -224,12 +228,17 @@ async def permission(request: web.Request) -> web.Response:
     return web.json_response(rows[0]) if rows else web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
 
 
-async def put_permission(request: web.Request) -> web.Response:
-    server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
+def _unknown_target(server: BrokerServer, vhost: str, name: str) -> web.Response | None:
+    """A permission's vhost or user that does not exist: 404 or 400, as RabbitMQ's API."""
     if vhost not in server.core.vhosts:
         return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
-    if name not in server.config.users:
-        return bad_request(f"no_such_user: {name}")
+    return bad_request(f"no_such_user: {name}") if name not in server.config.users else None
+
+
+async def put_permission(request: web.Request) -> web.Response:
+    server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
+    if (unknown := _unknown_target(server, vhost, name)) is not None:
+        return unknown
     body = await json_body(request)
     created = auth.permissions_of(server.config, name, vhost) is None
     problem = auth.set_permissions(server.config, name, vhost, body if isinstance(body, dict) else {},
@@ -240,6 +249,75 @@ async def put_permission(request: web.Request) -> web.Response:
 async def delete_permission(request: web.Request) -> web.Response:
     server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
     if name not in server.config.users or not auth.clear_permissions(server.config, name, vhost, server.core.vhosts):
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
+    return web.Response(status=204)
+
+
+async def vhosts(request: web.Request) -> web.Response:
+    return web.json_response([{"name": v} for v in visible(request)])
+
+
+async def vhost_(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in server_of(request).core.vhosts:
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
+    return web.json_response({"name": name})
+
+
+async def put_vhost(request: web.Request) -> web.Response:
+    server, name = server_of(request), request.match_info["name"]
+    if name in server.core.vhosts:
+        return web.Response(status=204)
+    server.core.add_vhost(name)
+    return web.Response(status=201)
+
+
+async def delete_vhost(request: web.Request) -> web.Response:
+    server, name = server_of(request), request.match_info["name"]
+    if name not in server.core.vhosts or name in server.config.vhosts:  # a configured vhost stays
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
+    for conn_id, conn in list(server.core.connections.items()):
+        if conn.vhost == name:
+            server.force_close(conn_id, f"vhost '{name}' is deleted")
+    for _ in range(40):  # their close-ok, 2 s at most (a client that never answers keeps it: 409)
+        if not any(conn.vhost == name for conn in server.core.connections.values()):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        return web.json_response({"error": "vhost in use", "reason": "connections are closing"},
+                                 status=HTTPStatus.CONFLICT)
+    del server.core.vhosts[name]
+    server.core.policies.pop(name, None)
+    for entries in server.config.permissions.values():
+        entries.pop(name, None)
+    for topic_entries in server.config.topic_permissions.values():
+        topic_entries.pop(name, None)
+    return web.Response(status=204)
+
+
+async def topic_permissions(request: web.Request) -> web.Response:
+    server = server_of(request)
+    return web.json_response(auth.topic_permission_rows(server.config))
+
+
+async def topic_permission(request: web.Request) -> web.Response:
+    server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
+    rows = [r for r in auth.topic_permission_rows(server.config) if (r["vhost"], r["user"]) == (vhost, name)]
+    return web.json_response(rows) if rows else web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
+
+
+async def put_topic_permission(request: web.Request) -> web.Response:
+    server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
+    if (unknown := _unknown_target(server, vhost, name)) is not None:
+        return unknown
+    body = await json_body(request)
+    problem = auth.set_topic_permissions(server.config, name, vhost, body if isinstance(body, dict) else {})
+    return bad_request(problem) if problem else web.Response(status=201)
+
+
+async def delete_topic_permission(request: web.Request) -> web.Response:
+    server, vhost, name = server_of(request), request.match_info["vhost"], request.match_info["user"]
+    if server.config.topic_permissions.get(name, {}).pop(vhost, None) is None:
         return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
     return web.Response(status=204)
 
@@ -310,6 +388,14 @@ ROUTES: list[tuple[str, str, Handler, str]] = [
     ("GET", "/api/permissions/{vhost}/{user}", permission, "admin"),
     ("PUT", "/api/permissions/{vhost}/{user}", put_permission, "admin"),
     ("DELETE", "/api/permissions/{vhost}/{user}", delete_permission, "admin"),
+    ("GET", "/api/vhosts", vhosts, "login"),
+    ("GET", "/api/vhosts/{name}", vhost_, "admin"),
+    ("PUT", "/api/vhosts/{name}", put_vhost, "admin"),
+    ("DELETE", "/api/vhosts/{name}", delete_vhost, "admin"),
+    ("GET", "/api/topic-permissions", topic_permissions, "admin"),
+    ("GET", "/api/topic-permissions/{vhost}/{user}", topic_permission, "admin"),
+    ("PUT", "/api/topic-permissions/{vhost}/{user}", put_topic_permission, "admin"),
+    ("DELETE", "/api/topic-permissions/{vhost}/{user}", delete_topic_permission, "admin"),
     ("GET", "/api/global-parameters/consumer_timeout", get_global, "policymaker"),
     ("PUT", "/api/global-parameters/consumer_timeout", put_global, "policymaker"),
     *CLUSTER_ROUTES,

@@ -34,7 +34,7 @@ RULES_FILE = "rules.toml"
 PROFILES: tuple[str, ...] = ("rabbitmq-4.3", "rabbitmq-4.0", "rabbitmq-3.12", "rabbitmq-3.10", "amqp-0-9-1")
 AREAS: tuple[str, ...] = ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing",
                           "messages", "routing", "exchanges", "queues", "ttl", "deadletter", "limits",
-                          "policies", "tx", "cluster", "client")
+                          "policies", "tx", "access", "cluster", "client")
 CLIENT_AREA = "client"  # rules for client libraries (conformance/client_judge), ids CL-<topic>-<nn>
 BROKER_AREAS: tuple[str, ...] = tuple(a for a in AREAS if a != CLIENT_AREA)  # what the broker suite checks
 TAGS: frozenset[str] = frozenset({"SRC", "TEST", "DOC", "INF", "LIVE"})

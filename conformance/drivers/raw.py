@@ -17,7 +17,8 @@ Rules (docs/design.md decision 5):
   decode, on a channel (or on -1, unknown), replies there are not judged (not tracked).
 - Every outcome names what the wait was for; a timeout also says how many octets of an
   incomplete frame were received. Writes are bounded by the timeout too.
-- Client capabilities (e.g. consumer_cancel_notify) are chosen per connection.
+- Client capabilities (e.g. consumer_cancel_notify) and the SASL mechanism and response are
+  chosen per connection (default: PLAIN with the URL's user and password).
 - NET-01: a reset after the broker's connection.close is the normal end of the connection.
 """
 
@@ -108,8 +109,10 @@ class RawClient:
 
     def __init__(self, url: str, *, capabilities: dict[str, Any] | None = None, timeout: float = 5.0,
                  recorder: Recorder | None = None, heartbeat: int = 0, frame_max: int | None = None,
-                 channel_max: int | None = None, silences: bool = True) -> None:
+                 channel_max: int | None = None, silences: bool = True, mechanism: str = "PLAIN",
+                 response: bytes | None = None) -> None:
         self.address = BrokerAddress.parse(url)
+        self.mechanism, self.response = mechanism, response  # SASL; None: PLAIN's from the URL
         self.silences = silences  # False: every wait is made and nothing is learned (the health probe)
         self.capabilities = {**DEFAULT_CAPABILITIES, **(capabilities or {})}
         self.timeout = timeout
@@ -125,6 +128,7 @@ class RawClient:
         self.connection_closed: ConnectionClosed | None = None
         self.lost = False
         self.server_properties: dict[str, Any] = {}
+        self.mechanisms: list[str] = []  # the SASL mechanisms connection.start offered
         self.tune: ConnectionTune | None = None
         self.frame_max = 4096
         self._next_channel = 1
@@ -144,9 +148,12 @@ class RawClient:
         start = self.expect(0, ConnectionStart).method
         assert isinstance(start, ConnectionStart)
         self.server_properties = dict(start.server_properties)
-        response = f"\x00{self.address.user}\x00{self.address.password}".encode()
+        self.mechanisms = start.mechanisms.decode(errors="replace").split()
+        response = self.response
+        if response is None:
+            response = f"\x00{self.address.user}\x00{self.address.password}".encode()
         props = {"product": "amqp-conformance", "capabilities": self.capabilities}
-        self.send(0, ConnectionStartOk(props, "PLAIN", response, "en_US"))
+        self.send(0, ConnectionStartOk(props, self.mechanism, response, "en_US"))
         tune = self.expect(0, ConnectionTune).method
         assert isinstance(tune, ConnectionTune)
         self.tune = tune

@@ -5,8 +5,8 @@
   cluster of 3 nodes with `--cluster-node embedded`, its node control the session's cluster). If the
   broker does not answer, the broker is down (exit 3): a single process ends the run there
   (nothing ran yet); a pytest-xdist worker makes each of its broker tests `broken` instead.
-- `connect`: a factory of connected `RawClient`s sharing the test's frame `recorder`, closed
-  at teardown; `names`: unique "amqpc." names, whose queues and exchanges are deleted at
+- `connect`: a factory of connected `RawClient`s sharing the test's frame `recorder` (the
+  target's URL, or another user's or vhost's given as `url`), closed at teardown; `names`: unique "amqpc." names, whose queues and exchanges are deleted at
   teardown; `admin`: the `--broker-admin` adapter, every change undone at teardown.
 - `_rules_apply` (autouse): runs a rule test under the profile its rules are judged by, and
   skips it as not-applicable or not-claimed when none of its rules applies.
@@ -112,9 +112,10 @@ def connect(target: Target, recorder: Recorder, names: Names,
             request: pytest.FixtureRequest) -> Iterator[Callable[..., RawClient]]:
     clients: list[RawClient] = []
 
-    def make(**kwargs: Any) -> RawClient:
+    def make(url: str | None = None, **kwargs: Any) -> RawClient:
+        """A connected client (as another user or vhost with `url`, conformance.suite.steps.access)."""
         kwargs.setdefault("timeout", target.timeout(5.0))
-        client = RawClient(target.url, recorder=recorder, **kwargs)
+        client = RawClient(url or target.url, recorder=recorder, **kwargs)
         clients.append(client)
         return client.connect()
 

@@ -2,7 +2,8 @@
 
 Responsibility: one interface, `AdminAdapter` (queues, exchanges, connections, policies and
 global application settings such as `consumer_timeout`), with three implementations chosen by
-`--broker-admin`: `ManagementApi` (the RabbitMQ management HTTP API; the reference broker
+`--broker-admin` (and users, vhosts, permissions and topic permissions for the access area):
+`ManagementApi` (the RabbitMQ management HTTP API; the reference broker
 serves the same paths), `Rabbitmqctl` (the CLI, each call under a timeout) and `NoAdmin`.
 `RestoringAdmin` wraps an adapter for one test and undoes every change at teardown.
 
@@ -15,6 +16,8 @@ Rules:
 - Global settings are Erlang application variables of `rabbit` (`consumer_timeout`,
   `channel_tick_interval`); `None` means unset. Values are integers or booleans only.
 - Passwords never appear in `describe()` or error messages.
+- Users and vhosts a test makes through `RestoringAdmin` are deleted at `restore()` (their
+  permissions go with them); making one is a broker-wide change (`claim_broker_wide`).
 """
 
 from __future__ import annotations
@@ -114,6 +117,25 @@ class AdminAdapter(abc.ABC):
     @abc.abstractmethod
     def set_global(self, key: str, value: GlobalValue) -> None: ...
 
+    # users, vhosts and permissions (the access area): not abstract, an adapter may lack them
+    def put_user(self, name: str, password: str, tags: str = "") -> None:
+        raise Unavailable(NEEDS_ADMIN)
+
+    def delete_user(self, name: str) -> None:
+        raise Unavailable(NEEDS_ADMIN)
+
+    def put_vhost(self, name: str) -> None:
+        raise Unavailable(NEEDS_ADMIN)
+
+    def delete_vhost(self, name: str) -> None:
+        raise Unavailable(NEEDS_ADMIN)
+
+    def set_permissions(self, vhost: str, user: str, configure: str, write: str, read: str) -> None:
+        raise Unavailable(NEEDS_ADMIN)
+
+    def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
+        raise Unavailable(NEEDS_ADMIN)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (HTTP connections); the adapter is not used afterwards."""
 
@@ -202,6 +224,26 @@ class ManagementApi(AdminAdapter):
         if value is None:
             raise Unavailable(f"{key} cannot be unset through the management API")
         self._call("PUT", f"/api/global-parameters/{_q(key)}", {"name": key, "value": value})
+
+    def put_user(self, name: str, password: str, tags: str = "") -> None:
+        self._call("PUT", f"/api/users/{_q(name)}", {"password": password, "tags": tags})
+
+    def delete_user(self, name: str) -> None:
+        self._call("DELETE", f"/api/users/{_q(name)}", missing_ok=True)
+
+    def put_vhost(self, name: str) -> None:
+        self._call("PUT", f"/api/vhosts/{_q(name)}", {})
+
+    def delete_vhost(self, name: str) -> None:
+        self._call("DELETE", f"/api/vhosts/{_q(name)}", missing_ok=True)
+
+    def set_permissions(self, vhost: str, user: str, configure: str, write: str, read: str) -> None:
+        self._call("PUT", f"/api/permissions/{_q(vhost)}/{_q(user)}",
+                   {"configure": configure, "write": write, "read": read})
+
+    def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
+        self._call("PUT", f"/api/topic-permissions/{_q(vhost)}/{_q(user)}",
+                   {"exchange": exchange, "write": write, "read": read})
 
     def close(self) -> None:
         self._http.close()
@@ -301,6 +343,34 @@ class Rabbitmqctl(AdminAdapter):
         self.run("eval", f"application:set_env(rabbit, {_atom(key)}, {term}).")
 
 
+    def put_user(self, name: str, password: str, tags: str = "") -> None:
+        self.run("add_user", name, password)  # never in describe() nor in an error (run names args[0] only)
+        if tags:
+            self.run("set_user_tags", name, *tags.split(","))
+
+    def delete_user(self, name: str) -> None:
+        self._missing_ok("delete_user", name)
+
+    def put_vhost(self, name: str) -> None:
+        self.run("add_vhost", name)
+
+    def delete_vhost(self, name: str) -> None:
+        self._missing_ok("delete_vhost", name)
+
+    def set_permissions(self, vhost: str, user: str, configure: str, write: str, read: str) -> None:
+        self.run("set_permissions", "-p", vhost, user, configure, write, read)
+
+    def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
+        self.run("set_topic_permissions", "-p", vhost, user, exchange, write, read)
+
+    def _missing_ok(self, *args: str) -> None:
+        try:
+            self.run(*args)
+        except AdminError as exc:
+            if "does not exist" not in str(exc) and "no_such" not in str(exc):
+                raise
+
+
 def _atom(key: str) -> str:
     if not _ATOM.fullmatch(key):
         raise ValueError(f"not a setting name: {key!r}")
@@ -394,6 +464,38 @@ class RestoringAdmin(AdminAdapter):
         self.claim_broker_wide()
         self.adapter.set_global(key, value)
         self._undo.append((f"setting {key}", lambda: self.adapter.set_global(key, previous)))
+
+    def _require(self, method: str) -> None:
+        """Unavailable before any claim or record, where the adapter lacks `method` (NoAdmin)."""
+        if getattr(type(self.adapter), method) is getattr(AdminAdapter, method):
+            raise Unavailable(NEEDS_ADMIN)
+
+    def put_user(self, name: str, password: str, tags: str = "") -> None:
+        """A user the test makes: deleted at `restore()` (with its permissions)."""
+        self._require("put_user")
+        self.claim_broker_wide()
+        self._undo.append((f"user {name!r}", lambda: self.adapter.delete_user(name)))
+        self.adapter.put_user(name, password, tags)
+
+    def delete_user(self, name: str) -> None:
+        self.adapter.delete_user(name)
+
+    def put_vhost(self, name: str) -> None:
+        """A vhost the test makes: deleted at `restore()` (with what is in it)."""
+        self._require("put_vhost")
+        self.claim_broker_wide()
+        self._undo.append((f"vhost {name!r}", lambda: self.adapter.delete_vhost(name)))
+        self.adapter.put_vhost(name)
+
+    def delete_vhost(self, name: str) -> None:
+        self.adapter.delete_vhost(name)
+
+    def set_permissions(self, vhost: str, user: str, configure: str, write: str, read: str) -> None:
+        """Only on a user or vhost the test made (their deletion undoes it)."""
+        self.adapter.set_permissions(vhost, user, configure, write, read)
+
+    def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
+        self.adapter.set_topic_permissions(vhost, user, exchange, write, read)
 
     def restore(self) -> None:
         """Undo every recorded change, newest first; AdminError naming what could not be undone."""

@@ -35,9 +35,9 @@ from reference_broker.core.state import QUORUM, STREAM, Channel, Consumer, Unack
 EMPTY = BasicProperties()
 
 
-def _check_read(core: BrokerState, ch: Channel, queue: str) -> None:
+def _check_read(core: BrokerState, ch: Channel, queue: str, method: str) -> None:
     if core.config.permissions:
-        permissions.check(core, ch, "read", "queue", queue)
+        permissions.check(core, ch, "read", "queue", queue, method)
 
 
 # -- consumers -----------------------------------------------------------------------------
@@ -46,7 +46,7 @@ def basic_consume(core: BrokerState, meta: Meta, ch: Channel, m: BasicConsume,
     if m.queue == REPLY_TO:
         return _reply_consume(core, ch, m)
     queue = resolve_queue(core, ch, m.queue)
-    _check_read(core, ch, queue.name)
+    _check_read(core, ch, queue.name, "basic.consume")
     cluster.ensure_available(core, queue)  # CLU-04
     vhost = queue.vhost
     tag = m.consumer_tag
@@ -129,7 +129,7 @@ def basic_cancel_ok(core: BrokerState, meta: Meta, ch: Channel, m: BasicCancelOk
 def basic_get(core: BrokerState, meta: Meta, ch: Channel, m: BasicGet,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     queue = resolve_queue(core, ch, m.queue)
-    _check_read(core, ch, queue.name)
+    _check_read(core, ch, queue.name, "basic.get")
     cluster.ensure_available(core, queue)  # CLU-04
     if queue.kind == STREAM:
         raise streams.refused(queue, "basic.get")

@@ -167,7 +167,7 @@ def snapshot(core: BrokerState) -> dict[str, Any]:
             "policies": core.policies.get(v.name, {}),
         })
     return {"version": 1, "vhosts": vhosts, "users": core.config.users,
-            "permissions": core.config.permissions}
+            "permissions": core.config.permissions, "topic_permissions": core.config.topic_permissions}
 
 
 def restore(core: BrokerState, meta: Meta, definitions: dict[str, Any] | None,
@@ -204,6 +204,8 @@ def _restore_definitions(core: BrokerState, definitions: dict[str, Any]) -> None
         core.config.users = definitions["users"]
     if isinstance(definitions.get("permissions"), dict):
         core.config.permissions = definitions["permissions"]
+    if isinstance(definitions.get("topic_permissions"), dict):
+        core.config.topic_permissions = definitions["topic_permissions"]
     for vd in definitions.get("vhosts", []):
         v = core.add_vhost(vd["name"])
         for ed in vd.get("exchanges", []):

@@ -32,20 +32,25 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
     if exchange.internal and core.rules.internal_refuses_publish():  # EXCH-09
         raise soft(ReplyCode.ACCESS_REFUSED, f"cannot publish to internal {texts.x(m.exchange, vhost)}")
     if core.config.permissions:
-        permissions.check(core, ch, "write", "exchange", m.exchange)
+        permissions.check(core, ch, "write", "exchange", m.exchange, "basic.publish")
+    permissions.check_topic(core, ch, "write", m.exchange, exchange.kind, m.routing_key)  # ACC-05
     if len(body) > core.config.max_message_size:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"message size {len(body)} is larger than configured "
                    f"max size {core.config.max_message_size}")
     props = props or EMPTY
     user = core.connections[ch.conn].user
-    if props.user_id is not None and props.user_id != user and core.rules.user_id_checked():  # MSG-02: rabbit_channel check_user_id_header
+    if (props.user_id is not None and props.user_id != user and core.rules.user_id_checked()  # MSG-02: check_user_id_header
+            and not core.rules.impersonation_allowed(permissions.tags(core, user))):  # ACC-07
         raise soft(ReplyCode.PRECONDITION_FAILED,
                    f"user_id property set to '{props.user_id}' but authenticated user was '{user}'")
     if props.expiration is not None and core.rules.expiration_checked():  # TTL-01: check_expiration_header
         ttl = parse_expiration(props.expiration)
         if core.config.timeout_mode != "legacy":  # TTL-01: 4.x delivers the number read (mc_amqpl)
             props = props._replace(expiration=str(ttl))
-    sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
+    extra_keys, _ = sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
+    if core.config.emulates == "4.3" and core.rules.topic_checks_sender_keys():  # ACC-05: 4.0+ check every routing key (mc:routing_keys), 3.x the key only
+        for key in extra_keys:
+            permissions.check_topic(core, ch, "write", m.exchange, exchange.kind, key)
     if ch.tx and core.rules.tx_holds_publishes():  # TX-02
         return hold(core, ch, m, props, body)
     return publish_now(core, meta, ch, m.exchange, m.routing_key, m.mandatory, props, body)

@@ -103,6 +103,7 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
     existing = v.exchanges.get(m.exchange)
     if m.passive:
+        permissions.check_any(core, ch, "exchange", m.exchange)  # ACC-02: 4.3.1+
         if existing is None:
             raise soft(ReplyCode.NOT_FOUND, texts.no_exchange(m.exchange, v.name))
         return _reply(ch, m.nowait, ExchangeDeclareOk(), core.rules.answers_nowait())
@@ -124,6 +125,9 @@ def exchange_declare(core: BrokerState, meta: Meta, ch: Channel, m: ExchangeDecl
             if not rabbitmq_equivalent(have, got):
                 raise soft(ReplyCode.PRECONDITION_FAILED, texts.inequivalent_arg(arg, what, got, have))
         return _reply(ch, m.nowait, ExchangeDeclareOk(), core.rules.answers_nowait())
+    if isinstance(alternate := m.arguments.get("alternate-exchange"), str):  # ACC-02: a new exchange's AE
+        permissions.check(core, ch, "read", "exchange", m.exchange)
+        permissions.check(core, ch, "write", "exchange", alternate)
     v.exchanges[m.exchange] = Exchange(m.exchange, m.exchange_type, m.durable, m.auto_delete,
                                        m.internal, dict(m.arguments))
     return _reply(ch, m.nowait, ExchangeDeclareOk(), core.rules.answers_nowait())
@@ -252,6 +256,8 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
     v = _vhost(core, ch)
     name = m.queue
     if m.passive:
+        if name:
+            permissions.check_any(core, ch, "queue", name)  # ACC-02: 4.3.1+
         queue = resolve_queue(core, ch, name, shortcut=False)
     else:
         if not name:  # QUEUE-04: "amq.gen-" and 16 octets in URL-safe base64 (rabbit_guid)
@@ -274,6 +280,9 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
                 check_dead_letter_args(m.arguments, texts.q(name, v.name))  # DLX-03
             if kind != STREAM and core.rules.length_args_checked():
                 limits.check_arguments(m.arguments, texts.q(name, v.name))  # LEN-01
+            if isinstance(dlx := m.arguments.get("x-dead-letter-exchange"), str):  # ACC-02: a new queue's DLX
+                permissions.check(core, ch, "read", "queue", name)
+                permissions.check(core, ch, "write", "exchange", dlx)
             timeouts.validate_argument(core, name, v.name, kind, m.arguments.get(timeouts.ARG))
             version = m.arguments.get(QUEUE_VERSION)  # DCL-03 (live 4.3.6); legacy mode: 3.x accepts 1
             if kind == CLASSIC and version not in (None, 2) and core.config.timeout_mode != "legacy":
@@ -302,9 +311,10 @@ def queue_bind(core: BrokerState, meta: Meta, ch: Channel, m: QueueBind,
     queue = resolve_queue(core, ch, m.queue)
     if m.exchange == "":
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
-    _exchange(v, m.exchange)
+    exchange = _exchange(v, m.exchange)
     permissions.check(core, ch, "write", "queue", queue.name)
     permissions.check(core, ch, "read", "exchange", m.exchange)
+    permissions.check_topic(core, ch, "read", m.exchange, exchange.kind, m.routing_key)  # ACC-05
     routing_key = m.routing_key if (m.routing_key or m.queue) else queue.name
     _bind(v, m.exchange, Binding(queue.name, False, routing_key, dict(m.arguments)))
     return _reply(ch, m.nowait, QueueBindOk(), core.rules.answers_nowait())
@@ -319,6 +329,8 @@ def queue_unbind(core: BrokerState, meta: Meta, ch: Channel, m: QueueUnbind,
         raise soft(ReplyCode.ACCESS_REFUSED, DEFAULT_EXCHANGE_REFUSED)
     permissions.check(core, ch, "write", "queue", name)
     permissions.check(core, ch, "read", "exchange", m.exchange)
+    if (source := v.exchanges.get(m.exchange)) is not None:
+        permissions.check_topic(core, ch, "read", m.exchange, source.kind, m.routing_key)  # ACC-05
     _unbind(core, v, m.exchange, Binding(name, False, m.routing_key, dict(m.arguments)), ch.conn)
     return [Send(ch.conn, ch.number, QueueUnbindOk())]
 
@@ -339,12 +351,13 @@ def queue_delete(core: BrokerState, meta: Meta, ch: Channel, m: QueueDelete,
     m = m._replace(queue=core.rules.stripped_name(m.queue))
     v = _vhost(core, ch)
     name = m.queue or ch.last_queue or ""
+    if name:
+        permissions.check(core, ch, "configure", "queue", name)  # before the lookup, as rabbit_channel
     queue = v.queues.get(name)
     if queue is None:
         return _reply(ch, m.nowait, QueueDeleteOk(0))  # deleting a missing queue is a no-op
     if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn and core.rules.exclusive_guarded():
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, v.name))
-    permissions.check(core, ch, "configure", "queue", name)
     if m.if_unused and queue.consumers:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"{texts.q(name, v.name)} in use")
     if m.if_empty and queue.ready_count():

@@ -248,6 +248,13 @@ class Rules:
     consumers_rotate: Callable[[], bool] = _true  # QUEUE-13: the consumer served goes to the back
     bcc_removed: Callable[[], bool] = _true  # ROUTE-13
     user_id_checked: Callable[[], bool] = _true  # MSG-02
+    # -- access (ACC-*) ---------------------------------------------------------------------
+    vhost_access_checked: Callable[[], bool] = _true  # ACC-01
+    permission_checked: Callable[[str, str], bool] = lambda kind, method: True  # ACC-02..04: (kind, method)
+    topic_permission_checked: Callable[[], bool] = _true  # ACC-05
+    topic_checks_sender_keys: Callable[[], bool] = _true  # ACC-05: 4.0+ check the CC and BCC keys too
+    auth_failure_close: Callable[[bool], bool] = _same  # ACC-06: (the client's capability) -> connection.close
+    impersonation_allowed: Callable[[list[str]], bool] = lambda tags: "impersonator" in tags  # ACC-07
     # -- message TTL (TTL-*) ------------------------------------------------------------------
     expiration_checked: Callable[[], bool] = _true  # TTL-01
     message_ttl_checked: Callable[[], bool] = _true  # TTL-02

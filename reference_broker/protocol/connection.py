@@ -47,7 +47,7 @@ from codec import (
     encode_heartbeat,
     encode_method,
 )
-from reference_broker.auth import AuthError, authenticate
+from reference_broker.auth import AuthError, authenticate, mechanisms
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore, CloseConnection, Effect, Meta, Send
 from reference_broker.core.permissions import vhost_allowed
@@ -177,7 +177,7 @@ class ServerConnection:
                                     "information": "amqp-conformance reference broker"}
         if self.config.announce_emulation:  # lets `auto` judge it as that RabbitMQ version
             props["emulates"] = f"RabbitMQ {self.config.emulates}"
-        return ConnectionStart(0, 9, props, b"PLAIN AMQPLAIN", b"en_US")
+        return ConnectionStart(0, 9, props, " ".join(mechanisms(self.config)).encode(), b"en_US")
 
     def _handshake(self, meta: Meta, command: Command) -> list[Output]:
         m = command.method
@@ -223,13 +223,16 @@ class ServerConnection:
         return {**self.client_properties, "capabilities": {k: v for k, v in caps.items() if ours.get(k) is True}}
 
     def _auth_failed(self, meta: Meta, err: AuthError) -> list[Output]:
+        """ACC-06 (rabbit_reader auth_fail, handle_exception in `starting`): a refused login is
+        connection.close 403 (0/0) only for a client with authentication_failure_close, else the
+        socket ends; an unknown mechanism or an unparsable response ends it too (RabbitMQ after
+        its 3 s SILENT_CLOSE_DELAY, live 3.10.8, 4.0.5, 4.3.6; here at once)."""
         caps = self._negotiated_properties().get("capabilities")
-        if err.code == ReplyCode.ACCESS_REFUSED and not (
-                isinstance(caps, dict) and caps.get("authentication_failure_close")):
+        asked = isinstance(caps, dict) and caps.get("authentication_failure_close") is True
+        if err.code != ReplyCode.ACCESS_REFUSED or not self.core.rules.auth_failure_close(asked):
             self.state = states.CLOSED
             return [CloseTransport(self.id, str(err))]
-        ids = (0, 0) if err.code == ReplyCode.ACCESS_REFUSED else (ConnectionStartOk.CLASS_ID, ConnectionStartOk.METHOD_ID)  # 403: RabbitMQ 3.10.8, live
-        return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", *ids)
+        return self._close_with(meta, err.code, f"{ReplyCode(err.code).name} - {err}", 0, 0)
 
     def _negotiate(self, m: ConnectionTuneOk) -> None:
         """FRM-01: 0 counts as higher than a non-zero server value; below the minimum is 530."""

@@ -355,3 +355,93 @@ def test_rabbitmqctl_against_rabbitmq(rabbitmq_queue: str) -> None:
         assert isinstance(close, ConnectionClose) and close.reply_code == 320  # CONNECTION_FORCED
     finally:
         client.close()
+
+
+# -- users, vhosts, permissions and topic permissions (the access area) -----------------------------
+def test_management_api_users_vhosts_and_permissions_paths(fake: FakeManagement) -> None:
+    seen: list[tuple[str, str, Any]] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.raw_path.decode(), json.loads(request.content or b"null")))
+        return httpx.Response(404 if request.method == "DELETE" else 201)
+
+    api = ManagementApi("http://admin:pw@mgmt:15672", transport=httpx.MockTransport(record))
+    api.put_user("amqpc.u", "secret", "impersonator")
+    api.put_vhost("amqpc/v")
+    api.set_permissions("amqpc/v", "amqpc.u", "^c", "^w", "^r")
+    api.set_topic_permissions("/", "amqpc.u", "amq.topic", "^{username}", "")
+    api.delete_user("amqpc.u")  # a 404 (gone already) is not an error
+    api.delete_vhost("amqpc/v")
+    assert seen == [
+        ("PUT", "/api/users/amqpc.u", {"password": "secret", "tags": "impersonator"}),
+        ("PUT", "/api/vhosts/amqpc%2Fv", {}),
+        ("PUT", "/api/permissions/amqpc%2Fv/amqpc.u", {"configure": "^c", "write": "^w", "read": "^r"}),
+        ("PUT", "/api/topic-permissions/%2F/amqpc.u", {"exchange": "amq.topic", "write": "^{username}", "read": ""}),
+        ("DELETE", "/api/users/amqpc.u", None),
+        ("DELETE", "/api/vhosts/amqpc%2Fv", None)]
+    api.close()
+
+
+def test_rabbitmqctl_users_vhosts_and_permissions_command_lines() -> None:
+    ctl = CannedRabbitmqctl({})
+    ctl.put_user("amqpc.u", "secret")
+    ctl.put_user("amqpc.i", "secret", "impersonator,management")
+    ctl.put_vhost("amqpc.v")
+    ctl.set_permissions("amqpc.v", "amqpc.u", "^c", "", "^r")
+    ctl.set_topic_permissions("/", "amqpc.u", "amq.topic", "^{username}", "^x")
+    ctl.delete_user("amqpc.u")
+    ctl.delete_vhost("amqpc.v")
+    assert ctl.calls == [
+        ["add_user", "amqpc.u", "secret"], ["add_user", "amqpc.i", "secret"],
+        ["set_user_tags", "amqpc.i", "impersonator", "management"], ["add_vhost", "amqpc.v"],
+        ["set_permissions", "-p", "amqpc.v", "amqpc.u", "^c", "", "^r"],
+        ["set_topic_permissions", "-p", "/", "amqpc.u", "amq.topic", "^{username}", "^x"],
+        ["delete_user", "amqpc.u"], ["delete_vhost", "amqpc.v"]]
+    failing = Rabbitmqctl("sh -c 'echo Error: >&2; echo User \"x\" does not exist >&2; exit 69' --")
+    failing.delete_user("x")  # a missing user is not an error
+    with pytest.raises(AdminError, match="exited 69"):
+        failing.put_vhost("x")
+
+
+class AccountsAdmin(MemoryAdmin):
+    """Users and vhosts in memory, for RestoringAdmin."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users: dict[str, str] = {}
+        self.vhosts: set[str] = {"/"}
+
+    def put_user(self, name: str, password: str, tags: str = "") -> None:
+        self.users[name] = tags
+
+    def delete_user(self, name: str) -> None:
+        self.users.pop(name, None)
+
+    def put_vhost(self, name: str) -> None:
+        self.vhosts.add(name)
+
+    def delete_vhost(self, name: str) -> None:
+        self.vhosts.discard(name)
+
+
+def test_restoring_admin_deletes_the_users_and_vhosts_it_made_and_claims_broker_wide() -> None:
+    memory = AccountsAdmin()
+    claims: list[int] = []
+    view = RestoringAdmin(memory, "/", claim=lambda: claims.append(1))
+    view.put_vhost("amqpc.v")
+    view.put_user("amqpc.u", "pw", "impersonator")
+    assert memory.users == {"amqpc.u": "impersonator"} and "amqpc.v" in memory.vhosts
+    assert len(claims) == 2  # each is a broker-wide change
+    view.restore()
+    assert memory.users == {} and memory.vhosts == {"/"}
+
+
+def test_no_admin_has_no_users() -> None:
+    with pytest.raises(Unavailable, match="needs --broker-admin"):
+        RestoringAdmin(NoAdmin()).put_user("amqpc.u", "pw")
+    claims: list[int] = []
+    view = RestoringAdmin(NoAdmin(), claim=lambda: claims.append(1))
+    with pytest.raises(Unavailable):
+        view.put_vhost("amqpc.v")
+    assert claims == [] and view._undo == []  # nothing claimed, nothing to undo
+    view.restore()

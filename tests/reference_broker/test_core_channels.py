@@ -269,7 +269,7 @@ def test_core_permissions_refuse_with_403() -> None:
     assert methods(sim.do(5, 1, QueueDeclare(queue="app.q")))[0].queue == "app.q"
     close = methods(sim.do(5, 1, QueueDeclare(queue="other")), ChannelClose)[0]
     assert (close.reply_code, close.reply_text) == (
-        403, "ACCESS_REFUSED - access to queue 'other' in vhost '/' refused for user 'app'")
+        403, "ACCESS_REFUSED - configure access to queue 'other' in vhost '/' refused for user 'app'")
     sim.do(5, 1, ChannelCloseOk())
     sim.open(5, 2)
     close = methods(sim.do(5, 2, BasicPublish(exchange="amq.topic"), BasicProperties(), b"x"), ChannelClose)[0]
@@ -340,3 +340,31 @@ def test_core_global_qos_mode_matches_3x_limiter() -> None:
     assert len(sends(sim.do(1, 1, BasicConsume(queue="q", consumer_tag="a")), BasicDeliver)) == 1
     assert not sends(sim.do(1, 1, BasicConsume(queue="q", consumer_tag="n", no_ack=True)), BasicDeliver)
     assert len(sends(sim.do(1, 1, BasicQos(prefetch_count=5)), BasicDeliver)) == 2
+
+
+def test_core_topic_permissions_match_routing_keys_of_topic_exchanges_only() -> None:
+    """ACC-05: write patterns on publishes, read patterns on bindings, "{username}" expanded, "" is "^$"."""
+    from codec import ExchangeDeclare, QueueBind, QueueDeclare
+    from reference_broker.core.permissions import expand
+
+    assert expand("^{username}\\.{vhost}$", "u", "/") == "^u\\./$" and expand("", "u", "/") == "^$"
+    sim = Sim(users={"guest": "guest", "app": "pw"}, permissions={"app": {"/": [".*", ".*", ".*"]}},
+              topic_permissions={"app": {"/": {"amq.topic": ["^{username}\\.", ""], "amq.direct": ["^$", "^$"]}}})
+    sim.core.connection_opened(5, "/", "app", {}, 2047)
+    sim.open(5)
+    assert not methods(sim.do(5, 1, BasicPublish(exchange="amq.topic", routing_key="app.a"), BasicProperties(), b"x"),
+                       ChannelClose)
+    assert not methods(sim.do(5, 1, BasicPublish(exchange="amq.direct", routing_key="other"), BasicProperties(), b"x"),
+                       ChannelClose)  # not a topic exchange
+    sim.do(5, 1, ExchangeDeclare(exchange="t2", exchange_type="topic"))
+    assert not methods(sim.do(5, 1, BasicPublish(exchange="t2", routing_key="other"), BasicProperties(), b"x"),
+                       ChannelClose)  # no topic permission on it
+    close = methods(sim.do(5, 1, BasicPublish(exchange="amq.topic", routing_key="other.a"), BasicProperties(), b"x"),
+                    ChannelClose)[0]
+    assert (close.reply_code, close.reply_text) == (
+        403, "ACCESS_REFUSED - write access to topic 'other.a' in exchange 'amq.topic' in vhost '/' refused for user 'app'")
+    sim.do(5, 1, ChannelCloseOk())
+    sim.open(5, 2)
+    sim.do(5, 2, QueueDeclare(queue="q"))
+    close = methods(sim.do(5, 2, QueueBind(queue="q", exchange="amq.topic", routing_key="app.#")), ChannelClose)[0]
+    assert close.reply_text.startswith("ACCESS_REFUSED - read access to topic 'app.#'")  # read "" is "^$"

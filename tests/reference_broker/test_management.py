@@ -161,3 +161,46 @@ def test_management_user_changes_survive_a_restart_with_a_data_dir(tmp_path: Pat
         assert auth.check_password(second.server.config, "erin", "erin pw")
         assert api(second).get("/api/permissions/%2F/erin").json()["configure"] == "^erin\\."
         assert api(second, "erin", "erin pw").get("/api/whoami").json()["tags"] == ["management"]
+
+
+def test_management_vhosts_and_topic_permissions_round_trip(managed: EmbeddedBroker) -> None:
+    """ACC-01 and ACC-05 setup: PUT/DELETE /api/vhosts/{name}, /api/topic-permissions/{vhost}/{user}."""
+    client = api(managed)
+    assert client.put("/api/vhosts/made", json={}).status_code == 201
+    assert client.put("/api/vhosts/made", json={}).status_code == 204
+    assert "made" in managed.server.core.vhosts and client.get("/api/vhosts/made").json() == {"name": "made"}
+    assert client.put("/api/users/topical", json={"password": "pw"}).status_code == 201
+    grant = {"exchange": "amq.topic", "write": "^{username}\\.", "read": ""}
+    assert client.put("/api/topic-permissions/made/topical", json=grant).status_code == 201
+    assert client.get("/api/topic-permissions/made/topical").json() == [
+        {"user": "topical", "vhost": "made", "exchange": "amq.topic", "write": "^{username}\\.", "read": ""}]
+    assert client.put("/api/topic-permissions/made/topical", json={"exchange": "x", "write": "["}).status_code == 400
+    assert client.put("/api/topic-permissions/made/nobody", json=grant).status_code == 400
+    assert client.put("/api/topic-permissions/nowhere/topical", json=grant).status_code == 404
+    assert client.delete("/api/vhosts/made").status_code == 204  # its topic permissions go with it
+    assert "made" not in managed.server.core.vhosts
+    assert client.get("/api/topic-permissions/made/topical").status_code == 404
+    assert client.delete("/api/vhosts/made").status_code == 404
+    assert client.delete("/api/vhosts/%2F").status_code == 404  # a configured vhost stays
+    assert client.delete("/api/users/topical").status_code == 204
+
+
+def test_management_deleting_a_vhost_closes_its_connections(managed: EmbeddedBroker) -> None:
+    """RabbitMQ closes a deleted vhost's connections (320 CONNECTION_FORCED); the DELETE answers once they went."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from codec import ConnectionClose
+    from conformance.drivers.raw import RawClient
+
+    client = api(managed)
+    assert client.put("/api/vhosts/doomed", json={}).status_code == 201
+    amqp = RawClient(f"amqp://guest:guest@{managed.host}:{managed.port}/doomed", timeout=5).connect()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            deleting = pool.submit(client.delete, "/api/vhosts/doomed")
+            close = amqp.expect(0, ConnectionClose).method  # answered with close-ok
+            assert isinstance(close, ConnectionClose) and close.reply_code == 320
+            assert deleting.result(timeout=5).status_code == 204
+    finally:
+        amqp.close()
+    assert "doomed" not in managed.server.core.vhosts

@@ -162,7 +162,7 @@ def test_security_each_permission_is_enforced_with_403(restricted: EmbeddedBroke
     close = client.expect(ch, ChannelClose, timeout=WAIT).method
     assert isinstance(close, ChannelClose)
     assert (close.reply_code, close.class_id, close.method_id) == (403, *ids)
-    assert close.reply_text == f"ACCESS_REFUSED - access to {resource} '{name}' in vhost '{vhost}' refused for user 'app'"
+    assert close.reply_text == f"ACCESS_REFUSED - {kind} access to {resource} '{name}' in vhost '{vhost}' refused for user 'app'"
     client.channel()  # a channel error: the connection goes on
 
 

@@ -1,0 +1,1 @@
+"""The access area (ACC-*): vhost access, permissions, topic permissions, SASL, user-id, loopback."""
