@@ -27,6 +27,12 @@ Rules (RabbitMQ's, v3.10.8 to v4.3.5; the sources are in the rules' catalogue en
   RabbitMQ 3.10.8 judges the regrouped header, whose reversals can keep a rejection between a queue
   and its newest death, and then loops an expiry cycle for ever (seen live: x-death counts 20 and
   19 after 2 s); that is the bug the rule catches there, not a variant.
+- A queue's x-max-length counts its ready messages (expired ones behind a live head included):
+  drop-head takes a publish, a dead-lettered message or a requeue and drops from the head, each
+  dropped message dead-lettered with reason maxlen (LEN-02, LEN-03); reject-publish refuses a
+  publish to a full queue (basic.nack) and a dead-lettered message (lost: classic queues
+  dead-letter at most once), and keeps a requeue over the limit (rabbit_amqqueue_process
+  maybe_drop_head acts for drop-head only) (LEN-04).
 - Each transition is written down with its rule (`events`), so a mismatch names the rule the
   model applied where the broker differs.
 """
@@ -43,6 +49,8 @@ MAX_CHAIN = 50  # a cycle ends within two turns (DLX-04): more hops in one step 
 class QueueSpec:
     short_ttl: bool  # x-message-ttl SHORT (else none)
     target: str | None  # the logical queue its dead letters go to (None: no dead-letter exchange)
+    max_length: int | None = None  # x-max-length (at least 1)
+    overflow: str = "drop-head"  # x-overflow: drop-head or reject-publish
 
 
 @dataclass
@@ -77,12 +85,14 @@ class LifecycleModel:
     def begin_step(self) -> None:
         self.events, self.hops, self.hops_total = [], 0, 0
 
-    def publish(self, queue: str, body: str, short_expiration: bool) -> None:
+    def publish(self, queue: str, body: str, short_expiration: bool) -> bool:
+        """A confirmed publish; False when the queue refused it (reject-publish: basic.nack)."""
         short = self.specs[queue].short_ttl or short_expiration
-        self._enqueue(queue, Message(body, self._seq(), short))
-        if short:
+        accepted = self._admit(queue, Message(body, self._seq(), short))
+        if short and accepted:
             self.hops = max(self.hops, 1)
         self._strip_head(queue)
+        return accepted
 
     def get(self, queue: str, tag: int) -> Message | None:
         """basic.get (acknowledged): the head, which is never expired between steps."""
@@ -104,6 +114,7 @@ class LifecycleModel:
             if message.short:
                 self.events.append(Event("TTL-04", f"{message.body} came back to {queue} past its TTL and expired",
                                          (queue,)))
+            self._trim(queue)  # a requeue over the limit drops from the head (LEN-02)
             self._strip_head(queue)
         else:
             self._die(queue, message, "rejected")
@@ -136,6 +147,26 @@ class LifecycleModel:
         ready.append(message)
         ready.sort(key=lambda m: m.seq)
 
+    def _admit(self, queue: str, message: Message) -> bool:
+        """Enqueue `message` as the queue's length limit allows: a full reject-publish queue refuses
+        it (LEN-04), a drop-head queue takes it and drops from its head (LEN-02, dead-lettered: LEN-03)."""
+        spec = self.specs[queue]
+        if spec.overflow == "reject-publish" and spec.max_length is not None and self.count(queue) >= spec.max_length:
+            self.events.append(Event("LEN-04", f"{message.body} refused by {queue}, full at x-max-length "
+                                               f"{spec.max_length} (reject-publish)", (queue,), fewer=queue))
+            return False
+        self._enqueue(queue, message)
+        self._trim(queue)
+        return True
+
+    def _trim(self, queue: str) -> None:
+        spec, ready = self.specs[queue], self.ready[queue]
+        while spec.overflow == "drop-head" and spec.max_length is not None and len(ready) > spec.max_length:
+            head = ready.pop(0)
+            self.events.append(Event("LEN-02", f"{head.body} dropped from the head of {queue}, over x-max-length "
+                                               f"{spec.max_length}", (queue,), fewer=queue))
+            self._die(queue, head, "maxlen")
+
     def _strip_head(self, queue: str) -> None:
         ready = self.ready[queue]
         while ready and ready[0].short:
@@ -150,7 +181,7 @@ class LifecycleModel:
         deaths = self._record(message.deaths, queue, reason, self.legacy)
         recent = self._record(message.recent, queue, reason, False)
         if reason != "rejected" and self._is_cycle(target, recent):
-            self.events.append(Event("DLX-04", f"{message.body} expired from {queue} into {target}, which its "
+            self.events.append(Event("DLX-04", f"{message.body} {reason} from {queue} into {target}, which its "
                                                f"deaths {recent} already name with no rejection since: a cycle, "
                                                "dropped", (queue, target), fewer=target))
             return
@@ -158,11 +189,11 @@ class LifecycleModel:
         assert self.hops_total < MAX_CHAIN, f"model: a dead-letter chain of {MAX_CHAIN} hops within one step"
         spec = self.specs[target]
         moved = Message(message.body, self._seq(), spec.short_ttl, deaths, recent)  # expiration gone (DLX-02)
-        self.events.append(Event("DLX-01", f"{message.body} {reason} from {queue}, dead-lettered to {target} "
-                                           f"with x-death {deaths}", (queue, target), more=target))
-        if spec.short_ttl:
+        self.events.append(Event("LEN-03" if reason == "maxlen" else "DLX-01",
+                                 f"{message.body} {reason} from {queue}, dead-lettered to {target} "
+                                 f"with x-death {deaths}", (queue, target), more=target))
+        if self._admit(target, moved) and spec.short_ttl:  # refused by a full target: lost (at most once)
             self.hops += 1
-        self._enqueue(target, moved)
         self._strip_head(target)
 
     @staticmethod

@@ -40,6 +40,7 @@ from codec import (
     QueuePurgeOk,
     QueueUnbind,
     QueueUnbindOk,
+    ReplyCode,
 )
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
@@ -83,7 +84,7 @@ def _refused_open(connect: Connect, url: str, text: str, what: str) -> None:
     with pytest.raises(ConnectionClosed) as closed:
         connect(url=url)
     got = closed.value
-    assert (got.code, got.class_id, got.method_id) == (530, 10, 40), (
+    assert (got.code, got.class_id, got.method_id) == (ReplyCode.NOT_ALLOWED, 10, 40), (
         f"{what}: want connection.close 530 (10/40) at connection.open, the broker sent {got}")
     assert got.text == text, f"{what}: want the text {text!r}, the broker sent {got.text!r}"
 
@@ -150,7 +151,7 @@ def test_a_server_named_queue_needs_configure_on_its_generated_name(admin: Resto
     text = "ACCESS_REFUSED - " + refusal(target, "ACC-02", "configure", "queue", "\0", user)
     before, after = text.split("\0")
     pattern = re.escape(before + "amq.gen-") + r"[A-Za-z0-9_-]+" + re.escape(after)
-    assert (got.code, got.class_id, got.method_id) == (403, 50, 10) and re.fullmatch(pattern, got.text), (
+    assert (got.code, got.class_id, got.method_id) == (ReplyCode.ACCESS_REFUSED, 50, 10) and re.fullmatch(pattern, got.text), (
         f"queue.declare of a server-named queue by {user} (configure {CFG}): want 403 (50/10) naming the "
         f"generated amq.gen- queue, the broker sent {got}")
     everyone, _user = _user_client(connect, admin, target, "genall")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from codec import ConnectionStartOk
+from codec import ConnectionStartOk, ReplyCode
 from codec.fast_tables import RABBITMQ_TABLES
 from conformance.drivers.raw import BrokerAddress, RawClient, Recorder
 from conformance.plugin.session import Target
@@ -64,7 +64,7 @@ def assert_refused(result: Handshake, mechanism: str, what: str, rule: str = "AC
     assert close is not None, (f"{rule}: {what}: want connection.close 403 (0/0) for a client with "
                                "authentication_failure_close; the broker "
                                f"{'ended the socket' if result.ended else 'sent ' + str(result.tune)}")
-    assert (close.reply_code, close.class_id, close.method_id) == (403, 0, 0), (
+    assert (close.reply_code, close.class_id, close.method_id) == (ReplyCode.ACCESS_REFUSED, 0, 0), (
         f"{rule}: {what}: want connection.close 403 (0/0), got {close}")
     want = REFUSED.format(mechanism)
     assert close.reply_text == want, f"{rule}: {what}: want the text {want!r}, got {close.reply_text!r}"

@@ -26,6 +26,7 @@ from codec import (
     QueueDeclareOk,
     QueueUnbind,
     QueueUnbindOk,
+    ReplyCode,
 )
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
@@ -152,7 +153,7 @@ def test_the_user_id_must_name_the_user(admin: RestoringAdmin, connect: Connect,
     await_ready(setup, sch, queue, 1, target.timeout(2.0))
     got = _get(setup, sch, queue)
     assert got is not None, "ACC-07: the publish naming its own user is routed; basic.get found nothing"
-    expect_closed(client, ch, BasicPublish(exchange="", routing_key=queue), 406,
+    expect_closed(client, ch, BasicPublish(exchange="", routing_key=queue), ReplyCode.PRECONDITION_FAILED,
                   f"PRECONDITION_FAILED - user_id property set to 'someone.else' but authenticated user was "
                   f"'{user.user}'", f"basic.publish by {user.user} with the user-id 'someone.else'",
                   props=BasicProperties(user_id="someone.else"))

@@ -1,9 +1,10 @@
 """Model-vs-broker machine for the message lifecycle: TTL, expiry at the head, requeue past the TTL,
-dead-lettering, x-death and cycles (TTL-03, DLX-01, DLX-02, DLX-04).
+dead-lettering, x-death and cycles, length limits (TTL-03, DLX-01, DLX-02, DLX-04, LEN-02..04).
 
-LifecycleMachine: three classic queues per example, each with or without a SHORT x-message-ttl and
+LifecycleMachine: three classic queues per example, each with or without a SHORT x-message-ttl,
 with or without a dead-letter target among the three (itself included: cycles of one, two and
-three queues), drawn at setup; steps publish with no, a SHORT or a LONG per-message expiration,
+three queues) and with or without an x-max-length (drop-head or reject-publish), in one of the
+topologies drawn at setup; steps publish with no, a SHORT or a LONG per-message expiration,
 basic.get, ack, and reject with or without requeue. The oracle is `conformance.model.lifecycle`.
 
 Rules:
@@ -34,6 +35,7 @@ from codec import (
     BasicGet,
     BasicGetEmpty,
     BasicGetOk,
+    BasicNack,
     BasicProperties,
     BasicPublish,
     BasicReject,
@@ -65,7 +67,10 @@ QUEUES = ("a", "b", "c")
 QUEUE = st.sampled_from(QUEUES)
 
 
-def _specs(a: tuple[bool, str | None], b: tuple[bool, str | None], c: tuple[bool, str | None]) -> dict[str, QueueSpec]:
+Spec = tuple[bool, str | None] | tuple[bool, str | None, int, str]  # (SHORT TTL, target[, max-length, overflow])
+
+
+def _specs(a: Spec, b: Spec, c: Spec) -> dict[str, QueueSpec]:
     return {"a": QueueSpec(*a), "b": QueueSpec(*b), "c": QueueSpec(*c)}
 
 
@@ -80,10 +85,15 @@ TOPOLOGIES = {
     "an expiry cycle of three": _specs((True, "b"), (True, "c"), (True, "a")),
     "a chain that ends": _specs((True, "b"), (False, "c"), (False, None)),
     "no dead-letter exchange": _specs((True, None), (False, None), (False, "b")),
+    "a full queue dropping its head into another": _specs((False, "b", 2, "drop-head"), (False, None),
+                                                         (True, "a")),
+    "a full queue refusing": _specs((False, "b", 2, "reject-publish"), (True, "a"), (False, "a")),
+    "a full queue dropping its head into itself": _specs((False, "a", 1, "drop-head"), (False, "c"),
+                                                        (True, "a")),
 }
 EXPIRATION = st.sampled_from([None, "short", "long"])
 HELD = from_machine(lambda m: m.lifecycle.held_tags())
-RULES = ("DLX-01", "DLX-02", "DLX-04", "TTL-03")
+RULES = ("DLX-01", "DLX-02", "DLX-04", "TTL-03", "LEN-02", "LEN-03", "LEN-04")
 CH = 1
 
 
@@ -113,6 +123,8 @@ class LifecycleMachine(ModelMachine):
             arguments: dict[str, Any] = {"x-message-ttl": SHORT_MS} if spec.short_ttl else {}
             if spec.target is not None:
                 arguments |= {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": self.real[spec.target]}
+            if spec.max_length is not None:
+                arguments |= {"x-max-length": spec.max_length, "x-overflow": spec.overflow}
             self.clients["A"].rpc(CONTROL, QueueDeclare(queue=self.real[logical], arguments=arguments), QueueDeclareOk)
 
     # -- rules --------------------------------------------------------------------------------------
@@ -129,10 +141,17 @@ class LifecycleMachine(ModelMachine):
         client.send(CH, BasicPublish(exchange="", routing_key=self.real[queue]), BasicProperties(expiration=ttl),
                     body.encode())
         self.seqno += 1
-        reply = client.expect(CH, BasicAck, timeout=self.target.timeout(self.SETTLE_SECONDS))
-        assert isinstance(reply.method, BasicAck) and reply.method.delivery_tag == self.seqno, \
-            f"the publish of {body} was confirmed with {reply.method!r} (PC-05)"
-        self.lifecycle.publish(queue, body, expiration == "short")
+        reply = client.expect(CH, BasicAck, BasicNack, timeout=self.target.timeout(self.SETTLE_SECONDS))
+        confirm = reply.method
+        assert isinstance(confirm, BasicAck | BasicNack) and confirm.delivery_tag == self.seqno \
+            and not confirm.multiple, f"the publish of {body} was confirmed with {confirm!r} (PC-05)"
+        accepted = self.lifecycle.publish(queue, body, expiration == "short")
+        if accepted != isinstance(confirm, BasicAck):
+            spec = self.lifecycle.specs[queue]
+            raise RuleViolation(["LEN-04"], (
+                f"the publish of {body} to {queue} ({spec}, holding {len(self.lifecycle.bodies(queue))} ready messages "
+                f"by the model before it) was confirmed with {confirm.NAME}; a queue at its x-max-length with "
+                f"overflow reject-publish refuses it (basic.nack), any other takes it (basic.ack)"))
 
     @rule(queue=QUEUE)
     @step

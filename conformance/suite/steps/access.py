@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from codec import BasicProperties, BasicQos, BasicQosOk, Method
+from codec import BasicProperties, BasicQos, BasicQosOk, Method, ReplyCode
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, RawClient
 from conformance.plugin.session import Target
 from conformance.run.admin import RestoringAdmin
@@ -75,7 +75,7 @@ def refused_403(client: RawClient, ch: int, method: Method, text: str, what: str
                 reply: type | tuple[type, ...] | None = None, props: BasicProperties | None = None) -> None:
     """`method` on `ch` is channel.close 403 with RabbitMQ's `text` (after "ACCESS_REFUSED - ")
     and the method's class/method id."""
-    expect_closed(client, ch, method, 403, f"ACCESS_REFUSED - {text}", what, reply=reply, props=props)
+    expect_closed(client, ch, method, ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}", what, reply=reply, props=props)
 
 
 def expect_closed(client: RawClient, ch: int, method: Method, code: int, text: str, what: str, *,
