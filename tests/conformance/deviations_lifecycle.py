@@ -17,12 +17,12 @@ from tests.conformance.deviant import HEADER, Deviation, Io, encode
 DLRK = "x-dead-letter-routing-key"
 
 
-def _header(frame: Frame) -> HeaderFrame | None:
+def header_of(frame: Frame) -> HeaderFrame | None:
     decoded = frame.decoded if frame.type == HEADER else None
     return decoded if isinstance(decoded, HeaderFrame) and decoded.properties is not None else None
 
 
-def _rewritten(header: HeaderFrame, **changes: Any) -> bytes:
+def rewritten(header: HeaderFrame, **changes: Any) -> bytes:
     assert header.properties is not None
     properties = BasicProperties._make(header.properties)._replace(**changes)  # encoded afresh, not as received
     return encode_header(header.channel, header.body_size, properties)
@@ -33,10 +33,10 @@ class ExpirationStripped(Deviation):
     description = "a published message's expiration property is removed on the way: per-message TTLs never apply"
 
     def client(self, frame: Frame, io: Io) -> None:
-        header = _header(frame)
+        header = header_of(frame)
         if header is not None and header.properties is not None and header.properties.expiration is not None:
             io.record(self.name)
-            io.to_broker(_rewritten(header, expiration=None))
+            io.to_broker(rewritten(header, expiration=None))
             return
         io.to_broker(frame.raw)
 
@@ -46,12 +46,12 @@ class XDeathDropped(Deviation):
     description = "a delivered message's x-death header is removed: dead-lettered messages carry no record"
 
     def broker(self, frame: Frame, io: Io) -> None:
-        header = _header(frame)
+        header = header_of(frame)
         headers = header.properties.headers if header is not None and header.properties is not None else None
         if header is not None and headers and "x-death" in headers:
             io.record(self.name)
             kept = {k: v for k, v in headers.items() if k != "x-death"}
-            io.to_client(_rewritten(header, headers=kept or None))
+            io.to_client(rewritten(header, headers=kept or None))
             return
         io.to_client(frame.raw)
 
