@@ -51,6 +51,7 @@ SUBSET = " or ".join([
     "test_select_commit_and_rollback_are_answered",  # tx
     "test_invalid_length_arguments_are_refused",  # limits
     "test_the_lower_max_length_wins",  # policies (needs-admin on GarageMQ)
+    "test_an_unknown_vhost_is_refused",  # access (not-applicable: access control is RabbitMQ's)
     "test_cluster",  # cluster (the modules: needs-cluster, a single GarageMQ node)
 ])
 # Deviations this subset always shows (docs/garagemq.md): multiple=true above the highest tag is
