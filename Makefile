@@ -111,6 +111,11 @@ test-gates: $(STAMP)
 test-rabbitmq43: $(STAMP)
 	$(BIN)/pytest -m rabbitmq43 tests
 
+# The small interop grid (grids/ci.toml: the reference broker, RabbitMQ 3.10.8 and 4.3.6, GarageMQ;
+# raw and one library per language) with its report; RabbitMQ 4.3.6 started by the grid itself.
+test-grid: $(STAMP)
+	$(BIN)/pytest -rs -m grid tests
+
 test-rabbitmq40: $(STAMP)
 	$(BIN)/pytest -m rabbitmq40 tests
 

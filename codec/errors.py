@@ -80,7 +80,8 @@ class CodecError(AmqpError):
     ) -> None:
         self.path = path
         self.offset = offset
-        self.window = hex_window(bytes(data), offset) if data else ""
+        self.data = bytes(data)  # the octets that failed (a broker quotes a method's arguments from them)
+        self.window = hex_window(self.data, offset) if data else ""
         detail = text
         if path:
             detail += f" (at {path})"

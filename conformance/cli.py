@@ -3,6 +3,7 @@
 Responsibility: parse the command line and dispatch to one subcommand, whose options and run
 live with its feature: `run`, `baseline`, `rules` and `broker` (`conformance.gate.cli`),
 `clients` (client libraries judged by a scripted broker, `conformance.client_judge.cli`),
+`grid` (targets x clients into one lake, `conformance.grid.cli`),
 `record` (real traffic through a recording relay, or a capture, `conformance.record.cli`),
 `report` (the HTML report, `reports.cli`) and `preflight` (`reports.preflight_cli`).
 
@@ -32,6 +33,7 @@ from typing import NoReturn
 from conformance.client_judge import cli as clients_cli
 from conformance.gate import cli as gate_cli
 from conformance.gate.options import UsageError as GateUsageError
+from conformance.grid import cli as grid_cli
 from conformance.record import cli as record_cli
 from conformance.results.verdicts import EXIT_USAGE
 from reports.cli import report_main
@@ -44,7 +46,7 @@ class UsageError(Exception):
     """A bad command line: one line on stderr, exit status 4."""
 
 
-USAGE_ERRORS = (UsageError, GateUsageError, clients_cli.UsageError, record_cli.UsageError)
+USAGE_ERRORS = (UsageError, GateUsageError, clients_cli.UsageError, record_cli.UsageError, grid_cli.UsageError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,6 +81,8 @@ COMMANDS: tuple[Command, ...] = (
             gate_cli.rules_run),
     Command("clients", "judge client libraries with a scripted broker (client-side scenarios)",
             clients_cli.add_arguments, lambda args: clients_cli.run(args, build_report)),
+    Command("grid", "run a grid of targets x clients into one lake (resumable)", grid_cli.add_arguments,
+            lambda args: grid_cli.run(args, build_report)),
     Command("record", "record real traffic through a relay, or import a capture, for the audit",
             record_cli.add_arguments, record_cli.run),
     Command("report", "build the HTML report from a results directory", _forwarded,

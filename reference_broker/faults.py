@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from codec import AmqpError, BasicProperties, ReplyCode
@@ -25,26 +25,17 @@ from reference_broker.core.effects import Effect
 from reference_broker.core.routing import headers_match, topic_matches
 from reference_broker.core.rules import Expired, Rules
 from reference_broker.core.state import QUORUM, STREAM, Channel, Connection, Consumer, Message, Queue, Unacked
+from reference_broker.fault_type import Fault
+from reference_broker.fault_type import const as _const
+from reference_broker.faults_connection import CONNECTION_FAULTS
 
 ENV = "AMQPC_BROKER_FAULTS"
-
-
-@dataclass(frozen=True)
-class Fault:
-    name: str
-    area: str
-    rule: str
-    description: str
-    substitutes: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False, repr=False)
+__all__ = ["BY_NAME", "ENV", "FAULTS", "Fault", "check", "from_environment", "rules_with"]
 
 
 # -- the substituted policies (what each fault does instead of the rule) ----------------------
 def _same_name(name: str) -> str:
     return name
-
-
-def _const(value: Any) -> Callable[..., Any]:
-    return lambda *_args: value
 
 
 def _nothing(*_args: Any) -> list[Unacked]:
@@ -439,27 +430,7 @@ FAULTS: tuple[Fault, ...] = (
     Fault("cluster_confirms_without_majority", "cluster", "CLU-07",
           "publishes to a quorum queue without a majority are confirmed at once",
           {"confirm_waits_for_majority": _const(False)}),
-    Fault("vhost_access_unchecked", "access", "ACC-01", "a user may open a vhost it has no permissions in",
-          {"vhost_access_checked": _const(False)}),
-    Fault("configure_permission_unchecked", "access", "ACC-02",
-          "declarations and deletions need no configure permission",
-          {"permission_checked": lambda kind, _method: kind != "configure"}),
-    Fault("write_permission_unchecked_on_publish", "access", "ACC-03",
-          "basic.publish needs no write permission on the exchange",
-          {"permission_checked": lambda kind, method: (kind, method) != ("write", "basic.publish")}),
-    Fault("read_permission_unchecked_on_get", "access", "ACC-04", "basic.get needs no read permission on the queue",
-          {"permission_checked": lambda kind, method: (kind, method) != ("read", "basic.get")}),
-    Fault("topic_permission_ignored", "access", "ACC-05", "topic permissions are ignored: every routing key is allowed",
-          {"topic_permission_checked": _const(False)}),
-    Fault("topic_permission_cc_unchecked", "access", "ACC-05",
-          "a CC or BCC key is not checked against the topic permission (3.x's check on 4.x)",
-          {"topic_checks_sender_keys": _const(False)}),
-    Fault("auth_failure_close_ignored", "access", "ACC-06",
-          "a refused login ends the socket without connection.close even with authentication_failure_close",
-          {"auth_failure_close": _const(False)}),
-    Fault("impersonator_ignored", "access", "ACC-07",
-          "the impersonator tag is ignored: a user_id other than the user's is refused",
-          {"impersonation_allowed": _const(False)}),
+    *CONNECTION_FAULTS,
 )
 BY_NAME = {f.name: f for f in FAULTS}
 

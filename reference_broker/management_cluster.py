@@ -1,9 +1,13 @@
-"""The management API of a cluster: the nodes, where a queue lives, and an extension
-to stop and start a node.
+"""The management API of the nodes: the nodes and their alarms, where a queue lives, and
+extensions to stop and start a node and to raise and clear resource alarms.
 
 Rules:
-- GET /api/nodes: RabbitMQ's list of nodes, each {"name", "running", "type": "disc"}, plus
-  the extension "amqp_port" (a single node lists itself as running).
+- GET /api/nodes: RabbitMQ's list of nodes, each {"name", "running", "type": "disc",
+  "mem_alarm", "disk_free_alarm"}, plus the extension "amqp_port" (a single node lists itself
+  as running). Alarms are the broker's (cluster-wide, as RabbitMQ's block every node's publishers).
+- PUT and DELETE /api/alarms/{resource} (extension, administrator; resource "memory" or
+  "disk"): raise or clear that resource's alarm, as RabbitMQ's rabbit_alarm:set_alarm and
+  clear_alarm do (204; 404 for another resource); GET /api/alarms lists the resources in alarm.
 - PUT /api/nodes/{node} {"running": false|true} (extension, administrator): stops or starts
   node 1..N of `reference-broker --nodes N`; it answers 204 once the node has stopped (its
   listener closed, its connections ended, the core told) or listens again; 400 on a bad body,
@@ -20,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from reference_broker.core.state import QUORUM, Queue
+from reference_broker.core.texts import DISK, MEMORY, RESOURCES
 from reference_broker.management_http import NOT_FOUND, BrokerServer, bad_request, json_body, server_of
 
 SINGLE = "reference@localhost"
@@ -39,11 +44,24 @@ def placement(server: BrokerServer, queue: Queue) -> dict[str, Any]:
 async def nodes(request: web.Request) -> web.Response:
     server = server_of(request)
     cluster = server.core.cluster
+    alarms = {"mem_alarm": MEMORY in server.core.alarms, "disk_free_alarm": DISK in server.core.alarms}
     if cluster is None:
         return web.json_response([{"name": SINGLE, "running": True, "type": "disc",
-                                   "amqp_port": server.node_ports.get(1)}])
+                                   "amqp_port": server.node_ports.get(1), **alarms}])
     return web.json_response([{"name": cluster.name(n), "running": cluster.running(n), "type": "disc",
-                               "amqp_port": server.node_ports.get(n)} for n in range(1, cluster.size + 1)])
+                               "amqp_port": server.node_ports.get(n), **alarms} for n in range(1, cluster.size + 1)])
+
+
+async def alarms(request: web.Request) -> web.Response:
+    return web.json_response(sorted(server_of(request).core.alarms))
+
+
+async def change_alarm(request: web.Request) -> web.Response:
+    server, resource = server_of(request), request.match_info["resource"]
+    if resource not in RESOURCES:
+        return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
+    server.execute([*server.core.set_alarm(resource, request.method == "PUT"), *server.core.flush()])
+    return web.Response(status=204)
 
 
 async def put_node(request: web.Request) -> web.Response:
@@ -68,4 +86,7 @@ async def put_node(request: web.Request) -> web.Response:
 CLUSTER_ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/api/nodes", nodes, "login"),
     ("PUT", "/api/nodes/{node}", put_node, "admin"),
+    ("GET", "/api/alarms", alarms, "admin"),
+    ("PUT", "/api/alarms/{resource}", change_alarm, "admin"),
+    ("DELETE", "/api/alarms/{resource}", change_alarm, "admin"),
 ]

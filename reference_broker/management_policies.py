@@ -21,7 +21,8 @@ from reference_broker.management_http import (
 POLICY_KEYS = {"consumer-timeout", "max-length", "max-length-bytes", "message-ttl", "dead-letter-exchange", "alternate-exchange",
                "dead-letter-routing-key", "delivery-limit", "overflow", "expires",
                # accepted, no effect on a single node (TMO-4.3-6)
-               "consumer-disconnected-timeout"}
+               "consumer-disconnected-timeout",
+               "queue-mode"}  # accepted and ignored, as from RabbitMQ 3.12 (DCL-05)
 APPLY_TO = {"all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams"}
 OPERATOR_KEYS = {"expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit"}  # rabbit_policies
 

@@ -269,6 +269,8 @@ class BrokerServer:
                         target.transport.pause_reading()
                     else:
                         target.transport.resume_reading()
+                        # ALM-02: the frames read before the block wait in the engine
+                        asyncio.get_running_loop().call_soon(self._resume_engine, out.conn)
             elif isinstance(out, Persist):
                 if self.store is not None:
                     self.store.submit(out.ops, out.position)
@@ -298,6 +300,11 @@ class BrokerServer:
         self.timers.pop(key, None)
         meta = Meta(now_ms())
         self.execute([*self.core.timer_fired(meta, key), *self.core.flush()])
+
+    def _resume_engine(self, conn_id: int) -> None:
+        client = self.clients.get(conn_id)
+        if client is not None and client.engine is not None:
+            self.execute(client.engine.receive_data(b"", now_ms()))
 
     def _tick(self) -> None:
         now = now_ms()

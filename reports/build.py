@@ -47,6 +47,7 @@ from reports.model import (
     BaselineEntry,
     Cell,
     Change,
+    ClauseTest,
     FailingTest,
     Flake,
     ReportData,
@@ -113,6 +114,7 @@ def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: s
         "reasons": lambda: collect_reasons(lake.tests, explained) if explained else [],
     })
     latest = {r["run_id"]: r for r in runs if r["latest"]}
+    clause_tests = _clause_tests(lake.tests, latest)
     failing = _failing_tests(lake.tests, latest, max_failure_pages)
     violations = report_violations(found["audit"], {r["run_id"]: r["target"] for r in runs},
                                    {(t.run_id, t.test_id): t for t in failing})
@@ -132,7 +134,8 @@ def collect(spark: SparkSession, lake: Lake, verdicts: DataFrame, results_dir: s
                            reverse=True),
         flakes=[_flake(r) for r in found["flakes"]], violations=violations, failing=failing,
         rule_history=_rule_history(recent),
-        client_matrices=client_matrices(targets, matrix, [r.id for r in rules], reasons_of(found["reasons"])))
+        client_matrices=client_matrices(targets, matrix, [r.id for r in rules], reasons_of(found["reasons"])),
+        clause_tests=clause_tests)
 
 
 _CHANGE_ORDER = {"changed": 0, "removed": 1, "added": 2}
@@ -199,7 +202,8 @@ def _baseline_entries(latest: dict[str, Any], runs: list[dict[str, Any]]) -> lis
 
 
 def _rules(recent: list[Row]) -> list[Rule]:
-    catalogue = [Rule(r.id, r.area, r.title, r.text, r.source, r.tags, r.seeds, dict(r.expect)) for r in all_rules()]
+    catalogue = [Rule(r.id, r.area, r.title, r.text, r.source, r.tags, r.seeds, dict(r.expect), clauses=r.clauses)
+                 for r in all_rules()]
     known = {r.id for r in catalogue}
     extra = sorted({(r.rule_id, r.area or "?") for r in recent if r.rule_id not in known})
     return catalogue + [Rule(rule_id, area, "(not in the catalogue)", "", "?", in_catalogue=False)
@@ -240,6 +244,16 @@ def _rule_history(recent: list[Row]) -> dict[str, dict[str, list[tuple[str, str]
     for r in sorted(recent, key=lambda r: r.ordinal):
         history[r.rule_id][r.target].append((r.run_id, r.verdict))
     return {rule: dict(targets) for rule, targets in history.items()}
+
+
+def _clause_tests(tests: DataFrame, latest: dict[str, dict[str, Any]]) -> dict[str, list[ClauseTest]]:
+    """Clause id -> the tests of the latest runs that name it (target order, then test id)."""
+    rows = (tests.where(F.col("run_id").isin(list(latest)) & F.col("clause_ids").isNotNull())
+            .select("run_id", "test_id", "verdict", F.explode("clause_ids").alias("clause_id")).collect())
+    found: dict[str, list[ClauseTest]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: (latest[r.run_id]["target"], r.test_id)):
+        found[r.clause_id].append(ClauseTest(latest[r.run_id]["target"], r.test_id, r.verdict))
+    return dict(found)
 
 
 def _failing_tests(tests: DataFrame, latest: dict[str, dict[str, Any]], limit: int) -> list[FailingTest]:

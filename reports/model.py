@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from conformance.catalogue.rules import Clause
 from conformance.results.records import TestRecord
 
 HISTORY_RUNS = 30
@@ -106,6 +107,16 @@ class Rule:
     seeds: tuple[str, ...] = ()
     expect: dict[str, str] = field(default_factory=dict)
     in_catalogue: bool = True
+    clauses: tuple[Clause, ...] = ()  # the behaviours the rule promises (catalogue clauses)
+
+
+@dataclass(frozen=True)
+class ClauseTest:
+    """A test of a target's latest run that names a clause, with its verdict there."""
+
+    target: str
+    test_id: str
+    verdict: str
 
 
 @dataclass
@@ -309,6 +320,18 @@ class ReportData:
     rule_history: dict[str, dict[str, list[tuple[str, str]]]] = field(default_factory=dict)
     clients: ClientsData | None = None  # client-side runs, when the lake holds any
     client_matrices: list[ClientMatrix] = field(default_factory=list)  # brokers run raw and through libraries
+    clause_tests: dict[str, list[ClauseTest]] = field(default_factory=dict)  # clause id -> latest runs' tests
+
+    def untested_clauses(self) -> list[tuple[Rule, Clause]]:
+        """The clauses no test of a latest run names and the catalogue does not call untestable."""
+        return [(r, c) for r in self.rules for c in r.clauses
+                if c.untestable is None and not self.clause_tests.get(c.id)]
+
+    def clause_counts(self) -> dict[str, Any]:
+        """The catalogue's clauses: how many, how many untestable, the ids without a test."""
+        return {"total": sum(len(r.clauses) for r in self.rules),
+                "untestable": sum(c.untestable is not None for r in self.rules for c in r.clauses),
+                "without_test": [c.id for _, c in self.untested_clauses()]}
 
     def summary(self) -> dict[str, Any]:
         """The JSON summary (summary.json): one entry per target, and the totals."""
@@ -329,6 +352,7 @@ class ReportData:
                            "warnings": sum(v.severity == "warning" for v in self.violations),
                            "unjudged": sum(v.severity == "unjudged" for v in self.violations)},
             "failing_tests": len(self.failing),
+            "clauses": self.clause_counts(),
             "through_clients": [
                 {"broker": m.broker, "page": f"through/{m.slug}.html", "clients": [t.client for t in m.columns],
                  "flagged": [list(pair) for pair in m.flagged]}

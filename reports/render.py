@@ -17,6 +17,8 @@ Responsibility: write the site —
   clients/<c>/<s>.html  one page per (client, scenario): verdict, message and the whole frame log
   through/<b>.html    per broker run raw and through client libraries: rules x clients, the cells
                       that pass raw and fail through a library flagged (also on their rule pages)
+  grid.html           brokers x rules by area (a letter per cell), clients x brokers, the interop
+                      score and the cells changed since each target's previous run (reports.grid)
   summary.json        the JSON summary; badges/<target>.svg one badge per target
   static/             CSS and JS
 
@@ -49,6 +51,7 @@ from conformance.results.verdicts import SCORED
 from conformance.results.verdicts import label as verdict_label
 from conformance.results.wording import plural
 from reports import svg
+from reports.grid import grid_data
 from reports.model import VERDICTS, ClientMatrix, ClientsData, ReportData
 
 STATIC = Path(__file__).parent / "static"
@@ -109,6 +112,8 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
     shutil.copytree(STATIC, out / "static", dirs_exist_ok=True)
     env = environment()
     context = _context(data)
+    grid = grid_data(data)
+    context["has_grid"] = grid is not None
     pages = {"index.html": "overview.html.j2", "matrix.html": "matrix.html.j2",
              "failures.html": "failures.html.j2", "audit.html": "audit.html.j2"}
     for name, template in pages.items():
@@ -126,6 +131,8 @@ def render_site(data: ReportData, out: Path | str, frame_logs: Iterable[FrameLog
         _write(out / "frames" / f"{page}.js", frame_log_script(page, rows))
     if data.clients is not None:
         _render_clients(env, context, data.clients, out)
+    if grid is not None:
+        _write(out / "grid.html", env.get_template("grid.html.j2").render(**context, g=grid, root=""))
     if data.client_matrices:
         (out / "through").mkdir(parents=True, exist_ok=True)
         through = env.get_template("through.html.j2")

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import codec
 from codec.constants import ReplyCode
 from conformance.catalogue.rules import all_rules
+from conformance.catalogue.rules import rule as catalogue_rule
 from conformance.results.records import PARTITION_KEY, SCHEMAS
 
 TARGETS: tuple[tuple[str, str, str, str], ...] = (  # product, version, profile, client
@@ -170,8 +171,15 @@ def _tests_table(rng: np.random.Generator, shape: LakeShape, run_id: str, index:
                                                                                strict=True)], pa.list_(pa.string())),
         "judged_by": pa.nulls(n, pa.list_(pa.string())), "stopped_nodes": pa.nulls(n, pa.list_(pa.int32())),
         "title": pa.nulls(n, pa.string()),
+        "clause_ids": pa.array([_first_clause(rule_ids[r]) for r in rule.tolist()], pa.list_(pa.string())),
     }
     return pa.table(columns, schema=SCHEMAS["tests"])
+
+
+def _first_clause(rule_id: str) -> list[str] | None:
+    """A synthetic test names its rule's first clause (the report's clause tables get rows)."""
+    clauses = catalogue_rule(rule_id).clauses
+    return [clauses[0].id] if clauses else None
 
 
 def _text_where(mask: np.ndarray, text: str) -> pa.Array:

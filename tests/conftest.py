@@ -24,7 +24,8 @@ STRICT_ENV = "AMQPC_STRICT"
 # (conformance.gate.options.default_jobs); the project's tests run it serially, as before, unless a
 # test passes --jobs: `make test` already runs five workers of its own.
 os.environ.setdefault("AMQPC_JOBS", "1")
-NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster", "gate", "broker_cluster", "rabbitmq43cluster")  # markers of project tests that need `-m` to run
+NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster", "gate", "broker_cluster", "rabbitmq43cluster",
+                  "grid")  # markers of project tests that need `-m` to run
 TESTS_DIR = Path(__file__).resolve().parent
 
 

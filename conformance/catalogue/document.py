@@ -136,11 +136,20 @@ def _quote(text: str) -> list[str]:
     return [f"> {escape(line)}" if line.strip() else ">" for line in text.splitlines()]
 
 
+def _clauses(rule: Rule) -> list[str]:
+    """The behaviours the rule promises, one item each (`amqp-conformance rules` shows their tests)."""
+    if not rule.clauses:
+        return []
+    return ["Clauses:", "", *(f"- `{c.id}` {escape(c.text)}"
+                              + (f" *(untestable over the wire: {escape(c.untestable)})*" if c.untestable else "")
+                              for c in rule.clauses), ""]
+
+
 def _rule_entry(rule: Rule) -> list[str]:
     lines = [f'### <a id="{rule_anchor(rule.id)}"></a>{rule.id}: {escape(rule.title)}', "",
              f"Area `{rule.area}` · provenance {', '.join(rule.tags)} · source {_link(rule.source)}"
              + (f" · RabbitMQ extension `{rule.capability}`" if rule.capability else ""), ""]
-    lines += [*_quote(rule.text), "", *_expectations(rule), ""]
+    lines += [*_quote(rule.text), "", *_clauses(rule), *_expectations(rule), ""]
     if rule.seeds:
         cited = ", ".join(_link(ref) for ref in rule.seeds)
         lines += [f"Seed sentences covered: {cited}.", ""]

@@ -15,6 +15,10 @@ Rules:
   ``not-applicable`` or ``variant:<description>``.
 - A rule of a RabbitMQ extension names it in `capability` (one of `CAPABILITIES`); profiles
   (conformance.catalogue.profiles) use it to judge brokers by what they claim.
+- A rule lists the behaviours its text promises as `clauses` (``[[rule.clauses]]``: a letter
+  ``id`` a, b, c... in order, a ``text``, and ``untestable = "<reason>"`` when no wire test can
+  observe it); a clause's full id is "<rule>.<letter>" (``PC-02.b``). Every broker rule of the
+  `CLAUSED_AREAS` has clauses; a test names those it checks with ``@pytest.mark.clauses(...)``.
 - The file is read once per process (cached); `Rule` objects are immutable.
 """
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
@@ -34,7 +38,7 @@ RULES_FILE = "rules.toml"
 PROFILES: tuple[str, ...] = ("rabbitmq-4.3", "rabbitmq-4.0", "rabbitmq-3.12", "rabbitmq-3.10", "amqp-0-9-1")
 AREAS: tuple[str, ...] = ("errors", "ack", "requeue", "qos", "confirms", "cancel", "timeout", "framing",
                           "messages", "routing", "exchanges", "queues", "ttl", "deadletter", "limits",
-                          "policies", "tx", "access", "cluster", "client")
+                          "policies", "tx", "access", "alarms", "cluster", "client")
 CLIENT_AREA = "client"  # rules for client libraries (conformance/client_judge), ids CL-<topic>-<nn>
 BROKER_AREAS: tuple[str, ...] = tuple(a for a in AREAS if a != CLIENT_AREA)  # what the broker suite checks
 TAGS: frozenset[str] = frozenset({"SRC", "TEST", "DOC", "INF", "LIVE"})
@@ -53,7 +57,13 @@ ADVERTISED_CAPABILITIES: tuple[str, ...] = (
 DECLARED_CAPABILITIES: tuple[str, ...] = ("quorum_queues", "consumer_timeout", "dead_lettering")
 CAPABILITIES: tuple[str, ...] = ADVERTISED_CAPABILITIES + DECLARED_CAPABILITIES
 
-_KEYS = frozenset({"id", "area", "title", "text", "source", "tags", "seeds", "expect", "capability"})
+# The areas whose every rule is split into clauses (issue 46: clause coverage), in `AREAS` order.
+CLAUSED_AREAS: tuple[str, ...] = ("ack", "requeue", "qos", "confirms", "cancel", "timeout", "messages", "errors",
+                                 "framing")
+
+_KEYS = frozenset({"id", "area", "title", "text", "source", "tags", "seeds", "expect", "capability", "clauses"})
+_CLAUSE_KEYS = frozenset({"id", "text", "untestable"})
+_CLAUSE_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _RULES_MD_ID = re.compile(r"[A-Z]+(?:-[0-9A-Za-z.]+)+")  # ACK-01, TMO-3x-1, TMO-4.3-1
 _SEED_ID = re.compile(r"S(\d{3})-\d{2}")  # S001-04: seed 001, sentence 04
 _RULES_MD_SOURCE = re.compile(r"RULES\.md §\d+(?:\.\d+)?")
@@ -70,6 +80,19 @@ class CatalogueError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Clause:
+    """One behaviour a rule promises: `id` is "<rule>.<letter>" (``PC-02.b``)."""
+
+    id: str
+    text: str
+    untestable: str | None = None  # why no wire test can observe it; None: a test must check it
+
+    @property
+    def rule_id(self) -> str:
+        return self.id.rsplit(".", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     """One catalogue entry: a RULES.md rule or an uncovered seed sentence (``S<seed>-<nn>``)."""
 
@@ -82,6 +105,7 @@ class Rule:
     seeds: tuple[str, ...]  # seed sentences this rule covers, "seeds/<file>#L<line>"
     expect: Mapping[str, str] = field(hash=False)  # profile -> required | not-applicable | variant:...
     capability: str | None = None  # the RabbitMQ extension the rule belongs to (CAPABILITIES)
+    clauses: tuple[Clause, ...] = ()  # the behaviours `text` promises, in order
 
     @property
     def plain_title(self) -> str:
@@ -139,6 +163,30 @@ def areas() -> tuple[str, ...]:
     return tuple(a for a in AREAS if a in used)
 
 
+@cache
+def _clause_index() -> Mapping[str, Clause]:
+    return MappingProxyType({c.id: c for r in all_rules() for c in r.clauses})
+
+
+def clause(clause_id: str) -> Clause:
+    """The clause with this full id ("PC-02.b"); KeyError naming it if the catalogue has none."""
+    try:
+        return _clause_index()[clause_id]
+    except KeyError:
+        raise KeyError(f"unknown clause id {clause_id!r}: not in the rule catalogue ({RULES_FILE})") from None
+
+
+def clause_problem(clause_id: str, rule_ids: Sequence[str], known: Mapping[str, Clause]) -> str | None:
+    """What is wrong with a test naming `clause_id` while its `rules` marker names `rule_ids`, or None."""
+    found = known.get(clause_id)
+    if found is None:
+        return f"unknown clause id {clause_id!r}: not in the rule catalogue (a clause id is <rule>.<letter>)"
+    if found.rule_id not in rule_ids:
+        return (f"clause {clause_id} belongs to rule {found.rule_id}, which the test's rules marker "
+                f"({', '.join(rule_ids) or 'none'}) does not name")
+    return None
+
+
 def expectation(rule_id: str, profile: str) -> str:
     """What `rule_id` expects on `profile`: required, not-applicable or variant:<description>."""
     if profile not in PROFILES:
@@ -182,7 +230,29 @@ def _parse_rule(index: int, entry: object) -> Rule:
         seeds=seeds,
         expect=_parse_expect(entry.get("expect"), where),
         capability=capability,
+        clauses=_parse_clauses(rule_id, entry.get("clauses", []), where),
     )
+
+
+def _parse_clauses(rule_id: str, value: object, where: str) -> tuple[Clause, ...]:
+    if not isinstance(value, list):
+        raise CatalogueError(f"{where}: clauses must be an array of tables")
+    if len(value) > len(_CLAUSE_LETTERS):
+        raise CatalogueError(f"{where}: more than {len(_CLAUSE_LETTERS)} clauses; split the rule")
+    clauses: list[Clause] = []
+    for letter, entry in zip(_CLAUSE_LETTERS, value, strict=False):
+        if not isinstance(entry, dict):
+            raise CatalogueError(f"{where}: clause {letter}: not a table")
+        unknown = sorted(set(entry) - _CLAUSE_KEYS)
+        if unknown:
+            raise CatalogueError(f"{where}: clause {letter}: unknown keys {unknown}")
+        if entry.get("id") != letter:
+            raise CatalogueError(f"{where}: clause ids are letters in order; clause {len(clauses) + 1} "
+                                 f"must have id {letter!r}, got {entry.get('id')!r}")
+        here = f"{where}: clause {letter}"
+        untestable = _text(entry, "untestable", here) if "untestable" in entry else None
+        clauses.append(Clause(f"{rule_id}.{letter}", " ".join(_text(entry, "text", here).split()), untestable))
+    return tuple(clauses)
 
 
 def _check_id_and_source(rule_id: str, source: str, where: str) -> None:

@@ -77,11 +77,15 @@ class AmqpDriver(LibraryDriver):
         ch = self._call(self.conn.channel)
         number: int = ch.channel_id
         self.channels[number] = ch
-        ch.events["basic_return"].add(lambda exc, exchange, key, msg: self.emit(di.Returned(
-            number, exc.reply_code, exc.reply_text, exchange, key, bytes(msg.body))))
+        self.watch_returns(ch, number)
         ch.events["basic_ack"].add(lambda tag, multiple: self.confirmed(number, tag, multiple, True))
         ch.events["basic_nack"].add(lambda tag, multiple: self.confirmed(number, tag, multiple, False))
         return number
+
+    def watch_returns(self, ch: Any, number: int) -> None:
+        """Report the channel's basic.returns (py-amqp's `basic_return` listeners)."""
+        ch.events["basic_return"].add(lambda exc, exchange, key, msg: self.emit(di.Returned(
+            number, exc.reply_code, exc.reply_text, exchange, key, bytes(msg.body))))
 
     def close_channel(self, channel: int) -> None:
         self._call(self.channels[channel].close)

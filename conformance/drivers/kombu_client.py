@@ -32,6 +32,7 @@ class KombuDriver(AmqpDriver):
         super().__init__(timeout)
         self.kombu: Any = None
         self.consumers: dict[str, Any] = {}
+        self.producers: dict[tuple[Any, str], Any] = {}  # (the py-amqp channel, exchange) -> its Producer
 
     def connect(self, url: str, options: di.ConnectOptions = di.DEFAULT_CONNECT) -> None:
         transport_options: dict[str, Any] = {}
@@ -62,15 +63,27 @@ class KombuDriver(AmqpDriver):
                 properties: BasicProperties = di.NO_PROPERTIES, mandatory: bool = False) -> int | None:
         props = to_library(properties)
         headers = props.pop("headers", None)
-        target = kombu.Exchange(exchange, no_declare=True) if exchange else None
-        producer = kombu.Producer(self.channels[channel], exchange=target, auto_declare=False,
-                                  on_return=lambda exc, ex, key, msg: self.emit(di.Returned(
-                                      channel, exc.reply_code, exc.reply_text, ex, key, bytes(msg.body))))
+        producer = self._producer(channel, exchange)
         seq = self.next_seq(channel)
         self._call(lambda: producer.publish(body, routing_key=routing_key, mandatory=mandatory, headers=headers,
                                             serializer=None, content_type=props.pop("content_type", None),
                                             content_encoding=props.pop("content_encoding", None), **props))
         return seq
+
+    def watch_returns(self, ch: Any, number: int) -> None:
+        """Nothing on the channel itself: kombu reports returns to the Producer's on_return (`_producer`)."""
+
+    def _producer(self, channel: int, exchange: str) -> Any:
+        """One kombu Producer per channel and exchange: each Producer adds its on_return to the
+        channel's listeners, so one per publish would report a return once per earlier publish."""
+        key = (self.channels[channel], exchange)
+        if key not in self.producers:
+            target = kombu.Exchange(exchange, no_declare=True) if exchange else None
+            self.producers[key] = kombu.Producer(
+                self.channels[channel], exchange=target, auto_declare=False,
+                on_return=lambda exc, ex, rk, msg: self.emit(di.Returned(channel, exc.reply_code, exc.reply_text, ex,
+                                                                         rk, bytes(msg.body))))
+        return self.producers[key]
 
     def consume(self, channel: int, queue: str, *, consumer_tag: str = "", no_ack: bool = False,
                 exclusive: bool = False, arguments: Mapping[str, Any] | None = None) -> str:
@@ -122,8 +135,10 @@ class KombuDriver(AmqpDriver):
             self.kombu.drain_events(timeout=max(timeout, 0.001))
         except TimeoutError:
             pass
-        except ae.ConsumerCancelled as exc:  # kombu's notice of a broker basic.cancel
-            self.emit(di.BrokerCancelled(-1, str(exc.reply_text)))
+        except ae.ConsumerCancelled as exc:  # kombu's notice of a broker basic.cancel (its text is the tag)
+            tag = str(exc.reply_text)
+            consumer = self.consumers.pop(tag, None)
+            self.emit(di.BrokerCancelled(consumer.channel.channel_id if consumer is not None else -1, tag))
         except ae.ChannelError as exc:
             self.emit(di.ChannelClosedEvent(-1, exc.reply_code, exc.reply_text or str(exc)))
         except (ae.AMQPError, OSError) as exc:

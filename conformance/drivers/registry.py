@@ -3,7 +3,7 @@
 Responsibility: `REGISTRY`, one `ClientSpec` per library: its name, language, the package that
 provides it (a PyPI, npm or Debian package, `package_source`), how to find the installed
 version, the Python driver class (for Python libraries: the in-process `ClientDriver` that
-`conformance.drivers.adapter` serves and that `run --client` uses when `suite` is set), the
+`conformance.drivers.adapter` serves and that `run --client` uses), the
 adapter program (a source under conformance/drivers/, shipped as package data) with how to
 build it (`conformance.drivers.build`), and the command line that starts it. It is the only
 table of clients: the suite's `--client` (`suite_clients`, `client_version`), the Python adapter
@@ -62,7 +62,6 @@ class ClientSpec:
     driver: str | None = None  # python: "module:Class", the in-process ClientDriver
     adapter: str | None = None  # the adapter source, relative to conformance/drivers/
     build: Build | None = None  # None: interpreted, run from its source
-    suite: bool = False  # the broker-side suite can run through it (`run --client NAME`)
     entry: tuple[str, ...] = field(default=())  # java: the main class
 
     @property
@@ -160,12 +159,10 @@ def debian_version(package: str) -> str | None:
 
 
 _SPECS = (
-    ClientSpec("pika", "python", "pika", "pip install pika", driver="conformance.drivers.pika_client:PikaDriver",
-               suite=True),
-    ClientSpec("amqp", "python", "amqp", "pip install amqp", driver="conformance.drivers.amqp_client:AmqpDriver",
-               suite=True),
+    ClientSpec("pika", "python", "pika", "pip install pika", driver="conformance.drivers.pika_client:PikaDriver"),
+    ClientSpec("amqp", "python", "amqp", "pip install amqp", driver="conformance.drivers.amqp_client:AmqpDriver"),
     ClientSpec("aio-pika", "python", "aio-pika", "pip install aio-pika",
-               driver="conformance.drivers.aio_clients:AioPikaDriver", suite=True),
+               driver="conformance.drivers.aio_clients:AioPikaDriver"),
     ClientSpec("aiormq", "python", "aiormq", "pip install aiormq", driver="conformance.drivers.aio_clients:AiormqDriver"),
     ClientSpec("kombu", "python", "kombu", "pip install kombu", driver="conformance.drivers.kombu_client:KombuDriver"),
     ClientSpec("amqplib", "node", "amqplib", "make .venv/.installed-stamp (npm install --prefix .venv/node amqplib)",
@@ -192,8 +189,9 @@ def python_drivers() -> dict[str, str]:
 
 
 def suite_clients() -> tuple[str, ...]:
-    """The `run --client` choices: raw first, then the libraries the broker-side suite runs through."""
-    return (RAW, *(s.name for s in REGISTRY.values() if s.suite))
+    """The `run --client` choices: raw first, then every library (the suite runs through each, a
+    Python one in process, any other through its adapter program: conformance.drivers.suite_client)."""
+    return (RAW, *REGISTRY)
 
 
 def client_version(client: str) -> str | None:

@@ -28,11 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from conformance import embedded
 from conformance.catalogue.profiles import AUTO, NEWEST, ProfileError, choices, resolve
-from conformance.catalogue.rules import AREAS
+from conformance.catalogue.rules import AREAS, plain_markdown
+from conformance.coverage import Coverage, short_names
 from conformance.gate import runner
 from conformance.gate.collect import suite_coverage
 from conformance.gate.options import DEFAULT_OUT, RunOptions, UsageError
@@ -47,7 +49,7 @@ PROG = "amqp-conformance"
 
 
 def rules_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--uncovered", action="store_true", help="only rules without a test")
+    parser.add_argument("--uncovered", action="store_true", help="only rules and clauses without a test")
     parser.add_argument("--area", choices=AREAS, help="only this area")
     parser.add_argument("--suite", type=Path, default=None, help="collect this directory instead of the shipped suite")
     parser.add_argument("--profile", default=None, metavar="P",
@@ -91,11 +93,32 @@ def rules_run(args: argparse.Namespace) -> int:
             areas.add_row(area.area, str(area.rules), str(area.covered), str(area.rules - area.covered),
                           str(area.tests), f"{area.percent:.0f}%")
     console.print(areas)
+    _print_clauses(console, coverage, args.area, args.uncovered)
     for rule_id, tests in sorted(coverage.unknown.items()):
         print(f"{PROG}: unknown rule id {rule_id!r} in {', '.join(tests)}", file=sys.stderr)
-    for error in coverage.errors:
+    for error in (*coverage.errors, *coverage.clause_problems):
         print(f"{PROG}: could not collect {error}", file=sys.stderr)
-    return EXIT_HARNESS if coverage.unknown or coverage.errors else EXIT_OK
+    return EXIT_HARNESS if coverage.unknown or coverage.errors or coverage.clause_problems else EXIT_OK
+
+
+def _print_clauses(console: Console, coverage: Coverage, area: str | None, uncovered: bool) -> None:
+    """The clauses of the rules (of `area`) with their tests, then the total line of clauses without a test."""
+    clauses = [c for c in coverage.clauses if area in (None, c.rule.area) and (c.untested or not uncovered)]
+    if clauses:
+        table = Table(title="Clauses" + (f" ({area})" if area else "") + (" without tests" if uncovered else ""))
+        for column in ("clause", "promise", "tests"):
+            table.add_column(column)
+        for entry in clauses:
+            tests = short_names(entry.tests)
+            status = (escape("\n".join(tests)) if tests else escape(f"untestable: {entry.clause.untestable}")
+                      if entry.clause.untestable else "[red]no test[/red]")
+            table.add_row(entry.clause.id, escape(plain_markdown(entry.clause.text)), status)
+        console.print(table)
+    total = [c for c in coverage.clauses if area in (None, c.rule.area)]
+    untestable = sum(c.clause.untestable is not None for c in total)
+    missing = coverage.untested_clauses(area)
+    console.print(f"{plural(len(missing), 'clause')} without a test (of {len(total)}; {untestable} untestable)",
+                  highlight=False)
 
 
 def run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,8 +132,9 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                         help=f"results, junit.xml, pytest-output.txt, report/ (default: {DEFAULT_OUT})")
     parser.add_argument("--jobs", default=None, metavar="N",
-                        help="parallel workers (pytest-xdist), or 'auto' (default: 1 against --broker-url, up to "
-                             "4 against the embedded reference broker; AMQPC_JOBS sets it)")
+                        help="parallel workers (pytest-xdist), or 'auto' (default: three per core, at most 8, "
+                             "for the embedded broker and a --broker-url alike; 1 against a cluster you name; "
+                             "AMQPC_JOBS sets it)")
     parser.add_argument("--suite", type=Path, default=None, metavar="DIR",
                         help="run the rule tests in DIR instead of the shipped suite")
     parser.add_argument("--report", action="store_true", help="also build the HTML report into DIR/report (Spark)")

@@ -5,6 +5,7 @@ otherwise), read every test's `rules` marker, and hand the result to the pure co
 (`conformance.coverage.compute`).
 
 Rules:
+- Each test's `clauses` marker is read too (clause coverage, `Coverage.clauses`).
 - Collection is pytest's (`--collect-only`, in-process, `--import-mode=importlib`), so
   parametrisation, class markers and `pytestmark` count exactly as in a run; no test runs and
   no broker is contacted.
@@ -32,6 +33,7 @@ class _Collector:
 
     def __init__(self) -> None:
         self.tests: dict[str, list[str]] = {}
+        self.clauses: dict[str, list[str]] = {}
         self.errors: list[str] = []
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -44,10 +46,18 @@ class _Collector:
             marker = item.get_closest_marker("rules")
             if marker is not None:
                 self.tests[item.nodeid] = [str(a) for a in marker.args]
+            clauses = item.get_closest_marker("clauses")
+            if clauses is not None:
+                self.clauses[item.nodeid] = [str(a) for a in clauses.args]
 
 
 def collect(suite: Path = SUITE_DIR, extra_args: Sequence[str] = ()) -> tuple[dict[str, list[str]], list[str]]:
     """(node id -> rule ids, collection errors) for the tests under `suite`."""
+    collector = _collect(suite, extra_args)
+    return collector.tests, collector.errors
+
+
+def _collect(suite: Path, extra_args: Sequence[str] = ()) -> _Collector:
     collector = _Collector()
     # -m "": every test counts for coverage, slow ones included (the repo default deselects them)
     args = [str(suite), "--collect-only", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "-m", "",
@@ -58,12 +68,13 @@ def collect(suite: Path = SUITE_DIR, extra_args: Sequence[str] = ()) -> tuple[di
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED, pytest.ExitCode.INTERRUPTED) \
             and not collector.errors:
         collector.errors.append(f"pytest collection exited {int(code)}: {sink.getvalue().strip()[-300:]}")
-    return collector.tests, collector.errors
+    return collector
 
 
 def suite_coverage(suite: Path = SUITE_DIR) -> Coverage:
     """The rule coverage of the tests under `suite`."""
-    tests, errors = collect(suite)
+    collector = _collect(suite)
+    tests = collector.tests
     if suite == SUITE_DIR:  # the shipped suite comes with the shipped client-side scenarios
         tests = {**tests, **scenario_tests()}
-    return compute(tests, errors=errors)
+    return compute(tests, errors=collector.errors, clauses=collector.clauses)

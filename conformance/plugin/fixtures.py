@@ -34,8 +34,9 @@ from conformance.plugin.verdicts import skip_unless_applies
 from conformance.plugin.watchdog import Watchdog
 from conformance.results.records import redact_url
 from conformance.results.verdicts import EXIT_UNREACHABLE, HarnessError
-from conformance.run.admin import RestoringAdmin, parse_admin
+from conformance.run.admin import parse_admin
 from conformance.run.nodes import EMBEDDED_NODES, cluster_urls, embedded_cluster
+from conformance.run.restoring import Ledger, RestoringAdmin
 
 
 @pytest.fixture(scope="session")
@@ -153,7 +154,8 @@ def admin(target: Target, request: pytest.FixtureRequest) -> Iterator[RestoringA
     """The `--broker-admin` adapter for one test; its changes are undone at teardown. A broker-wide
     change goes through `broker_wide_claim`."""
     state = harness(request.config)
-    view = RestoringAdmin(state.admin, target.vhost, broker_wide_claim(request.node, state.watchdog))
+    view = RestoringAdmin(state.admin, target.vhost, broker_wide_claim(request.node, state.watchdog),
+                          Ledger.for_process())
     yield view
     view.restore()
 

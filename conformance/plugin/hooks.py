@@ -49,7 +49,7 @@ from conformance.drivers.probes import PROBE_SUPPORT
 from conformance.drivers.raw import Recorder
 from conformance.drivers.registry import client_version
 from conformance.drivers.silence import SILENCES
-from conformance.plugin import classify, distributed, evidence, schedule, selection
+from conformance.plugin import classify, clause_marks, distributed, evidence, schedule, selection
 from conformance.plugin.cluster import STOPPED_NODES
 from conformance.plugin.explain import explain_comparison, force_full_assertions
 from conformance.plugin.health import close_quietly
@@ -65,6 +65,7 @@ from conformance.results.verdicts import (
     cluster_hint,
     exit_status,
 )
+from conformance.run import janitor
 from conformance.run.admin import Unavailable, parse_admin
 from conformance.run.config import ConfigError, RunConfig, from_values
 from conformance.run.nodes import cluster_urls
@@ -90,6 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(selection, "amqpc-selection")
     force_full_assertions(config)  # a failure's message is read by people: never cut inside a value
     config.addinivalue_line("markers", "rules(*ids): the catalogue rule IDs a test checks")
+    config.addinivalue_line("markers", clause_marks.DESCRIPTION)
     config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
     config.addinivalue_line("markers", f"{schedule.LONG_WAIT}: spends seconds on the broker's clock (started first)")
     config.addinivalue_line("markers", f"{schedule.BROKER_WIDE}: may change a setting every connection sees "
@@ -119,6 +121,8 @@ def pytest_configure(config: pytest.Config) -> None:
                               cluster_nodes=cluster_urls(run.cluster))
     if not config.option.collectonly:
         state.watchdog = Watchdog(budgets, lambda reason, session: _watchdog_expired(state, reason, session))
+        if run.broker_admin not in (None, "", "none") and url and not state.worker:
+            state.janitor = janitor.start(run.broker_admin, url, run_id)  # a killed run's changes undone
     config.stash[HARNESS] = state
     distributed.register(config, state)
 
@@ -176,6 +180,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(HARNESS, None)
     if state is not None and state.watchdog is not None:
         state.watchdog.stop()
+    if state is not None and state.janitor is not None:
+        state.janitor.finish()
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
@@ -230,6 +236,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, AREA_MARKER + rule(rule_id).area))
             except KeyError as exc:
                 item.stash[RULE_ERROR] = str(exc.args[0])
+        if (problem := clause_marks.problem(item)) and RULE_ERROR not in item.stash:
+            item.stash[RULE_ERROR] = problem
         for label in classify.allure_labels(_area(item), [str(r) for r in marker.args]) if allure else ():
             item.add_marker(label)
 
@@ -320,6 +328,7 @@ def _finish(item: pytest.Item, report: pytest.TestReport, test: classify.TestSta
     seed_option = item.config.getoption("hypothesis_seed", None)
     record = classify.test_record(state.run_id, item.nodeid, rule_ids, area, test, frames, seed_option)
     record.stopped_nodes = list(item.stash.get(STOPPED_NODES, ())) or None
+    record.clause_ids = clause_marks.clause_ids(item) or None
     if state.target is not None:
         record.judged_by = _judged_by(state.target.profile, [*test.failures, *rule_ids])
     state.writer.add_test(record, frames)

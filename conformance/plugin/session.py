@@ -23,6 +23,7 @@ from conformance.results.records import ResultsWriter, RunRecord
 from conformance.results.verdicts import Verdict
 from conformance.run.admin import AdminAdapter
 from conformance.run.config import RunConfig
+from conformance.run.janitor import Janitor
 from conformance.run.nodes import ClusterSpec
 
 
@@ -91,6 +92,7 @@ class Harness:
     worker: bool = False  # a pytest-xdist worker: the controller writes the run record
     remote_tests: int = 0  # test records written by pytest-xdist workers
     watchdog: Watchdog | None = None
+    janitor: Janitor | None = None  # undoes what a killed run left on the broker (the controller's)
     cluster: ClusterSpec | None = None  # the broker's cluster (--cluster-node, --node-control)
     embedded_cluster: bool = False  # --cluster-node embedded: the embedded broker starts as a cluster
     config: RunConfig = field(default_factory=RunConfig)  # what the run is asked to do (conformance.run.config)

@@ -99,6 +99,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("judged_by", "array<string>"),
         Column("stopped_nodes", "array<int>"),  # a cluster test: the nodes it stopped, in order (1 = --broker-url)
         Column("title", "string"),  # a client-side scenario: its title (broker-side tests and older lakes: null)
+        Column("clause_ids", "array<string>"),  # the rule clauses the test names (`clauses` marker; else null)
     ),
     "frames": (
         Column("run_id", "string", False),
@@ -235,6 +236,7 @@ class TestRecord:
     judged_by: list[str] | None = None
     stopped_nodes: list[int] | None = None
     title: str | None = None
+    clause_ids: list[str] | None = None
 
 
 _METHOD_KEYS = ("delivery_tag", "multiple", "requeue", "redelivered", "consumer_tag", "reply_code", "reply_text",

@@ -69,7 +69,8 @@ def admin_hint(tests: int) -> str:
     """The console's line when `tests` tests were not run for want of `--broker-admin`."""
     return (f"not run: {plural(tests, 'test')} {'needs' if tests == 1 else 'need'} --broker-admin; rerun with "
             "--broker-admin http://user:pass@host:15672 (the management API) or --broker-admin rabbitmqctl "
-            "(on the broker's machine)")
+            "(on the broker's machine; the alarms area needs it: RabbitMQ's management API cannot raise a "
+            "resource alarm)")
 
 
 def cluster_hint(tests: int) -> str:

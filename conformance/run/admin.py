@@ -2,10 +2,12 @@
 
 Responsibility: one interface, `AdminAdapter` (queues, exchanges, connections, policies and
 global application settings such as `consumer_timeout`), with three implementations chosen by
-`--broker-admin` (and users, vhosts, permissions and topic permissions for the access area):
+`--broker-admin` (and users, vhosts, permissions and topic permissions for the access area,
+resource alarms for the alarms area):
 `ManagementApi` (the RabbitMQ management HTTP API; the reference broker
 serves the same paths), `Rabbitmqctl` (the CLI, each call under a timeout) and `NoAdmin`.
-`RestoringAdmin` wraps an adapter for one test and undoes every change at teardown.
+`conformance.run.restoring.RestoringAdmin` wraps an adapter for one test and undoes every
+change at teardown.
 
 Rules:
 - A capability the adapter does not have raises `Unavailable`: the plugin turns it into the
@@ -28,7 +30,6 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -42,6 +43,7 @@ from conformance.results.verdicts import HarnessError
 GlobalValue = int | bool | None
 _ATOM = re.compile(r"[a-z][a-z0-9_]*")
 NEEDS_ADMIN = "needs --broker-admin (a management API URL or 'rabbitmqctl')"
+ALARM_FIELDS = {"memory": "mem_alarm", "disk": "disk_free_alarm"}  # resource -> GET /api/nodes field
 
 
 class Unavailable(Exception):
@@ -136,6 +138,14 @@ class AdminAdapter(abc.ABC):
     def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
         raise Unavailable(NEEDS_ADMIN)
 
+    def alarms(self) -> frozenset[str]:
+        """The resources in alarm ("memory", "disk") on any node."""
+        raise Unavailable(NEEDS_ADMIN)
+
+    def set_alarm(self, resource: str, on: bool) -> None:
+        """Raise or clear a resource alarm ("memory" or "disk"), as rabbit_alarm does."""
+        raise Unavailable(NEEDS_ADMIN)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (HTTP connections); the adapter is not used afterwards."""
 
@@ -196,7 +206,7 @@ class ManagementApi(AdminAdapter):
         self._call("DELETE", f"/api/connections/{_q(name)}", missing_ok=True, **{"X-Reason": reason})
 
     def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
-        row = self._call("GET", f"/api/{_policies(operator)}/{_q(vhost)}/{_q(name)}", missing_ok=True)
+        row = self._call("GET", f"/api/{policies_path(operator)}/{_q(vhost)}/{_q(name)}", missing_ok=True)
         if row is None:
             return None
         return Policy(vhost, name, row["pattern"], dict(row.get("definition") or {}), row.get("apply-to", "all"),
@@ -205,10 +215,10 @@ class ManagementApi(AdminAdapter):
     def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
                    apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None:
         body = {"pattern": pattern, "definition": definition, "apply-to": apply_to, "priority": priority}
-        self._call("PUT", f"/api/{_policies(operator)}/{_q(vhost)}/{_q(name)}", body)
+        self._call("PUT", f"/api/{policies_path(operator)}/{_q(vhost)}/{_q(name)}", body)
 
     def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
-        self._call("DELETE", f"/api/{_policies(operator)}/{_q(vhost)}/{_q(name)}", missing_ok=True)
+        self._call("DELETE", f"/api/{policies_path(operator)}/{_q(vhost)}/{_q(name)}", missing_ok=True)
 
     def get_global(self, key: str) -> GlobalValue:
         """RabbitMQ's API cannot read `consumer_timeout`; the reference broker serves it as an
@@ -244,6 +254,24 @@ class ManagementApi(AdminAdapter):
     def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
         self._call("PUT", f"/api/topic-permissions/{_q(vhost)}/{_q(user)}",
                    {"exchange": exchange, "write": write, "read": read})
+
+    def alarms(self) -> frozenset[str]:
+        nodes = self._call("GET", "/api/nodes") or []
+        return frozenset(resource for n in nodes for resource, key in ALARM_FIELDS.items() if n.get(key))
+
+    def set_alarm(self, resource: str, on: bool) -> None:
+        """The reference broker's extension (PUT/DELETE /api/alarms/<resource>); RabbitMQ's API
+        has no way to raise an alarm (its 405, or a 404, means Unavailable)."""
+        path = f"/api/alarms/{_resource(resource)}"
+        try:
+            response = self._http.request("PUT" if on else "DELETE", path)
+        except httpx.HTTPError as exc:
+            raise AdminError(f"management API {path}: {exc}") from None
+        if response.status_code in (HTTPStatus.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED):  # RabbitMQ: 405
+            raise Unavailable("the management API cannot raise or clear a resource alarm; use --broker-admin "
+                              "rabbitmqctl (rabbit_alarm:set_alarm and clear_alarm through `rabbitmqctl eval`)")
+        if response.status_code >= HTTPStatus.BAD_REQUEST:
+            raise AdminError(f"management API {path}: HTTP {response.status_code} {response.text[:200]}")
 
     def close(self) -> None:
         self._http.close()
@@ -363,12 +391,30 @@ class Rabbitmqctl(AdminAdapter):
     def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
         self.run("set_topic_permissions", "-p", vhost, user, exchange, write, read)
 
+    def alarms(self) -> frozenset[str]:
+        """rabbit_alarm:get_alarms() on the node rabbitmqctl reaches (alarms are cluster-wide)."""
+        out = self.run("eval", "rabbit_alarm:get_alarms().")
+        return frozenset(re.findall(r"resource_limit,\s*(memory|disk)", out))
+
+    def set_alarm(self, resource: str, on: bool) -> None:
+        """rabbit_alarm:set_alarm / clear_alarm, the calls the memory and disk monitors make (and
+        RabbitMQ's own client test suites use): the alarm stays until cleared, whatever the
+        watermarks say."""
+        alarm = f"{{resource_limit, {_resource(resource)}, node()}}"
+        self.run("eval", f"rabbit_alarm:set_alarm({{{alarm}, []}})." if on else f"rabbit_alarm:clear_alarm({alarm}).")
+
     def _missing_ok(self, *args: str) -> None:
         try:
             self.run(*args)
         except AdminError as exc:
             if "does not exist" not in str(exc) and "no_such" not in str(exc):
                 raise
+
+
+def _resource(resource: str) -> str:
+    if resource not in ALARM_FIELDS:
+        raise ValueError(f"not a resource: {resource!r} (memory or disk)")
+    return resource
 
 
 def _atom(key: str) -> str:
@@ -403,113 +449,6 @@ def parse_admin(spec: str, broker_url: str, timeout: float = 10.0) -> AdminAdapt
     raise ValueError(f"--broker-admin must be 'none', 'rabbitmqctl' or an http(s):// URL, not {spec!r}")
 
 
-class RestoringAdmin(AdminAdapter):
-    """One test's view of the adapter: changes are recorded and undone by `restore()`."""
-
-    def __init__(self, adapter: AdminAdapter, vhost: str = "/", claim: Callable[[], None] | None = None) -> None:
-        self.adapter, self.vhost = adapter, vhost
-        self._undo: list[tuple[str, Callable[[], None]]] = []
-        self._claim = claim  # called before the first broker-wide change (the plugin: the exclusive lock)
-
-    def claim_broker_wide(self) -> None:
-        """Say that this test changes broker-wide settings from now on (before its deliveries are
-        in flight); `set_global` says it on its own."""
-        if self._claim is not None:
-            self._claim()
-
-    def describe(self) -> str:
-        return self.adapter.describe()
-
-    def list_queues(self, vhost: str) -> list[QueueInfo]:
-        return self.adapter.list_queues(vhost)
-
-    def list_exchanges(self, vhost: str) -> list[str]:
-        return self.adapter.list_exchanges(vhost)
-
-    def list_connections(self) -> list[ConnectionInfo]:
-        return self.adapter.list_connections()
-
-    def close_connection(self, name: str, reason: str = "closed by amqp-conformance") -> None:
-        self.adapter.close_connection(name, reason)
-
-    def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
-        return self.adapter.get_policy(vhost, name, operator=operator)
-
-    def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
-                   apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None:
-        previous = self.adapter.get_policy(vhost, name, operator=operator)
-        self.adapter.put_policy(vhost, name, pattern, definition, apply_to, priority, operator=operator)
-        self._undo.append((f"{_policies(operator)[:-3]}y {name!r} on {vhost!r}",
-                           lambda: self._restore_policy(vhost, name, previous, operator)))
-
-    def _restore_policy(self, vhost: str, name: str, previous: Policy | None, operator: bool = False) -> None:
-        if previous is None:
-            self.adapter.delete_policy(vhost, name, operator=operator)
-        else:
-            self.adapter.put_policy(vhost, name, previous.pattern, previous.definition, previous.apply_to,
-                                    previous.priority, operator=operator)
-
-    def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
-        previous = self.adapter.get_policy(vhost, name, operator=operator)
-        self.adapter.delete_policy(vhost, name, operator=operator)
-        if previous is not None:
-            self._undo.append((f"{_policies(operator)[:-3]}y {name!r} on {vhost!r}",
-                               lambda: self._restore_policy(vhost, name, previous, operator)))
-
-    def get_global(self, key: str) -> GlobalValue:
-        return self.adapter.get_global(key)
-
-    def set_global(self, key: str, value: GlobalValue) -> None:
-        previous = self.adapter.get_global(key)  # Unavailable here, before any claim, without an adapter
-        self.claim_broker_wide()
-        self.adapter.set_global(key, value)
-        self._undo.append((f"setting {key}", lambda: self.adapter.set_global(key, previous)))
-
-    def _require(self, method: str) -> None:
-        """Unavailable before any claim or record, where the adapter lacks `method` (NoAdmin)."""
-        if getattr(type(self.adapter), method) is getattr(AdminAdapter, method):
-            raise Unavailable(NEEDS_ADMIN)
-
-    def put_user(self, name: str, password: str, tags: str = "") -> None:
-        """A user the test makes: deleted at `restore()` (with its permissions)."""
-        self._require("put_user")
-        self.claim_broker_wide()
-        self._undo.append((f"user {name!r}", lambda: self.adapter.delete_user(name)))
-        self.adapter.put_user(name, password, tags)
-
-    def delete_user(self, name: str) -> None:
-        self.adapter.delete_user(name)
-
-    def put_vhost(self, name: str) -> None:
-        """A vhost the test makes: deleted at `restore()` (with what is in it)."""
-        self._require("put_vhost")
-        self.claim_broker_wide()
-        self._undo.append((f"vhost {name!r}", lambda: self.adapter.delete_vhost(name)))
-        self.adapter.put_vhost(name)
-
-    def delete_vhost(self, name: str) -> None:
-        self.adapter.delete_vhost(name)
-
-    def set_permissions(self, vhost: str, user: str, configure: str, write: str, read: str) -> None:
-        """Only on a user or vhost the test made (their deletion undoes it)."""
-        self.adapter.set_permissions(vhost, user, configure, write, read)
-
-    def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
-        self.adapter.set_topic_permissions(vhost, user, exchange, write, read)
-
-    def restore(self) -> None:
-        """Undo every recorded change, newest first; AdminError naming what could not be undone."""
-        failures = []
-        while self._undo:
-            what, undo = self._undo.pop()
-            try:
-                undo()
-            except (AdminError, Unavailable) as exc:
-                failures.append(f"{what}: {exc}")
-        if failures:
-            raise AdminError("could not restore the broker: " + "; ".join(failures))
-
-
-def _policies(operator: bool) -> str:
+def policies_path(operator: bool) -> str:
     """The management API's path segment (and, singular, the word) for policies or operator policies."""
     return "operator-policies" if operator else "policies"

@@ -45,7 +45,8 @@ class BrokerState:
     policies: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # vhost -> name -> policy
     operator_policies: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # the same (POL-03)
     policy_version: int = 0
-    alarm: bool = False  # memory alarm raised
+    alarms: frozenset[str] = frozenset()  # resources in alarm (core/alarms.py)
+    memory_over: bool = False  # the memory monitor's own alarm (over the watermark)
     published: bool = False  # a publish since the last flush
     counter: int = 0  # server-named queues and consumer tags
     # durability.py: the journal for the store (None: nothing is stored, no data_dir)

@@ -2,8 +2,9 @@
 (routing and enqueueing: delivery.py).
 
 Rules: PC-02 sequence numbers, PC-06 a return precedes its confirm, PC-08 nacks for refused
-publishes, PC-12 immediate/size errors; direct reply-to stamps the requester's current
-delivery tag without incrementing it (ACK-01's quirk).
+publishes, PC-12 immediate/size errors; a direct reply-to delivery takes the requester's next
+delivery tag like any delivery (4.2+, where replies go through a volatile queue; RabbitMQ up to
+4.1 stamps the current tag without incrementing it: ACK-01.e).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.delivery import route_all, route_and_enqueue, sender_routes
 from reference_broker.core.effects import Effect, Send
 from reference_broker.core.errors import hard, soft
-from reference_broker.core.flow import block_connection
 from reference_broker.core.state import Channel, PendingPublish, Queue
 
 EMPTY = BasicProperties()
@@ -75,8 +75,8 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 def _reply_to(core: BrokerState, ch: Channel, exchange: str, routing_key: str, props: BasicProperties,
               body: bytes) -> tuple[BasicProperties, list[Effect] | None]:
     """Direct reply-to: name the sender's pseudo-queue in reply_to; deliver replies straight
-    to the requester's no-ack consumer, stamped with its channel's current tag without
-    incrementing it (ACK-01's quirk). Returns (properties, effects if it was a reply)."""
+    to the requester's no-ack consumer with its channel's next tag (ACK-01.e, 4.2+). Returns
+    (properties, effects if it was a reply)."""
     if props.reply_to == REPLY_TO:
         if ch.reply_tag is None:
             raise soft(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
@@ -91,17 +91,12 @@ def _reply_to(core: BrokerState, ch: Channel, exchange: str, routing_key: str, p
     if target is None or target.reply_tag is None or target.closing:
         return props, []  # the requester is gone: unroutable
     deliver = BasicDeliver(target.reply_tag, target.next_tag, False, exchange, routing_key)
+    target.next_tag += 1
     return props, [Send(target.conn, target.number, deliver, props, body)]
 
 
 def publish_now(core: BrokerState, meta: Meta, ch: Channel, exchange: str, routing_key: str,
                 mandatory: bool, props: BasicProperties, body: bytes, routed: list[Queue] | None = None) -> list[Effect]:
-    conn = core.connections[ch.conn]
-    blocked: list[Effect] = []
-    if not conn.publisher:
-        conn.publisher = True
-        if core.alarm:  # a new publisher during an alarm is blocked at once
-            blocked = block_connection(core, conn, True)
     core.published = True
     props, direct = _reply_to(core, ch, exchange, routing_key, props, body)
     seqno = 0
@@ -127,6 +122,6 @@ def publish_now(core: BrokerState, meta: Meta, ch: Channel, exchange: str, routi
             ch.confirms_ready.append(seqno)
     if accepted is False and ch.tx:
         ch.tx_rejected = True
-    return effects + blocked
+    return effects
 
 

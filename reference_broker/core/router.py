@@ -56,6 +56,7 @@ from codec import (
 from reference_broker import faults
 from reference_broker.config import BrokerConfig
 from reference_broker.core import (
+    alarms,
     channels,
     cluster,
     confirms,
@@ -74,7 +75,7 @@ from reference_broker.core import (
 from reference_broker.core.broker_state import BrokerState, Meta
 from reference_broker.core.effects import Effect, Persist
 from reference_broker.core.errors import Final, hard
-from reference_broker.core.state import Connection, Queue
+from reference_broker.core.state import Queue
 
 Handler = Callable[[BrokerState, Meta, Any, Any, BasicProperties | None, bytes], list[Effect]]
 TimerHandler = Callable[[BrokerState, Meta, tuple[object, ...]], list[Effect]]
@@ -178,7 +179,7 @@ class BrokerCore(BrokerState):
             effects.append(Persist(tuple(ops), position))
         if self.published:
             self.published = False
-            effects += flow.memory_check(self)
+            effects += alarms.memory_check(self)
         return effects + confirms.ready_confirms(self)
 
     # -- the transport's other events --------------------------------------------------
@@ -211,10 +212,18 @@ class BrokerCore(BrokerState):
         return flow.set_writable(self, meta, conn_id, writable)
 
     def memory_check(self) -> list[Effect]:
-        return flow.memory_check(self)
+        return alarms.memory_check(self)
 
-    def block_connection(self, conn: Connection, on: bool) -> list[Effect]:
-        return flow.block_connection(self, conn, on)
+    # -- resource alarms (core/alarms.py) --------------------------------------------------------
+    def set_alarm(self, resource: str, on: bool) -> list[Effect]:
+        return alarms.set_alarm(self, resource, on)
+
+    def publish_received(self, conn_id: int) -> list[Effect]:
+        """A content frame arrived on `conn_id` (the engine asks, then stops reading if blocked)."""
+        return alarms.publish_received(self, conn_id)
+
+    def is_blocked(self, conn_id: int) -> bool:
+        return alarms.is_blocked(self, conn_id)
 
     # -- management (policies, queues) ---------------------------------------------------------
     def set_policies(self, vhost: str, policies: dict[str, dict[str, Any]], operator: bool = False) -> None:

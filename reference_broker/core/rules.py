@@ -302,6 +302,13 @@ class Rules:
     answered: Callable[[Any], bool] = _answered  # False: the method is dropped unanswered (a partial broker)
     enforced_frame_max: Callable[[int], int] = _same
     negotiated_heartbeat: Callable[[int, int], int] = lambda client, offered: client  # HB-01: the client's, no bounds
+    # -- resource alarms (core/alarms.py and the engine: ALM-01..05) ------------------------
+    publish_blocked: Callable[[frozenset[str]], bool] = bool  # ALM-01: a content frame during an alarm blocks
+    blocked_notice: Callable[[frozenset[str]], str | None] = texts.blocked_reason  # ALM-01 (None: not sent)
+    held_from_header: Callable[[], bool] = _true  # ALM-02: the publish meeting the alarm waits
+    unblocks: Callable[[frozenset[str]], bool] = lambda left: not left  # ALM-03: once no alarm is left
+    blocks_every_connection: Callable[[], bool] = _false  # ALM-04: only connections that publish
+    blocked_heartbeat_paused: Callable[[], bool] = _true  # ALM-05
     # -- the connection engine (NET-02, MSG-01) ---------------------------------------------
     ends_socket_after_close_ok: Callable[[], bool] = _false  # NET-02: the client ends it
     delivered_properties: Callable[[BasicProperties], BasicProperties] = _same  # MSG-01: as published

@@ -349,7 +349,8 @@ class Connection:
     channels: dict[int, Channel] = field(default_factory=dict)
     name: str = ""
     writable: bool = True  # false while the transport's write buffer is over its high mark
-    publisher: bool = False  # has published: blocked while the memory alarm is on
+    blocked: bool = False  # blocked by a resource alarm: not read from (core/alarms.py)
+    blocked_sent: bool = False  # connection.blocked sent: connection.unblocked owed
 
 
 @dataclass(slots=True, eq=False)

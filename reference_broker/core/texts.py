@@ -64,3 +64,12 @@ def consumer_timeout(channel: int, timeout_ms: int) -> str:
     return (f"delivery acknowledgement on channel {channel} timed out. Timeout value used: "
             f"{timeout_ms} ms. This timeout value can be configured, see consumers doc guide to "
             "learn more")
+
+
+MEMORY, DISK = "memory", "disk"
+RESOURCES = (MEMORY, DISK)  # resource alarms (core/alarms.py)
+
+
+def blocked_reason(alarms: frozenset[str]) -> str:
+    """rabbit_reader blocked_by_message (ALM-01): "low on memory", "low on disk", "low on memory & disk"."""
+    return "low on " + " & ".join(r for r in RESOURCES if r in alarms)

@@ -8,9 +8,14 @@ Rules:
   closes), start/start-ok (PLAIN, AMQPLAIN), tune/tune-ok (FRM-01 bounds, 530), open.
   Before tune-ok frames are limited to FRAME_MIN_SIZE (FRM-02).
 - Hard errors send connection.close and wait for close-ok (ERR-02); a codec error inside
-  a method frame is answered 501 "cannot decode" as RabbitMQ 3.10.8 does (checked live).
+  a method frame is answered 501 "cannot decode <<args>>" as RabbitMQ 3.10.8 does (checked live);
+  a body longer than its header declared is 501 with rabbit_command_assembler's text (4.3).
 - Heartbeats (HB-01): `tick(now_ms)` sends one after heartbeat/2 s of silence and closes
-  the transport after 2 intervals with nothing received.
+  the transport after 2 intervals with nothing received, except while the connection is
+  blocked by a resource alarm (ALM-05: the monitor is paused).
+- Resource alarms (ALM-01, ALM-02): after each content frame the core may block the
+  connection; the engine then parses nothing more (what was read waits in the reader) until
+  the transport resumes it with `receive_data(b"", now)`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from codec import (
     PROTOCOL_HEADER,
     AmqpError,
     BasicProperties,
+    BodyFrame,
     CodecError,
     Command,
     ConnectionClose,
@@ -38,6 +44,7 @@ from codec import (
     ContentAssembler,
     FrameReader,
     FrameSyntaxError,
+    HeaderFrame,
     HeartbeatFrame,
     Method,
     ProtocolHeader,
@@ -54,6 +61,7 @@ from reference_broker.core.permissions import vhost_allowed
 from reference_broker.protocol import states
 
 _EMPTY = BasicProperties()
+BODY_TOO_LONG = "content body larger than the declared size"  # the codec's reason (codec/assembler.py)
 CLOSE_GRACE_MS = 1_000
 CLOSING_TIMEOUT_MS = 30_000  # rabbit_reader ?CLOSING_TIMEOUT: the longest wait for the client's end
 SERVER_CAPABILITIES = {
@@ -114,7 +122,7 @@ class ServerConnection:
         self.reader.receive_data(data)
         out: list[Output] = []
         meta = Meta(now_ms)
-        while self.state != states.CLOSED:
+        while self.state != states.CLOSED and not self.core.is_blocked(self.id):
             try:
                 frame = self.reader.next_frame()
                 if frame is NEED_DATA:
@@ -130,9 +138,11 @@ class ServerConnection:
             except CodecError as err:
                 out += self._codec_error(meta, err)
                 break
-            if command is None or isinstance(command, HeartbeatFrame):
-                continue
-            out += self._command(meta, command)
+            if command is not None and not isinstance(command, HeartbeatFrame):
+                out += self._command(meta, command)
+            if isinstance(frame, HeaderFrame | BodyFrame) and self.state == states.OPENED and (
+                    command is not None or self.core.rules.held_from_header()):
+                out += self._resolve(meta, self.core.publish_received(self.id))  # ALM-01: may block
         out += self._resolve(meta, self.core.flush())
         return out
 
@@ -159,8 +169,11 @@ class ServerConnection:
 
     def _codec_error(self, meta: Meta, err: CodecError) -> list[Output]:
         code, text = err.code, f"{err.code.name} - {err.reason}"[:255]  # the window is for logs
-        if isinstance(err, FrameSyntaxError) and err.class_id:
-            code, text = ReplyCode.FRAME_ERROR, f"FRAME_ERROR - cannot decode: {err.reason}"[:255]
+        if isinstance(err, FrameSyntaxError) and err.class_id:  # the method's argument octets, as Erlang's ~w
+            arguments = ",".join(str(octet) for octet in err.data[4:])
+            code, text = ReplyCode.FRAME_ERROR, f"FRAME_ERROR - cannot decode <<{arguments}>>"[:255]
+        elif err.reason.startswith(BODY_TOO_LONG):  # rabbit_command_assembler, v4.3.0 (ERR-04)
+            text = "FRAME_ERROR - content body frame exceeds remaining content size"
         if self.state in (states.HEADER, *states.HANDSHAKE_STATES[:2]):
             self.state = states.CLOSED
             return [CloseTransport(self.id, f"codec error during handshake: {err}")]
@@ -338,7 +351,10 @@ class ServerConnection:
         if not self.heartbeat or self.state != states.OPENED:
             return []
         interval = self.heartbeat * 1000
-        if now_ms - self.last_recv > 2 * interval:
+        paused = self.core.is_blocked(self.id) and self.core.rules.blocked_heartbeat_paused()  # ALM-05
+        if paused:
+            self.last_recv = now_ms  # the monitor starts afresh when reading resumes
+        elif now_ms - self.last_recv > 2 * interval:
             effects = self.core.connection_closed(Meta(now_ms), self.id)
             self.state = states.CLOSED
             return [*effects, CloseTransport(self.id, f"missed heartbeats from client, timeout: {self.heartbeat}s")]

@@ -108,3 +108,37 @@
 
   load();  // only this test's log: the page itself never carries it
 })();
+
+(function gridFilters() {
+  const form = document.getElementById("grid-filters");
+  if (!form) return;
+  const target = document.getElementById("grid-filter-target");
+  const client = document.getElementById("grid-filter-client");
+  const changed = document.getElementById("grid-filter-changed");
+  const areas = Array.from(document.querySelectorAll("details.grid-area"));
+
+  function apply() {
+    const wantTarget = target.value.trim().toLowerCase();
+    const wantClient = client.value.trim().toLowerCase();
+    for (const cell of document.querySelectorAll("[data-target]")) {
+      cell.classList.toggle("hidden", Boolean(wantTarget) && !cell.dataset.target.includes(wantTarget));
+    }
+    for (const row of document.querySelectorAll("tr[data-client]")) {
+      row.classList.toggle("hidden", Boolean(wantClient) && !row.dataset.client.includes(wantClient));
+    }
+    for (const area of areas) {
+      area.classList.toggle("hidden", changed.checked && area.dataset.changed === "0");
+    }
+  }
+
+  for (const control of [target, client, changed]) {
+    control.addEventListener("input", apply);
+    control.addEventListener("change", apply);
+  }
+  document.getElementById("grid-open").addEventListener("click", () => areas.forEach((a) => { a.open = true; }));
+  document.getElementById("grid-close").addEventListener("click", () => areas.forEach((a) => { a.open = false; }));
+  const params = new URLSearchParams(window.location.search);
+  if (params.has("target")) target.value = params.get("target");
+  if (params.has("client")) client.value = params.get("client");
+  apply();
+})();

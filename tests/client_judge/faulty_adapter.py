@@ -32,6 +32,8 @@ FAULTS = {  # fault -> the scenario it must fail
     "no-heartbeats": "heartbeat-client-sends",
     "small-body-frames": "publish-fragmentation",
     "truncate-bodies": "deliver-fragmented",
+    "refused-login-as-lost": "login-refused",
+    "refused-login-ignored": "login-refused",
 }
 
 
@@ -55,7 +57,14 @@ class FaultyDriver(AmqpDriver):
         return conn
 
     def connect(self, url: str, options: di.ConnectOptions = di.DEFAULT_CONNECT) -> None:
-        super().connect(url, options)
+        try:
+            super().connect(url, options)
+        except di.DriverError:
+            if "refused-login-ignored" in self.faults:
+                return  # the application is never told the login was refused
+            if "refused-login-as-lost" in self.faults:
+                raise di.ConnectionLost("connection lost") from None  # the 403 reduced to a bare loss
+            raise
         caps = self.conn.server_capabilities
         if "capabilities-crash" in self.faults and any(k.startswith("x-") for k in caps):
             raise KeyError("unknown capability")

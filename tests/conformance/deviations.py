@@ -26,7 +26,7 @@ from codec import (
 )
 from conformance.interpose.frames import Frame
 from tests.conformance.deviant import Deviation, Io, Message, encode
-from tests.conformance.deviations_access import AccessRefusedAsNotFound, UserIdUnheard
+from tests.conformance.deviations_access import AccessRefusedAsNotFound, BlockedSwallowed, UserIdUnheard
 from tests.conformance.deviations_lifecycle import DeadLetterKeyRewritten, ExpirationStripped, XDeathDropped
 from tests.conformance.deviations_routing import (
     DeclareOkCountsZero,
@@ -427,6 +427,6 @@ DEVIATIONS: tuple[type[Deviation], ...] = (
     PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmNackAsAck, ReturnDropped,
     CancelNotificationDropped, CancelCapabilityForced, TimeoutAsChannelClose, Codes404And406Swapped,
     QosNotImplemented, RoutingKeyCaseFolded, MandatoryIgnored, IfUnusedDropped, DeclareOkCountsZero,
-    ExpirationStripped, XDeathDropped, DeadLetterKeyRewritten, AccessRefusedAsNotFound, UserIdUnheard,
+    ExpirationStripped, XDeathDropped, DeadLetterKeyRewritten, AccessRefusedAsNotFound, UserIdUnheard, BlockedSwallowed,
 )
 BY_NAME = {d.name: d for d in DEVIATIONS}

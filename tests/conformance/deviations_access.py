@@ -1,10 +1,11 @@
-"""The access-control deviations `DeviantProxy` can apply (`deviations.DEVIATIONS` lists them with
-the others): a broker that reports a refused permission as something else, and one that never
-hears the user-id a publisher set (so never checks it)."""
+"""The deviations of connections and access that `DeviantProxy` can apply (`deviations.DEVIATIONS`
+lists them with the others): a broker that reports a refused permission as something else, one
+that never hears the user-id a publisher set (so never checks it), and one whose connection.blocked
+and connection.unblocked never reach the client."""
 
 from __future__ import annotations
 
-from codec import ChannelClose, ReplyCode
+from codec import ChannelClose, ConnectionBlocked, ConnectionUnblocked, ReplyCode
 from conformance.interpose.frames import Frame
 from tests.conformance.deviant import Deviation, Io, encode
 from tests.conformance.deviations_lifecycle import header_of, rewritten
@@ -35,3 +36,14 @@ class UserIdUnheard(Deviation):
             io.to_broker(rewritten(header, user_id=None))
             return
         io.to_broker(frame.raw)
+
+
+class BlockedSwallowed(Deviation):
+    name, area, rules = "blocked_swallowed", "alarms", ("ALM-01", "ALM-03")
+    description = "connection.blocked and connection.unblocked never reach the client"
+
+    def broker(self, frame: Frame, io: Io) -> None:
+        if isinstance(frame.method, ConnectionBlocked | ConnectionUnblocked):
+            io.record(self.name)
+            return  # dropped: the client never learns it is blocked
+        io.to_client(frame.raw)

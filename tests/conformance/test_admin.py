@@ -30,10 +30,10 @@ from conformance.run.admin import (
     NoAdmin,
     Policy,
     Rabbitmqctl,
-    RestoringAdmin,
     Unavailable,
     parse_admin,
 )
+from conformance.run.restoring import RestoringAdmin
 from tests.conftest import require
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"

@@ -14,6 +14,8 @@ import pytest
 from conformance.catalogue.document import SECTIONS, excerpt
 from conformance.catalogue.rules import (
     AREAS,
+    BROKER_AREAS,
+    CLAUSED_AREAS,
     NOT_APPLICABLE,
     PROFILES,
     REQUIRED,
@@ -22,6 +24,7 @@ from conformance.catalogue.rules import (
     Rule,
     all_rules,
     areas,
+    clause,
     expectation,
     parse_catalogue,
     rule,
@@ -208,3 +211,44 @@ def test_parse_catalogue_rejects_malformed_entries(old: str, new: str, message: 
 def test_parse_catalogue_rejects_duplicate_ids() -> None:
     with pytest.raises(CatalogueError, match="duplicate id"):
         parse_catalogue(VALID_ENTRY + VALID_ENTRY)
+
+
+CLAUSES = """clauses = [
+  { id = "a", text = "one promise" },
+  { id = "b", text = "another", untestable = "why not" },
+]
+"""
+
+
+def test_parse_catalogue_reads_clauses_with_full_ids() -> None:
+    (r,) = parse_catalogue(VALID_ENTRY + CLAUSES)
+    assert [(c.id, c.text, c.untestable, c.rule_id) for c in r.clauses] == [
+        ("ACK-01.a", "one promise", None, "ACK-01"), ("ACK-01.b", "another", "why not", "ACK-01")]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('id = "b"', 'id = "c"', "clause ids are letters in order; clause 2 must have id 'b'"),
+        ('id = "a"', 'id = "A"', "must have id 'a'"),
+        ('"why not"', '" "', "clause b: 'untestable' must be a non-empty string"),
+        ('text = "one promise"', 'text = ""', "clause a: 'text' must be a non-empty string"),
+        ('text = "one promise"', 'txt = "one promise"', "clause a: unknown keys ['txt']"),
+    ],
+)
+def test_parse_catalogue_rejects_malformed_clauses(old: str, new: str, message: str) -> None:
+    assert old in CLAUSES
+    with pytest.raises(CatalogueError, match=re.escape(message)):
+        parse_catalogue(VALID_ENTRY + CLAUSES.replace(old, new))
+
+
+def test_every_broker_rule_of_the_claused_areas_has_clauses() -> None:
+    assert set(CLAUSED_AREAS) <= set(BROKER_AREAS)
+    assert [r.id for r in all_rules() if r.area in CLAUSED_AREAS and not r.clauses] == []
+
+
+def test_clause_lookup_by_full_id() -> None:
+    first = next(r for r in all_rules() if r.clauses)
+    assert clause(first.clauses[0].id) is first.clauses[0]
+    with pytest.raises(KeyError, match=re.escape("unknown clause id 'ACK-01.zz'")):
+        clause("ACK-01.zz")

@@ -34,8 +34,8 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert all(command.name in out for command in COMMANDS)
-    assert {c.name for c in COMMANDS} == {"run", "baseline", "rules", "clients", "record", "report", "broker",
-                                         "preflight"}
+    assert {c.name for c in COMMANDS} == {"run", "baseline", "rules", "clients", "grid", "record", "report",
+                                         "broker", "preflight"}
     assert "from a results directory" in out and "directories" not in out  # `report` takes one
 
 

@@ -11,6 +11,7 @@ AMQPC_STRICT=1 (CI installs it).
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 
 from conformance.catalogue.rules import BROKER_AREAS
 from conformance.results.verdicts import Verdict
-from tests.conftest import require
+from tests.conftest import free_port, require
 from tests.garagemq_broker import (
     EXIT_TIMED_OUT,
     GarageMQ,
@@ -52,6 +53,7 @@ SUBSET = " or ".join([
     "test_invalid_length_arguments_are_refused",  # limits
     "test_the_lower_max_length_wins",  # policies (needs-admin on GarageMQ)
     "test_an_unknown_vhost_is_refused",  # access (not-applicable: access control is RabbitMQ's)
+    "test_overlapping_alarms_unblock_only_when_both_clear",  # alarms (needs-admin on GarageMQ)
     "test_cluster",  # cluster (the modules: needs-cluster, a single GarageMQ node)
 ])
 # Deviations this subset always shows (docs/garagemq.md): multiple=true above the highest tag is
@@ -92,6 +94,27 @@ def test_garagemq_starts_on_its_own_ports(garagemq: GarageMQ) -> None:
     assert garagemq.port not in (5672, 15672) and garagemq.admin_port not in (5672, 15672)
     assert amqp_answers(garagemq.host, garagemq.port, 2.0)
     assert garagemq.workdir is not None and (garagemq.workdir / "db").is_dir()
+
+
+@pytest.mark.garagemq
+def test_the_start_script_returns_while_garagemq_runs() -> None:
+    """scripts/garagemq.sh (the grid's `start` and `stop` for GarageMQ): a caller that captures its
+    output gets EOF once it says "up", the pid file names GarageMQ itself, and `down` stops it. A
+    backgrounded subshell holding the caller's pipes once made the CI grid wait 600 s for it."""
+    require(available(), "GarageMQ (Debian package garagemq: /usr/bin/garagemq, /etc/garagemq/config.yaml)")
+    port = free_port()
+    script = str(Path(__file__).resolve().parents[2] / "scripts" / "garagemq.sh")
+    try:
+        done = subprocess.run([script, "up", str(port), str(free_port())], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert f"127.0.0.1:{port}" in done.stdout
+        pid = int(Path(f"/tmp/amqpc-garagemq-{port}/pid").read_text())
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "garagemq"
+    finally:
+        subprocess.run([script, "down", str(port)], capture_output=True, timeout=30, check=False)
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert not amqp_answers("127.0.0.1", port, 1.0)
 
 
 @pytest.mark.garagemq

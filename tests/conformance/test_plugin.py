@@ -39,6 +39,7 @@ from conformance.plugin.verdicts import HarnessError, non_strict
 
 
 @pytest.mark.rules("ACK-03")
+@pytest.mark.clauses("ACK-03.a")
 def test_passes(connect, names):
     client = connect()
     ch = client.channel()
@@ -106,6 +107,12 @@ def test_unknown_rule(target):
     pass
 
 
+@pytest.mark.rules("ACK-03")
+@pytest.mark.clauses("ACK-04.a")
+def test_clause_of_another_rule(target):
+    pass
+
+
 @pytest.mark.rules("QOS-02")
 @settings(database=None, max_examples=50, deadline=None)
 @given(st.integers(0, 100))
@@ -129,6 +136,7 @@ EXPECTED = {
     "test_bug_in_the_test": "broken",
     "test_plain_skip": "broken",
     "test_unknown_rule": "broken",
+    "test_clause_of_another_rule": "broken",
     "test_hypothesis": "failed",
 }
 
@@ -151,8 +159,8 @@ def test_verdicts_summary_and_results(pytester: pytest.Pytester, broker: Embedde
     assert run.ret == 2  # broken verdicts, no broker trouble
     run.stdout.fnmatch_lines(["*amqp-conformance verdicts*", "ack * 1 * 2 *", "broken: *test_harness_error*",
                               "not run: 2 tests need --broker-admin; rerun with --broker-admin http*",
-                              "amqp-conformance: 12 tests (1 passed, 3 failed, 1 non-strict, 2 not run: needs admin, "
-                              "1 not-applicable, 4 broken), profile rabbitmq-4.3; exit status 2: harness or environment "
+                              "amqp-conformance: 13 tests (1 passed, 3 failed, 1 non-strict, 2 not run: needs admin, "
+                              "1 not-applicable, 5 broken), profile rabbitmq-4.3; exit status 2: harness or environment "
                               "error"])
     tests = _tests_by_name(results)
     assert {name: r["verdict"] for name, r in tests.items()} == EXPECTED
@@ -162,6 +170,8 @@ def test_verdicts_summary_and_results(pytester: pytest.Pytester, broker: Embedde
     assert tests["test_passes"]["reply_code"] == 406  # the close it expected, from its frames
     assert tests["test_needs_admin"]["message"].startswith("needs --broker-admin")
     assert "unknown rule id 'NOPE-01'" in str(tests["test_unknown_rule"]["message"])
+    assert "clause ACK-04.a belongs to rule ACK-04" in str(tests["test_clause_of_another_rule"]["message"])
+    assert tests["test_passes"]["clause_ids"] == ["ACK-03.a"] and tests["test_unknown_rule"]["clause_ids"] is None
     assert tests["test_harness_error"]["message"] == "HarnessError: the harness broke"
     shrunk = tests["test_hypothesis"]
     assert "n=10" in str(shrunk["minimal_example"]) and shrunk["hypothesis_seed"] == "42"

@@ -198,7 +198,10 @@ def test_a_declared_capability_is_judged_too(tmp_path: Path) -> None:
     with _example_broker({}) as broker:
         run = _run(tmp_path, broker.url, "--select", "RQ-02", "--capability", "quorum_queues")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert _verdicts(tmp_path)["RQ-02"] == {"passed"}
+    # the quorum-queue tests of RQ-02 are judged (passed); the TMO-4.3-2 test, which also judges
+    # RQ-02, needs the consumer_timeout capability, neither advertised nor declared: not-claimed
+    verdicts = _verdicts(tmp_path)["RQ-02"]
+    assert "passed" in verdicts and verdicts <= {"passed", "not-claimed"}, verdicts
     assert "declared: quorum_queues" in run.stdout
 
 

@@ -277,7 +277,9 @@ def test_core_permissions_refuse_with_403() -> None:
 
 
 def test_core_memory_alarm_blocks_publishers_and_unblocks() -> None:
-    """connection.blocked / unblocked to capable publishers; reads paused meanwhile."""
+    """ALM-01/03: the watermark raises the memory alarm; the next content frame blocks the
+    connection (connection.blocked to a capable client, reads paused); draining under 80 %
+    clears it: connection.unblocked, reads resume."""
     from codec import BasicAck, ConnectionBlocked, ConnectionUnblocked
     from reference_broker.core.effects import PauseReading
 
@@ -285,10 +287,14 @@ def test_core_memory_alarm_blocks_publishers_and_unblocks() -> None:
     sim.core.connection_opened(1, "/", "guest", {"capabilities": {"connection.blocked": True}}, 2047)
     sim.open()
     sim.queue("q")
-    assert not methods(sim.publish("q", b"12345"), ConnectionBlocked)
-    effects = sim.publish("q", b"123456")
+    sim.publish("q", b"12345")
+    assert sim.core.flush() == [] and sim.core.alarms == frozenset()
+    sim.publish("q", b"123456")
+    sim.core.flush()
+    assert sim.core.alarms == {"memory"} and not sim.core.is_blocked(1)  # blocked at its next publish
+    effects = sim.core.publish_received(1)
     assert methods(effects, ConnectionBlocked) == [ConnectionBlocked("low on memory")]
-    assert PauseReading(1, True) in effects
+    assert PauseReading(1, True) in effects and sim.core.is_blocked(1)
     sim.do(1, 1, BasicConsume(queue="q", consumer_tag="c"))
     sim.do(1, 1, BasicAck(0, multiple=True))
     released = sim.core.memory_check()
@@ -296,9 +302,30 @@ def test_core_memory_alarm_blocks_publishers_and_unblocks() -> None:
     assert PauseReading(1, False) in released
 
 
+def test_core_overlapping_alarms_unblock_once_both_clear() -> None:
+    """ALM-03: a blocked connection stays blocked while any alarm is left; a client without the
+    capability is blocked silently; a connection that does not publish is never blocked (ALM-04)."""
+    from codec import ConnectionBlocked, ConnectionUnblocked
+    from reference_broker.core.effects import PauseReading
+
+    sim = Sim()
+    sim.core.connection_opened(1, "/", "guest", {"capabilities": {"connection.blocked": True}}, 2047)
+    sim.core.connection_opened(2, "/", "guest", {}, 2047)
+    sim.core.connection_opened(3, "/", "guest", {"capabilities": {"connection.blocked": True}}, 2047)
+    assert sim.core.set_alarm("memory", True) == []  # nobody blocked until it publishes
+    assert sim.core.set_alarm("disk", True) == []
+    assert methods(sim.core.publish_received(1), ConnectionBlocked) == [ConnectionBlocked("low on memory & disk")]
+    assert sim.core.publish_received(2) == [PauseReading(2, True)]  # no capability: no notice
+    assert sim.core.set_alarm("memory", False) == []
+    assert sim.core.publish_received(1) == []  # blocked once
+    cleared = sim.core.set_alarm("disk", False)
+    assert methods(cleared, ConnectionUnblocked) == [ConnectionUnblocked()]
+    assert PauseReading(2, False) in cleared and not sim.core.is_blocked(3)
+
+
 def test_core_direct_reply_to_round_trip() -> None:
     """Direct reply-to: reply_to rewritten to the requester's pseudo-queue; the reply goes to
-    its no-ack consumer with the channel's current tag, not incremented (ACK-01's quirk)."""
+    its no-ack consumer with the channel's next tag, which it uses up (ACK-01.e on 4.2+)."""
     from codec import BasicGet
 
     sim = ready(0)
@@ -311,7 +338,7 @@ def test_core_direct_reply_to_round_trip() -> None:
     assert address is not None and address.startswith("amq.rabbitmq.reply-to.")
     reply = sends(sim.do(2, 1, BasicPublish(routing_key=address), BasicProperties(), b"!"), BasicDeliver)
     assert [(s.conn, s.method.consumer_tag, s.method.delivery_tag, s.body) for s in reply] == [(1, "r", 1, b"!")]
-    assert sim.core.connections[1].channels[1].next_tag == 1
+    assert sim.core.connections[1].channels[1].next_tag == 2
     refused = methods(sim.do(2, 1, BasicPublish(routing_key="q"),
                              BasicProperties(reply_to="amq.rabbitmq.reply-to"), b"x"), ChannelClose)[0]
     assert refused.reply_text == "PRECONDITION_FAILED - fast reply consumer does not exist"

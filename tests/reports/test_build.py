@@ -76,3 +76,23 @@ def test_build_a_lake_with_runs_only(spark: Any, lake: Lake, tmp_path: Path) -> 
     assert not data.failing and not data.violations
     summary = json.loads((tmp_path / "site" / "summary.json").read_text())
     assert summary["targets"][0]["started"].endswith("+00:00")
+
+
+def test_build_shows_each_rules_clauses_with_their_tests(site: Site) -> None:
+    """Synthetic tests name their rule's first clause: it shows its tests; the others show "no test"
+    (or their untestable reason), and the overview counts and lists the clauses without a test."""
+    claused = [r for r in all_rules() if r.clauses]
+    assert claused
+    for rule in claused[:3]:
+        page = (site.root / "rules" / f"{rule.id}.html").read_text()
+        rows = re.findall(r'<tr id="([^"]+)">(.*?)</tr>', page, re.S)
+        assert [clause_id for clause_id, _ in rows] == [c.id for c in rule.clauses]
+        first = rows[0][1]
+        assert "test_rule[" in first and "no test" not in first
+        for (_, row), c in zip(rows[1:], rule.clauses[1:], strict=True):
+            assert ("untestable over the wire" if c.untestable else "no test") in row
+    without = [c.id for r in claused for c in r.clauses[1:] if not c.untestable]
+    summary = json.loads((site.root / "summary.json").read_text())
+    assert summary["clauses"]["without_test"] == without
+    overview = (site.root / "index.html").read_text()
+    assert f"{len(without)} without a test" in overview and f'href="rules/{claused[0].id}.html#' in overview

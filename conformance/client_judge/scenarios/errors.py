@@ -3,14 +3,15 @@
 Channel closes come from the engine itself (passive declare of a missing queue: 404; ack of an
 unknown tag: 406; declaring an "amq." exchange: 403); connection closes are sent the way an
 operator's close is (320) or a framing error's would be (501). Each checks the client's
-close-ok on the wire, what the application was told, and what is usable afterwards.
+close-ok on the wire, what the application was told, and what is usable afterwards. A refused
+login (CL-AUTH-01) is the engine's own (a wrong password, ACC-06).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from codec import ChannelCloseOk, ChannelOpen, ConnectionCloseOk
+from codec import ChannelCloseOk, ChannelOpen, ConnectionCloseOk, ConnectionStartOk
 from codec.constants import ReplyCode
 from conformance.client_judge.scenario import Play, ScenarioFailed, scenario
 from conformance.drivers import interface as di
@@ -103,3 +104,37 @@ def connection_close_320(p: Play) -> None:
 def connection_close_501(p: Play) -> None:
     _connection_closed(p, ReplyCode.FRAME_ERROR,
                        "FRAME_ERROR - type 206, all octets = <<>>: {frame_too_large,200000,131064}")
+
+
+@scenario("login-refused", ("CL-AUTH-01",), "a refused login is a failed connection attempt, with the 403 when asked for")
+def login_refused(p: Play) -> None:
+    """The password is wrong: the broker refuses the login with connection.close 403 (0/0) to a
+    client advertising authentication_failure_close, and ends the socket otherwise (ACC-06)."""
+    url = p.broker.url.replace("guest:guest@", "guest:not-the-password@", 1)
+    try:
+        p.client.connect(url, di.ConnectOptions())
+    except di.NoReply:
+        raise ScenarioFailed("the client did not report the refused login: connect() got no outcome within its "
+                             "bound") from None
+    except di.DriverError as exc:
+        failure: di.DriverError | None = exc
+    else:
+        failure = None
+    start_ok = p.sent(ConnectionStartOk)
+    caps = dict(start_ok.client_properties).get("capabilities") or {}
+    asked = caps.get("authentication_failure_close") is True
+    p.expect(failure is not None, "the broker refused the login "
+             f"({'connection.close 403' if asked else 'the socket ended'}); connect() succeeded")
+    if asked:
+        told = [repr(failure), *(f"{e.code} {e.text}" for e in p.settle() if isinstance(e, di.ConnectionClosedEvent))]
+        p.expect(getattr(failure, "code", None) == ReplyCode.ACCESS_REFUSED or any(_names_auth(t) for t in told),
+                 "the client advertised authentication_failure_close and the broker refused the login with "
+                 f"connection.close 403; the application was told {'; '.join(told)}: neither the reply code nor "
+                 "an authentication failure")
+    p.expect(p.client.state().get("connection") != "open", "the client calls the refused connection open")
+
+
+def _names_auth(told: str) -> bool:
+    """The library's report says the login was refused (its 403, ACCESS_REFUSED or an authentication error)."""
+    lowered = told.lower()
+    return "403" in told or "access_refused" in lowered or "access-refused" in lowered or "authentication" in lowered

@@ -42,6 +42,8 @@ typedef struct {
   uint64_t published;      /* publishes since confirm.select */
   uint64_t *waiting;       /* their seqs not confirmed yet */
   size_t n_waiting, cap_waiting;
+  int close_code, close_class, close_method; /* the broker's channel.close (CH_CLOSED by the broker) */
+  char close_text[256];
 } channel_t;
 
 typedef struct {
@@ -277,8 +279,13 @@ static void emit_connection_closed(int code, const char *text, size_t len) {
 static void on_channel_close(int ch, const amqp_channel_close_t *m) {
   amqp_channel_close_ok_t ok = {0};
   amqp_send_method(conn, (amqp_channel_t)ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-  if (ch < MAX_CHANNELS) reset_channel(ch, CH_CLOSED);
-  (void)m;
+  if (ch >= MAX_CHANNELS) return;
+  reset_channel(ch, CH_CLOSED);
+  chans[ch].close_code = m->reply_code;
+  chans[ch].close_class = m->class_id;
+  chans[ch].close_method = m->method_id;
+  snprintf(chans[ch].close_text, sizeof chans[ch].close_text, "%.*s", (int)m->reply_text.len,
+           (const char *)m->reply_text.bytes);
 }
 
 /* The broker closed the connection (amqp.h: send connection.close-ok and disconnect). */
@@ -487,6 +494,13 @@ static const jv *arg(op_ctx *c, const char *name) { return jget(c->args, name); 
 static int need_channel(op_ctx *c) {
   if (!conn_open) { fail(c->e, "exception", "NotConnected", "the connection is not open"); return 0; }
   int64_t ch = jint(arg(c, "channel"), 0);
+  if (ch > 0 && ch < MAX_CHANNELS && chans[ch].state == CH_CLOSED && chans[ch].close_code > 0) {
+    /* closed by the broker, and the application was handed that channel.close: that is the outcome */
+    fail(c->e, "channel-closed", "ChannelClosedByBroker", "%s", chans[ch].close_text);
+    c->e->code = chans[ch].close_code; c->e->class_id = chans[ch].close_class;
+    c->e->method_id = chans[ch].close_method;
+    return 0;
+  }
   if (ch <= 0 || ch >= MAX_CHANNELS || chans[ch].state != CH_OPEN) {
     fail(c->e, "exception", "ChannelNotOpen", "channel %lld is not open (rabbitmq-c leaves it to the application "
          "not to use it)", (long long)ch);

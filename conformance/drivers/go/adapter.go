@@ -124,9 +124,36 @@ func (a args) table(k string) amqp.Table {
 }
 
 type channelEntry struct {
-	ch    *amqp.Channel
-	state string
-	seq   int64 // publishes since confirm_select; -1 when not in confirm mode
+	ch       *amqp.Channel
+	state    string
+	seq      int64         // publishes since confirm_select; -1 when not in confirm mode
+	closeErr *amqp.Error   // the broker's channel.close, once NotifyClose told it
+	gone     chan struct{} // closed when NotifyClose has told how the channel ended
+	goneOnce sync.Once
+}
+
+func newEntry(ch *amqp.Channel) *channelEntry {
+	return &channelEntry{ch: ch, state: "open", seq: -1, gone: make(chan struct{})}
+}
+
+// brokerClose turns the library's ErrClosed for an operation on a channel the broker closed into
+// that close (its reply code), as NotifyClose told it to the application. The library marks the
+// channel closed before it notifies, so the notification is waited for (bounded).
+func brokerClose(e *channelEntry, err error) error {
+	if err != amqp.ErrClosed || e == nil {
+		return err
+	}
+	select {
+	case <-e.gone:
+	case <-time.After(2 * time.Second):
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.closeErr != nil {
+		return e.closeErr
+	}
+	return err
 }
 
 type session struct {
@@ -178,12 +205,15 @@ func watchChannel(number int, e *channelEntry) {
 			case err, ok := <-closes:
 				if !ok {
 					closes = nil
+					e.goneOnce.Do(func() { close(e.gone) })
 					continue
 				}
 				s.mu.Lock()
 				e.state = "closed"
+				e.closeErr = err
 				connClosed := s.conn == nil || s.conn.IsClosed()
 				s.mu.Unlock()
+				e.goneOnce.Do(func() { close(e.gone) })
 				if !connClosed { // a connection close is reported once, by the connection
 					emit(map[string]any{"event": "channel-closed", "channel": number, "code": err.Code, "text": err.Reason})
 				}
@@ -335,7 +365,7 @@ func (s *session) openChannel() (any, error) {
 		return nil, err
 	}
 	number := channelNumber(ch)
-	e := &channelEntry{ch: ch, state: "open", seq: -1}
+	e := newEntry(ch)
 	s.mu.Lock()
 	s.channels[number] = e
 	s.mu.Unlock()
@@ -572,6 +602,12 @@ func answer(line []byte) bool {
 		}()
 		return s.call(op, a)
 	}()
+	if err != nil && a.present("channel") {
+		s.mu.Lock()
+		e := s.channels[int(a.num("channel"))]
+		s.mu.Unlock()
+		err = brokerClose(e, err)
+	}
 	if err != nil {
 		emit(map[string]any{"id": id, "ok": false, "error": errorOf(err)})
 	} else {
@@ -585,7 +621,9 @@ func main() {
 	if version == "" {
 		version = "unknown"
 	}
-	features := []string{}
+	// each consumer's deliveries come on a Go channel of its own, read by a goroutine of its own: the
+	// application sees no common order across the consumers of one AMQP channel
+	features := []string{"deliveries-ordered-per-consumer"}
 	emit(map[string]any{"event": "hello", "client": "amqp091-go", "version": version, "language": "go",
 		"runtime": runtime.Version(), "api": "amqp091-go Channel API", "features": features})
 	scanner := bufio.NewScanner(os.Stdin)

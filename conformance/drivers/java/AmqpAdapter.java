@@ -287,12 +287,13 @@ public final class AmqpAdapter {
         }
     }
 
-    /** The protocol's error object: a broker close keeps its code and class/method; the rest name their type. */
+    /** The protocol's error object: a broker close keeps its code and class/method (also when it is the
+     *  AlreadyClosedException of an operation on a channel the broker closed); the rest name their type. */
     static Map<String, Object> errorOf(Throwable err) {
         if (err instanceof Unsupported) return map("kind", "unsupported", "text", err.getMessage(), "type", "Unsupported");
         Throwable t = err;
         while (t != null && !(t instanceof ShutdownSignalException)) t = t.getCause();
-        if (t != null && !(err instanceof AlreadyClosedException)) {
+        if (t != null && !(err instanceof AlreadyClosedException && ((ShutdownSignalException) t).isInitiatedByApplication())) {
             Method reason = ((ShutdownSignalException) t).getReason();
             if (reason instanceof AMQP.Channel.Close) {
                 AMQP.Channel.Close c = (AMQP.Channel.Close) reason;

@@ -63,6 +63,7 @@ function delivery(number, msg, isGet) {
     consumer_tag: isGet ? null : f.consumerTag, message_count: isGet ? f.messageCount : null };
 }
 const closeCode = (err) => (err && typeof err.code === 'number' ? err.code : null);
+const SOFT_CODES = new Set([311, 312, 313, 403, 404, 405, 406]); // the channel-level reply codes of 0-9-1 §1.2
 
 function watchChannel(number, ch) {
   ch.on('return', (msg) => out({ event: 'returned', channel: number, reply_code: msg.fields.replyCode,
@@ -191,11 +192,21 @@ const OPS = {
   },
 };
 
+// An operation on a channel the broker closed: amqplib's IllegalOperationError carries no code, but
+// the channel's 'error' event told the application the broker's (its lastError).
+function closedBy(err, entry) {
+  if (closeCode(err) !== null || !entry || entry.state !== 'closed' || closeCode(entry.lastError) === null) return err;
+  return Object.assign(new Error(`Channel closed by server: ${entry.lastError.message} (then: ${err.message})`),
+    { code: entry.lastError.code, classId: entry.lastError.classId, methodId: entry.lastError.methodId,
+      name: err.name });
+}
+
 function errorOf(err) {
   const text = String((err && err.message) || err);
   if (err && err.name === 'Unsupported') return { kind: 'unsupported', text, type: 'Unsupported' };
   const code = closeCode(err);
-  if (code !== null && /^Channel closed/.test(text)) {
+  // "Operation failed: ..." is the close that answered this operation's own request
+  if (code !== null && (/^Channel closed/.test(text) || (/^Operation failed/.test(text) && SOFT_CODES.has(code)))) {
     return { kind: 'channel-closed', code, text, class_id: err.classId || 0, method_id: err.methodId || 0, type: err.name };
   }
   if (code !== null && /^Connection closed/.test(text)) {
@@ -216,7 +227,8 @@ async function answer(line) {
     if (!op) throw Object.assign(new Error(`unknown op ${request.op}`), { name: 'Unsupported' });
     out({ id: request.id, ok: true, value: await op(revive(request.args || {})) });
   } catch (err) {
-    out({ id: request.id, ok: false, error: errorOf(err) });
+    const args = request.args || {};
+    out({ id: request.id, ok: false, error: errorOf(closedBy(err, channels.get(args.channel))) });
   }
 }
 

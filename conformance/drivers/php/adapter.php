@@ -27,6 +27,7 @@ require_once getenv('PHP_AMQPLIB_AUTOLOAD') ?: '/usr/share/php/PhpAmqpLib/autolo
 
 use PhpAmqpLib\Connection\AMQPStreamConnection;
 use PhpAmqpLib\Exception\AMQPBasicCancelException;
+use PhpAmqpLib\Exception\AMQPChannelClosedException;
 use PhpAmqpLib\Exception\AMQPConnectionClosedException;
 use PhpAmqpLib\Exception\AMQPHeartbeatMissedException;
 use PhpAmqpLib\Exception\AMQPIOException;
@@ -39,7 +40,7 @@ use PhpAmqpLib\Package;
 use PhpAmqpLib\Wire\AMQPAbstractCollection;
 use PhpAmqpLib\Wire\AMQPTable;
 
-const IDLE_WAIT = 0.05; // seconds of the library's consume loop between looks at stdin
+const IDLE_WAIT = 0.05; // seconds at most between two runs of the library's consume loop
 
 final class Unsupported extends \RuntimeException
 {
@@ -137,6 +138,8 @@ final class Adapter
     /** @var array<int, int> publishes since confirm.select, per channel */
     private $published = [];
     private $closedReported = false;
+    /** @var array<int, AMQPProtocolChannelException> the broker's channel.close, per channel it closed */
+    private $brokerCloses = [];
 
     public function __construct(private float $timeout)
     {
@@ -173,7 +176,7 @@ final class Adapter
         $url = parse_url($a['url']);
         $vhost = rawurldecode(ltrim($url['path'] ?? '', '/'));
         $this->closedReported = false;
-        $this->channels = $this->published = [];
+        $this->channels = $this->published = $this->brokerCloses = [];
         $this->conn = new AMQPStreamConnection($url['host'], $url['port'] ?? 5672, rawurldecode($url['user'] ?? 'guest'),
             rawurldecode($url['pass'] ?? 'guest'), $vhost === '' ? '/' : $vhost, false, 'AMQPLAIN', null, 'en_US',
             $this->timeout, $this->timeout, null, false, (int)($a['heartbeat'] ?? 0), $this->timeout);
@@ -209,6 +212,7 @@ final class Adapter
         $number = $ch->getChannelId();
         $this->channels[$number] = $ch;
         unset($this->published[$number]);
+        unset($this->brokerCloses[$number]);
         $ch->set_return_listener(function ($code, $text, $exchange, $key, AMQPMessage $msg) use ($number) {
             out(['event' => 'returned', 'channel' => $number, 'reply_code' => $code, 'reply_text' => plain($text),
                 'exchange' => plain($exchange), 'routing_key' => plain($key), 'body' => b64($msg->getBody())]);
@@ -359,6 +363,7 @@ final class Adapter
         if ($e instanceof AMQPBasicCancelException) {
             out(['event' => 'cancelled', 'channel' => $channel, 'consumer_tag' => plain($e->getConsumerTag())]);
         } elseif ($e instanceof AMQPProtocolChannelException) {
+            $this->brokerCloses[$channel] = $e;
             [$code, $text] = close_of($e);
             out(['event' => 'channel-closed', 'channel' => $channel, 'code' => $code, 'text' => $text]);
         } elseif ($e instanceof AMQPConnectionClosedException || $e instanceof AMQPProtocolConnectionException) {
@@ -371,6 +376,32 @@ final class Adapter
             out(['event' => 'failure', 'type' => get_class($e), 'text' => substr($e->getMessage(), 0, 2000),
                 'where' => $where]);
         }
+    }
+
+    /**
+     * What an operation's failure is to the application: on a channel the broker closed (php-amqplib
+     * told it by an AMQPProtocolChannelException), the library's AMQPChannelClosedException, which has
+     * no reply code, is that close.
+     */
+    public function outcome(\Throwable $e, int $channel): \Throwable
+    {
+        if ($e instanceof AMQPProtocolChannelException) {
+            $this->brokerCloses[$channel] = $e;
+        }
+        if ($e instanceof AMQPChannelClosedException && isset($this->brokerCloses[$channel])) {
+            return $this->brokerCloses[$channel];
+        }
+        return $e;
+    }
+
+    /** The connection's socket (a stream), or null when there is none to watch. */
+    public function socket()
+    {
+        if (!$this->isOpen()) {
+            return null;
+        }
+        $socket = $this->conn->getIO()->getSocket();
+        return is_resource($socket) ? $socket : null;
     }
 
     /** Run the library's consume loop: up to `$wait` s on the connection, then every channel's queued work. */
@@ -456,7 +487,8 @@ function answer(Adapter $adapter, string $line): bool
         if ($e instanceof AMQPBasicCancelException || $e instanceof AMQPConnectionClosedException) {
             $adapter->report($e, (int)($request['args']['channel'] ?? 0), '');
         }
-        out(['id' => $id, 'ok' => false, 'error' => error_of($e)]);
+        out(['id' => $id, 'ok' => false,
+            'error' => error_of($adapter->outcome($e, (int)($request['args']['channel'] ?? 0)))]);
     }
     return true;
 }
@@ -467,11 +499,14 @@ out(['event' => 'hello', 'client' => 'php-amqplib', 'version' => Package::VERSIO
 stream_set_blocking(STDIN, false);
 $buffer = '';
 while (true) {
-    $read = [STDIN];
+    // stdin and the connection's socket, whichever speaks first: a request is answered at once, and
+    // the library's consume loop runs (without blocking) at least every IDLE_WAIT for heartbeats
+    $socket = $adapter->socket();
+    $read = $socket === null ? [STDIN] : [STDIN, $socket];
     $write = $except = null;
-    $idle = $adapter->isOpen() ? 0 : (int)(IDLE_WAIT * 1e6); // with a connection, the library's wait is the idle time
-    if (stream_select($read, $write, $except, 0, $idle) === 0) {
-        $adapter->pump(IDLE_WAIT);
+    $ready = stream_select($read, $write, $except, 0, (int)(IDLE_WAIT * 1e6));
+    $adapter->pump(0);
+    if ($ready === 0 || $ready === false || !in_array(STDIN, $read, true)) {
         continue;
     }
     $chunk = fread(STDIN, 1 << 20);

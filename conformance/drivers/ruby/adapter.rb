@@ -8,11 +8,15 @@
 #
 # Bunny's application view, mapped to the protocol's events:
 # - Bunny::Consumer#on_delivery / #on_cancellation (a broker basic.cancel): "delivered", "cancelled";
-# - the confirm_select callback, called once per confirmed publish: "confirmed" (Bunny's own multiple
-#   argument, which it always passes as false after expanding a multiple confirm);
+# - the confirm_select callback, called per tag of a confirm's range: "confirmed" (Bunny's own multiple
+#   argument, which it always passes as false after expanding a multiple confirm; the range starts at
+#   its lowest unconfirmed tag, so a tag confirmed out of order is called again: findings-clients.md 17);
 # - Bunny::Exchange#on_return of the exchange object a publish went through: "returned" (Bunny drops
 #   a return whose exchange it has no object for, so every publish goes through one, as its API has it);
 # - Channel#on_error (a channel.close Bunny cannot give to a waiting operation): "channel-closed";
+#   Bunny gives it only there when the close answers a settle (a 406 whose text says "unknown delivery
+#   tag"), and an operation waiting on the channel then hangs: the hello's feature
+#   "settle-close-only-as-event" says so (the suite's machines wait for the event instead);
 # - the session_error_handler option (an object that responds to #raise; Bunny's default raises in
 #   the thread that created the session): connection closes and network failures, "connection-closed";
 # - Session#on_blocked / #on_unblocked: "blocked", "unblocked";
@@ -173,17 +177,49 @@ class Adapter
     nil
   end
 
+  # Bunny calls Channel#on_error before its reader thread unregisters the closed channel, and
+  # unregisters by number: a channel opened in between under the same number is unregistered instead,
+  # and its channel.open-ok is dropped (the open times out). So a new channel waits, bounded, until
+  # every channel the broker closed is gone from the session's table (Bunny signals nothing: polled;
+  # docs/findings-clients.md 19).
+  def await_unregistered
+    table = @conn.instance_variable_get(:@channels) || {}
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + @timeout
+    @channels.each_value do |entry|
+      next if entry[:close].nil?
+
+      while table[entry[:ch].number].equal?(entry[:ch]) &&
+            Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+        sleep(0.001)
+      end
+    end
+  end
+
   def open_channel(_a)
+    await_unregistered
     ch = @conn.create_channel
     number = ch.number
     @channels[number] = { ch: ch, exchanges: {} }
     ch.on_error do |_c, close|
+      @channels[number][:close] = close
       out({ "event" => "channel-closed", "channel" => number, "code" => close.reply_code, "text" => close.reply_text })
     end
     ch.on_uncaught_exception do |e, _consumer|
       out({ "event" => "failure", "type" => e.class.name, "text" => e.message, "where" => "consumer callback" })
     end
     number
+  end
+
+  # The broker's channel.close that Bunny gave the application (Channel#on_error, or the error of
+  # the operation it answered), for an operation that failed on a channel the broker closed: Bunny
+  # refuses it (ChannelAlreadyClosed, no reply code), or, when the close answered a basic.ack / nack /
+  # reject (Bunny tells those only to on_error), an operation sent meanwhile waits for a reply that
+  # never comes (Timeout::Error). Either is that close to the application.
+  def broker_close(args, exc)
+    entry = @channels[args["channel"]]
+    return nil if entry.nil? || !(exc.is_a?(Bunny::ChannelAlreadyClosed) || exc.is_a?(Timeout::Error))
+
+    entry[:close] || entry[:ch].instance_variable_get(:@last_channel_error)&.channel_close
   end
 
   def close_channel(a)
@@ -355,14 +391,22 @@ def answer(adapter, line)
 
     out({ "id" => request["id"], "ok" => true, "value" => adapter.public_send(op, revive(request["args"] || {})) })
   rescue StandardError, Timeout::Error => e
-    out({ "id" => request["id"], "ok" => false, "error" => error_of(e) })
+    close = adapter.broker_close(request["args"] || {}, e)
+    error = if close
+              { "kind" => "channel-closed", "code" => close.reply_code, "text" => close.reply_text,
+                "class_id" => close.class_id, "method_id" => close.method_id, "type" => e.class.name }
+            else
+              error_of(e)
+            end
+    out({ "id" => request["id"], "ok" => false, "error" => error })
   end
   true
 end
 
 adapter = Adapter.new(Float(ENV.fetch("AMQPC_ADAPTER_TIMEOUT", "5")))
 out({ "event" => "hello", "client" => "bunny", "version" => Bunny::VERSION, "language" => "ruby",
-      "runtime" => "ruby #{RUBY_VERSION}", "api" => "Bunny::Session (threaded)", "features" => [] })
+      "runtime" => "ruby #{RUBY_VERSION}", "api" => "Bunny::Session (threaded)",
+      "features" => ["settle-close-only-as-event"] })
 $stdin.each_line do |line|
   next if line.strip.empty?
   break unless answer(adapter, line)

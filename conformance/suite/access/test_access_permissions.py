@@ -44,7 +44,7 @@ from codec import (
 )
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
-from conformance.run.admin import RestoringAdmin
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.access import (
     NONE,
     Connect,

@@ -30,7 +30,7 @@ from codec import (
 )
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
-from conformance.run.admin import RestoringAdmin
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.access import (
     UNNAMED,
     Account,

@@ -15,12 +15,22 @@ Rules:
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from codec import (
     BasicAck,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicGet,
+    BasicGetOk,
     BasicNack,
+    BasicProperties,
+    BasicPublish,
     BasicReject,
+    ConfirmSelect,
+    ConfirmSelectOk,
     TxCommit,
     TxCommitOk,
     TxRollback,
@@ -47,13 +57,16 @@ from conformance.suite.steps.queues import (
     messages,
     prompt,
     ready,
+    require,
     require_nack,
     settle,
     tag_of,
     take,
+    take_one,
 )
 
 UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
+REPLY_TO = "amq.rabbitmq.reply-to"
 SETTLE_METHOD_IDS = {kind: METHOD_IDS[f"basic.{kind}"] for kind in ("ack", "reject", "nack")}
 
 
@@ -76,6 +89,7 @@ def assert_unknown_tag(closed: ChannelClosed, tag: int, kind: str, target: Targe
 
 # -- ACK-01, ACK-02: the tags ------------------------------------------------------------------
 @pytest.mark.rules("ACK-01")
+@pytest.mark.clauses("ACK-01.a", "ACK-01.b", "ACK-01.c", "ACK-01.d")
 def test_tags_count_per_channel_from_1_across_get_and_consumers(connect: Connect, names: Names,
                                                                  target: Target) -> None:
     client = connect()
@@ -100,7 +114,48 @@ def test_tags_count_per_channel_from_1_across_get_and_consumers(connect: Connect
             assert all(t > 0 for t in seq) and seq == sorted(set(seq)), seq
 
 
+@pytest.mark.rules("ACK-01")
+@pytest.mark.clauses("ACK-01.e")
+def test_a_direct_reply_to_delivery_takes_the_current_tag_without_counting(connect: Connect, names: Names,
+                                                                          target: Target) -> None:
+    require(target.profile, "direct_reply_to", "direct reply-to")
+    client, ch, queue = filled(connect, names, 2)
+    client.rpc(ch, BasicConsume(queue=REPLY_TO, consumer_tag="replies", no_ack=True), BasicConsumeOk)
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)  # the request is queued before the responder's get
+    requests = declare(client, ch, names.queue("requests"))
+    client.send(ch, BasicPublish(exchange="", routing_key=requests), BasicProperties(reply_to=REPLY_TO), b"request")
+    client.expect(ch, BasicAck, timeout=target.timeout(RETURN_S))
+    assert tag_of(get(client, ch, queue)) == 1
+    responder = connect()
+    rch = responder.channel()
+    request: Any = responder.rpc(rch, BasicGet(queue=requests, no_ack=True), BasicGetOk, timeout=target.timeout(5))
+    responder.send(rch, BasicPublish(exchange="", routing_key=request.properties.reply_to or ""),
+                   BasicProperties(), b"reply")
+    reply = take_one(client, ch, target.timeout(RETURN_S))
+    after = tag_of(get(client, ch, queue))
+    if _reply_to_counts(target):
+        assert (reply.tag, after) == (2, 3), (
+            f"ACK-01: from RabbitMQ 4.2 a direct reply-to delivery takes the channel's next tag like any delivery: "
+            f"after basic.get-ok with tag 1, the reply should carry tag 2 and the next basic.get-ok tag 3; the "
+            f"broker sent the reply with tag {reply.tag} and the next basic.get-ok with tag {after}")
+    else:
+        assert (reply.tag, after) == (2, 2), (
+            f"ACK-01: up to RabbitMQ 4.1 a direct reply-to delivery is stamped with the channel's current counter "
+            f"without incrementing it: after basic.get-ok with tag 1, the reply should carry tag 2 and the next "
+            f"basic.get-ok tag 2 again; the broker sent the reply with tag {reply.tag} and the next basic.get-ok "
+            f"with tag {after}")
+
+
+def _reply_to_counts(target: Target) -> bool:
+    """Whether direct reply-to deliveries use up a tag: RabbitMQ 4.2+ (replies go through a volatile
+    queue, rabbit_volatile_queue), judged by the reported version, else by the profile."""
+    version = target.profile.version or ""
+    numbers = [int(part) for part in version.split(".")[:2] if part.isdigit()]
+    return tuple(numbers) >= (4, 2) if len(numbers) == 2 else target.profile.at_least("4.3")
+
+
 @pytest.mark.rules("ACK-02")
+@pytest.mark.clauses("ACK-02.a")
 @pytest.mark.parametrize("tag", [2**32 + 1, 2**63 - 1], ids=["2^32+1", "2^63-1"])
 def test_tags_are_64_bit_without_wrap_or_truncation(connect: Connect, names: Names, target: Target,
                                                     tag: int) -> None:
@@ -113,6 +168,7 @@ def test_tags_are_64_bit_without_wrap_or_truncation(connect: Connect, names: Nam
 
 # -- ACK-03, ACK-04: unknown and double acks -------------------------------------------------
 @pytest.mark.rules("ACK-03")
+@pytest.mark.clauses("ACK-03.a", "ACK-03.b", "ACK-03.c", "ACK-03.d", "ACK-03.e")
 @pytest.mark.parametrize("kind", ["ack", "reject", "nack"])
 @pytest.mark.parametrize("case", ["never-issued", "already-settled", "other-channel"])
 def test_unknown_tag_closes_the_channel_406(connect: Connect, names: Names, target: Target, kind: str,
@@ -135,6 +191,7 @@ def test_unknown_tag_closes_the_channel_406(connect: Connect, names: Names, targ
 
 
 @pytest.mark.rules("ACK-03", "RQ-03")
+@pytest.mark.clauses("ACK-03.a", "ACK-03.f", "RQ-03.d", "RQ-03.e")
 def test_unknown_tag_requeues_the_channels_deliveries(connect: Connect, names: Names, target: Target) -> None:
     client, ch, queue = filled(connect, names, 2)
     assert [d.tag for d in get_all(client, ch, queue)] == [1, 2]
@@ -145,6 +202,7 @@ def test_unknown_tag_requeues_the_channels_deliveries(connect: Connect, names: N
 
 
 @pytest.mark.rules("ACK-04")
+@pytest.mark.clauses("ACK-04.a", "ACK-04.b")
 @pytest.mark.parametrize("tx", [False, True], ids=["plain", "tx"])
 def test_double_ack_is_an_unknown_tag(connect: Connect, names: Names, target: Target, tx: bool) -> None:
     client, ch, queue = filled(connect, names, 1)
@@ -158,6 +216,7 @@ def test_double_ack_is_an_unknown_tag(connect: Connect, names: Names, target: Ta
 
 # -- ACK-05, ACK-06: multiple and tag 0 ------------------------------------------------------
 @pytest.mark.rules("ACK-05")
+@pytest.mark.clauses("ACK-05.a")
 def test_multiple_settles_every_tag_up_to_n_from_get_and_all_consumers(connect: Connect, names: Names,
                                                                         target: Target) -> None:
     client = connect()
@@ -178,6 +237,7 @@ def test_multiple_settles_every_tag_up_to_n_from_get_and_all_consumers(connect: 
 
 
 @pytest.mark.rules("ACK-05")
+@pytest.mark.clauses("ACK-05.b", "ACK-05.c", "ACK-05.d")
 @pytest.mark.parametrize("case", ["already-settled", "above-highest"])
 def test_multiple_needs_n_outstanding_and_settles_nothing_otherwise(connect: Connect, names: Names,
                                                                    target: Target, case: str) -> None:
@@ -194,6 +254,7 @@ def test_multiple_needs_n_outstanding_and_settles_nothing_otherwise(connect: Con
 
 
 @pytest.mark.rules("ACK-05", "ACK-07")
+@pytest.mark.clauses("ACK-05.a", "ACK-07.b", "ACK-07.e")
 def test_nack_multiple_settles_up_to_n(connect: Connect, names: Names, target: Target) -> None:
     require_nack(target.profile)
     client, ch, queue = filled(connect, names, 3)
@@ -210,6 +271,7 @@ def test_nack_multiple_settles_up_to_n(connect: Connect, names: Names, target: T
 
 
 @pytest.mark.rules("ACK-06")
+@pytest.mark.clauses("ACK-06.a", "ACK-06.b")
 def test_tag_0_multiple_acks_everything_outstanding_and_never_fails(connect: Connect, names: Names, target: Target) -> None:
     client, ch, queue = filled(connect, names, 2)
     client.send(ch, BasicAck(delivery_tag=0, multiple=True))  # nothing outstanding yet
@@ -226,6 +288,7 @@ def test_tag_0_multiple_acks_everything_outstanding_and_never_fails(connect: Con
 
 
 @pytest.mark.rules("ACK-06")
+@pytest.mark.clauses("ACK-06.c")
 def test_tag_0_without_multiple_is_an_unknown_tag(connect: Connect, names: Names, target: Target) -> None:
     if target.profile.expect("ACK-06") != "required":
         not_applicable("delivery-tag 0 with multiple=false is not specified by AMQP 0-9-1")
@@ -237,6 +300,7 @@ def test_tag_0_without_multiple_is_an_unknown_tag(connect: Connect, names: Names
 
 # -- ACK-08: transactions --------------------------------------------------------------------
 @pytest.mark.rules("ACK-08")
+@pytest.mark.clauses("ACK-08.a")
 @pytest.mark.parametrize("kind", ["ack", "reject", "nack"])
 def test_unknown_tag_in_tx_fails_at_ack_time_not_at_commit(connect: Connect, names: Names,
                                                             target: Target, kind: str) -> None:
@@ -252,6 +316,7 @@ def test_unknown_tag_in_tx_fails_at_ack_time_not_at_commit(connect: Connect, nam
 
 
 @pytest.mark.rules("ACK-08")
+@pytest.mark.clauses("ACK-08.b", "ACK-08.c")
 @pytest.mark.parametrize("steps, left", [
     (("ack",), 1),  # never committed: still outstanding when the channel closes
     (("ack", "commit"), 0),
@@ -276,6 +341,7 @@ def test_tx_ack_is_settled_at_commit_and_restored_by_rollback(connect: Connect, 
 
 
 @pytest.mark.rules("ACK-08")
+@pytest.mark.clauses("ACK-08.b")
 def test_tx_reject_requeues_only_at_commit(connect: Connect, names: Names) -> None:
     client, ch, queue = filled(connect, names, 1)
     client.rpc(ch, TxSelect(), TxSelectOk)

@@ -58,6 +58,7 @@ from conformance.suite.steps.queues import (
 
 # -- ACK-07: reject and nack -----------------------------------------------------------------
 @pytest.mark.rules("ACK-07")
+@pytest.mark.clauses("ACK-07.a", "ACK-07.b", "ACK-07.d")
 @pytest.mark.parametrize("kind", ["reject", "nack"])
 @pytest.mark.parametrize("requeue", [True, False], ids=["requeue", "discard"])
 def test_reject_and_nack_requeue_or_discard_without_reply(connect: Connect, names: Names, target: Target,
@@ -79,6 +80,7 @@ def test_reject_and_nack_requeue_or_discard_without_reply(connect: Connect, name
 
 
 @pytest.mark.rules("ACK-07", "ACK-06")
+@pytest.mark.clauses("ACK-07.a", "ACK-07.e", "ACK-06.a")
 @pytest.mark.parametrize("tag", [3, 0], ids=["up-to-3", "tag-0"])
 def test_nack_multiple_requeue_puts_every_message_back(connect: Connect, names: Names, target: Target,
                                                        tag: int) -> None:
@@ -90,6 +92,7 @@ def test_nack_multiple_requeue_puts_every_message_back(connect: Connect, names: 
 
 
 @pytest.mark.rules("ACK-07")
+@pytest.mark.clauses("ACK-07.c")
 @pytest.mark.parametrize("kind", ["reject", "nack"])
 def test_discarded_message_is_dead_lettered_when_a_dlx_is_set(connect: Connect, names: Names,
                                                               target: Target, kind: str) -> None:
@@ -109,6 +112,7 @@ def test_discarded_message_is_dead_lettered_when_a_dlx_is_set(connect: Connect, 
 
 # -- ACK-09: basic.recover -------------------------------------------------------------------
 @pytest.mark.rules("ACK-09")
+@pytest.mark.clauses("ACK-09.a", "ACK-09.b", "ACK-09.c", "ACK-09.d")
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["recover", "recover-async"])
 def test_recover_requeue_redelivers_unacked_with_redelivered(connect: Connect, names: Names,
                                                              asynchronous: bool) -> None:
@@ -128,6 +132,7 @@ def test_recover_requeue_redelivers_unacked_with_redelivered(connect: Connect, n
 
 
 @pytest.mark.rules("ACK-09")
+@pytest.mark.clauses("ACK-09.e")
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["recover", "recover-async"])
 def test_recover_without_requeue_is_a_connection_error_540(connect: Connect, names: Names, target: Target,
                                                            asynchronous: bool) -> None:
@@ -151,6 +156,7 @@ def test_recover_without_requeue_is_a_connection_error_540(connect: Connect, nam
 
 # -- ACK-10: cancel --------------------------------------------------------------------------
 @pytest.mark.rules("ACK-10")
+@pytest.mark.clauses("ACK-10.a", "ACK-10.b", "ACK-10.c")
 def test_cancel_leaves_deliveries_unacked_on_the_channel(connect: Connect, names: Names,
                                                          target: Target) -> None:
     client, ch, queue = filled(connect, names, 3)
@@ -167,7 +173,8 @@ def test_cancel_leaves_deliveries_unacked_on_the_channel(connect: Connect, names
 
 
 # -- S001-01..03: ack modes and positive acks ------------------------------------------------
-@pytest.mark.rules("S001-01")
+@pytest.mark.rules("S001-01", "S001-02")
+@pytest.mark.clauses("S001-01.a", "S001-01.b", "S001-02.b")
 def test_ack_mode_is_chosen_per_consume_and_per_get(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch = client.channel()
@@ -186,6 +193,7 @@ def test_ack_mode_is_chosen_per_consume_and_per_get(connect: Connect, names: Nam
 
 
 @pytest.mark.rules("S001-02", "RQ-03")
+@pytest.mark.clauses("S001-02.a", "RQ-03.f")
 def test_automatic_ack_delivery_is_settled_once_sent(connect: Connect, names: Names, target: Target) -> None:
     client, ch, queue = filled(connect, names, 1)
     consume(client, ch, queue, no_ack=True)
@@ -196,6 +204,7 @@ def test_automatic_ack_delivery_is_settled_once_sent(connect: Connect, names: Na
 
 
 @pytest.mark.rules("S001-03")
+@pytest.mark.clauses("S001-03.a")
 @pytest.mark.parametrize("via", ["get", "consume"])
 def test_positive_ack_settles_the_message_for_good(connect: Connect, names: Names, via: str) -> None:
     client, ch, queue = filled(connect, names, 1)

@@ -14,6 +14,7 @@ from conformance.suite.steps.queues import prompt
 
 
 @pytest.mark.rules("ACK-03")
+@pytest.mark.clauses("ACK-03.a", "ACK-03.e")
 def test_unknown_tag_closes_the_channel_with_406(connect: Callable[..., RawClient], names: Names) -> None:
     client = connect()
     ch = client.channel()

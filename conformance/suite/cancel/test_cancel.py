@@ -64,12 +64,14 @@ def notifies(target: Target) -> bool:
 
 # -- CCN-01 ----------------------------------------------------------------------------------
 @pytest.mark.rules("CCN-01")
+@pytest.mark.clauses("CCN-01.b")
 def test_server_advertises_consumer_cancel_notify(connect: Connect) -> None:
     caps = connect().server_properties.get("capabilities")
     assert isinstance(caps, dict) and caps.get("consumer_cancel_notify") is True, caps
 
 
 @pytest.mark.rules("CCN-01")
+@pytest.mark.clauses("CCN-01.b", "CCN-01.c")
 def test_server_advertises_the_rabbitmq_capabilities(connect: Connect, target: Target) -> None:
     if not target.profile.rabbitmq:  # judged by what it claims (docs/design.md decision 11), not RabbitMQ's table
         not_applicable(f"RabbitMQ's whole capabilities table is not asked of {target.profile.display}")
@@ -81,6 +83,7 @@ def test_server_advertises_the_rabbitmq_capabilities(connect: Connect, target: T
 
 # -- CCN-02 ----------------------------------------------------------------------------------
 @pytest.mark.rules("CCN-01", "CCN-02")
+@pytest.mark.clauses("CCN-01.a", "CCN-02.a", "CCN-02.b")
 def test_deleting_the_queue_sends_basic_cancel(connect: Connect, names: Names, target: Target) -> None:
     client = connect(capabilities={"consumer_cancel_notify": True})
     queue = names.queue()
@@ -100,6 +103,7 @@ def test_deleting_the_queue_sends_basic_cancel(connect: Connect, names: Names, t
 
 
 @pytest.mark.rules("CCN-01", "CCN-02")
+@pytest.mark.clauses("CCN-01.a", "CCN-02.b", "CCN-02.c")
 def test_without_the_capability_the_consumer_goes_silently(connect: Connect, names: Names) -> None:
     client = connect(capabilities={"consumer_cancel_notify": False})
     queue = names.queue()
@@ -112,6 +116,7 @@ def test_without_the_capability_the_consumer_goes_silently(connect: Connect, nam
 
 
 @pytest.mark.rules("CCN-02")
+@pytest.mark.clauses("CCN-02.d")
 def test_no_notification_after_the_client_cancelled(connect: Connect, names: Names) -> None:
     client = connect(capabilities={"consumer_cancel_notify": True})
     queue = names.queue()
@@ -123,6 +128,7 @@ def test_no_notification_after_the_client_cancelled(connect: Connect, names: Nam
 
 # -- CCN-03 ----------------------------------------------------------------------------------
 @pytest.mark.rules("CCN-03")
+@pytest.mark.clauses("CCN-03.a", "CCN-03.c")
 def test_cancelling_an_unknown_tag_is_answered(connect: Connect) -> None:
     client = connect()
     ch = client.channel()
@@ -133,6 +139,7 @@ def test_cancelling_an_unknown_tag_is_answered(connect: Connect) -> None:
 
 
 @pytest.mark.rules("CCN-03")
+@pytest.mark.clauses("CCN-03.b")
 def test_cancelling_after_a_broker_cancel_is_answered(connect: Connect, names: Names, target: Target) -> None:
     """The race of the consumer-cancel guide: the client cancels a consumer the broker dropped."""
     client = connect(capabilities={"consumer_cancel_notify": True})
@@ -146,6 +153,7 @@ def test_cancelling_after_a_broker_cancel_is_answered(connect: Connect, names: N
 
 
 @pytest.mark.rules("CCN-03")
+@pytest.mark.clauses("CCN-03.b")
 def test_cancelling_twice_is_answered_twice(connect: Connect, names: Names) -> None:
     client = connect()
     ch = consumer(client, names.queue(), "ccn-03-twice")
@@ -156,6 +164,7 @@ def test_cancelling_twice_is_answered_twice(connect: Connect, names: Names) -> N
 
 # -- CCN-04 ----------------------------------------------------------------------------------
 @pytest.mark.rules("CCN-04")
+@pytest.mark.clauses("CCN-04.a")
 def test_no_delivery_follows_cancel_ok(connect: Connect, names: Names, target: Target) -> None:
     """Auto-ack consumer on a full queue, cancelled while deliveries stream: every message the
     queue gave the consumer arrives before cancel-ok; after it, nothing for that tag."""
@@ -182,6 +191,7 @@ def test_no_delivery_follows_cancel_ok(connect: Connect, names: Names, target: T
 
 # -- CCN-05 ----------------------------------------------------------------------------------
 @pytest.mark.rules("CCN-05")
+@pytest.mark.clauses("CCN-05.a", "CCN-05.b")
 def test_client_cancel_ok(connect: Connect, names: Names, target: Target) -> None:
     if target.profile.expect("CCN-05") == "required":
         _client_cancel_ok_completes_a_broker_cancel(connect, names, target)
@@ -192,6 +202,10 @@ def test_client_cancel_ok(connect: Connect, names: Names, target: Target) -> Non
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
     assert outcome(closed.value) == ("connection", ReplyCode.COMMAND_INVALID, *METHOD_IDS["basic.cancel-ok"])
+    if target.profile.rabbitmq:
+        assert closed.value.text == "COMMAND_INVALID - unimplemented method", (
+            f"CCN-05: up to 4.2 a client basic.cancel-ok is an unimplemented method: connection.close 503 "
+            f"'COMMAND_INVALID - unimplemented method'; the broker sent {closed.value.text!r}")
 
 
 def _client_cancel_ok_completes_a_broker_cancel(connect: Connect, names: Names, target: Target) -> None:
@@ -222,6 +236,7 @@ def consumers(client: RawClient, ch: int, queue: str) -> int:
 
 # -- CCN-06 ----------------------------------------------------------------------------------
 @pytest.mark.rules("CCN-06")
+@pytest.mark.clauses("CCN-06.c")
 def test_x_cancel_on_ha_failover_is_accepted(connect: Connect, names: Names, target: Target) -> None:
     """The argument is accepted (3.x) or accepted and ignored (4.x); the consumer works.
     The failover half (a mirrored leader moving) needs a cluster: not exercised here."""
@@ -236,6 +251,7 @@ def test_x_cancel_on_ha_failover_is_accepted(connect: Connect, names: Names, tar
 
 # -- CCN-07 ----------------------------------------------------------------------------------
 @pytest.mark.rules("CCN-07")
+@pytest.mark.clauses("CCN-07.a")
 def test_reusing_a_consumer_tag_is_530(connect: Connect, names: Names) -> None:
     client = connect()
     queue = names.queue()
@@ -247,6 +263,7 @@ def test_reusing_a_consumer_tag_is_530(connect: Connect, names: Names) -> None:
 
 
 @pytest.mark.rules("CCN-07")
+@pytest.mark.clauses("CCN-07.c")
 @pytest.mark.parametrize("first_exclusive", [False, True], ids=["then-exclusive", "after-exclusive"])
 def test_exclusive_consume_conflict_is_403(connect: Connect, names: Names, first_exclusive: bool) -> None:
     client = connect()
@@ -260,6 +277,7 @@ def test_exclusive_consume_conflict_is_403(connect: Connect, names: Names, first
 
 
 @pytest.mark.rules("CCN-07")
+@pytest.mark.clauses("CCN-07.e")
 def test_consuming_from_a_missing_queue_is_404(connect: Connect, names: Names) -> None:
     client = connect()
     ch = client.channel()
@@ -270,6 +288,7 @@ def test_consuming_from_a_missing_queue_is_404(connect: Connect, names: Names) -
 
 # -- S002-01 ---------------------------------------------------------------------------------
 @pytest.mark.rules("S002-01")
+@pytest.mark.clauses("S002-01.a")
 def test_client_cancel_is_answered_and_stops_deliveries(connect: Connect, names: Names,
                                                         target: Target) -> None:
     client = connect()
@@ -283,6 +302,7 @@ def test_client_cancel_is_answered_and_stops_deliveries(connect: Connect, names:
 
 
 @pytest.mark.rules("S002-01")
+@pytest.mark.clauses("S002-01.a")
 def test_cancel_pipelined_behind_consume_is_answered(connect: Connect, names: Names, target: Target) -> None:
     """basic.consume and basic.cancel in one write, before consume-ok arrives. RabbitMQ 3.10.8
     crashes the channel here (badkey in rabbit_channel:consumer_monitor/2, then connection.close

@@ -50,7 +50,8 @@ def consume(client: RawClient, ch: int, queue: str, tag: str) -> None:
     client.rpc(ch, BasicConsume(queue=queue, consumer_tag=tag), BasicConsumeOk)
 
 
-@pytest.mark.rules("CLU-01", "CLU-02")
+@pytest.mark.rules("CLU-01", "CLU-02", "CCN-02")
+@pytest.mark.clauses("CCN-02.e")
 def test_consumers_of_a_stopped_nodes_classic_queue_are_cancelled(cluster: Cluster, names: Names,
                                                                   target: Target) -> None:
     measured(target, "CLU-01", "CLU-02")

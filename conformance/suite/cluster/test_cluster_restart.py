@@ -9,8 +9,6 @@ transientExchangeDurableQueue).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from codec import (
@@ -36,7 +34,7 @@ from codec.constants import ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.cluster import Cluster
 from conformance.plugin.session import Names, Target
-from conformance.suite.steps.cluster import classic, measured, publish
+from conformance.suite.steps.cluster import await_queue_back, classic, measured, publish
 from conformance.suite.steps.wire import sync
 
 NODE = 2
@@ -46,24 +44,6 @@ def _get(client: RawClient, ch: int, queue: str, target: Target) -> tuple[bytes,
     reply = client.rpc(ch, BasicGet(queue=queue, no_ack=True), BasicGetOk, BasicGetEmpty, timeout=target.timeout(5))
     method = reply.method
     return (reply.body, method.redelivered) if isinstance(method, BasicGetOk) else None
-
-
-def _back(client: RawClient, queue: str, target: Target) -> int:
-    """The queue's ready count once it answers again after the restart (bounded: 404 until then)."""
-    deadline = time.monotonic() + target.timeout(30)
-    while True:
-        ch = client.channel()
-        try:
-            reply = client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk, timeout=target.timeout(5))
-        except ChannelClosed as closed:
-            if closed.code != ReplyCode.NOT_FOUND or time.monotonic() > deadline:
-                raise AssertionError(f"CLU-09: the durable queue {queue} is not back after its node's restart: "
-                                     f"{closed}") from None
-            time.sleep(0.2)
-            continue
-        client.close_channel(ch)
-        assert isinstance(reply.method, QueueDeclareOk)
-        return reply.method.message_count
 
 
 @pytest.mark.rules("CLU-09")
@@ -97,7 +77,7 @@ def test_a_restarted_nodes_durable_queue_keeps_its_bindings_and_persistent_messa
     cluster.start(NODE)
     client = cluster.connect(NODE)
     ch = client.channel()
-    ready = _back(client, kept, target)
+    ready = await_queue_back(client, kept, target, "CLU-09")
     got = [_get(client, ch, kept, target) for _ in range(ready + 1)]
     assert got[:-1] == [(b"persistent", False)] and got[-1] is None, \
         f"CLU-09: after the restart {kept} must hold its persistent message, never delivered (redelivered=false), " \

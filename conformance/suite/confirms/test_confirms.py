@@ -55,6 +55,7 @@ Connect = Callable[..., RawClient]
 
 # -- PC-01 / PC-02 ---------------------------------------------------------------------------
 @pytest.mark.rules("PC-01")
+@pytest.mark.clauses("PC-01.a", "PC-01.c")
 def test_confirm_select_is_answered_and_repeatable(connect: Connect, names: Names) -> None:
     client = connect()
     ch = client.channel()
@@ -70,6 +71,7 @@ def test_confirm_select_is_answered_and_repeatable(connect: Connect, names: Name
 
 
 @pytest.mark.rules("PC-01")
+@pytest.mark.clauses("PC-01.b")
 def test_confirm_select_nowait_gets_no_reply(connect: Connect) -> None:
     client = connect()
     ch = client.channel()
@@ -78,6 +80,7 @@ def test_confirm_select_nowait_gets_no_reply(connect: Connect) -> None:
 
 
 @pytest.mark.rules("PC-02")
+@pytest.mark.clauses("PC-02.a", "PC-02.b", "PC-02.c", "PC-02.d")
 def test_sequence_numbers_start_at_one_after_select(connect: Connect, names: Names) -> None:
     client = connect()
     ch = client.channel()
@@ -94,6 +97,7 @@ def test_sequence_numbers_start_at_one_after_select(connect: Connect, names: Nam
 
 # -- PC-03 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-03")
+@pytest.mark.clauses("PC-03.a")
 def test_tx_select_on_a_confirm_channel_is_406(connect: Connect) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -103,6 +107,7 @@ def test_tx_select_on_a_confirm_channel_is_406(connect: Connect) -> None:
 
 
 @pytest.mark.rules("PC-03")
+@pytest.mark.clauses("PC-03.c")
 def test_confirm_select_on_a_tx_channel_is_406(connect: Connect) -> None:
     client = connect()
     ch = client.channel()
@@ -114,6 +119,7 @@ def test_confirm_select_on_a_tx_channel_is_406(connect: Connect) -> None:
 
 # -- PC-04 / PC-05 / PC-10 ---------------------------------------------------------------------
 @pytest.mark.rules("PC-04")
+@pytest.mark.clauses("PC-04.c")
 def test_a_lone_confirm_is_not_multiple(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -126,6 +132,7 @@ def test_a_lone_confirm_is_not_multiple(connect: Connect, names: Names) -> None:
 
 
 @pytest.mark.rules("PC-04", "PC-05")
+@pytest.mark.clauses("PC-04.b", "PC-05.a")
 def test_a_burst_is_confirmed_once_per_seqno(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -139,7 +146,8 @@ def test_a_burst_is_confirmed_once_per_seqno(connect: Connect, names: Names) -> 
 
 
 @pytest.mark.rules("PC-04", "PC-08")
-def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names) -> None:
+@pytest.mark.clauses("PC-04.d", "PC-04.e", "PC-08.a")
+def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch = confirm_channel(client)
     full = names.queue("full")
@@ -150,6 +158,10 @@ def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names) -> None:
     # multiple=true here (live): unlike acks, nacks have no single-confirm special case.
     assert isinstance(lone, BasicNack) and lone.delivery_tag == 1, (
         f"got {protocol_terms(lone)} for a publish to a full reject-publish queue, expected basic.nack delivery-tag=1")
+    if target.profile.rabbitmq:  # rabbit_channel send_nacks -> coalesce_and_send (v3.10.8, v4.3.5)
+        assert (lone.multiple, lone.requeue) == (True, True), (
+            f"PC-04: RabbitMQ sends a lone nack with no older seqno unconfirmed as multiple=true (nacks have no "
+            f"single-confirm clause), and its broker nacks carry requeue=true; got {protocol_terms(lone)}")
     publish_burst(client, ch, [full] * 5)
     confirms = Confirms.expecting(2, 5).collect(client, ch, prompt(client))
     assert confirms.nacked == set(range(2, 7)) and not confirms.acked
@@ -157,6 +169,7 @@ def test_nacks_are_coalesced_like_acks(connect: Connect, names: Names) -> None:
 
 
 @pytest.mark.rules("PC-05", "PC-04")
+@pytest.mark.clauses("PC-04.a", "PC-04.b", "PC-05.a", "PC-05.b")
 def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -178,6 +191,7 @@ def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names)
 
 
 @pytest.mark.rules("PC-10")
+@pytest.mark.clauses("PC-10.a", "PC-10.b")
 def test_confirms_of_mixed_durability_cover_every_message(connect: Connect, names: Names,
                                                          target: Target) -> None:
     """Order is not guaranteed, so only coverage is checked: persistent messages to a durable
@@ -198,6 +212,7 @@ def test_confirms_of_mixed_durability_cover_every_message(connect: Connect, name
 
 # -- PC-06 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-06")
+@pytest.mark.clauses("PC-06.a", "PC-06.b", "PC-06.c")
 def test_unroutable_mandatory_is_returned_then_confirmed(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -213,6 +228,7 @@ def test_unroutable_mandatory_is_returned_then_confirmed(connect: Connect, names
 
 
 @pytest.mark.rules("PC-06")
+@pytest.mark.clauses("PC-06.a")
 def test_unroutable_without_mandatory_is_only_confirmed(connect: Connect, names: Names) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -223,6 +239,7 @@ def test_unroutable_without_mandatory_is_only_confirmed(connect: Connect, names:
 
 # -- PC-07 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-07")
+@pytest.mark.clauses("PC-07.a")
 def test_persistent_message_in_durable_queue_is_confirmed_once_stored(connect: Connect, names: Names,
                                                                       target: Target) -> None:
     client = connect()
@@ -235,6 +252,7 @@ def test_persistent_message_in_durable_queue_is_confirmed_once_stored(connect: C
 
 
 @pytest.mark.rules("PC-07")
+@pytest.mark.clauses("PC-07.a")
 def test_persistent_message_in_a_transient_queue_is_confirmed(connect: Connect, names: Names) -> None:
     """A transient queue stores nothing: it accepts a persistent message as it accepts any other, so the
     message is confirmed once enqueued (RabbitMQ 3.10.8, live; GarageMQ 0.1 never confirms it)."""
@@ -248,6 +266,7 @@ def test_persistent_message_in_a_transient_queue_is_confirmed(connect: Connect, 
 
 
 @pytest.mark.rules("PC-07")
+@pytest.mark.clauses("PC-07.a", "PC-07.c")
 def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -> None:
     require_kind(target.profile, QUORUM)
     client = connect()
@@ -260,6 +279,7 @@ def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -
 
 
 @pytest.mark.rules("PC-07")
+@pytest.mark.clauses("PC-07.d")
 def test_message_routed_to_several_queues_gets_one_confirm(connect: Connect, names: Names,
                                                            target: Target) -> None:
     require_kind(target.profile, QUORUM)

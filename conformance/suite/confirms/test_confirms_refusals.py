@@ -60,6 +60,7 @@ Connect = Callable[..., RawClient]
 
 # -- PC-08 / PC-09 ---------------------------------------------------------------------------
 @pytest.mark.rules("PC-08")
+@pytest.mark.clauses("PC-08.a", "PC-08.b", "PC-08.c")
 @pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
 def test_a_full_queue_with_reject_publish_nacks(connect: Connect, names: Names,
                                                 overflow: str) -> None:
@@ -74,6 +75,7 @@ def test_a_full_queue_with_reject_publish_nacks(connect: Connect, names: Names,
 
 
 @pytest.mark.rules("PC-09")
+@pytest.mark.clauses("PC-09.a")
 @pytest.mark.parametrize("durable", [True, False], ids=["durable-persistent", "transient"])
 def test_queue_deleted_with_confirms_pending_means_ack(connect: Connect, names: Names, target: Target,
                                                        durable: bool) -> None:
@@ -91,6 +93,7 @@ def test_queue_deleted_with_confirms_pending_means_ack(connect: Connect, names: 
 
 # -- PC-11 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-11")
+@pytest.mark.clauses("PC-11.a", "PC-11.b")
 @pytest.mark.parametrize("method", [TxCommit(), TxRollback()], ids=["commit", "rollback"])
 def test_commit_or_rollback_outside_tx_is_406(connect: Connect, method: TxCommit | TxRollback) -> None:
     client = connect()
@@ -101,6 +104,7 @@ def test_commit_or_rollback_outside_tx_is_406(connect: Connect, method: TxCommit
 
 
 @pytest.mark.rules("PC-11")
+@pytest.mark.clauses("PC-11.d")
 def test_commit_with_a_rejected_publish_is_406(connect: Connect, names: Names, target: Target) -> None:
     if target.profile.expect("PC-11").startswith("variant:"):
         not_applicable("partial tx completion is RabbitMQ-specific")
@@ -113,9 +117,13 @@ def test_commit_with_a_rejected_publish_is_406(connect: Connect, names: Names, t
     with pytest.raises(ChannelClosed) as closed:
         client.rpc(ch, TxCommit(), TxCommitOk)
     assert outcome(closed.value) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["tx.commit"])
+    assert closed.value.text == "PRECONDITION_FAILED - partial tx completion", (
+        f"PC-11: tx.commit of a transaction whose publish a queue refused fails with the text "
+        f"'PRECONDITION_FAILED - partial tx completion'; the broker sent {closed.value.text!r}")
 
 
 @pytest.mark.rules("PC-11")
+@pytest.mark.clauses("PC-11.e")
 def test_commit_ok_follows_the_enqueue_of_every_publish(connect: Connect, names: Names,
                                                         target: Target) -> None:
     client = connect()
@@ -129,7 +137,8 @@ def test_commit_ok_follows_the_enqueue_of_every_publish(connect: Connect, names:
     assert message_count(client, observer, queue) == 20
 
 
-@pytest.mark.rules("PC-11")
+@pytest.mark.rules("PC-11", "ERR-04")
+@pytest.mark.clauses("PC-11.f", "ERR-04.n")
 def test_method_pipelined_behind_commit(connect: Connect, names: Names, target: Target) -> None:
     """A method that arrives while tx.commit is still being processed is a 504 connection error.
     Whether the pipelined method finds the commit still running depends on the broker: RabbitMQ
@@ -148,12 +157,15 @@ def test_method_pipelined_behind_commit(connect: Connect, names: Names, target: 
         client.expect(ch, TxCommitOk, timeout=target.timeout(10))
     except ConnectionClosed as closed:
         assert outcome(closed) == ("connection", ReplyCode.CHANNEL_ERROR, *METHOD_IDS["basic.qos"])
+        want = "CHANNEL_ERROR - unexpected command while processing 'tx.commit'"
+        assert closed.text == want, f"PC-11: the 504's reply text must be {want!r}; the broker sent {closed.text!r}"
         return
     client.expect(ch, BasicQosOk, timeout=target.timeout(5))
 
 
 # -- PC-12 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-12")
+@pytest.mark.clauses("PC-12.a")
 def test_immediate_publish_is_540(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch = client.channel()
@@ -170,6 +182,7 @@ def test_immediate_publish_is_540(connect: Connect, names: Names, target: Target
 
 
 @pytest.mark.rules("PC-12")
+@pytest.mark.clauses("PC-12.c", "PC-12.d", "PC-12.f")
 def test_body_over_the_default_max_message_size_is_406(connect: Connect, names: Names,
                                                        target: Target) -> None:
     limit = default_max_message_size(target.profile)
@@ -183,11 +196,14 @@ def test_body_over_the_default_max_message_size_is_406(connect: Connect, names: 
     with pytest.raises(ChannelClosed) as closed:
         sync(client, ch)
     assert outcome(closed.value) == ("channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.publish"])
+    want = f"PRECONDITION_FAILED - message size {limit + 1} is larger than configured max size {limit}"
+    assert closed.value.text == want, f"PC-12: the reply text must be {want!r}; the broker sent {closed.value.text!r}"
     assert message_count(client, other, queue) == 0  # the connection and other channels go on
 
 
 # -- PC-13 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-13")
+@pytest.mark.clauses("PC-13.a")
 def test_pending_confirms_die_with_a_channel_error(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch = confirm_channel(client)
@@ -205,6 +221,7 @@ def test_pending_confirms_die_with_a_channel_error(connect: Connect, names: Name
 
 
 @pytest.mark.rules("PC-13")
+@pytest.mark.clauses("PC-13.a")
 def test_pending_confirms_die_with_a_client_close(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch = confirm_channel(client)

@@ -36,6 +36,7 @@ REDECLARES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 
 
 @pytest.mark.rules("DCL-01")
+@pytest.mark.clauses("DCL-01.a", "DCL-01.b", "DCL-01.d", "DCL-01.e")
 @pytest.mark.parametrize("case", list(REDECLARES))
 def test_the_owner_changing_the_exclusive_flag_is_405(connect: Connect, names: Names, target: Target,
                                                       case: str) -> None:
@@ -54,6 +55,7 @@ def test_the_owner_changing_the_exclusive_flag_is_405(connect: Connect, names: N
 
 
 @pytest.mark.rules("DCL-01")
+@pytest.mark.clauses("DCL-01.c", "DCL-01.d", "DCL-01.f")
 def test_another_connections_exclusive_queue_is_405_and_a_passive_owner_declare_is_fine(
         connect: Connect, names: Names, target: Target) -> None:
     owner, other = connect(), connect()
@@ -68,6 +70,7 @@ def test_another_connections_exclusive_queue_is_405_and_a_passive_owner_declare_
 
 # -- DCL-02 ----------------------------------------------------------------------------------
 @pytest.mark.rules("DCL-02")
+@pytest.mark.clauses("DCL-02.a", "DCL-02.b")
 @pytest.mark.parametrize("existing", [False, True], ids=["new-name", "existing-exchange"])
 def test_an_unknown_exchange_type(connect: Connect, names: Names, target: Target, existing: bool) -> None:
     client = connect()

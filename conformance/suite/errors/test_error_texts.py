@@ -8,7 +8,8 @@ checked live on 3.10.8 and in the source at HEAD (`rabbit_reader`, `rabbit_comma
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -71,8 +72,11 @@ from conformance.suite.steps.wire import (
 Connect = Callable[..., RawClient]
 
 
-@pytest.mark.rules("ERR-04")
-@pytest.mark.parametrize("method", ["queue.declare", "basic.get", "basic.consume", "queue.bind"])
+@pytest.mark.parametrize("method", [
+    *(pytest.param(m, marks=[pytest.mark.rules("ERR-04"), pytest.mark.clauses("ERR-04.a")])
+      for m in ("queue.declare", "basic.get", "queue.bind")),
+    pytest.param("basic.consume", marks=[pytest.mark.rules("ERR-04", "CCN-07"),
+                                         pytest.mark.clauses("ERR-04.a", "CCN-07.f")])])
 def test_not_found_text(connect: Connect, names: Names, target: Target, method: str) -> None:
     queue = f"{names.prefix}.missing"
     make: dict[str, Method] = {"queue.declare": QueueDeclare(queue=queue, passive=True), "basic.get": BasicGet(queue=queue),
@@ -85,6 +89,7 @@ def test_not_found_text(connect: Connect, names: Names, target: Target, method: 
 
 
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.b")
 def test_no_previously_declared_queue_text(connect: Connect, target: Target) -> None:
     client = connect()
     closed = provoke(client, client.channel(), send(BasicGet(queue="")), 0.2)
@@ -93,6 +98,7 @@ def test_no_previously_declared_queue_text(connect: Connect, target: Target) -> 
 
 
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.c")
 @pytest.mark.parametrize("method", ["queue.declare", "basic.consume", "basic.get"])
 def test_exclusive_queue_of_another_connection_is_405(connect: Connect, names: Names, target: Target,
                                                       method: str) -> None:
@@ -110,6 +116,7 @@ def test_exclusive_queue_of_another_connection_is_405(connect: Connect, names: N
 
 
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.d")
 def test_basic_get_on_a_single_active_consumer_quorum_queue_is_405(connect: Connect, names: Names,
                                                                    target: Target) -> None:
     require_kind(target.profile, QUORUM)
@@ -125,7 +132,8 @@ def test_basic_get_on_a_single_active_consumer_quorum_queue_is_405(connect: Conn
             f"basic.get operations are not supported by {kind} queues with single active consumer"), closed.text
 
 
-@pytest.mark.rules("ERR-04")
+@pytest.mark.rules("ERR-04", "CCN-07")
+@pytest.mark.clauses("CCN-07.d", "ERR-04.f")
 def test_exclusive_consume_on_a_consumed_queue_is_403(connect: Connect, names: Names, target: Target) -> None:
     queue = names.queue()
     client = connect()
@@ -135,6 +143,13 @@ def test_exclusive_consume_on_a_consumed_queue_is_403(connect: Connect, names: N
     closed = provoke(client, client.channel(), send(BasicConsume(queue=queue, exclusive=True)), 0.2)
     assert outcome(closed) == ("channel", ReplyCode.ACCESS_REFUSED, *METHOD_IDS["basic.consume"])
     assert_text(target, closed, f"ACCESS_REFUSED - queue '{queue}' in vhost '{target.vhost}' in exclusive use")
+
+
+def judged_with(cases: Mapping[str, Any], raised_by: Mapping[str, tuple[str, tuple[str, ...]]], clause: str) -> list[Any]:
+    """The cases as parameters judged by ERR-04 (its `clause`) and by the rule that states their
+    text, naming its clauses."""
+    return [pytest.param(case, marks=[pytest.mark.rules("ERR-04", raised_by[case][0]),
+                                      pytest.mark.clauses(clause, *raised_by[case][1])]) for case in cases]
 
 
 PRECONDITION: dict[str, tuple[tuple[Method, ...], Method, tuple[int, int], str]] = {
@@ -147,8 +162,13 @@ PRECONDITION: dict[str, tuple[tuple[Method, ...], Method, tuple[int, int], str]]
 }
 
 
-@pytest.mark.rules("ERR-04")
-@pytest.mark.parametrize("case", list(PRECONDITION))
+# The rule (beside ERR-04) whose text a case states, with its clauses.
+PRECONDITION_RAISED_BY = {"unknown-tag": ("ACK-03", ("ACK-03.d",)), "confirm-to-tx": ("PC-03", ("PC-03.b",)),
+                          "tx-to-confirm": ("PC-03", ("PC-03.d",)), "commit-non-tx": ("PC-11", ("PC-11.c",)),
+                          "rollback-non-tx": ("PC-11", ("PC-11.c",))}
+
+
+@pytest.mark.parametrize("case", judged_with(PRECONDITION, PRECONDITION_RAISED_BY, "ERR-04.e"))
 def test_precondition_failed_texts(connect: Connect, target: Target, case: str) -> None:
     setup, method, ids, text = PRECONDITION[case]
     client = connect()
@@ -160,7 +180,8 @@ def test_precondition_failed_texts(connect: Connect, target: Target, case: str) 
     assert_text(target, closed, f"PRECONDITION_FAILED - {text}")
 
 
-@pytest.mark.rules("ERR-04")
+@pytest.mark.rules("ERR-04", "FRM-03")
+@pytest.mark.clauses("ERR-04.g", "FRM-03.d")
 def test_frame_too_large_text(connect: Connect, target: Target) -> None:
     frame_max = frame_min_size(target.profile)
     client = connect(frame_max=frame_max)
@@ -174,6 +195,7 @@ def test_frame_too_large_text(connect: Connect, target: Target) -> None:
 
 @pytest.mark.long_wait(3)  # rabbit_reader SILENT_CLOSE_DELAY (3 s) after a refused login
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.k")
 def test_unparsable_sasl_response_is_refused(target: Target, recorder: Recorder) -> None:
     """502 SYNTAX_ERROR during the handshake. RabbitMQ raises it in the `securing` state, where
     rabbit_reader sends nothing and closes the socket after a 3 s delay (live 3.10.8; HEAD
@@ -190,6 +212,7 @@ def test_unparsable_sasl_response_is_refused(target: Target, recorder: Recorder)
 
 
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.l")
 def test_command_invalid_text(connect: Connect, target: Target) -> None:
     client = connect()
     closed = provoke(client, client.channel(), send(BasicDeliver(consumer_tag="t", delivery_tag=1), b"x"), 0.2)
@@ -198,6 +221,7 @@ def test_command_invalid_text(connect: Connect, target: Target) -> None:
 
 
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.m")
 def test_channel_error_texts(connect: Connect, target: Target) -> None:
     client = connect()
     closed = provoke(client, client.channel(), send(ChannelOpen()), 0.2)
@@ -224,7 +248,8 @@ UNEXPECTED: dict[str, tuple[Trigger, tuple[int, int], str]] = {
 }
 
 
-@pytest.mark.rules("ERR-04")
+@pytest.mark.rules("ERR-04", "ERR-02")
+@pytest.mark.clauses("ERR-04.o", "ERR-02.g")
 @pytest.mark.parametrize("case", list(UNEXPECTED))
 def test_unexpected_frame_texts(connect: Connect, target: Target, case: str) -> None:
     trigger, ids, text = UNEXPECTED[case]
@@ -235,6 +260,7 @@ def test_unexpected_frame_texts(connect: Connect, target: Target, case: str) -> 
 
 
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.p")
 def test_channel_max_exceeded_is_530(connect: Connect, target: Target) -> None:
     """RabbitMQ checks the count of open channels in rabbit_reader, outside method handling:
     class/method 0/0 (live 3.10.8; HEAD `create_channel/2` passes 'none')."""
@@ -249,6 +275,7 @@ def test_channel_max_exceeded_is_530(connect: Connect, target: Target) -> None:
 
 
 @pytest.mark.rules("ERR-04")
+@pytest.mark.clauses("ERR-04.q")
 def test_channel_max_counts_open_channels(connect: Connect, target: Target) -> None:
     """RabbitMQ limits how many channels are open, not their numbers (live 3.10.8: with
     channel_max=2, channel 3 opens while fewer than 2 are open)."""
@@ -259,7 +286,8 @@ def test_channel_max_counts_open_channels(connect: Connect, target: Target) -> N
     sync(client, 3)
 
 
-@pytest.mark.rules("ERR-04")
+@pytest.mark.rules("ERR-04", "CCN-07")
+@pytest.mark.clauses("CCN-07.b", "ERR-04.r")
 def test_reused_consumer_tag_text(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch = client.channel()
@@ -279,8 +307,12 @@ NOT_IMPLEMENTED: dict[str, tuple[Trigger, tuple[int, int], str]] = {
 }
 
 
-@pytest.mark.rules("ERR-04")
-@pytest.mark.parametrize("case", list(NOT_IMPLEMENTED))
+# Each case also states the text of the rule that raises it (ERR-04 lists them all).
+NOT_IMPLEMENTED_RAISED_BY = {"immediate": ("PC-12", ("PC-12.b",)), "prefetch-size": ("QOS-01", ("QOS-01.b",)),
+                             "recover-no-requeue": ("ACK-09", ("ACK-09.e",)), "flow-off": ("QOS-11", ("QOS-11.b",))}
+
+
+@pytest.mark.parametrize("case", judged_with(NOT_IMPLEMENTED, NOT_IMPLEMENTED_RAISED_BY, "ERR-04.s"))
 def test_not_implemented_texts(connect: Connect, target: Target, case: str) -> None:
     if not target.profile.rabbitmq:
         not_applicable("which methods raise 540 is broker-specific")
@@ -293,7 +325,8 @@ def test_not_implemented_texts(connect: Connect, target: Target, case: str) -> N
 
 @pytest.mark.long_wait(3)  # the management API lists a new connection after its stats interval
 @pytest.mark.slow
-@pytest.mark.rules("ERR-04")
+@pytest.mark.rules("ERR-04", "ERR-02")
+@pytest.mark.clauses("ERR-04.t", "ERR-02.g")
 def test_operator_close_is_320(connect: Connect, target: Target, admin: AdminAdapter) -> None:
     """A broker-side close through --broker-admin (slow: the management API lists a new
     connection only after its first stats emission, up to ~5 s)."""

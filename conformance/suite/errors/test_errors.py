@@ -59,6 +59,7 @@ from conformance.suite.steps.wire import (
     inbound,
     outcome,
     pump,
+    reopen_channel,
     sync,
     wait_channel_closed,
 )
@@ -77,6 +78,7 @@ BUILT_TEXTS: dict[str, tuple[Trigger, tuple[str, int, int, int]]] = {
 
 
 @pytest.mark.rules("ERR-01")
+@pytest.mark.clauses("ERR-01.a", "ERR-01.c")
 @pytest.mark.parametrize("case", list(BUILT_TEXTS))
 def test_reply_text_is_constant_dash_explanation(connect: Connect, target: Target, case: str) -> None:
     trigger, expected = BUILT_TEXTS[case]
@@ -91,6 +93,7 @@ def test_reply_text_is_constant_dash_explanation(connect: Connect, target: Targe
 
 
 @pytest.mark.rules("ERR-01")
+@pytest.mark.clauses("ERR-01.d")
 @pytest.mark.parametrize("frame", ["header-without-method", "unknown-frame-type"])
 def test_errors_outside_method_handling_carry_zero_ids(connect: Connect, frame: str) -> None:
     client = connect()
@@ -102,6 +105,7 @@ def test_errors_outside_method_handling_carry_zero_ids(connect: Connect, frame: 
 
 
 @pytest.mark.rules("ERR-01")
+@pytest.mark.clauses("ERR-01.b")
 def test_a_long_reply_text_is_limited_to_255(connect: Connect, names: Names, target: Target) -> None:
     queue = (names.prefix + ".long.").ljust(255, "n")  # shortstr maximum: the text cannot fit
     client = connect()
@@ -122,6 +126,7 @@ SOFT: dict[str, tuple[Callable[[str], Trigger], tuple[str, int, int, int]]] = {
 
 
 @pytest.mark.rules("ERR-02")
+@pytest.mark.clauses("ERR-02.a")
 @pytest.mark.parametrize("case", list(SOFT))
 def test_soft_errors_close_only_their_channel(connect: Connect, names: Names, case: str) -> None:
     client, owner = connect(), connect()
@@ -162,6 +167,7 @@ HARD: dict[str, tuple[Callable[[str], Trigger], tuple[str, int, int, int], bool]
 
 
 @pytest.mark.rules("ERR-02")
+@pytest.mark.clauses("ERR-02.c", "ERR-02.d")
 @pytest.mark.parametrize("case", list(HARD))
 def test_hard_errors_on_a_channel_close_the_connection(connect: Connect, names: Names, target: Target,
                                                        case: str) -> None:
@@ -198,7 +204,8 @@ MALFORMED: dict[str, tuple[Callable[[int], bytes], tuple[str, int, int, int] | N
 }
 
 
-@pytest.mark.rules("ERR-02")
+@pytest.mark.rules("ERR-02", "ERR-04")
+@pytest.mark.clauses("ERR-02.c", "ERR-02.e", "ERR-02.i", "ERR-04.h", "ERR-04.j")
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_malformed_input_closes_the_connection(connect: Connect, target: Target, case: str) -> None:
     make, expected = MALFORMED[case]
@@ -210,6 +217,10 @@ def test_malformed_input_closes_the_connection(connect: Connect, target: Target,
     except ConnectionClosed as closed:
         if expected is not None:
             assert outcome(closed) == expected
+            if case == "truncated-method" and texts_checked(target):
+                assert closed.text.startswith("FRAME_ERROR - cannot decode "), (
+                    f"ERR-04: a method frame whose arguments cannot be decoded gives 'FRAME_ERROR - cannot decode "
+                    f"<<...>>'; the broker sent {closed.text!r}")
         else:  # any hard error on channel 0 will do
             assert closed.scope == "connection" and ReplyCode(closed.code).is_hard_error, closed
         return
@@ -223,6 +234,7 @@ def test_malformed_input_closes_the_connection(connect: Connect, target: Target,
 
 
 @pytest.mark.rules("ERR-02", "ERR-04")
+@pytest.mark.clauses("ERR-02.c", "ERR-04.i")
 def test_body_larger_than_declared(connect: Connect, target: Target) -> None:
     """Before 4.3.0 (live 3.10.8 and 4.0.5) RabbitMQ keeps waiting for the rest of the body, so
     the next method frame is a 505; from 4.3.0 (`rabbit_command_assembler`, live 4.3.6) and the
@@ -239,10 +251,14 @@ def test_body_larger_than_declared(connect: Connect, target: Target) -> None:
             assert closed.value.text == "UNEXPECTED_FRAME - expected content body, got non content body frame instead"
         return
     assert outcome(closed.value) == ("connection", ReplyCode.FRAME_ERROR, *METHOD_IDS["basic.publish"])
+    if texts_checked(target):
+        want = "FRAME_ERROR - content body frame exceeds remaining content size"
+        assert closed.value.text == want, f"ERR-04: from 4.3.0 the text is {want!r}; the broker sent {closed.value.text!r}"
 
 
 @pytest.mark.rules("ERR-02")
-def test_channel_method_on_channel_zero_closes_the_connection(connect: Connect) -> None:
+@pytest.mark.clauses("ERR-02.f")
+def test_channel_method_on_channel_zero_closes_the_connection(connect: Connect, target: Target) -> None:
     """RabbitMQ answers 504 "unexpected method in connection state running" (live 3.10.8,
     HEAD `rabbit_reader:handle_method0/2`); any hard error keeps to ERR-02."""
     client = connect()
@@ -250,10 +266,15 @@ def test_channel_method_on_channel_zero_closes_the_connection(connect: Connect) 
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, client.channel())
     assert closed.value.scope == "connection" and closed.value.code in (ReplyCode.COMMAND_INVALID, ReplyCode.CHANNEL_ERROR), closed.value
+    if target.profile.rabbitmq:
+        got = (closed.value.code, closed.value.text)
+        want = (ReplyCode.CHANNEL_ERROR, "CHANNEL_ERROR - unexpected method in connection state running")
+        assert got == want, f"ERR-02: RabbitMQ answers a basic.qos on channel 0 with connection.close {want}; got {got}"
 
 
 # -- ERR-03 ----------------------------------------------------------------------------------
 @pytest.mark.rules("ERR-03")
+@pytest.mark.clauses("ERR-03.a", "ERR-03.b")
 def test_methods_after_a_broker_channel_close_are_ignored(connect: Connect, names: Names,
                                                           target: Target) -> None:
     """One write: an error (406), a queue.declare, a channel.close. The broker has sent its
@@ -273,3 +294,20 @@ def test_methods_after_a_broker_channel_close_are_ignored(connect: Connect, name
     with pytest.raises(ChannelClosed) as missing:
         client.rpc(fresh, QueueDeclare(queue=queue, passive=True), QueueDeclareOk)
     assert missing.value.code == ReplyCode.NOT_FOUND  # the declare after the error was ignored
+
+
+@pytest.mark.rules("ERR-03")
+@pytest.mark.clauses("ERR-03.c")
+def test_close_ok_ends_the_closed_channel(connect: Connect, target: Target) -> None:
+    """The client answers the broker's channel.close with channel.close-ok (the driver does):
+    the channel has ended, so its number opens again and works."""
+    client = connect()
+    ch = client.channel()
+    client.send(ch, BasicAck(delivery_tag=99))
+    closed = wait_channel_closed(client, ch, target.timeout(5))
+    assert outcome(closed)[:2] == ("channel", ReplyCode.PRECONDITION_FAILED)
+    reopen_channel(client, ch)
+    sync(client, ch)
+    assert client.connection_closed is None, (
+        f"ERR-03: channel.close-ok ends the closed channel, so channel {ch} can be opened again; the broker closed "
+        f"the connection: {client.connection_closed}")

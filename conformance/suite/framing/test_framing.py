@@ -82,6 +82,7 @@ def assert_refused(target: Target, result: Handshake, text: str | None) -> None:
 
 # -- FRM-01 ----------------------------------------------------------------------------------
 @pytest.mark.rules("FRM-01")
+@pytest.mark.clauses("FRM-01.a")
 def test_tune_offers_the_default_limits(connect: Connect, target: Target) -> None:
     tune = connect().tune
     assert tune is not None
@@ -92,6 +93,7 @@ def test_tune_offers_the_default_limits(connect: Connect, target: Target) -> Non
 
 
 @pytest.mark.rules("FRM-01")
+@pytest.mark.clauses("FRM-01.b")
 def test_tune_ok_within_the_bounds_opens(connect: Connect, target: Target, recorder: Recorder) -> None:
     offered = connect().tune
     assert offered is not None
@@ -105,6 +107,7 @@ def test_tune_ok_within_the_bounds_opens(connect: Connect, target: Target, recor
 
 @pytest.mark.long_wait(3)  # RabbitMQ closes a refused handshake's socket after 3 s (rabbit_reader SILENT_CLOSE_DELAY)
 @pytest.mark.rules("FRM-01")
+@pytest.mark.clauses("FRM-01.c", "FRM-01.d", "FRM-01.e", "FRM-01.f", "FRM-01.g")
 def test_tune_ok_out_of_bounds_is_530(target: Target, recorder: Recorder) -> None:
     low = frame_min_size(target.profile)
     high_frame, high_channel = 131072, 2047  # the defaults offered (test_tune_offers_...)
@@ -122,12 +125,17 @@ def test_tune_ok_out_of_bounds_is_530(target: Target, recorder: Recorder) -> Non
         assert result.tune is not None, f"{case}: no connection.tune"
         assert_refused(target, result, None if text is None else f"NOT_ALLOWED - {text}")
         if result.close is not None and text is None:
-            assert result.close.reply_text.startswith("NOT_ALLOWED - negotiated channel_max = 0"), result.close
+            want = f"NOT_ALLOWED - negotiated channel_max = 0 (no limit) is higher than the maximum allowed value " \
+                   f"({high_channel})"
+            assert not target.profile.rabbitmq or result.close.reply_text == want, (
+                f"FRM-01: a tune-ok channel_max of 0 is refused with {want!r}; the broker sent "
+                f"{result.close.reply_text!r}")
 
 
 @pytest.mark.long_wait(3)  # as above
 # -- FRM-02 ----------------------------------------------------------------------------------
 @pytest.mark.rules("FRM-02")
+@pytest.mark.clauses("FRM-02.a")
 def test_frame_min_size_is_the_lowest_frame_max(target: Target, recorder: Recorder) -> None:
     low = frame_min_size(target.profile)
     exact, below = handshakes(target.url, recorder, target.timeout(6),
@@ -139,6 +147,7 @@ def test_frame_min_size_is_the_lowest_frame_max(target: Target, recorder: Record
 
 @pytest.mark.long_wait(3)  # as above
 @pytest.mark.rules("FRM-02")
+@pytest.mark.clauses("FRM-02.b")
 def test_frames_before_tune_ok_are_limited_to_frame_min_size(target: Target, recorder: Recorder) -> None:
     """A start-ok whose payload is exactly FRAME_MIN_SIZE is read; one octet more is refused
     (no connection.tune; the connection ends, with or without connection.close)."""
@@ -162,6 +171,7 @@ def _payload_limit(target: Target, frame_max: int) -> int:
 
 
 @pytest.mark.rules("FRM-03")
+@pytest.mark.clauses("FRM-03.c")
 def test_a_payload_of_frame_max_is_accepted(connect: Connect, names: Names, target: Target) -> None:
     frame_max = frame_min_size(target.profile)
     limit = _payload_limit(target, frame_max)
@@ -176,6 +186,7 @@ def test_a_payload_of_frame_max_is_accepted(connect: Connect, names: Names, targ
 
 
 @pytest.mark.rules("FRM-03")
+@pytest.mark.clauses("FRM-03.a", "FRM-03.b")
 def test_a_payload_over_frame_max_is_a_fatal_501(connect: Connect, names: Names, target: Target) -> None:
     frame_max = frame_min_size(target.profile)
     over = _payload_limit(target, frame_max) + 1
@@ -186,6 +197,8 @@ def test_a_payload_over_frame_max_is_a_fatal_501(connect: Connect, names: Names,
     with pytest.raises(ConnectionClosed) as closed:
         sync(client, ch)
     assert outcome(closed.value) == ("connection", ReplyCode.FRAME_ERROR, 0, 0)
+    end = socket_end(client, target.timeout(5))  # the driver has answered close-ok
+    assert end in ("eof", "reset"), f"FRM-03: after the 501 the broker closes the socket; it was {end}"
 
 
 @pytest.mark.rules("FRM-03")
@@ -204,6 +217,7 @@ def test_the_broker_splits_bodies_by_frame_max(connect: Connect, names: Names, t
 
 # -- NET-01 ----------------------------------------------------------------------------------
 @pytest.mark.rules("NET-01")
+@pytest.mark.clauses("NET-01.a")
 def test_after_a_broker_close_the_socket_ends_with_eof_or_reset(connect: Connect, target: Target) -> None:
     client = connect()
     ch = client.channel()
@@ -218,6 +232,7 @@ def test_after_a_broker_close_the_socket_ends_with_eof_or_reset(connect: Connect
 
 # -- NET-02 ----------------------------------------------------------------------------------
 @pytest.mark.rules("NET-02")
+@pytest.mark.clauses("NET-02.a", "NET-02.d")
 def test_after_a_client_close_the_socket_is_left_to_the_client(connect: Connect, names: Names,
                                                                target: Target) -> None:
     """Publishes still in flight behind the close: close-ok arrives, the socket stays open (no
@@ -237,6 +252,58 @@ def test_after_a_client_close_the_socket_is_left_to_the_client(connect: Connect,
     assert end == "open", f"the broker ended the socket after close-ok instead of leaving it to the client: {end}"
 
 
+def _closed_by_the_client(connect: Connect, target: Target, heartbeat: int) -> tuple[RawClient, float]:
+    """A connection the client closed (close, close-ok) and when close-ok arrived."""
+    if not target.profile.rabbitmq:
+        judged_elsewhere(target.profile, "NET-02")
+    client = connect(heartbeat=heartbeat)
+    client.send_raw(encode_method(0, ConnectionClose(ReplyCode.REPLY_SUCCESS, "bye", 0, 0)))
+    client.expect(0, ConnectionCloseOk, timeout=target.timeout(5))
+    return client, time.monotonic()
+
+
+def _socket_end_after(client: RawClient, since: float, within: float) -> tuple[str, float]:
+    """How the socket ends within `within` seconds, and when (from `since`); the heartbeat frames
+    the broker keeps sending while it waits (RabbitMQ does, live) are read past."""
+    deadline = time.monotonic() + within
+    end = socket_end(client, within)
+    while end.startswith("data:08") and time.monotonic() < deadline:  # a heartbeat frame
+        end = socket_end(client, max(deadline - time.monotonic(), 0.01))
+    elapsed = time.monotonic() - since
+    if client.sock is not None:
+        client.sock.close()
+        client.sock = None  # closed here: the driver has nothing left to close
+    return end, elapsed
+
+
+@pytest.mark.long_wait(2)  # one 1 s heartbeat interval after close-ok
+@pytest.mark.rules("NET-02")
+@pytest.mark.clauses("NET-02.b")
+def test_after_a_client_close_a_short_heartbeat_ends_the_socket(connect: Connect, target: Target) -> None:
+    """heartbeat=1 (below 30 s): the broker waits one heartbeat interval for the client to end
+    the socket, then ends it itself (RabbitMQ 3.10.8, live: a reset 1.0 s after close-ok)."""
+    client, since = _closed_by_the_client(connect, target, 1)
+    end, elapsed = _socket_end_after(client, since, target.timeout(4))
+    assert end in ("eof", "reset") and 0.5 <= elapsed <= 1.0 + target.timeout(1.0), (
+        f"NET-02: after its close-ok the broker leaves the socket to the client for the heartbeat interval (1 s), "
+        f"then ends it; the socket was {end} after {elapsed:.2f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.long_wait(32)  # rabbit_reader ?CLOSING_TIMEOUT
+@pytest.mark.rules("NET-02")
+@pytest.mark.clauses("NET-02.c")
+def test_after_a_client_close_without_heartbeats_the_socket_ends_after_30_s(connect: Connect,
+                                                                           target: Target) -> None:
+    client, since = _closed_by_the_client(connect, target, 0)
+    early = socket_end(client, target.timeout(25))  # heartbeats off: the broker sends nothing meanwhile
+    assert early == "open", f"NET-02: with heartbeats off the broker waits 30 s for the client; the socket was {early}"
+    end, elapsed = _socket_end_after(client, since, 5 + target.timeout(3))
+    assert end in ("eof", "reset") and elapsed >= 29.0, (
+        f"NET-02: with heartbeats off the broker ends the socket itself 30 s after its close-ok; it was {end} "
+        f"after {elapsed:.1f} s")
+
+
 # -- HB-01 ----------------------------------------------------------------------------------
 HB_SLACK = 0.3  # seconds on top of heartbeat/2 for scheduling
 HB_WINDOW = 1.9  # long enough to see two consecutive broker heartbeats even at 1 s spacing
@@ -244,6 +311,7 @@ HB_WINDOW = 1.9  # long enough to see two consecutive broker heartbeats even at 
 
 @pytest.mark.long_wait(2)  # broker heartbeats watched for HB_WINDOW
 @pytest.mark.rules("HB-01")
+@pytest.mark.clauses("HB-01.a", "HB-01.b")
 def test_the_broker_sends_heartbeats_every_half_interval(connect: Connect, target: Target) -> None:
     """heartbeat=1 (far below the 60 s offered: the client's value rules, no bounds); while
     idle the broker must send a heartbeat whenever it sent nothing for 0.5 s."""
@@ -264,6 +332,7 @@ def test_the_broker_sends_heartbeats_every_half_interval(connect: Connect, targe
 
 @pytest.mark.long_wait(5)  # the management API lists a new connection after its stats interval
 @pytest.mark.rules("HB-01")
+@pytest.mark.clauses("HB-01.a")
 @pytest.mark.parametrize("heartbeat", [0, 120], ids=["disabled", "above-offered"])
 def test_the_heartbeat_is_the_clients_value(connect: Connect, target: Target, admin: AdminAdapter,
                                             heartbeat: int) -> None:
@@ -278,6 +347,7 @@ def test_the_heartbeat_is_the_clients_value(connect: Connect, target: Target, ad
 
 
 @pytest.mark.rules("HB-01")
+@pytest.mark.clauses("HB-01.e")
 def test_a_heartbeat_on_a_channel_is_505(connect: Connect, target: Target) -> None:
     client = connect()
     ch = client.channel()
@@ -291,6 +361,7 @@ def test_a_heartbeat_on_a_channel_is_505(connect: Connect, target: Target) -> No
 @pytest.mark.long_wait(3)  # two to three 1 s heartbeat intervals
 @pytest.mark.slow
 @pytest.mark.rules("HB-01")
+@pytest.mark.clauses("HB-01.c")
 def test_a_silent_client_is_dropped_after_two_to_three_intervals(connect: Connect, target: Target) -> None:
     """The client never sends a byte after open-ok. RabbitMQ 3.10.8 (live) resets the socket
     3.0 s later with heartbeat=1, without connection.close (confirms HB-01's [INF])."""

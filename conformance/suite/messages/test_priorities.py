@@ -28,8 +28,10 @@ from codec.constants import METHOD_IDS, ReplyCode
 from conformance.catalogue.rules import REQUIRED
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model.priorities import classic_order, quorum_order
+from conformance.plugin.cluster import Cluster
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import judged_elsewhere
+from conformance.suite.steps.cluster import await_queue_back
 from conformance.suite.steps.replies import assert_text
 from conformance.suite.steps.wire import Confirms
 
@@ -62,6 +64,7 @@ def _version(target: Target) -> tuple[int, int]:
 
 # -- PRI-01 ----------------------------------------------------------------------------------
 @pytest.mark.rules("PRI-01")
+@pytest.mark.clauses("PRI-01.a", "PRI-01.b")
 @pytest.mark.parametrize("max_priority", [10, None], ids=["x-max-priority-10", "no-priorities"])
 def test_classic_queue_serves_the_highest_priority_first(connect: Connect, names: Names, target: Target,
                                                          max_priority: int | None) -> None:
@@ -75,6 +78,7 @@ def test_classic_queue_serves_the_highest_priority_first(connect: Connect, names
 
 
 @pytest.mark.rules("PRI-01", "RQ-01")
+@pytest.mark.clauses("PRI-01.c")
 def test_classic_requeue_goes_back_to_its_place_in_its_level(connect: Connect, names: Names,
                                                              target: Target) -> None:
     if target.profile.expect("PRI-01") != REQUIRED:  # no priorities (0-9-1): RQ-01 alone leaves the position open
@@ -91,8 +95,30 @@ def test_classic_requeue_goes_back_to_its_place_in_its_level(connect: Connect, n
     assert get_all(client, ch, queue) == order
 
 
+@pytest.mark.rules("PRI-01")
+@pytest.mark.clauses("PRI-01.d")
+def test_classic_priority_order_survives_a_restart(cluster: Cluster, names: Names, target: Target) -> None:
+    """A durable priority queue on node 2 holds persistent messages of many priorities; after that
+    node's restart (the `cluster` fixture's node control) it serves them in the same order."""
+    cluster.require(2)
+    queue = names.queue("prio")
+    home = cluster.connect(2)
+    ch = home.channel()
+    home.rpc(ch, QueueDeclare(queue=queue, durable=True, arguments={"x-max-priority": 10}), QueueDeclareOk)
+    publish_all(home, ch, queue, PRIORITIES, target)
+    cluster.stop(2)
+    cluster.start(2)
+    client = cluster.connect(2)
+    assert await_queue_back(client, queue, target, "PRI-01") == len(PRIORITIES)
+    order = get_all(client, client.channel(), queue)
+    assert order == classic_order(PRIORITIES, 10), (
+        f"PRI-01: a durable priority queue's persistent messages keep their order over a restart: want "
+        f"{classic_order(PRIORITIES, 10)} (message indexes), got {order}")
+
+
 # -- PRI-02 ----------------------------------------------------------------------------------
 @pytest.mark.rules("PRI-02")
+@pytest.mark.clauses("PRI-02.a")
 def test_quorum_queue_priorities(connect: Connect, names: Names, target: Target) -> None:
     if not target.profile.rabbitmq:
         judged_elsewhere(target.profile, "PRI-02")
@@ -104,11 +130,39 @@ def test_quorum_queue_priorities(connect: Connect, names: Names, target: Target)
     assert get_all(client, ch, queue) == quorum_order(PRIORITIES, _version(target))
 
 
+@pytest.mark.rules("PRI-02")
+@pytest.mark.clauses("PRI-02.b")
+def test_quorum_returned_message_goes_before_higher_priorities(connect: Connect, names: Names,
+                                                              target: Target) -> None:
+    """m1 (priority 1) is taken and returned after m2 (priority 9) was published: the return goes
+    first. A delivery limit is set, so 3.10.8 keeps its returns FIFO too (RQ-02)."""
+    if not target.profile.rabbitmq:
+        judged_elsewhere(target.profile, "PRI-02")
+    client = connect()
+    ch = client.channel()
+    queue = names.queue("qprio")
+    client.rpc(ch, QueueDeclare(queue=queue, durable=True, arguments={"x-queue-type": "quorum",
+                                                                      "x-delivery-limit": 10}), QueueDeclareOk)
+    publish_all(client, ch, queue, [1], target)
+    taken = client.rpc(ch, BasicGet(queue=queue), BasicGetOk, timeout=target.timeout(5))
+    assert isinstance(taken.method, BasicGetOk) and taken.body == b"0"
+    publish_more = encode_content(ch, BasicPublish(routing_key=queue), BasicProperties(priority=9, delivery_mode=2),
+                                  b"1", client.frame_max)
+    client.send_raw(publish_more, channel=ch)
+    Confirms.expecting(2, 1).collect(client, ch, target.timeout(10))
+    client.send(ch, BasicNack(delivery_tag=taken.method.delivery_tag, requeue=True))
+    order = get_all(client, ch, queue)
+    assert order == [0, 1], (f"PRI-02: a returned message goes first (RQ-02), ahead of a higher-priority ready "
+                             f"message: want m0 (priority 1, returned) then m1 (priority 9); the queue gave "
+                             f"{[f'm{i}' for i in order]}")
+
+
 BAD_MAX_PRIORITY = {"256": (256, "{max_value_exceeded,256}"), "negative": (-1, "{value_negative,-1}"),
                     "text": ("x", '"expected integer, got longstr"')}
 
 
 @pytest.mark.rules("PRI-01")
+@pytest.mark.clauses("PRI-01.e", "PRI-01.f")
 @pytest.mark.parametrize("case", [*BAD_MAX_PRIORITY, "on-quorum"])
 def test_a_bad_x_max_priority_is_406(connect: Connect, names: Names, target: Target, case: str) -> None:
     client = connect()

@@ -24,7 +24,7 @@ import pytest
 from codec import BasicProperties, BasicReject, QueuePurge, QueuePurgeOk
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
-from conformance.run.admin import RestoringAdmin
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.limits import REJECT, Limits, bodies, held, predict, publish_one_by_one
 from conformance.suite.steps.queues import CLASSIC, QUORUM, declare, get, poll_ready, prompt, require_kind
 from conformance.suite.steps.timeouts import exact

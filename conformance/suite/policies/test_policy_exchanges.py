@@ -27,7 +27,7 @@ from codec import (
 )
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
-from conformance.run.admin import RestoringAdmin
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.deadletter import landed
 from conformance.suite.steps.queues import Publisher, declare, prompt, ready
 from conformance.suite.steps.timeouts import exact

@@ -7,7 +7,8 @@ Rules:
 - The meaning of global=true depends on the profile (QOS-03): per consumer on rabbitmq-4.3
   (deprecated feature denied by default), one limit per channel on earlier RabbitMQ, one limit
   per connection on a plain AMQP 0-9-1 broker. Tests assert the variant that applies.
-- Errors are compared by scope, code and class/method id, never by text.
+- Errors are compared by scope, code and class/method id; a text only where the rule states it
+  (QOS-06's, on RabbitMQ). QOS-01's and QOS-11's texts: errors/test_error_texts.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from codec import (
     ChannelFlowOk,
 )
 from codec.constants import METHOD_IDS, ReplyCode
-from conformance.drivers.raw import ConnectionClosed
+from conformance.drivers.raw import ChannelClosed, ConnectionClosed
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.queues import (
@@ -99,6 +100,7 @@ def bench(connect: Connect, names: Names, target: Target) -> QosBench:
 
 # -- QOS-01, QOS-11: refused settings ----------------------------------------------------------
 @pytest.mark.rules("QOS-01")
+@pytest.mark.clauses("QOS-01.a")
 def test_prefetch_size_is_a_connection_error_540(bench: QosBench) -> None:
     bench.client.send(bench.ch, BasicQos(prefetch_size=65536, prefetch_count=10))
     if bench.target.profile.expect("QOS-01") != "required":
@@ -115,12 +117,14 @@ def test_prefetch_size_is_a_connection_error_540(bench: QosBench) -> None:
 
 
 @pytest.mark.rules("QOS-11")
+@pytest.mark.clauses("QOS-11.c")
 def test_channel_flow_active_true_is_answered_flow_ok(bench: QosBench) -> None:
     reply = bench.client.rpc(bench.ch, ChannelFlow(active=True), ChannelFlowOk).method
     assert isinstance(reply, ChannelFlowOk) and reply.active is True
 
 
 @pytest.mark.rules("QOS-11")
+@pytest.mark.clauses("QOS-11.a")
 def test_channel_flow_active_false_is_a_connection_error_540(bench: QosBench) -> None:
     bench.client.send(bench.ch, ChannelFlow(active=False))
     if bench.target.profile.expect("QOS-11") != "required":  # spec: flow stops, flow-ok{false}
@@ -135,6 +139,7 @@ def test_channel_flow_active_false_is_a_connection_error_540(bench: QosBench) ->
 
 # -- S001-05, S001-06: the limit caps unacked deliveries; acks free capacity --------------------
 @pytest.mark.rules("S001-05")
+@pytest.mark.clauses("S001-05.a", "S001-05.b")
 def test_prefetch_count_caps_unacked_deliveries(bench: QosBench) -> None:
     queue = bench.queue(6)
     bench.qos(4)
@@ -145,6 +150,7 @@ def test_prefetch_count_caps_unacked_deliveries(bench: QosBench) -> None:
 
 
 @pytest.mark.rules("S001-06")
+@pytest.mark.clauses("S001-06.a", "S001-06.b")
 def test_acks_free_prefetch_capacity_one_by_one_or_several_at_once(bench: QosBench) -> None:
     queue = bench.queue(10)
     bench.qos(4)
@@ -160,6 +166,7 @@ def test_acks_free_prefetch_capacity_one_by_one_or_several_at_once(bench: QosBen
 
 # -- QOS-02: global=false -------------------------------------------------------------------------
 @pytest.mark.rules("QOS-02")
+@pytest.mark.clauses("QOS-02.a", "QOS-02.d")
 def test_global_false_limits_each_consumer_separately(bench: QosBench) -> None:
     q1, q2 = bench.queue(5, "a"), bench.queue(5, "b")
     bench.qos(2)
@@ -172,6 +179,7 @@ def test_global_false_limits_each_consumer_separately(bench: QosBench) -> None:
 
 
 @pytest.mark.rules("QOS-02")
+@pytest.mark.clauses("QOS-02.b")
 def test_global_false_applies_only_to_consumers_created_afterwards(bench: QosBench) -> None:
     if bench.target.profile.expect("QOS-02") != "required":
         not_applicable("AMQP 0-9-1: global=false is a channel limit, not a per-consumer one")
@@ -188,6 +196,7 @@ def test_global_false_applies_only_to_consumers_created_afterwards(bench: QosBen
 
 
 @pytest.mark.rules("QOS-02")
+@pytest.mark.clauses("QOS-02.c")
 def test_prefetch_count_0_means_unlimited(bench: QosBench) -> None:
     queue = bench.queue(12)
     bench.qos(1)
@@ -198,6 +207,7 @@ def test_prefetch_count_0_means_unlimited(bench: QosBench) -> None:
 
 # -- QOS-03..06: global=true -------------------------------------------------------------------
 @pytest.mark.rules("QOS-03")
+@pytest.mark.clauses("QOS-03.a", "QOS-03.b")
 def test_global_true_scope_depends_on_the_version(bench: QosBench) -> None:
     q1, q2, q3 = bench.queue(5, "a"), bench.queue(5, "b"), bench.queue(5, "c")
     other = bench.client.channel()
@@ -220,6 +230,7 @@ def test_global_true_scope_depends_on_the_version(bench: QosBench) -> None:
 
 
 @pytest.mark.rules("QOS-04")
+@pytest.mark.clauses("QOS-04.a")
 def test_per_consumer_and_channel_limits_are_enforced_together(bench: QosBench) -> None:
     q1, q2 = bench.queue(5, "a"), bench.queue(5, "b")
     bench.qos(2, global_=False)
@@ -232,6 +243,7 @@ def test_per_consumer_and_channel_limits_are_enforced_together(bench: QosBench) 
 
 
 @pytest.mark.rules("QOS-05")
+@pytest.mark.clauses("QOS-05.a")
 def test_new_global_limit_counts_unacked_consumer_deliveries(bench: QosBench) -> None:
     queue = bench.queue(1)
     bench.consume(queue)
@@ -243,6 +255,7 @@ def test_new_global_limit_counts_unacked_consumer_deliveries(bench: QosBench) ->
 
 
 @pytest.mark.rules("QOS-05")
+@pytest.mark.clauses("QOS-05.b")
 def test_new_global_limit_counts_unacked_basic_get_deliveries(bench: QosBench) -> None:
     q1, q2 = bench.queue(1, "get"), bench.queue(3, "consume")
     assert len(get_all(bench.client, bench.ch, q1)) == 1
@@ -253,6 +266,7 @@ def test_new_global_limit_counts_unacked_basic_get_deliveries(bench: QosBench) -
 
 
 @pytest.mark.rules("QOS-05")
+@pytest.mark.clauses("QOS-05.c")
 def test_recover_lowers_the_global_count(bench: QosBench) -> None:
     queue = bench.queue(3)
     bench.qos(2, global_=True)
@@ -267,6 +281,7 @@ def test_recover_lowers_the_global_count(bench: QosBench) -> None:
 
 
 @pytest.mark.rules("QOS-06")
+@pytest.mark.clauses("QOS-06.a", "QOS-06.b", "QOS-06.c")
 @pytest.mark.parametrize("kind", [QUORUM, STREAM])
 def test_quorum_and_stream_consumers_refused_under_a_global_limit(bench: QosBench, kind: str) -> None:
     require_kind(bench.target.profile, kind)  # a RabbitMQ older than 3.9 has no streams: not-applicable
@@ -278,9 +293,33 @@ def test_quorum_and_stream_consumers_refused_under_a_global_limit(bench: QosBenc
         bench.client.expect(bench.ch, BasicConsumeOk)
     c = closed.value
     assert (c.scope, c.code, c.class_id, c.method_id) == ("connection", ReplyCode.NOT_IMPLEMENTED, *METHOD_IDS["basic.consume"])
+    if bench.target.profile.rabbitmq:
+        want = f"NOT_IMPLEMENTED - queue '{queue}' in vhost '{bench.target.vhost}' does not support global qos"
+        assert c.text == want, f"QOS-06: the reply text of the 540 must be {want!r}; the broker sent {c.text!r}"
 
 
 @pytest.mark.rules("QOS-06")
+@pytest.mark.clauses("QOS-06.d")
+def test_stream_consumer_needs_a_consumer_prefetch(bench: QosBench) -> None:
+    """A stream consumer without a per-consumer prefetch is refused with 406 before any global
+    qos check (so QOS-06's test sets one first)."""
+    require_kind(bench.target.profile, STREAM)
+    queue = declare(bench.client, bench.ch, bench.names.queue(STREAM), STREAM)
+    bench.client.send(bench.ch, BasicConsume(queue=queue))
+    with pytest.raises(ChannelClosed) as closed:
+        bench.client.expect(bench.ch, BasicConsumeOk)
+    c = closed.value
+    assert (c.scope, c.code, c.class_id, c.method_id) == (
+        "channel", ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["basic.consume"]), (
+        f"QOS-06: basic.consume on a stream without a consumer prefetch must get channel.close 406 (60/20); "
+        f"the broker sent {c.scope}.close {c.code} ({c.class_id}/{c.method_id}) {c.text!r}")
+    prefix = "PRECONDITION_FAILED - consumer prefetch count is not set"
+    assert not bench.target.profile.rabbitmq or c.text.startswith(prefix), (
+        f"QOS-06: the reply text must start {prefix!r}; the broker sent {c.text!r}")
+
+
+@pytest.mark.rules("QOS-06")
+@pytest.mark.clauses("QOS-06.e")
 def test_classic_consumer_accepted_under_a_global_limit(bench: QosBench) -> None:
     queue = declare(bench.client, bench.ch, bench.names.queue(CLASSIC))
     bench.qos(1, global_=True)
@@ -289,6 +328,7 @@ def test_classic_consumer_accepted_under_a_global_limit(bench: QosBench) -> None
 
 # -- QOS-07, QOS-08: basic.get and no-ack consumers ---------------------------------------------
 @pytest.mark.rules("QOS-07")
+@pytest.mark.clauses("QOS-07.a")
 @pytest.mark.parametrize("global_", [False, True], ids=["per-consumer", "global"])
 def test_basic_get_ignores_prefetch(bench: QosBench, global_: bool) -> None:
     q1, q2 = bench.queue(2, "consume"), bench.queue(3, "get")
@@ -299,6 +339,7 @@ def test_basic_get_ignores_prefetch(bench: QosBench, global_: bool) -> None:
 
 
 @pytest.mark.rules("QOS-08")
+@pytest.mark.clauses("QOS-08.a", "QOS-08.b")
 @pytest.mark.parametrize("global_", [False, True], ids=["per-consumer", "global"])
 def test_no_ack_consumers_are_not_limited_and_do_not_count(bench: QosBench, global_: bool) -> None:
     q1, q2 = bench.queue(5, "noack"), bench.queue(5, "manual")
@@ -311,6 +352,7 @@ def test_no_ack_consumers_are_not_limited_and_do_not_count(bench: QosBench, glob
 
 
 @pytest.mark.rules("QOS-08")
+@pytest.mark.clauses("QOS-08.c")
 def test_no_ack_consumer_waits_while_the_global_limit_is_reached(bench: QosBench) -> None:
     q1, q2 = bench.queue(1, "manual"), bench.queue(1, "noack")
     bench.qos(1, global_=True)
@@ -325,6 +367,7 @@ def test_no_ack_consumer_waits_while_the_global_limit_is_reached(bench: QosBench
 
 # -- QOS-09, QOS-10: changing the limit, the default --------------------------------------------
 @pytest.mark.rules("QOS-09")
+@pytest.mark.clauses("QOS-09.a")
 @pytest.mark.parametrize("global_", [False, True], ids=["per-consumer", "global"])
 def test_lowering_the_limit_revokes_nothing_in_flight(bench: QosBench, global_: bool) -> None:
     queue = bench.queue(5)
@@ -344,6 +387,7 @@ def test_lowering_the_limit_revokes_nothing_in_flight(bench: QosBench, global_: 
 
 
 @pytest.mark.rules("QOS-09")
+@pytest.mark.clauses("QOS-09.b", "QOS-09.c")
 @pytest.mark.parametrize("new_limit", [2, 0], ids=["raised", "unlimited"])
 def test_raising_a_global_limit_takes_effect_without_acks(bench: QosBench, new_limit: int) -> None:
     queue = bench.queue(4)
@@ -359,6 +403,7 @@ def test_raising_a_global_limit_takes_effect_without_acks(bench: QosBench, new_l
 
 
 @pytest.mark.rules("QOS-10")
+@pytest.mark.clauses("QOS-10.a")
 def test_default_prefetch_is_unlimited(bench: QosBench) -> None:
     queue = bench.queue(30)
     bench.consume(queue)

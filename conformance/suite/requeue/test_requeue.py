@@ -14,12 +14,14 @@ Rules:
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 import pytest
 
-from codec import BasicAck, BasicNack, BasicQos, BasicQosOk, BasicReject
+from codec import BasicAck, BasicNack, BasicQos, BasicQosOk, BasicRecover, BasicRecoverOk, BasicReject
 from conformance.drivers.raw import ChannelClosed
 from conformance.plugin.session import Names, Target
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.queues import (
     CLASSIC,
     QUORUM,
@@ -45,10 +47,12 @@ from conformance.suite.steps.queues import (
     take_one_now,
     with_dead_letter_queue,
 )
+from conformance.suite.steps.timeouts import exact
 
 
 # -- RQ-01, RQ-02: where a returned message goes ---------------------------------------------
 @pytest.mark.rules("RQ-01")
+@pytest.mark.clauses("RQ-01.a", "RQ-01.b")
 @pytest.mark.parametrize("how", ["reject-reversed", "channel-close"])
 def test_classic_requeue_restores_the_original_position(connect: Connect, names: Names, target: Target,
                                                         how: str) -> None:
@@ -82,6 +86,7 @@ def quorum_arguments(limit: int | None) -> dict[str, object]:
 
 
 @pytest.mark.rules("RQ-02")
+@pytest.mark.clauses("RQ-02.a", "RQ-02.b", "RQ-02.f")
 @pytest.mark.parametrize("limit", [None, 10], ids=["default-limit", "x-delivery-limit"])
 def test_quorum_returns_come_first_in_return_order(connect: Connect, names: Names, target: Target,
                                                    limit: int | None) -> None:
@@ -98,6 +103,7 @@ def test_quorum_returns_come_first_in_return_order(connect: Connect, names: Name
 
 
 @pytest.mark.rules("RQ-02")
+@pytest.mark.clauses("RQ-02.a", "RQ-02.f")
 @pytest.mark.parametrize("limit", [None, 10], ids=["default-limit", "x-delivery-limit"])
 def test_quorum_nack_multiple_returns_in_delivery_order(connect: Connect, names: Names, target: Target,
                                                         limit: int | None) -> None:
@@ -118,6 +124,7 @@ def test_quorum_nack_multiple_returns_in_delivery_order(connect: Connect, names:
 
 
 @pytest.mark.rules("RQ-02", "RQ-03")
+@pytest.mark.clauses("RQ-02.b", "RQ-02.c", "RQ-03.a")
 def test_quorum_channel_close_returns_come_first(connect: Connect, names: Names, target: Target) -> None:
     require_kind(target.profile, QUORUM)
     client, watcher, queue = filled(connect, names, 4, QUORUM)
@@ -136,6 +143,7 @@ def test_quorum_channel_close_returns_come_first(connect: Connect, names: Names,
 
 # -- RQ-03: requeue when the channel or connection goes ---------------------------------------
 @pytest.mark.rules("RQ-03")
+@pytest.mark.clauses("RQ-03.a", "RQ-03.b", "RQ-03.c", "RQ-03.d", "RQ-03.e")
 @pytest.mark.parametrize("kind", [CLASSIC, QUORUM])
 @pytest.mark.parametrize("how", ["channel.close", "connection.close", "tcp-close", "channel-error"])
 def test_unacked_deliveries_are_requeued_when_their_channel_goes(connect: Connect, names: Names,
@@ -165,6 +173,7 @@ def test_unacked_deliveries_are_requeued_when_their_channel_goes(connect: Connec
 
 
 @pytest.mark.rules("RQ-03")
+@pytest.mark.clauses("RQ-03.f")
 def test_no_ack_deliveries_are_lost_when_the_channel_goes(connect: Connect, names: Names,
                                                           target: Target) -> None:
     client, ch, queue = filled(connect, names, 2)
@@ -179,6 +188,7 @@ def test_no_ack_deliveries_are_lost_when_the_channel_goes(connect: Connect, name
 
 # -- RQ-04: the redelivered flag -------------------------------------------------------------
 @pytest.mark.rules("RQ-04")
+@pytest.mark.clauses("RQ-04.a", "RQ-04.b", "RQ-04.c")
 @pytest.mark.parametrize("kind", [CLASSIC, QUORUM])
 @pytest.mark.parametrize("how", ["reject", "nack", "channel.close"])
 def test_redelivered_is_false_first_and_true_after_a_return(connect: Connect, names: Names, target: Target,
@@ -206,6 +216,7 @@ def header_counts(deliveries: list[Delivery]) -> tuple[list[object], list[object
 
 
 @pytest.mark.rules("RQ-05")
+@pytest.mark.clauses("RQ-05.a", "RQ-05.b", "RQ-05.c", "RQ-05.d")
 def test_quorum_delivery_count_headers_on_consumer_redeliveries(connect: Connect, names: Names,
                                                                 target: Target) -> None:
     client, ch, queue = filled(connect, names, 1, QUORUM)
@@ -229,6 +240,7 @@ def test_quorum_delivery_count_headers_on_consumer_redeliveries(connect: Connect
 
 
 @pytest.mark.rules("RQ-05")
+@pytest.mark.clauses("RQ-05.a", "RQ-05.d", "RQ-05.e")
 def test_quorum_delivery_count_header_on_basic_get(connect: Connect, names: Names, target: Target) -> None:
     client, ch, queue = filled(connect, names, 1, QUORUM)
     first = get(client, ch, queue)
@@ -251,14 +263,20 @@ def test_quorum_delivery_count_header_on_basic_get(connect: Connect, names: Name
 class Bouncer:
     """A consumer on a quorum queue with a dead-letter queue watched on a second channel."""
 
-    def __init__(self, connect: Connect, names: Names, target: Target, limit: int | None) -> None:
+    def __init__(self, connect: Connect, names: Names, target: Target, limit: int | None,
+                 prepare: Callable[[str], None] | None = None) -> None:
+        """`prepare(queue)` runs before the queue is declared (a policy for its name)."""
+        require_kind(target.profile, QUORUM)
         self.client = client = connect()
         self.target = target
         self.ch, self.dch = client.channel(), client.channel()
         arguments, dlq = with_dead_letter_queue(client, self.ch, names)
         if limit is not None:
             arguments["x-delivery-limit"] = limit
-        self.queue = declare(client, self.ch, names.queue(QUORUM), QUORUM, arguments)
+        name = names.queue(QUORUM)
+        if prepare is not None:
+            prepare(name)
+        self.queue = declare(client, self.ch, name, QUORUM, arguments)
         Publisher(client).publish(self.queue, [b"m1"])
         consume(client, self.dch, dlq)
         consume(client, self.ch, self.queue)
@@ -283,6 +301,7 @@ class Bouncer:
 
 
 @pytest.mark.rules("RQ-06")
+@pytest.mark.clauses("RQ-06.a", "RQ-06.d", "RQ-06.g")
 def test_quorum_default_delivery_limit(connect: Connect, names: Names, target: Target) -> None:
     bouncer = Bouncer(connect, names, target, None)
     for _ in range(20):  # 20 failed returns stay within the limit on every version
@@ -294,7 +313,8 @@ def test_quorum_default_delivery_limit(connect: Connect, names: Names, target: T
         assert_quiet(bouncer.client, bouncer.dch, target.timeout(0.2), "dead-lettering without a limit")
 
 
-@pytest.mark.rules("RQ-06")
+@pytest.mark.rules("RQ-06", "ACK-07")
+@pytest.mark.clauses("ACK-07.g", "RQ-06.b", "RQ-06.d", "RQ-06.g")
 def test_quorum_reject_requeue_counts_toward_the_limit(connect: Connect, names: Names,
                                                        target: Target) -> None:
     bouncer = Bouncer(connect, names, target, 1)
@@ -302,7 +322,8 @@ def test_quorum_reject_requeue_counts_toward_the_limit(connect: Connect, names: 
     bouncer.bounce_out("reject")  # 2 > 1
 
 
-@pytest.mark.rules("RQ-06")
+@pytest.mark.rules("RQ-06", "ACK-07")
+@pytest.mark.clauses("ACK-07.g", "RQ-06.f")
 def test_quorum_nack_requeue_counts_only_before_4_3(connect: Connect, names: Names, target: Target) -> None:
     bouncer = Bouncer(connect, names, target, 1)
     if target.profile.at_least("4.3"):  # nack requeue leaves delivery_count unchanged
@@ -316,6 +337,43 @@ def test_quorum_nack_requeue_counts_only_before_4_3(connect: Connect, names: Nam
 
 
 @pytest.mark.rules("RQ-06")
+@pytest.mark.clauses("RQ-06.h", "RQ-06.g")
+def test_quorum_delivery_limit_from_a_policy(connect: Connect, names: Names, target: Target,
+                                            admin: RestoringAdmin) -> None:
+    def limit_policy(queue: str) -> None:
+        admin.put_policy(target.vhost, f"{queue}.limit", exact(queue), {"delivery-limit": 1}, "queues", 100)
+
+    bouncer = Bouncer(connect, names, target, None, limit_policy)
+    bouncer.bounce("reject")  # delivery count 1: within the policy's limit of 1
+    try:
+        bouncer.bounce_out("reject")  # 2 > 1
+    except AssertionError as exc:
+        raise AssertionError(f"RQ-06: a policy's delivery-limit (1) limits a quorum queue like x-delivery-limit: "
+                             f"the second basic.reject requeue=true must dead-letter the message with reason "
+                             f"delivery_limit; {exc}") from None
+
+
+@pytest.mark.rules("RQ-02")
+@pytest.mark.clauses("RQ-02.b", "RQ-02.d")
+def test_quorum_recover_returns_go_to_the_returns_fifo(connect: Connect, names: Names, target: Target) -> None:
+    """m2 returned by a reject, then m1 and m3 by basic.recover: the returns come back in the order
+    they were returned (m2, m1, m3) ahead of m4, not at their original positions. A delivery limit
+    is set, so 3.10.8 (back of the queue without one, RQ-02) keeps its returns FIFO too."""
+    require_kind(target.profile, QUORUM)
+    client, ch, queue = filled(connect, names, 4, QUORUM, quorum_arguments(10))
+    assert [d.tag for d in get_all(client, ch, queue, limit=3)] == [1, 2, 3]
+    client.send(ch, BasicReject(delivery_tag=2, requeue=True))
+    client.rpc(ch, BasicRecover(requeue=True), BasicRecoverOk)
+    again = get_all(client, ch, queue)
+    assert bodies(again) == [b"m2", b"m1", b"m3", b"m4"], (
+        f"RQ-02: on a quorum queue messages returned by basic.reject and then basic.recover go to the returns "
+        f"FIFO, served first in return order: want m2, m1, m3, then m4; the queue gave "
+        f"{[b.decode() for b in bodies(again)]}")
+    assert [d.redelivered for d in again] == [True, True, True, False]
+
+
+@pytest.mark.rules("RQ-06")
+@pytest.mark.clauses("RQ-06.c")
 def test_quorum_delivery_limit_minus_1(connect: Connect, names: Names, target: Target) -> None:
     bouncer = Bouncer(connect, names, target, -1)
     if target.profile.at_least("4.0"):  # -1 disables the limit
@@ -327,6 +385,7 @@ def test_quorum_delivery_limit_minus_1(connect: Connect, names: Names, target: T
 
 
 @pytest.mark.rules("RQ-06")
+@pytest.mark.clauses("RQ-06.e", "RQ-06.g")
 def test_quorum_channel_close_counts_toward_the_limit(connect: Connect, names: Names,
                                                       target: Target) -> None:
     bouncer = Bouncer(connect, names, target, 0)
@@ -339,6 +398,7 @@ def test_quorum_channel_close_counts_toward_the_limit(connect: Connect, names: N
 
 # -- RQ-07: classic queues have no delivery limit ----------------------------------------------
 @pytest.mark.rules("RQ-07")
+@pytest.mark.clauses("RQ-07.a", "RQ-07.b")
 def test_classic_queue_has_no_delivery_limit(connect: Connect, names: Names, target: Target) -> None:
     client = connect()
     ch, dch = client.channel(), client.channel()
@@ -359,6 +419,7 @@ def test_classic_queue_has_no_delivery_limit(connect: Connect, names: Names, tar
 
 # -- S001-04: a requeued message is ready at once --------------------------------------------------
 @pytest.mark.rules("S001-04")
+@pytest.mark.clauses("S001-04.a")
 @pytest.mark.parametrize("kind", [CLASSIC, QUORUM])
 def test_requeued_message_is_redelivered_at_once(connect: Connect, names: Names, target: Target,
                                                  kind: str) -> None:

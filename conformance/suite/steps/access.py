@@ -24,7 +24,7 @@ from urllib.parse import quote
 from codec import BasicProperties, BasicQos, BasicQosOk, Method, ReplyCode
 from conformance.drivers.raw import BrokerAddress, ChannelClosed, RawClient
 from conformance.plugin.session import Target
-from conformance.run.admin import RestoringAdmin
+from conformance.run.restoring import RestoringAdmin
 
 Connect = Callable[..., RawClient]
 NONE = "^$"  # a regex that grants nothing RabbitMQ names (RabbitMQ treats "" the same)

@@ -8,11 +8,13 @@ node it will stop. Every wait is bounded and scaled; what did not come names the
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from codec import BasicProperties, BasicPublish, Command, QueueDeclare, QueueDeclareOk
+from codec.constants import ReplyCode
 from conformance.catalogue.rules import REQUIRED
-from conformance.drivers.raw import RawClient
+from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import judged_elsewhere
 
@@ -56,3 +58,22 @@ def counts(client: RawClient, queue: str) -> tuple[int, int]:
 def arrives(client: RawClient, ch: int, seconds: float, *types: type) -> Command | None:
     """The next command of `types` on `ch` within `seconds`, or None (a bounded look)."""
     return client.poll(ch, *types, duration=seconds)
+
+
+def await_queue_back(client: RawClient, queue: str, target: Target, rule_id: str) -> int:
+    """The durable queue's ready count once it answers again after its node's restart (bounded:
+    404 until then)."""
+    deadline = time.monotonic() + target.timeout(30)
+    while True:
+        ch = client.channel()
+        try:
+            reply = client.rpc(ch, QueueDeclare(queue=queue, passive=True), QueueDeclareOk, timeout=target.timeout(5))
+        except ChannelClosed as closed:
+            if closed.code != ReplyCode.NOT_FOUND or time.monotonic() > deadline:
+                raise AssertionError(f"{rule_id}: the durable queue {queue} is not back after its node's restart: "
+                                     f"{closed}") from None
+            time.sleep(0.2)  # polled: a restarted node answers 404 until it has recovered the queue
+            continue
+        client.close_channel(ch)
+        assert isinstance(reply.method, QueueDeclareOk)
+        return reply.method.message_count

@@ -40,7 +40,8 @@ from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.model import timeouts as model
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
-from conformance.run.admin import RestoringAdmin, Unavailable
+from conformance.run.admin import Unavailable
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.queues import QUORUM, Publisher, declare, messages
 from conformance.suite.steps.wire import sync, wait_channel_closed
 

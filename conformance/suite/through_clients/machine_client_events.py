@@ -8,7 +8,8 @@ checks what the broker wrote before it, so every run notices a frame at the same
 
 Rules: the library reports events in arrival order across channels; a delivery the model does
 not allow yet is held while another channel may still deliver first (as machine_base does),
-and judged when nothing else can come. Every wait is bounded (`SETTLE_SECONDS`). A close the
+and judged when nothing else can come (for a library whose hello says
+"deliveries-ordered-per-consumer", also while its own channel may still deliver first). Every wait is bounded (`SETTLE_SECONDS`). A close the
 client made itself (no reply code) is not an event the machine judges; a broker close is.
 """
 
@@ -32,6 +33,10 @@ from conformance.drivers.interface import (
 from conformance.model import Deliver, ServerCancel, Violation, outcomes
 from conformance.suite.steps.machine_support import Budget
 from conformance.suite.through_clients.machine_clients import ClientMachine
+
+# a library whose consumers each get their deliveries apart (amqp091-go: a Go channel per consumer),
+# so that deliveries to two consumers of one channel reach the application in either order
+PER_CONSUMER_ORDER = "deliveries-ordered-per-consumer"
 
 
 class ClientEventsMachine(ClientMachine):
@@ -81,7 +86,9 @@ class ClientEventsMachine(ClientMachine):
                     progress = True
         if self.held:
             key, delivery = self.held[0]
-            if late or not any(self.model.due(k) for k in (1, 2) if k != key):
+            # a library that orders deliveries per consumer only may still report an earlier one of this channel
+            per_consumer = PER_CONSUMER_ORDER in self.features
+            if late or not any(self.model.due(k) for k in (1, 2) if k != key or per_consumer):
                 try:
                     self.model.deliver(key, delivery)
                 except Violation as exc:
@@ -119,6 +126,8 @@ class ClientEventsMachine(ClientMachine):
         deadline = time.monotonic() + self.SETTLE_SECONDS
         flushed = False
         while True:
+            while self.early_events:
+                self.on_event(self.early_events.pop(0))
             while (event := self.driver.next_event(0.0)) is not None:
                 self.on_event(event)
             self.admit_held(late=time.monotonic() > deadline)

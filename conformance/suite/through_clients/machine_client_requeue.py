@@ -1,4 +1,4 @@
-"""The requeue machine through a client library: `--client pika|amqp|aio-pika`.
+"""The requeue machine through a client library: `--client NAME`.
 
 Responsibility: where requeued messages go back and how they are flagged, with the library's
 calls as the steps: basic.publish, basic.get, basic.nack / basic.reject requeue=true of one

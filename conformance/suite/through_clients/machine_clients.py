@@ -1,4 +1,4 @@
-"""The acknowledgement machine through a client library: `--client pika|amqp|aio-pika`.
+"""The acknowledgement machine through a client library: `--client NAME`.
 
 Responsibility: a reduced AckMachine whose steps are calls of the `ClientDriver` interface, so
 the library, not the raw codec, speaks to the broker; the model (conformance.model) is the
@@ -17,6 +17,9 @@ Rules:
 - Every step ends with a round trip on the channel it used (queue.declare passive), so an
   asynchronous close (ACK-03/ACK-04) is seen at the step that caused it, and a publish has
   reached its queue before the next basic.get (RabbitMQ's queue.declare asks the queue process).
+  A library whose hello says "settle-close-only-as-event" (Bunny: an operation waiting on a
+  channel closed for a settle hangs) is waited on for that close's event instead, where the
+  rules say the settle closes the channel.
 - After a broker channel close the channel is reopened (the library picks the number).
 - A run is what the raw machines' is (machine_support: `run_within_budget`, `example_ended`):
   the machine budget, shrinking included, the smallest failure seen when Hypothesis cannot replay
@@ -30,6 +33,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -40,9 +44,11 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from codec import ChannelClose, ConnectionClose
 from conformance.drivers.interface import (
+    ChannelClosedEvent,
     ClientDriver,
     Delivery,
     DriverError,
+    Event,
     Recorder,
     Unsupported,
     attempt,
@@ -67,6 +73,10 @@ F = TypeVar("F", bound=Callable[..., None])
 QUEUE = "q"  # the queue's name in the model
 ACK_RULES = ("ACK-01", "ACK-03", "ACK-04", "ACK-05", "ACK-06", "ACK-07", "RQ-01", "RQ-03", "RQ-04")
 REPLY_WAIT_S = 2.0  # what a hidden reply code may take to be recorded after the library reported it
+CLOSE_EVENT_S = 2.0  # what a broker's close of a channel may take to reach the library's error callback
+# a library that tells a broker's close answering basic.ack / nack / reject only to its error callback,
+# while an operation waiting on the channel hangs (Bunny): the machine waits for that event instead
+SETTLE_CLOSE_AS_EVENT = "settle-close-only-as-event"
 
 
 def _scope(outcome: outcomes.Outcome) -> tuple[str, int | None]:
@@ -117,7 +127,9 @@ class ClientMachine(RuleBasedStateMachine):
         self.busy = False
         self.requeued_by_close: set[bytes] = set()
         self.closes_seen: list[int] = []  # reply codes of broker channel closes a step has met
+        self.early_events: list[Event] = []  # events taken while waiting for another (`_close_event`)
         self.driver = make()
+        self.features = self.driver.info().features
         self.numbers: dict[int, int] = {}
         self.model.open_connection("A")
         for key in (1, 2):
@@ -151,6 +163,21 @@ class ClientMachine(RuleBasedStateMachine):
         """A round trip on `key`'s channel: the close it runs into, if any (module rules)."""
         queue = self.real[logical or next(iter(self.real))]
         return attempt(lambda: self.driver.declare_queue(self.numbers[key], queue, passive=True))
+
+    def _close_event(self, key: int) -> outcomes.Outcome:
+        """The broker's close of `key`'s channel as the library's event reports it (a library whose
+        operations hang on a channel closed for a settle: SETTLE_CLOSE_AS_EVENT); OK when none comes
+        (bounded). Other events taken meanwhile are kept for the machine (`early_events`)."""
+        number = self.numbers[key]
+        deadline = time.monotonic() + CLOSE_EVENT_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            event = self.driver.next_event(remaining)
+            if event is None:
+                break
+            if isinstance(event, ChannelClosedEvent) and event.channel == number:
+                return outcomes.ChannelClosed(event.code or 0, 0, 0)
+            self.early_events.append(event)
+        return outcomes.OK
 
     def _compare(self, what: str, key: int, observed: outcomes.Outcome, expected: outcomes.Outcome,
                  rule: str = "") -> None:
@@ -198,10 +225,12 @@ class ClientMachine(RuleBasedStateMachine):
             return
         except DriverError as exc:  # a library that refuses the tag itself: the client's view
             raise AssertionError(f"basic.{how} delivery_tag={tag}: the library raised {exc!r}") from exc
-        if not self.model.is_open(key):  # the broker closes the channel: what it held comes back
+        closing = not self.model.is_open(key)
+        if closing:  # the broker closes the channel: what it held comes back
             self.requeued_by_close |= held
-        self._compare(f"basic.{how} delivery_tag={tag} multiple={multiple} requeue={requeue}", key,
-                      self._sync(key), expected)
+        observed = self._close_event(key) if closing and SETTLE_CLOSE_AS_EVENT in self.features else self._sync(key)
+        self._compare(f"basic.{how} delivery_tag={tag} multiple={multiple} requeue={requeue}", key, observed,
+                      expected)
         self.model.quiesce()
 
     def get_from(self, key: int, logical: str, no_ack: bool) -> GetOutcome:

@@ -1,4 +1,4 @@
-"""Rules checked through a client library: `--client pika|amqp|aio-pika`.
+"""Rules checked through a client library: `--client NAME` (any library of the client registry).
 
 Each test states a rule the way an application would, through the `ClientDriver` interface
 (conformance.drivers.interface), and runs only under `--client` (under the default raw driver
@@ -32,10 +32,10 @@ from conformance.drivers.interface import (
 from conformance.plugin.session import Names, Target
 from conformance.suite.steps.machine_consuming import machine_target
 from conformance.suite.steps.queues import RETURN_S
+from conformance.suite.through_clients.libraries import LIBRARIES, NO_CANCEL_NOTIFY, clients_but
 from conformance.suite.through_clients.machine_clients import ACK_RULES, run_client_ack_machine
 from conformance.suite.through_clients.recorded_replies import RecordedReplies
 
-LIBRARIES = ("pika", "amqp", "aio-pika")
 Client = Callable[[], ClientDriver]
 
 
@@ -108,7 +108,7 @@ def test_an_unknown_tag_closes_the_channel_406(client: Client, names: Names, tar
         "not 406 PRECONDITION_FAILED"
 
 
-@pytest.mark.clients("pika", "aio-pika", why="py-amqp's Channel has no basic_nack (its API stops at basic.reject)")
+@pytest.mark.clients(*LIBRARIES)  # py-amqp has no basic_nack: its driver says so (Unsupported), not-applicable
 @pytest.mark.rules("ACK-07", "RQ-04")
 def test_nack_requeue_redelivers_with_the_flag(client: Client, names: Names, target: Target) -> None:
     _requeue_redelivers_with_the_flag(client, names, "nack")
@@ -148,7 +148,7 @@ def test_every_publish_is_confirmed_once(client: Client, names: Names, target: T
     assert confirmed == {1, 2, 3}
 
 
-@pytest.mark.clients(*LIBRARIES)
+@clients_but(NO_CANCEL_NOTIFY)
 @pytest.mark.rules("CCN-02")
 def test_deleting_the_queue_notifies_the_consumer(client: Client, names: Names, target: Target) -> None:
     driver, ch, queue = _filled(client, names, 0)
@@ -206,8 +206,8 @@ def test_tx_commit_on_a_channel_without_tx_select_is_406(client: Client, names: 
     assert closed.value.code == ReplyCode.PRECONDITION_FAILED
 
 
-@pytest.mark.clients("pika", "amqp", why="aio-pika chooses confirms when it opens a channel: confirm.select on a "
-                     "tx channel cannot be asked (the driver opens a new channel)")
+@clients_but({"aio-pika": "aio-pika chooses confirms when it opens a channel: confirm.select on a tx channel "
+                            "cannot be asked (the driver opens a new channel)"})
 @pytest.mark.rules("PC-03")
 def test_confirm_select_on_a_tx_channel_is_406(client: Client, names: Names, target: Target) -> None:
     driver = client()
@@ -243,8 +243,8 @@ def test_an_unroutable_mandatory_publish_is_returned_then_confirmed(client: Clie
     assert isinstance(confirmed, Confirmed) and confirmed.ack, f"the confirm after the return: {confirmed}"
 
 
-@pytest.mark.clients("pika", "amqp", why="aiormq (under aio-pika) drops a basic.return on a channel without "
-                     "publisher confirms (docs/findings-clients.md)")
+@clients_but({name: "aiormq (under aio-pika) drops a basic.return on a channel without publisher confirms "
+                    "(docs/findings-clients.md)" for name in ("aio-pika", "aiormq")})
 @pytest.mark.rules("PC-06")
 def test_an_unroutable_mandatory_publish_is_returned_without_confirms(client: Client, names: Names,
                                                                       target: Target, recorder: Recorder) -> None:

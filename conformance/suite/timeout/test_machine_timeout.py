@@ -47,7 +47,8 @@ from codec import (
 from conformance.model import timeouts as model
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
-from conformance.run.admin import RestoringAdmin, Unavailable
+from conformance.run.admin import Unavailable
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.machine_base import CONTROL, MachineTarget, from_machine, run_machine, step
 from conformance.suite.steps.machine_cluster import MAX_STOPS, MachineCluster, cluster_for
 from conformance.suite.steps.timeouts import LONG, SHORT, can_set_global, exact, set_global

@@ -32,6 +32,8 @@ from codec import (
     BasicAck,
     BasicConsume,
     BasicConsumeOk,
+    BasicQos,
+    BasicQosOk,
     QueueDeclare,
     QueueDeclareOk,
 )
@@ -40,11 +42,14 @@ from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
-from conformance.run.admin import AdminError, RestoringAdmin
+from conformance.run.admin import AdminError
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.queues import (
     CLASSIC,
     QUORUM,
+    STREAM,
     ready,
+    require_kind,
     take,
     take_one,
 )
@@ -76,7 +81,8 @@ INVALID_ARG = "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for "
 
 
 # -- TMO-01: the global setting -----------------------------------------------------------------
-@pytest.mark.rules("TMO-01")
+@pytest.mark.rules("TMO-01", "TMO-03")
+@pytest.mark.clauses("TMO-01.a", "TMO-03.d")
 def test_global_default_is_30_minutes(target: Target, admin: RestoringAdmin) -> None:
     value = admin.get_global("consumer_timeout")
     assert isinstance(value, int) and not isinstance(value, bool) and value > 0, (
@@ -88,6 +94,7 @@ def test_global_default_is_30_minutes(target: Target, admin: RestoringAdmin) -> 
 
 @pytest.mark.broker_wide
 @pytest.mark.rules("TMO-01")
+@pytest.mark.clauses("TMO-01.b")
 def test_the_global_value_is_used_when_nothing_else_is_set(connect: Connect, names: Names, target: Target,
                                                            admin: RestoringAdmin) -> None:
     """4.3: a quorum consumer with no argument or policy gets basic.cancel after the global
@@ -111,6 +118,7 @@ def test_the_global_value_is_used_when_nothing_else_is_set(connect: Connect, nam
 
 @pytest.mark.broker_wide
 @pytest.mark.rules("TMO-01")
+@pytest.mark.clauses("TMO-01.c")
 def test_no_timeout_within_seconds_by_default(connect: Connect, names: Names, target: Target,
                                               admin: RestoringAdmin) -> None:
     """With nothing configured (the 30 min default), an unacked delivery is left alone; on
@@ -131,6 +139,7 @@ def test_no_timeout_within_seconds_by_default(connect: Connect, names: Names, ta
 @pytest.mark.broker_wide
 @pytest.mark.slow
 @pytest.mark.rules("TMO-01")
+@pytest.mark.clauses("TMO-01.d")
 def test_undefined_global_disables_timeouts_before_4_3(connect: Connect, names: Names, target: Target,
                                                        admin: RestoringAdmin) -> None:
     require_legacy(target, "{consumer_timeout, undefined} disables timeouts (4.3 asserts an integer)")
@@ -150,6 +159,7 @@ def test_undefined_global_disables_timeouts_before_4_3(connect: Connect, names: 
 # -- TMO-02: the channel tick (≤4.2) -----------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.rules("TMO-02")
+@pytest.mark.clauses("TMO-02.a", "TMO-02.c")
 def test_timeouts_are_detected_on_the_channel_tick(connect: Connect, names: Names, target: Target,
                                                    admin: RestoringAdmin) -> None:
     """A 200 ms timeout under a 3 s tick fires at the first tick (≈3 s after channel.open),
@@ -173,6 +183,23 @@ def test_timeouts_are_detected_on_the_channel_tick(connect: Connect, names: Name
     assert fired.seconds >= 0.5 * tick / 1000, (
         f"fired {fired.seconds:.2f} s after channel.open: before the first {tick} ms tick, "
         f"as if at the delivery's deadline ({earliest:.0f} ms)")
+
+
+DEFAULT_TICK_MS = 60000  # channel_tick_interval's default (TMO-02)
+
+
+@pytest.mark.rules("TMO-02")
+@pytest.mark.clauses("TMO-02.b")
+def test_the_default_tick_is_60_seconds(target: Target, admin: RestoringAdmin) -> None:
+    """Read from the broker as TMO-01's default is (`--broker-admin rabbitmqctl`); a broker
+    configured with another tick cannot show its default."""
+    value = admin.get_global("channel_tick_interval")
+    assert isinstance(value, int) and not isinstance(value, bool) and value > 0, (
+        f"TMO-02: channel_tick_interval is a positive integer (ms), {DEFAULT_TICK_MS} by default; "
+        f"the broker has {value!r}")
+    if value != DEFAULT_TICK_MS:
+        not_applicable(f"the broker is configured with channel_tick_interval = {value} ms; its default "
+                       f"({DEFAULT_TICK_MS} ms) cannot be observed")
 
 
 # -- TMO-03: which value wins ------------------------------------------------------------------
@@ -201,6 +228,7 @@ PRECEDENCE = {
 
 @pytest.mark.broker_wide
 @pytest.mark.rules("TMO-03")
+@pytest.mark.clauses("TMO-03.a", "TMO-03.b", "TMO-03.c", "TMO-03.e")
 @pytest.mark.parametrize("case", list(PRECEDENCE))
 def test_which_timeout_value_wins(connect: Connect, names: Names, target: Target, admin: RestoringAdmin,
                                   case: str) -> None:
@@ -243,11 +271,12 @@ VALIDATION = [
     ("declare", QUORUM, -1), ("declare", QUORUM, "abc"), ("declare", QUORUM, 1.5),
     ("declare", QUORUM, 0), ("declare", QUORUM, 5000), ("declare", CLASSIC, 5000),
     ("consume", QUORUM, -1), ("consume", QUORUM, "abc"), ("consume", QUORUM, 0),
-    ("consume", QUORUM, 5000), ("consume", CLASSIC, 5000),
+    ("consume", QUORUM, 5000), ("consume", CLASSIC, 5000), ("consume", STREAM, 5000),
 ]
 
 
 @pytest.mark.rules("TMO-04")
+@pytest.mark.clauses("TMO-04.a", "TMO-04.b", "TMO-04.c", "TMO-04.d")
 @pytest.mark.parametrize(("where", "kind", "value"), VALIDATION,
                          ids=[f"{w}-{k}-{v}" for w, k, v in VALIDATION])
 def test_timeout_arguments_are_validated(connect: Connect, names: Names, target: Target, where: str,
@@ -265,7 +294,10 @@ def test_timeout_arguments_are_validated(connect: Connect, names: Names, target:
         reply: type = QueueDeclareOk
         ids = METHOD_IDS["queue.declare"]
     else:
+        require_kind(target.profile, kind)
         queue = queue_with(client, ch, names, kind)
+        if kind == STREAM:  # a stream consumer needs a prefetch (QOS-06): not what is judged here
+            client.rpc(ch, BasicQos(prefetch_count=10), BasicQosOk)
         method, reply, ids = BasicConsume(queue=queue, arguments={model.ARGUMENT: value}), BasicConsumeOk, METHOD_IDS["basic.consume"]
     if not refused:
         client.rpc(ch, method, reply)
@@ -281,6 +313,7 @@ def test_timeout_arguments_are_validated(connect: Connect, names: Names, target:
 
 @pytest.mark.broker_wide
 @pytest.mark.rules("TMO-04")
+@pytest.mark.clauses("TMO-04.e")
 def test_zero_is_an_immediate_timeout(connect: Connect, names: Names, target: Target,
                                       admin: RestoringAdmin) -> None:
     """0 is not "disabled" [INF]: 4.3 with the consumer argument, 3.12/4.0 with the queue argument."""

@@ -17,8 +17,10 @@ from codec import (
 )
 from conformance.model import timeouts as model
 from conformance.plugin.session import Names, Target
+from conformance.plugin.verdicts import skip_unless_applies
 from conformance.results.verdicts import HarnessError
-from conformance.run.admin import AdminError, RestoringAdmin
+from conformance.run.admin import AdminError
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.queues import (
     CLASSIC,
     QUORUM,
@@ -63,6 +65,7 @@ CAPABLE = model.Reaction(model.CANCEL)
 @pytest.mark.broker_wide
 # -- TMO-4.3-1: only quorum queues time out ------------------------------------------------------
 @pytest.mark.rules("TMO-4.3-1")
+@pytest.mark.clauses("TMO-4.3-1.a", "TMO-4.3-1.b", "TMO-4.3-1.c")
 @pytest.mark.parametrize("kind", [CLASSIC, STREAM])
 def test_classic_queues_and_streams_never_time_out(connect: Connect, names: Names, target: Target,
                                                    admin: RestoringAdmin, kind: str) -> None:
@@ -101,12 +104,15 @@ def test_classic_queues_and_streams_never_time_out(connect: Connect, names: Name
 
 
 # -- TMO-4.3-2: deadlines in the quorum queue -------------------------------------------------------
-@pytest.mark.rules("TMO-4.3-2")
+@pytest.mark.rules("TMO-4.3-2", "RQ-02", "RQ-06")
+@pytest.mark.clauses("RQ-02.g", "RQ-06.i", "TMO-4.3-2.a", "TMO-4.3-2.b", "TMO-4.3-2.c")
 def test_timeout_returns_the_message_first_and_pauses_the_consumer(connect: Connect, names: Names,
                                                                     target: Target) -> None:
     """Fires at the deadline (not on a 60 s tick); the message goes back ready and is
     delivered first, without a delivery-count increment; the consumer gets nothing more
-    although it has capacity and messages are ready."""
+    although it has capacity and messages are ready. Judged where TMO-4.3-2 applies (RQ-02 and
+    RQ-06 apply on more profiles)."""
+    skip_unless_applies(target.profile, ["TMO-4.3-2"])
     client = connect()
     setup = client.channel()
     queue = queue_with(client, setup, names, QUORUM, count=3)
@@ -129,6 +135,7 @@ def test_timeout_returns_the_message_first_and_pauses_the_consumer(connect: Conn
 
 @pytest.mark.long_wait(12)  # two deadlines a detection margin apart, then a quiet window
 @pytest.mark.rules("TMO-4.3-2")
+@pytest.mark.clauses("TMO-4.3-2.a", "TMO-4.3-2.d")
 def test_partial_timeout_returns_only_expired_deliveries(connect: Connect, names: Names, target: Target) -> None:
     """m1 and m2 reach the same consumer half a timeout apart: at m1's deadline only m1 goes
     back; m2 stays checked out, so acking it then removes it. The gap between the two deadlines
@@ -168,6 +175,7 @@ def test_partial_timeout_returns_only_expired_deliveries(connect: Connect, names
 
 # -- TMO-4.3-3: what the client sees -------------------------------------------------------------
 @pytest.mark.rules("TMO-4.3-3")
+@pytest.mark.clauses("TMO-4.3-3.a", "TMO-4.3-3.b")
 def test_with_capability_basic_cancel_and_the_channel_stays(connect: Connect, names: Names,
                                                             target: Target) -> None:
     client = connect()
@@ -190,6 +198,7 @@ def test_with_capability_basic_cancel_and_the_channel_stays(connect: Connect, na
 
 
 @pytest.mark.rules("TMO-4.3-3")
+@pytest.mark.clauses("TMO-4.3-3.c", "TMO-4.3-3.d", "TMO-4.3-3.f")
 @pytest.mark.parametrize("case", ["no-capability", "basic-get", "consumer-cancelled-by-client"])
 def test_otherwise_channel_close_with_minus_one(connect: Connect, names: Names, target: Target,
                                                 case: str) -> None:
@@ -218,6 +227,7 @@ def test_otherwise_channel_close_with_minus_one(connect: Connect, names: Names, 
 
 # -- TMO-4.3-4: registered until cancel-ok ------------------------------------------------------------
 @pytest.mark.rules("TMO-4.3-4")
+@pytest.mark.clauses("TMO-4.3-4.a", "TMO-4.3-4.b", "TMO-4.3-4.c")
 @pytest.mark.parametrize("removal", ["cancel-ok", "client-cancel", "channel-close"])
 def test_consumer_stays_registered_after_the_broker_cancel(connect: Connect, names: Names, target: Target,
                                                            removal: str) -> None:
@@ -247,6 +257,7 @@ def test_consumer_stays_registered_after_the_broker_cancel(connect: Connect, nam
 @pytest.mark.long_wait(2)  # a timeout, then a late settle
 # -- TMO-4.3-5: a late ack is accepted --------------------------------------------------------------
 @pytest.mark.rules("TMO-4.3-5")
+@pytest.mark.clauses("TMO-4.3-5.a", "TMO-4.3-5.b", "TMO-4.3-5.c")
 @pytest.mark.parametrize("kind", ["ack", "reject"])
 def test_late_settle_is_accepted_and_the_consumer_resumes(connect: Connect, names: Names, target: Target,
                                                           kind: str) -> None:
@@ -274,6 +285,7 @@ def test_late_settle_is_accepted_and_the_consumer_resumes(connect: Connect, name
 
 
 @pytest.mark.rules("TMO-4.3-5")
+@pytest.mark.clauses("TMO-4.3-5.a", "TMO-4.3-5.b")
 def test_late_ack_after_cancel_ok_is_accepted_and_removes_nothing(connect: Connect, names: Names,
                                                                    target: Target) -> None:
     client = connect()
@@ -297,6 +309,7 @@ def test_late_ack_after_cancel_ok_is_accepted_and_removes_nothing(connect: Conne
 
 # -- TMO-4.3-6: the capability is the only switch -----------------------------------------------------
 @pytest.mark.rules("TMO-4.3-6")
+@pytest.mark.clauses("TMO-4.3-6.a")
 def test_the_capability_is_the_only_switch(connect: Connect, names: Names, target: Target) -> None:
     """The same queue settings give basic.cancel to a client with consumer_cancel_notify and
     channel.close to one without; no broker setting is involved."""
@@ -315,12 +328,14 @@ def test_the_capability_is_the_only_switch(connect: Connect, names: Names, targe
 
 
 @pytest.mark.rules("TMO-4.3-6")
+@pytest.mark.clauses("TMO-4.3-6.d")
 def test_consumer_disconnected_timeout_argument_is_accepted(connect: Connect, names: Names) -> None:
     client = connect()
     queue_with(client, client.channel(), names, QUORUM, extra={"x-consumer-disconnected-timeout": 60000})
 
 
 @pytest.mark.rules("TMO-4.3-6")
+@pytest.mark.clauses("TMO-4.3-6.e")
 def test_consumer_disconnected_timeout_policy_key_is_accepted(connect: Connect, names: Names, target: Target,
                                                               admin: RestoringAdmin) -> None:
     client = connect()

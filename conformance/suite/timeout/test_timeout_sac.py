@@ -80,6 +80,7 @@ def late_timeout(tag: str, within: float, after_publish: float | None, probe: fl
 
 
 @pytest.mark.rules("TMO-4.3-7")
+@pytest.mark.clauses("TMO-4.3-7.a")
 def test_sac_timed_out_active_consumer_hands_over(connect: Connect, names: Names, target: Target) -> None:
     """The active consumer times out with nothing else checked out: it goes back to the
     waiting list and the waiting consumer becomes active and gets the returned message."""
@@ -100,6 +101,7 @@ def test_sac_timed_out_active_consumer_hands_over(connect: Connect, names: Names
 
 @pytest.mark.long_wait(2)  # two consumers time out one after the other
 @pytest.mark.rules("TMO-4.3-7", "TMO-4.3-2")
+@pytest.mark.clauses("TMO-4.3-7.b")
 def test_sac_stalls_once_every_consumer_timed_out(connect: Connect, names: Names, target: Target) -> None:
     """With every consumer timed out a SAC quorum queue stops dispatching (expected, per the
     maintainers) until a timed-out message is settled; then it delivers again."""

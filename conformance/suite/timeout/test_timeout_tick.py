@@ -11,20 +11,28 @@ import pytest
 
 from codec import (
     BasicAck,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicQos,
+    BasicQosOk,
 )
 from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed
 from conformance.model import timeouts as model
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
-from conformance.run.admin import RestoringAdmin
+from conformance.run.restoring import RestoringAdmin
 from conformance.suite.steps.queues import (
     CLASSIC,
     QUORUM,
+    STREAM,
+    Publisher,
     bodies,
+    declare,
     get,
     get_all,
     ready,
+    require_kind,
     tag_of,
     take,
     take_one,
@@ -43,6 +51,7 @@ from conformance.suite.steps.timeouts import (
     await_reaction,
     consume,
     detection_deadline,
+    exact,
     expected_reaction,
     legacy_tick,
     open_with_global,
@@ -59,6 +68,7 @@ UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
 
 # -- TMO-3x-1..4: the channel tick (≤4.2) --------------------------------------------------------
 @pytest.mark.rules("TMO-3x-1")
+@pytest.mark.clauses("TMO-3x-1.b", "TMO-3x-1.d")
 def test_every_queue_type_and_basic_get_time_out(connect: Connect, names: Names, target: Target,
                                                  admin: RestoringAdmin) -> None:
     legacy_tick(admin, target)
@@ -82,6 +92,53 @@ def test_every_queue_type_and_basic_get_time_out(connect: Connect, names: Names,
 
 
 @pytest.mark.rules("TMO-3x-1")
+@pytest.mark.clauses("TMO-3x-1.c")
+def test_stream_deliveries_time_out_too(connect: Connect, names: Names, target: Target,
+                                        admin: RestoringAdmin) -> None:
+    """[INF] in the rule: the tick looks at the channel's unacked list, which holds a stream
+    consumer's manual-ack deliveries as well (read from the first offset, with the prefetch a
+    stream consumer needs, QOS-06)."""
+    require_kind(target.profile, STREAM)
+    legacy_tick(admin, target)
+    client = connect()
+    queue = queue_with(client, client.channel(), names, STREAM, count=1)
+    [ch] = open_with_global(admin, LEGACY_TIMEOUT, lambda: [client.channel()])
+    client.rpc(ch, BasicQos(prefetch_count=10), BasicQosOk)
+    start = time.monotonic()
+    client.rpc(ch, BasicConsume(queue=queue, consumer_tag="stream", arguments={"x-stream-offset": "first"}),
+               BasicConsumeOk)
+    assert take_one(client, ch).body == b"m1"
+    effective = model.effective_consumer_timeout(target.profile.name, global_=LEGACY_TIMEOUT)
+    assert effective is not None
+    await_reaction(client, ch, expected_reaction(target, effective), detection_deadline(target, effective), start)
+
+
+@pytest.mark.rules("TMO-3x-1")
+@pytest.mark.clauses("TMO-3x-1.e")
+def test_mirrored_classic_queue_deliveries_time_out_too(connect: Connect, names: Names, target: Target,
+                                                        admin: RestoringAdmin) -> None:
+    """A classic queue under an ha-mode policy (set before it is declared) is a mirrored queue,
+    also on a single node; the tick times its deliveries out as any other (up to 3.13: 4.0
+    removed classic mirroring)."""
+    if target.profile.at_least("4.0"):
+        not_applicable("classic queue mirroring was removed in RabbitMQ 4.0")
+    legacy_tick(admin, target)
+    client = connect()
+    queue = names.queue("mirrored")
+    admin.put_policy(target.vhost, f"{queue}.ha", exact(queue), {"ha-mode": "all"}, "queues", 100)
+    declare(client, client.channel(), queue)
+    Publisher(client).publish(queue, [b"m1"])
+    [ch] = open_with_global(admin, LEGACY_TIMEOUT, lambda: [client.channel()])
+    start = time.monotonic()
+    consume(client, ch, queue, "mirrored")
+    take_one(client, ch)
+    effective = model.effective_consumer_timeout(target.profile.name, queue_type=CLASSIC, global_=LEGACY_TIMEOUT)
+    assert effective is not None
+    await_reaction(client, ch, expected_reaction(target, effective), detection_deadline(target, effective), start)
+
+
+@pytest.mark.rules("TMO-3x-1")
+@pytest.mark.clauses("TMO-3x-1.a")
 def test_only_the_oldest_delivery_is_checked(connect: Connect, names: Names, target: Target,
                                              admin: RestoringAdmin) -> None:
     """3.12+: the oldest delivery's queue decides: a LONG-queue delivery ahead of a SHORT-queue
@@ -106,6 +163,7 @@ def test_only_the_oldest_delivery_is_checked(connect: Connect, names: Names, tar
 
 
 @pytest.mark.rules("TMO-3x-2")
+@pytest.mark.clauses("TMO-3x-2.a", "TMO-3x-2.b", "TMO-3x-2.c", "TMO-3x-2.d", "TMO-3x-2.e")
 def test_timeout_closes_the_channel_whatever_the_capability(connect: Connect, names: Names, target: Target,
                                                             admin: RestoringAdmin) -> None:
     """channel.close 406 0/0 with the value used, with and without consumer_cancel_notify; the
@@ -139,6 +197,7 @@ def test_timeout_closes_the_channel_whatever_the_capability(connect: Connect, na
 
 
 @pytest.mark.rules("TMO-3x-3")
+@pytest.mark.clauses("TMO-3x-3.a", "TMO-3x-3.b")
 @pytest.mark.parametrize("case", ["unknown-tag", "tag-collision"])
 def test_late_ack_on_a_new_channel(connect: Connect, names: Names, target: Target, admin: RestoringAdmin,
                                    case: str) -> None:
@@ -172,6 +231,7 @@ def test_late_ack_on_a_new_channel(connect: Connect, names: Names, target: Targe
 
 
 @pytest.mark.rules("TMO-3x-4")
+@pytest.mark.clauses("TMO-3x-4.a")
 def test_the_global_value_is_read_when_the_channel_opens(connect: Connect, names: Names, target: Target,
                                                          admin: RestoringAdmin) -> None:
     """Channels opened before and after a short global value keep the long one; only the
@@ -199,6 +259,7 @@ def test_the_global_value_is_read_when_the_channel_opens(connect: Connect, names
 
 
 @pytest.mark.rules("TMO-3x-4")
+@pytest.mark.clauses("TMO-3x-4.b")
 def test_queue_values_are_looked_up_at_each_tick(connect: Connect, names: Names, target: Target,
                                                  admin: RestoringAdmin) -> None:
     """3.12+: a consumer-timeout policy set after the delivery applies at the next tick."""

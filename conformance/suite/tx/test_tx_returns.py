@@ -114,7 +114,8 @@ def deleted_queue_outcomes(target: Target) -> list[str]:
     return [RETURNED]
 
 
-@pytest.mark.rules("TX-06")
+@pytest.mark.rules("TX-06", "ERR-02")
+@pytest.mark.clauses("ERR-02.g")
 def test_commit_after_the_queue_was_deleted(connect: Connect, names: Names, target: Target) -> None:
     if target.profile.expect("TX-06") == "not-applicable":
         not_applicable("a queue deleted inside a transaction is RabbitMQ's case")

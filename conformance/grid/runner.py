@@ -1,0 +1,185 @@
+"""Run a grid: every (target, client) cell is one `amqp-conformance run`, its results moved into
+the grid's one lake.
+
+Rules:
+- The grid's directory holds `lake/` (the results lake of every cell, `runs/`, `tests/`,
+  `frames/` partitioned by run, as one run writes them), `cells/<target>/<client>/` (each cell's
+  junit.xml and pytest output) and `grid.json` (the manifest: rounds, and per round each
+  target's state and each cell's exit status, run id and seconds), rewritten atomically after
+  every cell.
+- A round runs every cell once. Run again, the grid resumes its last round: a cell that
+  finished (exit 0, 1 or 2, its results in the lake) is not run again; `new_round` starts a
+  round that runs every cell again into the same lake (the history the grid pages compare).
+- Targets run side by side, `parallel` at a time; the cells of one target run one after the
+  other (each with the target's `jobs` workers). A target's `start` runs first (bounded); if it
+  fails, or a cell finds the broker unreachable (exit 3), the target's row says why and its
+  remaining cells are not run. `stop` runs after the cells whenever `start` ran.
+- Every wait is bounded: `start` by its `start_timeout`, `stop` by STOP_SECONDS, a cell by
+  CELL_SECONDS (the run's own watchdog ends it sooner).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from conformance.grid.spec import Grid, Target
+from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE
+
+CELL_SECONDS = 3600.0
+STOP_SECONDS = 300.0
+FINISHED = (EXIT_OK, EXIT_FAILED, EXIT_HARNESS)  # a cell with results in the lake
+
+
+@dataclass
+class Manifest:
+    """grid.json: rounds of targets and cells."""
+
+    path: Path
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        if not path.exists():
+            return cls(path)
+        return cls(path, list(json.loads(path.read_text(encoding="utf-8")).get("rounds", [])))
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"rounds": self.rounds}, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def round(self, new: bool) -> dict[str, Any]:
+        if new or not self.rounds:
+            self.rounds.append({"round": len(self.rounds) + 1, "started": datetime.now(UTC).isoformat(),
+                                "targets": {}})
+        return self.rounds[-1]
+
+    def update(self, row: dict[str, Any], **changes: Any) -> None:
+        with self.lock:
+            row.update(changes)
+            self.save()
+
+
+def cell_command(target: Target, client: str, grid: Grid, out: Path, run_id: str) -> list[str]:
+    argv = [sys.executable, "-m", "conformance.cli", "run", "--client", client, "--out", str(out),
+            "--run-id", run_id]
+    for option, value in (("--broker-url", target.url), ("--broker-admin", target.admin),
+                          ("--baseline", target.baseline), ("--profile", target.profile), ("--jobs", target.jobs)):
+        if value is not None:
+            argv += [option, value]
+    for node in target.cluster_nodes:
+        argv += ["--cluster-node", node]
+    if target.node_control is not None:
+        argv += ["--node-control", target.node_control]
+    select = target.select if target.select is not None else grid.select
+    if select:
+        argv += ["--select", ",".join(select)]
+    if grid.timeout_scale is not None:
+        argv += ["--timeout-scale", str(grid.timeout_scale)]
+    return argv
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _shell(command: str, env: dict[str, str], timeout: float) -> str | None:
+    """Run a target's start or stop command; None, or why it failed."""
+    try:
+        done = subprocess.run(command, shell=True, env=env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return f"{command!r} did not end within {timeout:.0f} s"
+    if done.returncode != 0:
+        return f"{command!r} exited {done.returncode}: {_last_line(done.stderr or done.stdout)}"
+    return None
+
+
+def move_into_lake(results: Path, lake: Path) -> int:
+    """Move a cell's run partitions (results/<table>/run=<id>) into the lake; how many."""
+    moved = 0
+    for partition in sorted(results.glob("*/run=*")):
+        destination = lake / partition.parent.name / partition.name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if destination.exists():
+            shutil.rmtree(destination)
+        os.replace(partition, destination)
+        moved += 1
+    return moved
+
+
+def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round_: dict[str, Any]) -> None:
+    row = round_["targets"].setdefault(target.name, {"state": "pending", "cells": {}})
+    pending = [c for c in target.clients if row["cells"].get(c, {}).get("exit") not in FINISHED]
+    if not pending:
+        return
+    env = {**os.environ, **target.env}
+    if target.start:
+        manifest.update(row, state="starting")
+        failure = _shell(target.start, env, target.start_timeout)
+        if failure is not None:
+            manifest.update(row, state="did not start", reason=failure)
+            return
+    manifest.update(row, state="running", reason=None)
+    try:
+        for client in pending:
+            if not _run_cell(target, client, grid, root, env, manifest, round_, row):
+                break
+        else:
+            manifest.update(row, state="done")
+    finally:
+        if target.start and target.stop:
+            failure = _shell(target.stop, env, STOP_SECONDS)
+            if failure is not None:
+                manifest.update(row, stop_failed=failure)
+
+
+def _run_cell(target: Target, client: str, grid: Grid, root: Path, env: dict[str, str], manifest: Manifest,
+              round_: dict[str, Any], row: dict[str, Any]) -> bool:
+    """One cell; False when the target turned out unreachable (its other cells are not run)."""
+    out = root / "cells" / target.name / client
+    shutil.rmtree(out, ignore_errors=True)
+    run_id = f"grid{round_['round']}-{target.name}-{client}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    start = time.monotonic()
+    try:
+        done = subprocess.run(cell_command(target, client, grid, out, run_id), env=env, capture_output=True,
+                              text=True, timeout=CELL_SECONDS, check=False)
+        status, said = done.returncode, _last_line(done.stdout + "\n" + done.stderr)
+    except subprocess.TimeoutExpired:
+        status, said = EXIT_HARNESS, f"the cell did not end within {CELL_SECONDS:.0f} s"
+    cell = {"exit": status, "run_id": run_id, "seconds": round(time.monotonic() - start, 1), "said": said}
+    if status in FINISHED:
+        cell["partitions"] = move_into_lake(out / "results", root / "lake")
+    with manifest.lock:
+        row["cells"][client] = cell
+        manifest.save()
+    if status == EXIT_UNREACHABLE:
+        manifest.update(row, state="unreachable", reason=said)
+        return False
+    return True
+
+
+def run_grid(grid: Grid, root: Path, *, parallel: int = 1, new_round: bool = False) -> dict[str, Any]:
+    """Run (or resume) the grid into `root`; the round's manifest entry."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "lake").mkdir(exist_ok=True)
+    manifest = Manifest.load(root / "grid.json")
+    round_ = manifest.round(new_round)
+    manifest.save()
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for future in [pool.submit(run_target, t, grid, root, manifest, round_) for t in grid.targets]:
+            future.result()
+    return round_

@@ -1,0 +1,1 @@
+"""The alarms area: resource alarms and publisher blocking (ALM-01..05)."""
