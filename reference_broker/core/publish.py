@@ -47,6 +47,9 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
         ttl = parse_expiration(props.expiration)
         if core.config.timeout_mode != "legacy":  # TTL-01: 4.x delivers the number read (mc_amqpl)
             props = props._replace(expiration=str(ttl))
+    mode = props.delivery_mode  # MSG-03: rabbit_basic:message, after check_expiration_header (3.x)
+    if mode is not None and core.rules.delivery_mode_refused(mode, core.config.emulates):
+        raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid message: {{delivery_mode_unknown,{mode}}}")
     extra_keys, _ = sender_routes(props)  # ROUTE-13: a CC or BCC that is not an array refuses the publish now
     if core.config.emulates == "4.3" and core.rules.topic_checks_sender_keys():  # ACC-05: 4.0+ check every routing key (mc:routing_keys), 3.x the key only
         for key in extra_keys:

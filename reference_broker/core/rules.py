@@ -177,6 +177,12 @@ def _one_copy(queues: list[Queue]) -> list[Queue]:
     return list({id(q): q for q in queues}.values())
 
 
+def _delivery_mode_refused(mode: int, emulates: str) -> bool:
+    """MSG-03: up to 3.12 a delivery-mode other than 1 or 2 is refused (rabbit_basic:is_message_persistent);
+    from 3.13 any octet is taken (mc_amqpl:essential_properties)."""
+    return emulates != "4.3" and mode not in (1, 2)
+
+
 @dataclass(frozen=True, slots=True)
 class Rules:
     # -- acknowledgements (ACK-03..10) ----------------------------------------------------
@@ -248,6 +254,7 @@ class Rules:
     consumers_rotate: Callable[[], bool] = _true  # QUEUE-13: the consumer served goes to the back
     bcc_removed: Callable[[], bool] = _true  # ROUTE-13
     user_id_checked: Callable[[], bool] = _true  # MSG-02
+    delivery_mode_refused: Callable[[int, str], bool] = _delivery_mode_refused  # MSG-03
     # -- access (ACC-*) ---------------------------------------------------------------------
     vhost_access_checked: Callable[[], bool] = _true  # ACC-01
     permission_checked: Callable[[str, str], bool] = lambda kind, method: True  # ACC-02..04: (kind, method)

@@ -24,7 +24,6 @@ from codec import (
     BasicPublish,
     BasicReject,
     BasicReturn,
-    Command,
     ConfirmSelect,
     ConfirmSelectOk,
     QueueDeclare,
@@ -32,10 +31,11 @@ from codec import (
     Typed,
 )
 from codec.frames import encode_frame, encode_header_payload, encode_method
-from codec.wire_properties import WireProperties, headers_in_key_order, headers_table, table_entries
+from codec.wire_properties import WireProperties, headers_table, table_entries
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
+from conformance.suite.steps.field_values import assert_same_octets, message_containers
 from conformance.suite.steps.queues import QUORUM, require_kind
 
 Connect = Callable[..., RawClient]
@@ -64,24 +64,6 @@ def every_type_properties(target: Target) -> BasicProperties:
     return BasicProperties(content_type="application/octet-stream", headers=dict(headers), delivery_mode=1,
                            priority=1, correlation_id="c-1", message_id="m-1", timestamp=1_700_000_000,
                            app_id="amqp-conformance")
-
-
-def assert_same_octets(sent: BasicProperties, got: Command, target: Target) -> None:
-    """The delivered property octets are the published ones (on RabbitMQ 3.13 and 4.x, MSG-01's
-    variant: the top-level headers entries may come in key order); on a difference, name them."""
-    assert isinstance(got.properties, WireProperties) and got.properties.raw is not None, got
-    published = encode_header_payload(len(got.body), sent)[12:]
-    if got.properties.raw == published:
-        return
-    key_order_allowed = target.profile.rabbitmq and target.profile.expect("MSG-01").startswith("variant:")
-    if key_order_allowed and got.properties.raw == headers_in_key_order(published):
-        return
-    want = table_entries(headers_table(published) or bytes(4))
-    have = table_entries(headers_table(got.properties.raw) or bytes(4))
-    changed = {k: (v.hex(" "), have.get(k, b"").hex(" ")) for k, v in want.items() if have.get(k) != v}
-    order = "" if changed or list(want) == list(have) else f"; the entries came in another order: {list(have)}"
-    raise AssertionError(f"properties changed in transit; headers entries (sent, delivered): {changed}{order}; "
-                         f"decoded as {got.properties.headers}")
 
 
 def _queue(client: RawClient, names: Names) -> tuple[int, str]:
@@ -123,13 +105,6 @@ def test_returned_message_keeps_every_field_type(connect: Connect, names: Names,
     assert_same_octets(props, client.expect(ch, BasicReturn), target)
 
 
-def _reencodes(target: Target) -> bool:
-    """MSG-01: RabbitMQ 3.13 and 4.x re-encode the typed headers table at delivery (mc_amqpl);
-    3.x before 3.13 sends the received octets again. By the reported version, else the profile."""
-    numbers = [int(p) for p in (target.profile.version or "").split(".")[:2] if p.isdigit()]
-    return tuple(numbers) >= (3, 13) if len(numbers) == 2 else target.profile.at_least("4.0")
-
-
 @pytest.mark.rules("MSG-01")
 @pytest.mark.clauses("MSG-01.e", "MSG-01.f")
 def test_long_L_and_an_odd_bool_octet_as_each_version_sends_them(connect: Connect, names: Names,
@@ -152,7 +127,7 @@ def test_long_L_and_an_odd_bool_octet_as_each_version_sends_them(connect: Connec
     have = table_entries(headers_table(got.properties.raw) or bytes(4))
     sent = table_entries(headers_table(header[12:]) or bytes(4))
     reencoded = {"I": sent["I"], "L": b"l" + sent["L"][1:], "t": b"t\x01"}
-    if _reencodes(target):
+    if message_containers(target):
         want, how = reencoded, "3.13 and 4.x re-encode the table: 'L' (read as signed 64) comes back as 'l', a bool octet 2 as 1"
         if target.profile.server_properties.get("product") != "RabbitMQ" and have == sent:
             return  # a broker emulating the version may keep the octets (the profile's variant: each entry keeps them)
