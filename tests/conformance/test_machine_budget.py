@@ -102,3 +102,33 @@ def test_a_machine_shrinks_with_hurried_waits_and_reports_a_full_wait_failure() 
     # the missing delivery is traced to its cause by a probe (machine_steps.held_below_multiple)
     assert named_rules(message) == ("ACK-05",), message
     assert "the broker still held tag" in message, message
+
+
+def test_a_machine_whose_setup_failed_once_is_a_failure_that_says_so_not_a_flaky_error() -> None:
+    """A machine's setup fails in the first example only (a broker that was briefly busy): that
+    example ends before its first choice and the next ones go on, which Hypothesis cannot replay
+    (Flaky). The test fails with the setup's own error, readable, not as a harness error."""
+    import pytest
+    from hypothesis.errors import Flaky
+    from hypothesis.stateful import RuleBasedStateMachine, rule
+
+    from conformance.suite.steps.machine_support import SetupRecorded, run_within_budget
+
+    attempts: list[int] = []
+
+    class OnceSlow(SetupRecorded, RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise AssertionError("no reply within 5 s (waiting for queue.declare-ok on channel 1)")
+
+        @rule()
+        def nothing(self) -> None:
+            pass
+
+    with pytest.raises(AssertionError) as raised:
+        run_within_budget(OnceSlow, Budget(30.0), Smallest(), examples=5, steps=3)
+    assert "setting the machine up failed, before its first step: AssertionError: no reply within 5 s" in str(
+        raised.value)
+    assert isinstance(raised.value.__cause__, Flaky)

@@ -79,6 +79,7 @@ from conformance.suite.steps.machine_support import (
     MachineTarget,
     Pick,
     Program,
+    SetupRecorded,
     Smallest,
     count_meaning,
     example_ended,
@@ -126,7 +127,7 @@ def step(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class ModelMachine(RuleBasedStateMachine):
+class ModelMachine(SetupRecorded, RuleBasedStateMachine):
     """Base of the machines: connections, channels, queues, settle, teardown."""
 
     steps_run: ClassVar[int] = 0

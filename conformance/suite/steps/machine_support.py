@@ -42,6 +42,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -148,6 +149,7 @@ class Smallest:
         self.improved_at = 0  # the example that last gave a smaller failure
         self.improved_time = 0.0  # and when (perf_counter)
         self.size: tuple[int, int] | None = None  # the smallest failure's steps and length as written
+        self.setup_failure: BaseException | None = None  # a failure before an example's first step
 
     def hurry(self) -> bool:
         """True while Hypothesis shrinks a failure already seen, except in its final replay."""
@@ -176,6 +178,13 @@ class Smallest:
         try:
             yield
         except Flaky as flaky:
+            if self.best is None and self.setup_failure is not None:
+                failure = AssertionError(f"setting the machine up failed, before its first step: "
+                                         f"{type(self.setup_failure).__name__}: {self.setup_failure}")
+                failure.add_note(f"(an example that fails while the machine sets up ends before its first choice "
+                                 f"and the next one goes on, so Hypothesis could not replay it: "
+                                 f"{type(flaky).__name__})")
+                raise failure from flaky
             if self.best is None:
                 raise
             _, exc, program, frames = self.best
@@ -186,6 +195,33 @@ class Smallest:
             failure.add_note(repr(program))
             failure.add_note(frames)
             raise failure from flaky
+
+
+RUNNING: list[Smallest] = []  # the Smallest of the machine test `run_within_budget` runs now
+
+
+class SetupRecorded:
+    """Mixin of the machine classes: a failure while a machine sets itself up (its `__init__`,
+    before the first step, where `teardown` and so `example_ended` never run) is remembered by the
+    running test's Smallest, which reports it when Hypothesis cannot replay it (`instead_of_flaky`).
+    The `factory` closures stay as they are: their source seeds the examples (module rules)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__:
+            return
+        original = cls.__dict__["__init__"]
+
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kw: Any) -> None:
+            try:
+                original(self, *args, **kw)
+            except AssertionError as exc:  # DriverError and Violation are AssertionErrors
+                if RUNNING and RUNNING[-1].setup_failure is None:
+                    RUNNING[-1].setup_failure = exc
+                raise
+
+        cls.__init__ = __init__  # type: ignore[method-assign]
 
 
 class _ShrinkSeconds:
@@ -214,8 +250,12 @@ class ShrinkEnd:
 def run_within_budget(factory: Callable[[], RuleBasedStateMachine], budget: Budget, smallest: Smallest, *,
                       examples: int, steps: int) -> None:
     """`factory()` as a Hypothesis test within `budget`; Flaky becomes the smallest failure seen."""
-    with budget.limit_shrinking(smallest), smallest.instead_of_flaky():
-        run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
+    RUNNING.append(smallest)
+    try:
+        with budget.limit_shrinking(smallest), smallest.instead_of_flaky():
+            run_state_machine_as_test(factory, settings=machine_settings(examples, steps))  # type: ignore[arg-type]
+    finally:
+        RUNNING.remove(smallest)
 
 
 def example_ended(budget: Budget | None, smallest: Smallest | None, program: Program, frames: FrameLog,

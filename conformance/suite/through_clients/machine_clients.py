@@ -59,6 +59,7 @@ from conformance.suite.steps.machine_support import (
     FrameLog,
     Pick,
     Program,
+    SetupRecorded,
     Smallest,
     example_ended,
     from_machine,
@@ -106,7 +107,7 @@ def client_step(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class ClientMachine(RuleBasedStateMachine):
+class ClientMachine(SetupRecorded, RuleBasedStateMachine):
     """What every machine through a client shares: one driver (connection "A" in the model),
     channels 1 and 2 (the library numbers them), queues by logical name, the round trip that
     shows an asynchronous close (module rules) and the comparison by scope and code."""
