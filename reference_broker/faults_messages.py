@@ -1,6 +1,7 @@
 """Named faults of the messages area at the edges of a value's range: each changes what a message
-is delivered with (the `delivered_properties` policy) only for values at one end of their range,
-so only a check that draws values across the whole range (MSG-01, MSG-03) can see them. Part of
+is delivered with (the `delivered_properties` policy), whether it is taken, or the level it waits
+at, only for values at one end of their range, so only a check that draws values across the whole
+range (MSG-01, MSG-03, PRI-01) can see them. Part of
 the table of reference_broker/faults.py, which says what a fault is and how it is switched on.
 
 Rules:
@@ -20,6 +21,7 @@ from typing import Any
 from codec import BasicProperties, Typed
 from codec.fields import decimal_from_wire, decode_text, encode_text
 from codec.wire_properties import WireProperties, headers_table, table_entries
+from reference_broker.core.state import QUORUM, Message, Queue
 from reference_broker.fault_type import Fault
 
 SHORTSTR_PROPERTIES = ("content_type", "content_encoding", "correlation_id", "reply_to", "expiration",
@@ -94,6 +96,19 @@ def _delivery_mode_clamped(props: BasicProperties) -> BasicProperties:
     return props._replace(delivery_mode=2) if mode is not None and mode > 2 else props
 
 
+def _zero_is_one_level(queue: Queue, message: Message, _emulates: str) -> int:
+    """x-max-priority 0 is one level, as before 3.13.4, though the broker follows 4.x."""
+    return queue.level(message, one_level_at_zero=True)
+
+
+def _priority_signed(queue: Queue, message: Message, emulates: str) -> int:
+    """A priority property read as a signed octet: 128..255 are negative, so they wait at level 0."""
+    priority = message.properties.priority
+    if priority is not None and priority >= 128 and queue.kind != QUORUM:
+        return 0
+    return queue.level(message, one_level_at_zero=emulates != "4.3")
+
+
 MESSAGE_FAULTS: tuple[Fault, ...] = (
     Fault("timestamp_signed", "messages", "MSG-01",
           "a timestamp property of 2^63 or more is delivered as 2^63 - 1 (kept as a signed 64-bit number)",
@@ -110,6 +125,11 @@ MESSAGE_FAULTS: tuple[Fault, ...] = (
           {"delivered_properties": _entries_changed(_subnormal_flushed)}),
     Fault("delivery_mode_clamped", "messages", "MSG-03", "a delivery-mode above 2 is delivered as 2",
           {"delivered_properties": _delivery_mode_clamped}),
+    Fault("max_priority_zero_one_level", "messages", "PRI-01",
+          "x-max-priority 0 is one level (publish order), as before 3.13.4, though the broker follows 4.x",
+          {"priority_level": _zero_is_one_level}),
+    Fault("priority_read_as_signed", "messages", "PRI-01",
+          "a priority of 128..255 is read as a signed octet and waits at level 0", {"priority_level": _priority_signed}),
     Fault("odd_delivery_mode_refused", "messages", "MSG-03",
           "a delivery-mode other than 1 or 2 is refused 406 as before 3.13, though the broker follows 4.x",
           {"delivery_mode_refused": lambda mode, _emulates: mode not in (1, 2)}),

@@ -5,7 +5,8 @@ publish order, to the delivery order (indexes into that list) of a queue that se
 one (basic.get) from a fresh state.
 Rules:
 - PRI-01 (classic, x-max-priority = M): level = min(priority or 0, M); the highest level first,
-  publish order within a level (rabbit_priority_queue). Without M every message is level 0.
+  publish order within a level (rabbit_priority_queue). Without M every message is level 0; M = 0
+  is one level up to 3.13.3 and two (0 and 1, as M = 1) from 3.13.4.
 - PRI-02 (quorum) by version:
   * 4.3: level = min(priority, 31), no priority = 4; strict, highest first (rabbit_fifo_pq);
   * 4.0-4.2: two levels, high when priority > 4; every third dequeue (its counter at 2) takes
@@ -28,10 +29,13 @@ def strict_order(levels: Sequence[int]) -> list[int]:
     return sorted(range(len(levels)), key=lambda i: (-levels[i], i))
 
 
-def classic_order(priorities: Sequence[int | None], max_priority: int | None) -> list[int]:
-    if not max_priority:
+def classic_order(priorities: Sequence[int | None], max_priority: int | None, two_levels_at_zero: bool = False) -> list[int]:
+    """PRI-01; `two_levels_at_zero`: x-max-priority 0 has levels 0 and 1, as 1 does (from 3.13.4:
+    rabbit_priority_queue:priorities/1 takes max(1, M)); before, one level (publish order)."""
+    if max_priority is None or (max_priority == 0 and not two_levels_at_zero):
         return list(range(len(priorities)))
-    return strict_order([min(p or 0, max_priority) for p in priorities])
+    top = max(1, max_priority)
+    return strict_order([min(p or 0, top) for p in priorities])
 
 
 def quorum_order(priorities: Sequence[int | None], version: tuple[int, int]) -> list[int]:

@@ -156,7 +156,7 @@ def route_and_enqueue(core: BrokerState, meta: Meta, vhost: str, exchange: str, 
         if not ok:
             accepted = False
             continue
-        queue.enqueue(message, core.rules.priority_level(queue, message))
+        queue.enqueue(message, core.rules.priority_level(queue, message, core.config.emulates))
         durability.remember(core, queue, message)
         if core.rules.publish_renews_lease():  # QUEUE-08: not RabbitMQ's (a fault's)
             effects += lease.touch(core, meta, queue)

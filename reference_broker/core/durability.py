@@ -196,7 +196,7 @@ def restore(core: BrokerState, meta: Meta, definitions: dict[str, Any] | None,
         ttl = message_ttl(core, queue, properties)
         if ttl is not None:
             message.expires_at = meta.now_ms + ttl
-        queue.enqueue(message)
+        queue.enqueue(message, core.rules.priority_level(queue, message, core.config.emulates))
 
 
 def _restore_definitions(core: BrokerState, definitions: dict[str, Any]) -> None:

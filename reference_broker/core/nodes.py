@@ -111,7 +111,7 @@ def _release_held(core: BrokerState, meta: Meta, cluster: Cluster) -> list[Effec
         if held.queue.name in core.vhosts[held.queue.vhost].queues and not has_majority(cluster, held.queue):
             kept.append(held)
         elif core.find_queue(held.queue.vhost, held.queue.name) is held.queue:
-            held.queue.enqueue(held.message, core.rules.priority_level(held.queue, held.message))
+            held.queue.enqueue(held.message, core.rules.priority_level(held.queue, held.message, core.config.emulates))
     released = [h for h in cluster.held if h not in kept]
     cluster.held = kept
     waiting = {(id(h.confirm[0]), h.confirm[1]) for h in kept if h.confirm is not None}

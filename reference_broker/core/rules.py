@@ -92,8 +92,9 @@ def _owner_must_match(owner: int | None, conn: int, exclusive: bool) -> bool:
     return owner != (conn if exclusive else None)
 
 
-def _priority_level(queue: Queue, message: Message) -> int:
-    return queue.level(message)  # PRI-01 classic with x-max-priority, PRI-02 quorum (4.3)
+def _priority_level(queue: Queue, message: Message, emulates: str) -> int:
+    # PRI-01 classic with x-max-priority (0: one level before 3.13.4), PRI-02 quorum (4.3)
+    return queue.level(message, one_level_at_zero=emulates != "4.3")
 
 
 def _never_lost(seqno: int, accepted: bool | None) -> bool:
@@ -196,7 +197,7 @@ class Rules:
     consumer_first_tag: Callable[[int], int] = _same  # ACK-01: the channel's counter goes on
     # -- requeue (RQ-01..04) --------------------------------------------------------------
     put_back: Callable[[Queue, Message], None] = _put_back
-    priority_level: Callable[[Queue, Message], int] = _priority_level  # the level a new message waits at
+    priority_level: Callable[[Queue, Message, str], int] = _priority_level  # the level a new message waits at
     redelivered: Callable[[bool], bool] = _same
     requeued_on_release: Callable[[list[Unacked]], list[Unacked]] = _all  # RQ-03
     # -- prefetch (QOS-01..08) ------------------------------------------------------------

@@ -166,15 +166,16 @@ class Queue:
         return len(self.consumers)
 
     # -- ready messages ------------------------------------------------------------
-    def level(self, message: Message) -> int:
-        """The priority level a message waits at (PRI-01 classic, PRI-02 quorum)."""
+    def level(self, message: Message, one_level_at_zero: bool = False) -> int:
+        """The priority level a message waits at (PRI-01 classic, PRI-02 quorum). x-max-priority 0
+        has levels 0 and 1, as 1 does (from 3.13.4: max(1, M)); `one_level_at_zero`: as before."""
         priority = message.properties.priority
         if self.kind == QUORUM:
             return QUORUM_DEFAULT_PRIORITY if priority is None else min(priority, QUORUM_MAX_PRIORITY)
         top = self.arguments.get("x-max-priority")
-        if not isinstance(top, int) or isinstance(top, bool) or top <= 0:
+        if not isinstance(top, int) or isinstance(top, bool) or top < 0 or (top == 0 and one_level_at_zero):
             return 0
-        return min(priority or 0, top)
+        return min(priority or 0, max(1, top))
 
     def _lane(self, level: int) -> Lane:
         lane = self._lanes.get(level)

@@ -26,8 +26,8 @@ from tests.reference_broker.sim import Sim, sends
 PRIORITIES: list[int | None] = [None, 5, 1, 10, 5, 200, 0, 9, 3, None, 31, 40, 4, 2]
 
 
-def _sim_with(queue: str, **args: object) -> Sim:
-    sim = Sim()
+def _sim_with(queue: str, config: dict[str, object] | None = None, **args: object) -> Sim:
+    sim = Sim(**(config or {}))
     sim.connect()
     sim.open()
     sim.queue(queue, **args)
@@ -47,6 +47,13 @@ def test_classic_priorities_follow_the_model() -> None:
     assert _get_all(_sim_with("p", **{"x-max-priority": 10}), "p") == classic_order(PRIORITIES, 10)
     assert _get_all(_sim_with("f"), "f") == classic_order(PRIORITIES, None)  # no argument: FIFO
     assert _get_all(_sim_with("m", **{"x-max-priority": 255}), "m") == classic_order(PRIORITIES, 255)
+
+
+def test_a_maximum_of_zero_is_two_levels_as_from_3_13_4_and_one_in_legacy_mode() -> None:
+    assert _get_all(_sim_with("z", **{"x-max-priority": 0}), "z") == classic_order(PRIORITIES, 0, True)
+    assert classic_order(PRIORITIES, 0, True) == classic_order(PRIORITIES, 1)
+    legacy = _sim_with("z", {"timeout_mode": "legacy"}, **{"x-max-priority": 0})
+    assert _get_all(legacy, "z") == classic_order(PRIORITIES, 0) == list(range(len(PRIORITIES)))
 
 
 def test_quorum_priorities_follow_4_3_and_returns_go_first() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
 
 from codec import (
     BasicGet,
@@ -22,6 +23,9 @@ from codec import (
     ConfirmSelectOk,
     QueueDeclare,
     QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
+    Typed,
     encode_content,
 )
 from codec.constants import METHOD_IDS, ReplyCode
@@ -32,6 +36,7 @@ from conformance.plugin.cluster import Cluster
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import judged_elsewhere
 from conformance.suite.steps.cluster import await_queue_back
+from conformance.suite.steps.field_values import ExampleConnection, optional_priorities, typed_integers
 from conformance.suite.steps.replies import assert_text
 from conformance.suite.steps.wire import Confirms
 
@@ -180,3 +185,45 @@ def test_a_bad_x_max_priority_is_406(connect: Connect, names: Names, target: Tar
     assert (closed.value.code, closed.value.class_id, closed.value.method_id) == (ReplyCode.PRECONDITION_FAILED, *METHOD_IDS["queue.declare"])
     what = f"queue '{queue}' in vhost '{target.vhost}'"
     assert_text(target, closed.value, f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for {what}{reason}")
+
+
+# -- PRI-01 over the whole range ------------------------------------------------------------
+ARGUMENT_INTEGERS = (b"b", b"B", b"s", b"u", b"I", b"i", b"l")  # rabbit_amqqueue INTEGER_ARG_TYPES
+PRIORITY_EXAMPLES = 25
+
+
+def two_levels_at_zero(target: Target) -> bool:
+    """PRI-01: x-max-priority 0 has two levels from 3.13.4 (by the reported version, else the profile)."""
+    numbers = [int(p) for p in (target.profile.version or "").split(".")[:3] if p.isdigit()]
+    return tuple(numbers) >= (3, 13, 4) if len(numbers) == 3 else target.profile.at_least("4.0")
+
+
+@pytest.mark.rules("PRI-01")
+@pytest.mark.clauses("PRI-01.a", "PRI-01.g", "PRI-01.h")
+def test_every_maximum_type_and_priority_orders_by_level(connect: Connect, names: Names, target: Target) -> None:
+    """Drawn: x-max-priority of every integer type and value 0..255, priorities 0..255 or none."""
+    at_zero = two_levels_at_zero(target)
+    examples = ExampleConnection(connect)
+
+    @settings(max_examples=PRIORITY_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate, Phase.shrink))
+    @example(maximum=Typed(b"b", 0), priorities=[None, 0, 1, 255])
+    @example(maximum=Typed(b"l", 255), priorities=[254, 255, 0, None, 128])
+    @given(maximum=typed_integers(0, 255, ARGUMENT_INTEGERS), priorities=optional_priorities(10))
+    def orders(maximum: Typed, priorities: list[int | None]) -> None:
+        with examples.channel() as (client, ch):
+            queue = names.queue("drawn-prio")
+            client.rpc(ch, QueueDeclare(queue=queue, exclusive=True, arguments={"x-max-priority": maximum}),
+                       QueueDeclareOk)
+            publish_all(client, ch, queue, priorities, target)
+            got = get_all(client, ch, queue)
+            client.rpc(ch, QueueDelete(queue=queue), QueueDeleteOk)
+        want = classic_order(priorities, maximum.value, at_zero)
+        levels = "one level" if maximum.value == 0 and not at_zero else f"levels 0..{max(1, maximum.value)}"
+        assert got == want, (
+            f"PRI-01: a classic queue with x-max-priority {maximum.value} (type '{maximum.kind.decode()}', {levels}"
+            f"{'; 0 is two levels from 3.13.4' if maximum.value == 0 else ''}) serves the highest level first, "
+            f"publish order within a level, a message at min(priority, M) (none at 0); published priorities "
+            f"{priorities}: want the order {want}, got {got}")
+
+    orders()

@@ -29,9 +29,10 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
@@ -41,6 +42,7 @@ from codec import BasicProperties, Command, Typed
 from codec.fields import decimal_from_wire, decode_text, encode_text
 from codec.frames import encode_header_payload
 from codec.wire_properties import WireProperties, headers_in_key_order, headers_table, table_entries
+from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Target
 
 EXAMPLES = 40  # per run: each example is three round trips of one message on a live broker
@@ -245,6 +247,39 @@ def assert_same_octets(sent: BasicProperties, got: Command, target: Target, how:
                          f"with; {differences(sent, got.properties)}")
 
 
+def typed_integers(low: int, high: int, codes: Sequence[bytes]) -> st.SearchStrategy[Typed]:
+    """Integers of [low, high] (ends first-class) typed with each of `codes`, within each code's range."""
+    return st.one_of([_typed(code, _ranged(max(low, INTEGER_RANGES[code][0]), min(high, INTEGER_RANGES[code][1])))
+                      for code in codes])
+
+
+def optional_priorities(longest: int) -> st.SearchStrategy[list[int | None]]:
+    """1 to `longest` priority properties, each absent or 0..255 (ends first-class)."""
+    return st.lists(st.none() | _ranged(0, 255), min_size=1, max_size=longest)
+
+
+class ExampleConnection:
+    """One connection for drawn examples: a fresh channel for each example, and a new connection
+    after an example that failed, so the next one (a shrink) starts on a sound connection."""
+
+    def __init__(self, connect: Callable[[], RawClient]) -> None:
+        self._connect = connect
+        self._client: RawClient | None = None
+
+    @contextlib.contextmanager
+    def channel(self) -> Iterator[tuple[RawClient, int]]:
+        if self._client is None:
+            self._client = self._connect()
+        client = self._client
+        try:
+            ch = client.channel()
+            yield client, ch
+            client.close_channel(ch)
+        except BaseException:
+            self._client = None  # the test's fixture closes it at teardown
+            raise
+
+
 def message_containers(target: Target) -> bool:
     """Whether the broker reads 0-9-1 messages into message containers (mc_amqpl, RabbitMQ 3.13 and
     4.x): they re-encode the typed headers at delivery (MSG-01) and check no delivery-mode (MSG-03).
@@ -258,6 +293,6 @@ def fits(properties: BasicProperties, frame_max: int) -> bool:
     return frame_max == 0 or len(encode_header_payload(0, properties)) + 8 <= frame_max
 
 
-__all__: Sequence[str] = ["EXAMPLES", "VALUE_SETTINGS", "assert_same_octets", "differences", "extremes",
+__all__: Sequence[str] = ["EXAMPLES", "VALUE_SETTINGS", "ExampleConnection", "optional_priorities", "typed_integers", "assert_same_octets", "differences", "extremes",
                           "field_values", "fits", "message_containers", "property_sets", "reduced", "scalars",
                           "shown"]
