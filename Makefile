@@ -112,7 +112,8 @@ test-rabbitmq43: $(STAMP)
 	$(BIN)/pytest -m rabbitmq43 tests
 
 # The small interop grid (grids/ci.toml: the reference broker, RabbitMQ 3.10.8 and 4.3.6, GarageMQ;
-# raw and one library per language) with its report; RabbitMQ 4.3.6 started by the grid itself.
+# raw and one library per language) with its report, and the suite through the Node and C adapters
+# (tests/conformance/test_through_clients_adapters.py); RabbitMQ 4.3.6 started by the grid itself.
 test-grid: $(STAMP)
 	$(BIN)/pytest -rs -m grid tests
 

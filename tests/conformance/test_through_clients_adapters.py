@@ -7,7 +7,9 @@ transactions API: its adapter answers `unsupported`) makes the test not-applicab
 reason, and the cancel-notification check, which rabbitmq-c cannot express (its client-properties
 do not claim consumer_cancel_notify), is not-applicable with the suite's reason. The libraries
 need their packages (node and amqplib under the virtualenv; gcc and librabbitmq-dev): without
-them these tests skip, and fail under AMQPC_STRICT=1 (CI installs them).
+them these tests skip, and fail under AMQPC_STRICT=1 (CI installs them). The two suite runs are
+`grid` tests (`make test-grid`, which CI runs): each starts a Node or C program per driver, about 15
+CPU-seconds together on the 2-core machine, out of `make test`'s five minutes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def _require(client: str) -> None:
         require(False, str(exc))
 
 
+@pytest.mark.grid
 def test_amqplib_passes_the_ack_checks_and_cannot_express_transactions(tmp_path: Path) -> None:
     _require("amqplib")
     status, output, tests = _run(tmp_path, "--client", "amqplib", "--select", "ACK-05", "ACK-08")
@@ -45,6 +48,7 @@ def test_amqplib_passes_the_ack_checks_and_cannot_express_transactions(tmp_path:
     assert (run["client"], run["client_version"]) == ("amqplib", REGISTRY["amqplib"].installed_version())
 
 
+@pytest.mark.grid
 def test_rabbitmq_c_passes_an_ack_check_and_cannot_express_cancel_notification(tmp_path: Path) -> None:
     _require("rabbitmq-c")
     status, output, tests = _run(tmp_path, "--client", "rabbitmq-c", "--select", "ACK-05", "CCN-02")
