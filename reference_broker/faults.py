@@ -28,7 +28,7 @@ from reference_broker.core.state import QUORUM, STREAM, Channel, Connection, Con
 from reference_broker.fault_type import Fault
 from reference_broker.fault_type import const as _const
 from reference_broker.faults_connection import CONNECTION_FAULTS
-from reference_broker.faults_messages import MESSAGE_FAULTS
+from reference_broker.faults_edges import EDGE_FAULTS
 
 ENV = "AMQPC_BROKER_FAULTS"
 __all__ = ["BY_NAME", "ENV", "FAULTS", "Fault", "check", "from_environment", "rules_with"]
@@ -432,7 +432,7 @@ FAULTS: tuple[Fault, ...] = (
           "publishes to a quorum queue without a majority are confirmed at once",
           {"confirm_waits_for_majority": _const(False)}),
     *CONNECTION_FAULTS,
-    *MESSAGE_FAULTS,
+    *EDGE_FAULTS,
 )
 BY_NAME = {f.name: f for f in FAULTS}
 

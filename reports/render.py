@@ -47,6 +47,7 @@ from markupsafe import Markup
 
 from conformance.catalogue import document
 from conformance.catalogue.rules import plain_markdown
+from conformance.results.records import tag_from_column
 from conformance.results.verdicts import SCORED
 from conformance.results.verdicts import label as verdict_label
 from conformance.results.wording import plural
@@ -229,6 +230,8 @@ def frame_log_rows(rows: Iterable[Mapping[str, Any]], fields: tuple[str, ...] = 
 
 
 def _field(name: str, value: Any) -> str:
+    if name == "delivery_tag" and isinstance(value, int):
+        value = tag_from_column(value)
     if isinstance(value, bool):
         return f"{name}={'true' if value else 'false'}"
     if isinstance(value, str):

@@ -113,7 +113,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("class_id", "int"),
         Column("method_id", "int"),
         Column("method", "string"),  # e.g. basic.ack
-        Column("delivery_tag", "bigint"),
+        Column("delivery_tag", "bigint"),  # two's complement: a tag above 2^63 - 1 is negative (`stored_tag`)
         Column("multiple", "boolean"),
         Column("requeue", "boolean"),
         Column("redelivered", "boolean"),
@@ -247,6 +247,21 @@ _FLAGS = ("passive", "durable", "exclusive", "auto_delete", "internal")
 ARGUMENTS_MAX = 2000  # characters of the `arguments` column; longer tables are cut (and marked)
 
 
+TAG_WRAP = 2**64  # a delivery tag is unsigned 64-bit (0-9-1 §1.4.2.6); the bigint column is signed
+
+
+def stored_tag(tag: int) -> int:
+    """A delivery tag as the frames table's `delivery_tag` (bigint) holds it: in two's complement, so
+    a tag above 2^63 - 1 (ACK-03's whole range) is stored as tag - 2^64, losslessly. Real brokers'
+    tags stay far below 2^63, so a negative stored tag never matches a delivery in the audit."""
+    return tag - TAG_WRAP if tag >= TAG_WRAP // 2 else tag
+
+
+def tag_from_column(value: int) -> int:
+    """The delivery tag a stored `delivery_tag` value stands for (`stored_tag`'s inverse)."""
+    return value + TAG_WRAP if value < 0 else value
+
+
 def body_digest(body: bytes) -> str:
     """A message identity for the audit (RQ-04): 16 hex digits of BLAKE2b over the body octets."""
     return hashlib.blake2b(body, digest_size=8).hexdigest()
@@ -285,6 +300,8 @@ def _method_fields(method: Any) -> dict[str, Any]:
         value = getattr(method, key, None)
         if value is not None:
             row[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if "delivery_tag" in row:
+        row["delivery_tag"] = stored_tag(row["delivery_tag"])
     if method.NAME == "basic.qos":
         row["global_qos"] = method.global_
     elif method.NAME == "queue.declare" and not method.passive:

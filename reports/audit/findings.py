@@ -16,6 +16,7 @@ from collections import defaultdict
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
+from conformance.results.records import tag_from_column
 from reports.model import EvidenceFrame, FailingTest, Violation
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "unjudged": 2}
@@ -57,6 +58,8 @@ def attach_evidence(frames: DataFrame, violations: list[Violation]) -> None:
     windows: dict[tuple[str, str, int, int, int], list[EvidenceFrame]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: r.seq):
         values = r.asDict()
+        if isinstance(values.get("delivery_tag"), int):
+            values["delivery_tag"] = tag_from_column(values["delivery_tag"])
         text = " ".join(f"{k}={values[k]}" for k in fields if values[k] is not None)
         windows[r.run_id, r.test_id, r.connection, r.channel, r.finding_seq].append(
             EvidenceFrame(r.seq, r.direction, r.method or r.frame_type, text))

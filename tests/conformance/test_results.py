@@ -186,3 +186,17 @@ def test_one_exit_status_for_every_run() -> None:
     assert exit_status(harness_error="interrupted", outcomes={"failed"}) == (2, "interrupted")
     assert exit_status(broker_down="broker down: x", harness_error="y", outcomes={"broken"}) == (3, "broker down: x")
     assert exit_status(usage_error="bad", broker_down="down") == (4, "bad")
+
+
+def test_a_delivery_tag_over_its_whole_range_is_stored_and_shown_as_sent() -> None:
+    """ACK-03's tags reach 2^64-1; the frames table's bigint holds them in two's complement, and
+    the report shows the tag that was sent."""
+    from codec import BasicAck, Command
+    from conformance.results.records import frame_fields, stored_tag, tag_from_column
+    from reports.render import _field
+
+    for tag in (0, 1, 2**63 - 1, 2**63, 2**64 - 1):
+        stored = frame_fields(Command(1, BasicAck(delivery_tag=tag), None, b""))["delivery_tag"]
+        assert stored == stored_tag(tag) and -(2**63) <= stored < 2**63
+        assert tag_from_column(stored) == tag
+        assert _field("delivery_tag", stored) == f"delivery_tag={tag}"

@@ -41,6 +41,7 @@ def test_recorded_programs_on_rabbitmq_give_no_finding(tmp_path: Path, rabbitmq:
 
 
 @pytest.mark.garagemq
+@pytest.mark.gate  # a GarageMQ of its own and every program against it: `make test-gates`, out of make test's five minutes
 def test_recorded_programs_show_garagemqs_deviations(tmp_path: Path) -> None:
     require(available(), "GarageMQ (Debian package garagemq)")
     for name in PROGRAMS:  # a fresh broker each: the deletion wedges the vhost for good

@@ -64,7 +64,7 @@ TEN_YEARS_MS = 315_360_000_000  # rabbit_misc:check_expiry's maximum (TTL-01)
 HOUR_MS = 3_600_000
 
 
-def _ranged(low: int, high: int) -> st.SearchStrategy[int]:
+def ranged(low: int, high: int) -> st.SearchStrategy[int]:
     """Integers of [low, high] with its ends, zero and one step inside each end as first-class draws."""
     edges = sorted({low, low + 1, high - 1, high, *([0] if low <= 0 <= high else [])})
     return st.one_of(st.sampled_from(edges), st.integers(low, high))
@@ -76,7 +76,7 @@ def _octets(longest: int) -> st.SearchStrategy[bytes]:
 
 
 def _decimals() -> st.SearchStrategy[decimal.Decimal]:
-    return st.builds(decimal_from_wire, _ranged(0, 255), _ranged(0, 2**32 - 1))
+    return st.builds(decimal_from_wire, ranged(0, 255), ranged(0, 2**32 - 1))
 
 
 def _typed(code: bytes, values: st.SearchStrategy[Any]) -> st.SearchStrategy[Typed]:
@@ -87,7 +87,7 @@ def scalars(rabbitmq: bool) -> st.SearchStrategy[Typed]:
     """A field value of every scalar type code of the dialect, its code forced."""
     kinds: list[st.SearchStrategy[Typed]] = [
         st.booleans().map(lambda v: Typed(b"t", v)),
-        *(_typed(code, _ranged(*bounds)) for code, bounds in INTEGER_RANGES.items()
+        *(_typed(code, ranged(*bounds)) for code, bounds in INTEGER_RANGES.items()
           if rabbitmq or code[0] not in RABBITMQ_ONLY),
         st.one_of(st.sampled_from(FLOAT32_EDGES), st.floats(width=32, allow_nan=False, allow_infinity=False))
         .map(lambda v: Typed(b"f", v)),
@@ -133,10 +133,10 @@ def property_sets(rabbitmq: bool, user: str, any_mode: bool) -> st.SearchStrateg
         BasicProperties,
         content_type=_shortstr(), content_encoding=_shortstr(),
         headers=optional(st.dictionaries(field_names(), field_values(rabbitmq), max_size=6)),
-        delivery_mode=optional(_ranged(0, 255) if any_mode else st.sampled_from([1, 2])), priority=optional(_ranged(0, 255)),
+        delivery_mode=optional(ranged(0, 255) if any_mode else st.sampled_from([1, 2])), priority=optional(ranged(0, 255)),
         correlation_id=_shortstr(), reply_to=_shortstr(),
-        expiration=optional(_ranged(HOUR_MS, TEN_YEARS_MS).map(str)),
-        message_id=_shortstr(), timestamp=optional(_ranged(0, 2**64 - 1)), message_type=_shortstr(),
+        expiration=optional(ranged(HOUR_MS, TEN_YEARS_MS).map(str)),
+        message_id=_shortstr(), timestamp=optional(ranged(0, 2**64 - 1)), message_type=_shortstr(),
         user_id=st.sampled_from([None, user]), app_id=_shortstr(), cluster_id=_shortstr(),
     )
 
@@ -249,13 +249,13 @@ def assert_same_octets(sent: BasicProperties, got: Command, target: Target, how:
 
 def typed_integers(low: int, high: int, codes: Sequence[bytes]) -> st.SearchStrategy[Typed]:
     """Integers of [low, high] (ends first-class) typed with each of `codes`, within each code's range."""
-    return st.one_of([_typed(code, _ranged(max(low, INTEGER_RANGES[code][0]), min(high, INTEGER_RANGES[code][1])))
+    return st.one_of([_typed(code, ranged(max(low, INTEGER_RANGES[code][0]), min(high, INTEGER_RANGES[code][1])))
                       for code in codes])
 
 
 def optional_priorities(longest: int) -> st.SearchStrategy[list[int | None]]:
     """1 to `longest` priority properties, each absent or 0..255 (ends first-class)."""
-    return st.lists(st.none() | _ranged(0, 255), min_size=1, max_size=longest)
+    return st.lists(st.none() | ranged(0, 255), min_size=1, max_size=longest)
 
 
 class ExampleConnection:
@@ -293,6 +293,6 @@ def fits(properties: BasicProperties, frame_max: int) -> bool:
     return frame_max == 0 or len(encode_header_payload(0, properties)) + 8 <= frame_max
 
 
-__all__: Sequence[str] = ["EXAMPLES", "VALUE_SETTINGS", "ExampleConnection", "optional_priorities", "typed_integers", "assert_same_octets", "differences", "extremes",
+__all__: Sequence[str] = ["EXAMPLES", "VALUE_SETTINGS", "ExampleConnection", "optional_priorities", "ranged", "typed_integers", "assert_same_octets", "differences", "extremes",
                           "field_values", "fits", "message_containers", "property_sets", "reduced", "scalars",
                           "shown"]

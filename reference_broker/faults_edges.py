@@ -1,7 +1,7 @@
-"""Named faults of the messages area at the edges of a value's range: each changes what a message
-is delivered with (the `delivered_properties` policy), whether it is taken, or the level it waits
-at, only for values at one end of their range, so only a check that draws values across the whole
-range (MSG-01, MSG-03, PRI-01) can see them. Part of
+"""Named faults at the edges of a value's range: each changes what a message is delivered with
+(the `delivered_properties` policy), whether it is taken, the level it waits at, or how an unknown
+delivery tag is named, only for values at one end of their range, so only a check that draws values
+across the whole range (MSG-01, MSG-03, PRI-01, ACK-03) can see them. Part of
 the table of reference_broker/faults.py, which says what a fault is and how it is switched on.
 
 Rules:
@@ -18,9 +18,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from codec import BasicProperties, Typed
+from codec import AmqpError, BasicProperties, ReplyCode, Typed
 from codec.fields import decimal_from_wire, decode_text, encode_text
 from codec.wire_properties import WireProperties, headers_table, table_entries
+from reference_broker.core import texts
 from reference_broker.core.state import QUORUM, Message, Queue
 from reference_broker.fault_type import Fault
 
@@ -109,7 +110,13 @@ def _priority_signed(queue: Queue, message: Message, emulates: str) -> int:
     return queue.level(message, one_level_at_zero=emulates != "4.3")
 
 
-MESSAGE_FAULTS: tuple[Fault, ...] = (
+def _tag_signed(tag: int, _multiple: bool) -> AmqpError:
+    """An unknown delivery tag named as a signed 64-bit number: one above 2^63 - 1 comes out negative."""
+    return AmqpError(ReplyCode.PRECONDITION_FAILED, texts.unknown_tag(tag - 2**64 if tag > INT64_MAX else tag),
+                     scope="channel")
+
+
+EDGE_FAULTS: tuple[Fault, ...] = (
     Fault("timestamp_signed", "messages", "MSG-01",
           "a timestamp property of 2^63 or more is delivered as 2^63 - 1 (kept as a signed 64-bit number)",
           {"delivered_properties": _timestamp_signed}),
@@ -125,6 +132,9 @@ MESSAGE_FAULTS: tuple[Fault, ...] = (
           {"delivered_properties": _entries_changed(_subnormal_flushed)}),
     Fault("delivery_mode_clamped", "messages", "MSG-03", "a delivery-mode above 2 is delivered as 2",
           {"delivered_properties": _delivery_mode_clamped}),
+    Fault("unknown_tag_named_signed", "ack", "ACK-03",
+          "an unknown delivery tag above 2^63 - 1 is named as a negative number (kept as signed 64 bits)",
+          {"unknown_tag": _tag_signed}),
     Fault("max_priority_zero_one_level", "messages", "PRI-01",
           "x-max-priority 0 is one level (publish order), as before 3.13.4, though the broker follows 4.x",
           {"priority_level": _zero_is_one_level}),

@@ -1,4 +1,4 @@
-"""The messages area's edge faults (reference_broker/faults_messages.py): each changes a message
+"""The edge faults (reference_broker/faults_edges.py): each changes a message, a level or a text
 only at its edge, and keeps every other octet."""
 
 from __future__ import annotations
@@ -65,3 +65,9 @@ def test_the_rule_refuses_odd_modes_only_as_3x_does() -> None:
     for emulates in ("3.10", "3.12"):
         assert [m for m in range(256) if not refused(m, emulates)] == [1, 2]
     assert not any(refused(m, "4.3") for m in range(256))
+
+
+def test_the_signed_tag_fault_changes_only_tags_above_2_63() -> None:
+    named = BY_NAME["unknown_tag_named_signed"].substitutes["unknown_tag"]
+    assert named(2**63 - 1, False).text.endswith("unknown delivery tag 9223372036854775807")
+    assert named(2**64 - 1, False).text.endswith("unknown delivery tag -1")
