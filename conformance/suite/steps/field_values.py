@@ -86,19 +86,17 @@ def _typed(code: bytes, values: st.SearchStrategy[Any]) -> st.SearchStrategy[Typ
 def scalars(rabbitmq: bool) -> st.SearchStrategy[Typed]:
     """A field value of every scalar type code of the dialect, its code forced."""
     kinds: list[st.SearchStrategy[Typed]] = [
-        st.booleans().map(lambda v: Typed(b"t", v)),
+        _typed(b"t", st.booleans()),
         *(_typed(code, ranged(*bounds)) for code, bounds in INTEGER_RANGES.items()
           if rabbitmq or code[0] not in RABBITMQ_ONLY),
-        st.one_of(st.sampled_from(FLOAT32_EDGES), st.floats(width=32, allow_nan=False, allow_infinity=False))
-        .map(lambda v: Typed(b"f", v)),
-        st.one_of(st.sampled_from(DOUBLE_EDGES), st.floats(allow_nan=False, allow_infinity=False))
-        .map(lambda v: Typed(b"d", v)),
-        _decimals().map(lambda v: Typed(b"D", v)),
-        _octets(LONG_STRING).map(lambda v: Typed(b"S", v)),
+        _typed(b"f", st.sampled_from(FLOAT32_EDGES) | st.floats(width=32, allow_nan=False, allow_infinity=False)),
+        _typed(b"d", st.sampled_from(DOUBLE_EDGES) | st.floats(allow_nan=False, allow_infinity=False)),
+        _typed(b"D", _decimals()),
+        _typed(b"S", _octets(LONG_STRING)),
         st.just(Typed(b"V", None)),
     ]
     if rabbitmq:
-        kinds.append(_octets(LONG_STRING).map(lambda v: Typed(b"x", v)))
+        kinds.append(_typed(b"x", _octets(LONG_STRING)))
     return st.one_of(kinds)
 
 
@@ -133,7 +131,8 @@ def property_sets(rabbitmq: bool, user: str, any_mode: bool) -> st.SearchStrateg
         BasicProperties,
         content_type=_shortstr(), content_encoding=_shortstr(),
         headers=optional(st.dictionaries(field_names(), field_values(rabbitmq), max_size=6)),
-        delivery_mode=optional(ranged(0, 255) if any_mode else st.sampled_from([1, 2])), priority=optional(ranged(0, 255)),
+        delivery_mode=optional(ranged(0, 255) if any_mode else st.sampled_from([1, 2])),
+        priority=optional(ranged(0, 255)),
         correlation_id=_shortstr(), reply_to=_shortstr(),
         expiration=optional(ranged(HOUR_MS, TEN_YEARS_MS).map(str)),
         message_id=_shortstr(), timestamp=optional(ranged(0, 2**64 - 1)), message_type=_shortstr(),
@@ -151,18 +150,18 @@ def extremes(rabbitmq: bool, user: str, any_mode: bool) -> tuple[BasicProperties
     low |= {"f": Typed(b"f", -FLOAT32_MAX), "d": Typed(b"d", -DOUBLE_EDGES[-2]), "sub": Typed(b"f", 2.0**-149),
             "D": Typed(b"D", decimal_from_wire(0, 0)), "S": Typed(b"S", b""), "A": Typed(b"A", []),
             "F": Typed(b"F", {}), "": Typed(b"V", None)}
-    long_name = "n" * 255
+    deep = Typed(b"A", [Typed(b"F", {"F": Typed(b"F", {"A": Typed(b"A", [Typed(b"F", {"V": Typed(b"V", None)})])})})])
     high |= {"f": Typed(b"f", FLOAT32_MAX), "d": Typed(b"d", DOUBLE_EDGES[-2]), "-0": Typed(b"d", -0.0),
-             "D": Typed(b"D", decimal_from_wire(255, 2**32 - 1)), "D0": Typed(b"D", decimal_from_wire(255, 0)), long_name: Typed(b"S", bytes(range(256))[:LONG_STRING]),
-             "deep": Typed(b"A", [Typed(b"F", {"F": Typed(b"F", {"A": Typed(b"A", [Typed(b"F", {"V": Typed(b"V", None)})])})})])}
+             "D": Typed(b"D", decimal_from_wire(255, 2**32 - 1)), "D0": Typed(b"D", decimal_from_wire(255, 0)),
+             "n" * 255: Typed(b"S", bytes(range(256))[:LONG_STRING]), "deep": deep}
     longest = decode_text(bytes(range(255)))
-    least = BasicProperties(content_type="", content_encoding="", headers=low, delivery_mode=0 if any_mode else 1, priority=0,
-                            correlation_id="", reply_to="", expiration=str(HOUR_MS), message_id="", timestamp=0,
-                            message_type="", user_id=None, app_id="", cluster_id="")
-    most = BasicProperties(content_type=longest, content_encoding=longest, headers=high, delivery_mode=255 if any_mode else 2,
-                           priority=255, correlation_id=longest, reply_to=longest, expiration=str(TEN_YEARS_MS),
-                           message_id=longest, timestamp=2**64 - 1, message_type=longest, user_id=user, app_id=longest,
-                           cluster_id=longest)
+    least = BasicProperties(content_type="", content_encoding="", headers=low, delivery_mode=0 if any_mode else 1,
+                            priority=0, correlation_id="", reply_to="", expiration=str(HOUR_MS), message_id="",
+                            timestamp=0, message_type="", user_id=None, app_id="", cluster_id="")
+    most = BasicProperties(content_type=longest, content_encoding=longest, headers=high,
+                           delivery_mode=255 if any_mode else 2, priority=255, correlation_id=longest, reply_to=longest,
+                           expiration=str(TEN_YEARS_MS), message_id=longest, timestamp=2**64 - 1, message_type=longest,
+                           user_id=user, app_id=longest, cluster_id=longest)
     return least, most
 
 
