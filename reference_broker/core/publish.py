@@ -34,7 +34,7 @@ def basic_publish(core: BrokerState, meta: Meta, ch: Channel, m: BasicPublish,
     if core.config.permissions:
         permissions.check(core, ch, "write", "exchange", m.exchange, "basic.publish")
     permissions.check_topic(core, ch, "write", m.exchange, exchange.kind, m.routing_key)  # ACC-05
-    if len(body) > core.config.max_message_size:
+    if core.rules.body_too_large(len(body), core.config.max_message_size):  # PC-12
         raise soft(ReplyCode.PRECONDITION_FAILED, f"message size {len(body)} is larger than configured "
                    f"max size {core.config.max_message_size}")
     props = props or EMPTY

@@ -256,6 +256,7 @@ class Rules:
     bcc_removed: Callable[[], bool] = _true  # ROUTE-13
     user_id_checked: Callable[[], bool] = _true  # MSG-02
     delivery_mode_refused: Callable[[int, str], bool] = _delivery_mode_refused  # MSG-03
+    body_too_large: Callable[[int, int], bool] = lambda size, limit: size > limit  # PC-12: exactly the limit is taken
     # -- access (ACC-*) ---------------------------------------------------------------------
     vhost_access_checked: Callable[[], bool] = _true  # ACC-01
     permission_checked: Callable[[str, str], bool] = lambda kind, method: True  # ACC-02..04: (kind, method)

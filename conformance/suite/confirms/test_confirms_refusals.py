@@ -201,6 +201,28 @@ def test_body_over_the_default_max_message_size_is_406(connect: Connect, names: 
     assert message_count(client, other, queue) == 0  # the connection and other channels go on
 
 
+@pytest.mark.rules("PC-12")
+@pytest.mark.clauses("PC-12.g")
+def test_a_body_of_exactly_the_default_max_message_size_is_taken(connect: Connect, names: Names,
+                                                                 target: Target) -> None:
+    """The other side of PC-12's boundary: a body of exactly max_message_size octets is routed."""
+    limit = default_max_message_size(target.profile)
+    if limit is None:
+        not_applicable("message size limits are broker-specific on this profile")
+    client = connect(timeout=target.timeout(30))
+    ch = client.channel()
+    queue = names.queue()
+    declare(client, ch, queue)
+    publish_large(client, ch, queue, limit)
+    try:
+        sync(client, ch)
+    except ChannelClosed as closed:
+        raise AssertionError(f"PC-12: a body of exactly max_message_size ({limit} octets) must be taken; the broker "
+                             f"closed the channel: {closed}") from None
+    count = message_count(client, ch, queue)
+    assert count == 1, f"PC-12: a body of exactly {limit} octets is routed to its queue; the queue holds {count}"
+
+
 # -- PC-13 -----------------------------------------------------------------------------------
 @pytest.mark.rules("PC-13")
 @pytest.mark.clauses("PC-13.a")
