@@ -38,7 +38,6 @@ from codec import (
     TxSelect,
     TxSelectOk,
 )
-from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
@@ -64,10 +63,9 @@ from conformance.suite.steps.queues import (
     take,
     take_one,
 )
+from conformance.suite.steps.replies import assert_unknown_tag
 
-UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"
 REPLY_TO = "amq.rabbitmq.reply-to"
-SETTLE_METHOD_IDS = {kind: METHOD_IDS[f"basic.{kind}"] for kind in ("ack", "reject", "nack")}
 
 
 def closed_on(client: RawClient, ch: int, queue: str) -> ChannelClosed:
@@ -77,14 +75,6 @@ def closed_on(client: RawClient, ch: int, queue: str) -> ChannelClosed:
     with pytest.raises(ChannelClosed) as info:
         ready(client, ch, queue, timeout=prompt(client))
     return info.value
-
-
-def assert_unknown_tag(closed: ChannelClosed, tag: int, kind: str, target: Target, rule_id: str) -> None:
-    """ACK-03: channel.close 406, class 60, the settling method's id; the text on RabbitMQ."""
-    assert (closed.scope, closed.code, closed.class_id, closed.method_id) == (
-        "channel", ReplyCode.PRECONDITION_FAILED, *SETTLE_METHOD_IDS[kind]), closed
-    if target.profile.expect(rule_id) == "required":
-        assert closed.text == UNKNOWN_TAG.format(tag)
 
 
 # -- ACK-01, ACK-02: the tags ------------------------------------------------------------------

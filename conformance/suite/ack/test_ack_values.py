@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from codec import BasicAck, BasicNack, BasicReject, Method
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names, Target
-from conformance.suite.ack.test_ack import assert_unknown_tag
 from conformance.suite.steps.field_values import ranged
 from conformance.suite.steps.queues import declare, prompt, ready
+from conformance.suite.steps.replies import assert_unknown_tag
 
 Connect = Callable[..., RawClient]
 TAG_EXAMPLES = 25

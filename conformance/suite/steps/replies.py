@@ -21,6 +21,7 @@ from codec import (
     Method,
     encode_method,
 )
+from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import (
     ChannelClosed,
     Closed,
@@ -92,3 +93,15 @@ def refused(client: RawClient, ch: int, method: Any, ok: type, target: Target) -
     except (ChannelClosed, ConnectionClosed) as closed:
         return closed
     raise AssertionError(f"{method.NAME} succeeded; an error was expected")
+
+
+UNKNOWN_TAG = "PRECONDITION_FAILED - unknown delivery tag {}"  # ACK-03
+SETTLE_METHOD_IDS = {kind: METHOD_IDS[f"basic.{kind}"] for kind in ("ack", "reject", "nack")}
+
+
+def assert_unknown_tag(closed: ChannelClosed, tag: int, kind: str, target: Target, rule_id: str) -> None:
+    """ACK-03: channel.close 406, class 60, the settling method's id; the text on RabbitMQ."""
+    assert (closed.scope, closed.code, closed.class_id, closed.method_id) == (
+        "channel", ReplyCode.PRECONDITION_FAILED, *SETTLE_METHOD_IDS[kind]), closed
+    if target.profile.expect(rule_id) == "required":
+        assert closed.text == UNKNOWN_TAG.format(tag)
