@@ -109,11 +109,14 @@ def test_rabbitmq_4_passes_the_gate_with_its_baseline(version: str, tmp_path: Pa
 @pytest.mark.parametrize("library", ["pika", "amqp", "aio-pika"])
 def test_the_suite_through_each_client_library_passes_rabbitmq_4_3_6(library: str, tmp_path: Path) -> None:
     """The tests a library can express (acks, the acks machine, transactions, returns, prefetch,
-    confirms) run through it against 4.3.6 and pass; the others are not-applicable, never failed."""
+    confirms) run through it against 4.3.6 and pass; the others are not-applicable, never failed.
+    The alarm test needs `--broker-admin rabbitmqctl` (the management API cannot raise an alarm),
+    which this run does not give: needs-admin, for the ALM rules only."""
     node("4.3.6")
     status, output, junit = gate("4.3.6", tmp_path, "--client", library)
     assert status == 0, output
     found = verdicts(junit)
     ours = {name: verdict for name, verdict in found.items() if name.endswith(f"[{library}]")}
-    assert ours and set(ours.values()) <= {"passed", "not-applicable"}, output
+    assert ours and set(ours.values()) <= {"passed", "not-applicable", "needs-admin"}, output
+    assert all(name.startswith("ALM-") for name, verdict in ours.items() if verdict == "needs-admin"), ours
     assert sum(v == "passed" for v in ours.values()) >= 20, ours  # 25 rules passed for each library (2026-11-23)
