@@ -25,6 +25,7 @@ from conformance.run.nodes import wants_embedded
 DEFAULT_OUT = Path("amqp-conformance-results")
 ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')
 MAX_DEFAULT_JOBS = 8
+JOBS_PER_CORE = 4
 
 
 class UsageError(Exception):
@@ -79,18 +80,18 @@ def prepare(options: RunOptions) -> Prepared:
 
 
 def default_jobs(broker_url: str | None, cluster_nodes: tuple[str, ...] = ()) -> str:
-    """Workers when --jobs is not given: three per core, at most MAX_DEFAULT_JOBS, for the embedded
+    """Workers when --jobs is not given: four per core, at most MAX_DEFAULT_JOBS, for the embedded
     reference broker and a broker the user names alike. The suite mostly waits on the broker's
-    clock and round trips, and a test that changes a broker-wide setting runs alone anyway
-    (conformance.plugin.distributed); measured on 2 cores against RabbitMQ 4.3.6: 4 workers 44 s,
-    6 workers 34 s, 1 worker about 150 s (docs/benchmarks.md). One worker against a cluster the
+    clock and round trips (about 25 CPU-seconds of 2 cores' 110 in a 55 s run), and a test that
+    changes a broker-wide setting runs alone anyway (conformance.plugin.distributed); measured on
+    2 cores, whole suite on the embedded broker: 6 workers 70 s, 8 workers 58 s (docs/benchmarks.md). One worker against a cluster the
     user names: its tests stop and start the shared nodes. AMQPC_JOBS overrides it."""
     chosen = os.environ.get(ENV_JOBS)
     if chosen:
         return _jobs(chosen)
     if importlib.util.find_spec("xdist") is None or (cluster_nodes and not wants_embedded(cluster_nodes)):
         return "1"
-    return str(min(MAX_DEFAULT_JOBS, 3 * (os.cpu_count() or 1)))
+    return str(min(MAX_DEFAULT_JOBS, JOBS_PER_CORE * (os.cpu_count() or 1)))
 
 
 def _jobs(text: str) -> str:

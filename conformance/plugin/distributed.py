@@ -23,7 +23,11 @@ Rules:
   an exclusive one when it first changes such a setting (`BrokerLock.upgrade`, through
   `fixtures.admin`; flock on files in a directory the controller creates; writers are not
   starved). It does so before it has deliveries in flight, so waiting for the lock delays no
-  timer the test measures. Policies a test puts on its own queues are not broker-wide: their
+  timer the test measures. A test whose remaining steps no longer read its broker-wide
+  settings may end its claim (`BrokerLock.hold`'s `release`, through
+  `RestoringAdmin.end_broker_wide`): it puts them back and lets go of the lock entirely, so
+  the next test runs at once; it never waits for the lock again, so no timer of its own is
+  delayed. Policies a test puts on its own queues are not broker-wide: their
   pattern matches that queue's name only, and RabbitMQ leaves every queue whose matching
   policy did not change untouched (rabbit_policy `update_matched_objects` → `no_change`:
   v3.10.8 l.478/498, v4.0.5 l.426/448, v4.3.5 l.443/465). Without `fcntl` (Windows) there
@@ -56,6 +60,7 @@ LOCK_KEY = "amqpc_lock_dir"
 CONFIG_KEY = "amqpc_run_config"
 OUTPUT_KEY = "amqpc"
 EXCLUSIVE = pytest.StashKey[Callable[[], None]]()  # a test's way to make its shared hold exclusive
+RELEASE = pytest.StashKey[Callable[[], None]]()  # a test's way to let go of its hold before its end
 LOCK_WAIT = pytest.StashKey[float]()  # seconds the test waited for that (left out of its duration)
 
 
@@ -103,23 +108,30 @@ class BrokerLock:
         self._main: IO[str] = open(directory / "main", "a+")  # noqa: SIM115
 
     @contextlib.contextmanager
-    def hold(self, exclusive: bool = False) -> Iterator[Callable[[], None]]:
-        """Hold the lock (shared unless `exclusive`); yields `upgrade`, which makes a shared hold
-        exclusive (it lets go first, then queues as a writer: two upgrades never deadlock)."""
+    def hold(self, exclusive: bool = False) -> Iterator[tuple[Callable[[], None], Callable[[], None]]]:
+        """Hold the lock (shared unless `exclusive`); yields (`upgrade`, `release`): `upgrade`
+        makes a shared hold exclusive (it lets go first, then queues as a writer: two upgrades
+        never deadlock); `release` lets go for good (an upgrade after it is an error)."""
         import fcntl
 
-        held = {"exclusive": exclusive}
+        held = {"exclusive": exclusive, "released": False}
 
         def upgrade() -> None:
+            if held["released"]:
+                raise RuntimeError("the broker lock was released: a test cannot take it again")
             if held["exclusive"]:
                 return
             fcntl.flock(self._main, fcntl.LOCK_UN)
             self._take(exclusive=True)
             held["exclusive"] = True
 
+        def release() -> None:
+            held["released"] = True
+            fcntl.flock(self._main, fcntl.LOCK_UN)
+
         self._take(exclusive)
         try:
-            yield upgrade
+            yield upgrade, release
         finally:
             fcntl.flock(self._main, fcntl.LOCK_UN)
 
@@ -163,8 +175,9 @@ class WorkerSide:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
         if self.lock is None or "target" not in getattr(item, "fixturenames", ()):
             return (yield)
-        with self.lock.hold() as upgrade:
+        with self.lock.hold() as (upgrade, release):
             item.stash[EXCLUSIVE] = upgrade
+            item.stash[RELEASE] = release
             return (yield)
 
     @pytest.hookimpl(trylast=True)

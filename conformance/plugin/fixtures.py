@@ -26,7 +26,7 @@ from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import ChannelClosed, DriverError, RawClient, Recorder
 from conformance.embedded import start as start_embedded
 from conformance.plugin.classify import BROKEN_PREFIX
-from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT
+from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT, RELEASE
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
 from conformance.plugin.schedule import BROKER_WIDE
 from conformance.plugin.session import Names, Target, harness
@@ -155,9 +155,21 @@ def admin(target: Target, request: pytest.FixtureRequest) -> Iterator[RestoringA
     change goes through `broker_wide_claim`."""
     state = harness(request.config)
     view = RestoringAdmin(state.admin, target.vhost, broker_wide_claim(request.node, state.watchdog),
-                          Ledger.for_process())
+                          Ledger.for_process(), broker_wide_release(request.node))
     yield view
     view.restore()
+
+
+def broker_wide_release(item: Any) -> Callable[[], None]:
+    """What `RestoringAdmin.end_broker_wide` calls: across xdist workers, the test lets go of its
+    lock (conformance.plugin.distributed); otherwise nothing."""
+
+    def release() -> None:
+        let_go = item.stash.get(RELEASE, None)
+        if let_go is not None:
+            let_go()
+
+    return release
 
 
 def broker_wide_claim(item: Any, watchdog: Watchdog | None) -> Callable[[], None]:

@@ -8,8 +8,10 @@ Rules:
   the run keeps a ledger (`AMQPC_LEDGER_DIR`, set by the run's janitor: conformance.run.janitor),
   each record is appended to this process's ledger file before the change and marked done once
   undone, so what a killed run leaves behind is undone by the janitor.
-- Making a user or vhost, changing a global setting and raising an alarm are broker-wide changes
-  (`claim_broker_wide`, before the change).
+- Changing a global setting and raising an alarm are broker-wide changes (`claim_broker_wide`,
+  before the change). A user or vhost the test makes is not: its name is the test's own, and no
+  other connection sees it. `end_broker_wide` puts the test's global settings back at once and
+  ends its claim (`release`), for a test whose remaining steps no longer read them.
 """
 
 from __future__ import annotations
@@ -125,10 +127,12 @@ class RestoringAdmin(AdminAdapter):
     """One test's view of the adapter: changes are recorded and undone by `restore()`."""
 
     def __init__(self, adapter: AdminAdapter, vhost: str = "/", claim: Callable[[], None] | None = None,
-                 ledger: Ledger | None = None) -> None:
+                 ledger: Ledger | None = None, release: Callable[[], None] | None = None) -> None:
         self.adapter, self.vhost = adapter, vhost
         self._undo: list[tuple[Undo, int | None]] = []
         self._claim = claim  # called before the first broker-wide change (the plugin: the exclusive lock)
+        self._release = release  # ends the claim (the plugin: lets go of the lock)
+        self._ended = False
         self._ledger = ledger
         self._alarm_state: dict[str, bool] = {}  # resource -> in alarm, as last read or set
         self._alarm_undo: dict[str, tuple[Undo, int | None]] = {}  # resource -> its pending undo
@@ -136,8 +140,30 @@ class RestoringAdmin(AdminAdapter):
     def claim_broker_wide(self) -> None:
         """Say that this test changes broker-wide settings from now on (before its deliveries are
         in flight); `set_global` says it on its own."""
+        if self._ended:
+            raise AdminError("a broker-wide change after end_broker_wide: the test no longer runs alone")
         if self._claim is not None:
             self._claim()
+
+    def end_broker_wide(self) -> None:
+        """Put back every global setting the test changed, now, and end its claim: from here on the
+        test runs beside the others. Only for a test none of whose remaining steps reads a global
+        setting or publishes (the caller's evidence); an alarm it raised must be cleared first."""
+        if self._alarm_undo:
+            raise AdminError(f"end_broker_wide with alarms still raised: {sorted(self._alarm_undo)}")
+        failures = []
+        for entry in [e for e in reversed(self._undo) if e[0].kind == "global"]:
+            try:
+                entry[0].apply(self.adapter)
+            except (AdminError, Unavailable) as exc:
+                failures.append(f"{entry[0].describe()}: {exc}")
+                continue
+            self._settle(entry)
+        if failures:
+            raise AdminError("could not restore the broker: " + "; ".join(failures))
+        self._ended = True
+        if self._release is not None:
+            self._release()
 
     def _record(self, undo: Undo) -> None:
         self._undo.append((undo, self._ledger.record(undo) if self._ledger is not None else None))
@@ -193,7 +219,6 @@ class RestoringAdmin(AdminAdapter):
     def put_user(self, name: str, password: str, tags: str = "") -> None:
         """A user the test makes: deleted at `restore()` (with its permissions)."""
         self._require("put_user")
-        self.claim_broker_wide()
         self._record(Undo("user", {"name": name}))
         self.adapter.put_user(name, password, tags)
 
@@ -203,7 +228,6 @@ class RestoringAdmin(AdminAdapter):
     def put_vhost(self, name: str) -> None:
         """A vhost the test makes: deleted at `restore()` (with what is in it)."""
         self._require("put_vhost")
-        self.claim_broker_wide()
         self._record(Undo("vhost", {"name": name}))
         self.adapter.put_vhost(name)
 

@@ -93,7 +93,7 @@ def test_one_worker_or_too_few_short_tests_keep_the_rank_order() -> None:
 
 def _hold(directory: str, upgrade_after: float, log: Any, name: str, reading: Any) -> None:
     lock = BrokerLock(Path(directory))
-    with lock.hold() as upgrade:
+    with lock.hold() as (upgrade, _release):
         log.put((name, "shared", time.monotonic()))
         if upgrade_after >= 0:
             assert reading.wait(timeout=10)  # the reader holds its shared lock
@@ -125,6 +125,42 @@ def test_an_upgraded_hold_runs_alone_and_two_upgrades_do_not_deadlock(tmp_path: 
     alone = sorted((at[n, "exclusive"], at[n, "end"]) for n in ("a", "b"))
     assert alone[0][1] <= alone[1][0], f"the two upgraded holds overlapped: {events}"
     assert at["reader", "end"] <= alone[0][0], f"an upgraded hold ran beside the reader's shared one: {events}"
+
+
+def _release_early(directory: str, log: Any, started: Any) -> None:
+    lock = BrokerLock(Path(directory))
+    with lock.hold() as (upgrade, release):
+        upgrade()
+        started.set()
+        time.sleep(0.2)  # the part that needs the broker alone
+        log.put(("a", "released", time.monotonic()))
+        release()
+        time.sleep(1.0)  # the rest of the test, beside the others
+        log.put(("a", "end", time.monotonic()))
+    lock.close()
+
+
+def _writer(directory: str, log: Any, started: Any) -> None:
+    lock = BrokerLock(Path(directory))
+    assert started.wait(timeout=10)
+    with lock.hold() as (upgrade, _release):
+        upgrade()
+        log.put(("b", "exclusive", time.monotonic()))
+    lock.close()
+
+
+def test_a_released_hold_lets_the_next_writer_in_before_its_end(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    log, started = context.Queue(), context.Event()
+    procs = [context.Process(target=_release_early, args=(str(tmp_path), log, started)),
+             context.Process(target=_writer, args=(str(tmp_path), log, started))]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=20)
+    assert all(proc.exitcode == 0 for proc in procs), [proc.exitcode for proc in procs]
+    at = {(name, what): when for name, what, when in (log.get(timeout=5) for _ in range(3))}
+    assert at["a", "released"] <= at["b", "exclusive"] < at["a", "end"], at
 
 
 class Stashed(SimpleNamespace):

@@ -58,8 +58,6 @@ from conformance.suite.steps.access import (
     url_for,
 )
 
-pytestmark = pytest.mark.broker_wide  # they make users (and vhosts)
-
 # the permissions most tests give: configure, write and read each on its own label
 CFG, WR, RD = r"\.cfg\.", r"\.wr\.", r"\.rd\."
 

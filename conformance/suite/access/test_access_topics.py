@@ -43,7 +43,6 @@ from conformance.suite.steps.access import (
 )
 from conformance.suite.steps.queues import await_ready
 
-pytestmark = pytest.mark.broker_wide  # they make users
 OWN = r"^{username}\."
 
 

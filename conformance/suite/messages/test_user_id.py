@@ -59,7 +59,6 @@ def test_user_id_must_be_the_connections_user(connect: Connect, names: Names, ta
 
 @pytest.mark.rules("MSG-02")
 @pytest.mark.clauses("MSG-02.d")
-@pytest.mark.broker_wide  # it makes a user
 def test_an_impersonator_may_set_any_user_id(connect: Connect, names: Names, target: Target,
                                              admin: RestoringAdmin) -> None:
     user = account(admin, target, "impersonator", tags="impersonator")

@@ -3,8 +3,9 @@ the 403 a refused operation gets.
 
 Rules:
 - A user (and a vhost) is made through the `admin` fixture (`RestoringAdmin`), which deletes it
-  at teardown even when the test fails; making one is a broker-wide change (the test is marked
-  `broker_wide`). Without --broker-admin the test is `needs-admin`.
+  at teardown even when the test fails; its name is the test's own, so no other test sees it and
+  the test runs beside the others (not `broker_wide`). Without --broker-admin the test is
+  `needs-admin`.
 - Names are "amqpc.acc.<label>.<hex>" (users and vhosts), passwords random: unique per test.
 - Permission regexes are set explicitly; a resource is named with a label ("cfg", "wr", "rd",
   "none", ...) that the user's regexes match or do not (`Names.queue(label)` puts ".<label>."

@@ -215,6 +215,19 @@ def set_global(admin: RestoringAdmin, value: int | None) -> None:
     admin.set_global("consumer_timeout", value)
 
 
+def registered(admin: RestoringAdmin, target: Target) -> None:
+    """After the test's last basic.consume-ok or basic.get-ok: on 4.3, put the global value back and
+    let the other tests run beside this one. RabbitMQ 4.3 reads the global consumer_timeout only
+    when a consumer registers or basic.get fetches (rabbit_queue_type:consume and dequeue →
+    get_consumer_timeout, v4.3.5 l. 544/778/944-952; the channel process reads it before it sends
+    consume-ok), and the quorum queue keeps that value for the consumer's deliveries; the reference
+    broker does the same (core/timeouts `effective_timeout`, `get_timeout`). The test must not
+    consume, get or publish after this (an alarm of another test blocks only publishers). ≤4.2:
+    nothing (the channel tick is read again at every tick: the test stays alone)."""
+    if per_delivery(target):
+        admin.end_broker_wide()
+
+
 def can_set_global(admin: RestoringAdmin) -> bool:
     try:
         admin.get_global("consumer_timeout")

@@ -73,6 +73,7 @@ from conformance.suite.steps.timeouts import (
     queue_counts,
     queue_with,
     quiet_window,
+    registered,
     require_legacy,
     set_global,
 )
@@ -110,6 +111,7 @@ def test_the_global_value_is_used_when_nothing_else_is_set(connect: Connect, nam
         [ch] = open_with_global(admin, value, lambda: [client.channel()])
     start = time.monotonic()
     consume(client, ch, queue, "c")
+    registered(admin, target)
     take_one(client, ch)
     effective = model.effective_consumer_timeout(target.profile.name, global_=value)
     assert effective == value
@@ -256,6 +258,7 @@ def test_which_timeout_value_wins(connect: Connect, names: Names, target: Target
         [ch] = open_with_global(admin, levels.global_, lambda: [client.channel()])
     start = time.monotonic()
     consume(client, ch, queue, "c", levels.consumer)
+    registered(admin, target)
     take_one(client, ch)
     effective = model.effective_consumer_timeout(profile, levels.consumer, levels.queue, levels.policy,
                                                  levels.global_)

@@ -55,6 +55,7 @@ from conformance.suite.steps.timeouts import (
     queue_counts,
     queue_with,
     quiet_window,
+    registered,
     set_global,
 )
 from conformance.suite.steps.wire import sync
@@ -93,6 +94,7 @@ def test_classic_queues_and_streams_never_time_out(connect: Connect, names: Name
     if kind == CLASSIC:
         assert get(client, ch, queue) is not None
     consume(client, control, quorum, "control")
+    registered(admin, target)
     take_one(client, control)
     assert model.effective_consumer_timeout(target.profile.name, policy=SHORT, global_=SHORT, queue_type=kind) is None
     await_cancel(client, control, detection_deadline(target, SHORT), start)  # the same settings fire there
