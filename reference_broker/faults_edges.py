@@ -1,7 +1,8 @@
 """Named faults at the edges of a value's range: each changes what a message is delivered with
 (the `delivered_properties` policy), whether it is taken, the level it waits at, or how an unknown
-delivery tag is named, only for values at one end of their range, so only a check that draws values
-across the whole range (MSG-01, MSG-03, PRI-01, ACK-03) can see them. Part of
+delivery tag is named, how many deliveries a prefetch count allows or how a refused prefetch size is
+named, only for values at one end of their range, so only a check that draws values across the
+whole range (MSG-01, MSG-03, PRI-01, ACK-03, PC-12, QOS-01, QOS-02) can see them. Part of
 the table of reference_broker/faults.py, which says what a fault is and how it is switched on.
 
 Rules:
@@ -116,6 +117,17 @@ def _tag_signed(tag: int, _multiple: bool) -> AmqpError:
                      scope="channel")
 
 
+def _prefetch_signed(prefetch: int) -> int:
+    """A prefetch count kept as a signed 16-bit number: one of 32768 or more is a negative window,
+    so no delivery ever has room."""
+    return prefetch - 2**16 if prefetch >= 2**15 else prefetch
+
+
+def _size_signed(size: int) -> int:
+    """A prefetch size read as a signed 32-bit number: one of 2^31 or more is named negative."""
+    return size - 2**32 if size >= 2**31 else size
+
+
 EDGE_FAULTS: tuple[Fault, ...] = (
     Fault("timestamp_signed", "messages", "MSG-01",
           "a timestamp property of 2^63 or more is delivered as 2^63 - 1 (kept as a signed 64-bit number)",
@@ -146,4 +158,10 @@ EDGE_FAULTS: tuple[Fault, ...] = (
     Fault("odd_delivery_mode_refused", "messages", "MSG-03",
           "a delivery-mode other than 1 or 2 is refused 406 as before 3.13, though the broker follows 4.x",
           {"delivery_mode_refused": lambda mode, _emulates: mode not in (1, 2)}),
+    Fault("prefetch_count_signed", "qos", "QOS-02",
+          "a prefetch count of 32768 or more allows no delivery (kept as a signed 16-bit number)",
+          {"prefetch_window": _prefetch_signed}),
+    Fault("prefetch_size_named_signed", "qos", "QOS-01",
+          "a refused prefetch size of 2^31 or more is named as a negative number (read as signed 32 bits)",
+          {"prefetch_size_named": _size_signed}),
 )

@@ -163,7 +163,8 @@ def basic_get(core: BrokerState, meta: Meta, ch: Channel, m: BasicGet,
 def basic_qos(core: BrokerState, meta: Meta, ch: Channel, m: BasicQos,
               props: BasicProperties | None, body: bytes) -> list[Effect]:
     if core.rules.prefetch_size_refused(m.prefetch_size):
-        raise hard(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")  # QOS-01
+        raise hard(ReplyCode.NOT_IMPLEMENTED,
+                   f"prefetch_size!=0 ({core.rules.prefetch_size_named(m.prefetch_size)})")  # QOS-01
     if m.global_ and core.rules.global_qos(core.config.global_qos):
         ch.global_prefetch = m.prefetch_count  # QOS-03 (3.x), QOS-05 counts outstanding
     else:

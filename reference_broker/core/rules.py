@@ -206,6 +206,7 @@ class Rules:
     no_ack_delivered: Callable[[Consumer], None] = _no_change  # a no-ack delivery is not counted
     global_qos: Callable[[bool], bool] = _same  # the configured global_qos (QOS-03)
     prefetch_size_refused: Callable[[int], bool] = _prefetch_size_refused
+    prefetch_size_named: Callable[[int], int] = _same  # the size QOS-01's text names
     get_allowed: Callable[[Channel], bool] = _get_allowed
     # -- publisher confirms (PC-02..06) ---------------------------------------------------
     confirm_seqno: Callable[[int], int] = _same
