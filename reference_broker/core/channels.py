@@ -74,6 +74,8 @@ def fail(core: BrokerState, meta: Meta, conn: Connection, ch: Channel | None, er
 def open_channel(core: BrokerState, meta: Meta, conn: Connection, number: int, ch: Channel | None) -> list[Effect]:
     if ch is not None:
         raise hard(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen")
+    if core.rules.channel_number_refused(number):
+        raise hard(ReplyCode.CHANNEL_ERROR, f"channel number {number} out of range")
     if conn.channel_max and len(conn.channels) >= conn.channel_max:
         # RabbitMQ counts open channels (not numbers) and sends ids 0/0 (checked live on 3.10.8)
         err = hard(ReplyCode.NOT_ALLOWED, f"number of channels opened ({len(conn.channels)}) has "

@@ -238,6 +238,8 @@ class Rules:
     pause_timed_out: Callable[[Consumer, int], None] = _pause
     timer_after_firing: Callable[[int | None, int], int | None] = _spent  # (fired at, now): the timer still armed
     timer_after_command: Callable[[Queue, int], list[Effect]] = _armed_already  # at the end of a queue's dispatch
+    # -- channels (ERR-04.q) ---------------------------------------------------------------
+    channel_number_refused: Callable[[int], bool] = lambda number: False  # any number 1..65535 opens
     # -- declarations (DCL-01, DCL-02) ----------------------------------------------------
     exclusive_locked: Callable[[int | None, int, bool], bool] = _owner_must_match  # (owner, conn, exclusive)
     unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type
