@@ -1,10 +1,10 @@
 """Named faults at the edges of a value's range: each changes what a message is delivered with
 (the `delivered_properties` policy), whether it is taken, the level it waits at, how an unknown
 delivery tag is named, how many deliveries a prefetch count allows, how a refused prefetch size is
-named or which channel numbers open, only for values at one end of their range, so only a check
-that draws values across the whole range (MSG-01, MSG-03, PRI-01, ACK-03, PC-12, QOS-01, QOS-02,
-ERR-04) can see them. Part of the table of reference_broker/faults.py, which says what a fault is
-and how it is switched on.
+named, which channel numbers open or which x-expires a queue takes, only for values at one end of
+their range, so only a check that draws values across the whole range (MSG-01, MSG-03, PRI-01,
+ACK-03, PC-12, QOS-01, QOS-02, ERR-04, QUEUE-07) can see them. Part of the table of
+reference_broker/faults.py, which says what a fault is and how it is switched on.
 
 Rules:
 - A fault changes one property, or the top-level headers entries of one type, and keeps every
@@ -168,4 +168,7 @@ EDGE_FAULTS: tuple[Fault, ...] = (
     Fault("channel_number_signed", "errors", "ERR-04",
           "a channel.open on a channel numbered 32768 or more is refused 504 (the number kept as signed 16 bits)",
           {"channel_number_refused": lambda number: number >= 2**15}),
+    Fault("expires_32_bit_timer", "queues", "QUEUE-07",
+          "an x-expires above 2^32 - 1 ms (a 32-bit timer's limit, about 49.7 days) is refused as too large",
+          {"expires_maximum": lambda: 2**32 - 1}),
 )

@@ -6,22 +6,26 @@ check_max_priority_arg, check_message_ttl_arg): 406 PRECONDITION_FAILED "invalid
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, TypeGuard
 
 from codec import ReplyCode
+from codec.fields import Timestamp
 from reference_broker.core.errors import soft
 
 MAX_SUPPORTED_PRIORITY = 255  # rabbit_priority_queue ?MAX_SUPPORTED_PRIORITY
 
-_FIELD_TYPES = ((bool, "bool"), (str, "longstr"), (float, "double"), (dict, "table"), (list, "array"),
-                (bytes, "binary"), (type(None), "void"))
+_FIELD_TYPES = ((bool, "bool"), (Timestamp, "timestamp"), (datetime.datetime, "timestamp"), (str, "longstr"),
+                (float, "double"), (dict, "table"), (list, "array"), (bytes, "binary"), (type(None), "void"))
 
 
 MAX_EXPIRY_MS = 315_360_000_000  # rabbit_misc:check_expiry: ten years
 
 
 def is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """One of RabbitMQ's integer argument types (?INTEGER_ARG_TYPES: b B s u I i l); not a bool,
+    not a timestamp ('T' decodes to a datetime, or to `Timestamp` outside datetime's range)."""
+    return isinstance(value, int) and not isinstance(value, bool | Timestamp)
 
 
 def field_type(value: Any) -> str:
@@ -29,13 +33,13 @@ def field_type(value: Any) -> str:
     return next((name for kind, name in _FIELD_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
-def check_expires(arg: str, what: str, value: Any) -> None:
+def check_expires(arg: str, what: str, value: Any, maximum: int = MAX_EXPIRY_MS) -> None:
     """x-expires (QUEUE-07): a positive integer of at most ten years in ms (check_expires_arg)."""
     if not is_int(value):
         raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: "
                    f'"expected integer, got {field_type(value)}"')
     reason = ("value_zero" if value == 0 else "value_negative" if value < 0
-              else "value_too_large" if value > MAX_EXPIRY_MS else None)
+              else "value_too_large" if value > maximum else None)
     if reason:
         raise soft(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{arg}' for {what}: {{{reason},{value}}}")
 

@@ -273,7 +273,7 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
         else:
             kind = _queue_kind(v, m._replace(queue=name))
             if (expires := m.arguments.get("x-expires")) is not None and core.rules.expires_checked():  # QUEUE-07
-                check_expires("x-expires", texts.q(name, v.name), expires)
+                check_expires("x-expires", texts.q(name, v.name), expires, core.rules.expires_maximum())
             if (ttl := m.arguments.get(MESSAGE_TTL)) is not None and kind != STREAM and core.rules.message_ttl_checked():
                 check_message_ttl(MESSAGE_TTL, texts.q(name, v.name), ttl)  # TTL-02 (streams refuse it whole)
             if kind != STREAM and core.rules.dead_letter_args_checked():

@@ -50,6 +50,7 @@ INVALID: dict[str, tuple[Any, str]] = {  # x-expires -> what RabbitMQ says of it
 
 
 @pytest.mark.rules("QUEUE-07")
+@pytest.mark.clauses("QUEUE-07.a", "QUEUE-07.b", "QUEUE-07.c", "QUEUE-07.d")
 @pytest.mark.parametrize("value", list(INVALID))
 def test_an_invalid_x_expires_is_refused(connect: Connect, names: Names, target: Target, value: str) -> None:
     judge = Judge(connect(), target, "QUEUE-07")
@@ -62,6 +63,7 @@ def test_an_invalid_x_expires_is_refused(connect: Connect, names: Names, target:
 
 
 @pytest.mark.rules("QUEUE-07")
+@pytest.mark.clauses("QUEUE-07.e")
 def test_any_positive_integer_x_expires_is_accepted(connect: Connect, names: Names, target: Target) -> None:
     judge = Judge(connect(), target, "QUEUE-07")
     for expires in (1_000_000, Typed(b"I", 1_000_000), Typed(b"l", 2**32 + 5), Typed(b"B", 200),
