@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
+import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -61,15 +62,17 @@ def publish_consume(port: int, host: str, messages: int, size: int) -> float:
     return time.perf_counter() - started
 
 
-def wait_port(host: str, port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((host, port), 0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"the relay did not listen on {host}:{port}")
+def announced_port(relay: subprocess.Popen[str], timeout: float = 30.0) -> int:
+    """The port the relay listens on, read from its first line ("recording: amqp://HOST:PORT -> ...").
+    The relay picks it itself (--listen 127.0.0.1:0): a port picked here and handed over could be
+    taken by another process in between (seen under `make test`'s parallel workers)."""
+    assert relay.stdout is not None
+    ready, _, _ = select.select([relay.stdout], [], [], timeout)
+    line = relay.stdout.readline() if ready else ""
+    found = re.search(r"amqp://[^:]+:(\d+) ", line)
+    if found is None:
+        raise SystemExit(f"the relay did not say where it listens within {timeout:.0f} s: {line!r}")
+    return int(found.group(1))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -84,15 +87,12 @@ def _cpu_seconds(pid: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     host, port = args.broker.rsplit(":", 1)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        listen = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
-        relay = subprocess.Popen([sys.executable, "-m", "conformance.record.cli", "--listen", f"127.0.0.1:{listen}",
+        relay = subprocess.Popen([sys.executable, "-m", "conformance.record.cli", "--listen", "127.0.0.1:0",
                                   "--upstream", f"amqp://{args.broker}", "--out", out], cwd=_ROOT,
-                                 stdout=subprocess.DEVNULL)
+                                 stdout=subprocess.PIPE, text=True)
         try:
-            wait_port("127.0.0.1", listen)
+            listen = announced_port(relay)
             publish_consume(int(port), host, 200, args.size)  # warm up both paths
             publish_consume(listen, "127.0.0.1", 200, args.size)
             direct, relayed = [], []
