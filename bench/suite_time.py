@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run)
                 print(f"{target} jobs={jobs}: {run.seconds:.1f} s, exit {run.status}, {len(run.verdicts)} tests",
                       flush=True)
+                for test, verdict in sorted(run.verdicts.items()):
+                    if verdict in ("failed", "broken"):  # what made the exit status, before the output is gone
+                        print(f"  {verdict}: {test}", flush=True)
     before, medians = landed(), {}
     for target, _ in targets:
         for jobs in args.jobs:
