@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from codec import BasicAck, BasicNack, BasicReject, Method
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Names, Target
-from conformance.suite.steps.field_values import ranged
+from conformance.suite.steps.field_values import drawn, ranged
 from conformance.suite.steps.queues import declare, prompt, ready
 from conformance.suite.steps.replies import assert_unknown_tag
 
@@ -43,8 +43,7 @@ def test_an_unknown_tag_anywhere_in_its_range_closes_the_channel_naming_it(conne
             held.append((client, declare(client, client.channel(), names.queue("tags"))))
         return held[0]
 
-    @settings(max_examples=TAG_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate, Phase.shrink))
+    @drawn(TAG_EXAMPLES)
     @example(tag=2**64 - 1, kind="ack")
     @example(tag=2**63, kind="nack")
     @example(tag=0, kind="reject")

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
-from conformance.suite.steps.field_values import ranged
+from conformance.suite.steps.field_values import drawn, ranged
 from conformance.suite.steps.wire import sync
 
 Connect = Callable[..., RawClient]
@@ -41,8 +41,7 @@ def test_any_channel_number_opens_while_fewer_than_channel_max_are_open(connect:
             held.append(client)
         return held[0]
 
-    @settings(max_examples=CHANNEL_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate, Phase.shrink))
+    @drawn(CHANNEL_EXAMPLES)
     @example(number=2)
     @example(number=32767)
     @example(number=32768)

@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 
 from codec import BasicQos, BasicQosOk
 from codec.constants import METHOD_IDS, ReplyCode
 from conformance.drivers.raw import ConnectionClosed, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
-from conformance.suite.steps.field_values import ranged
+from conformance.suite.steps.field_values import drawn, ranged
 from conformance.suite.steps.queues import Publisher, assert_quiet, consume, declare, messages, take_now
 
 Connect = Callable[..., RawClient]
@@ -34,12 +34,6 @@ READY = 3  # messages waiting in each example's queue
 QUIET = 0.3  # seconds (scaled): as test_qos.py, how long "nothing more arrives" is watched
 COUNT_EXAMPLES = 20
 SIZE_EXAMPLES = 12
-SETTINGS = settings(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck),
-                    phases=(Phase.explicit, Phase.generate, Phase.shrink))
-
-
-def drawn(examples: int) -> settings:
-    return settings(SETTINGS, max_examples=examples)
 
 
 @pytest.mark.rules("QOS-02")

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from codec import QueueDeclare, QueueDeclareOk, ReplyCode, Typed
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
-from conformance.suite.steps.field_values import INTEGER_RANGES, TEN_YEARS_MS, ranged
+from conformance.suite.steps.field_values import INTEGER_RANGES, TEN_YEARS_MS, drawn, ranged
 from conformance.suite.steps.topology import Judge
 
 Connect = Callable[..., RawClient]
@@ -50,8 +50,7 @@ def test_every_x_expires_type_and_value_is_taken_or_refused_as_rabbitmq_does(con
                                                                             target: Target) -> None:
     judge = Judge(connect(), target, "QUEUE-07")
 
-    @settings(max_examples=EXPIRES_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate, Phase.shrink))
+    @drawn(EXPIRES_EXAMPLES)
     @example(expires=Typed(b"l", 2**32))
     @example(expires=Typed(b"l", TEN_YEARS_MS))
     @example(expires=Typed(b"l", TEN_YEARS_MS + 1))

@@ -64,6 +64,14 @@ TEN_YEARS_MS = 315_360_000_000  # rabbit_misc:check_expiry's maximum (TTL-01)
 HOUR_MS = 3_600_000
 
 
+def drawn(examples: int) -> settings:
+    """The settings of a drawn value test: `examples` derandomized examples (the same broker gets the
+    same values), no deadline or database, explicit examples first, a failure shrunk."""
+    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck),
+                    phases=(Phase.explicit, Phase.generate, Phase.shrink))
+
+
 def ranged(low: int, high: int) -> st.SearchStrategy[int]:
     """Integers of [low, high] with its ends, zero and one step inside each end as first-class draws."""
     edges = sorted({low, low + 1, high - 1, high, *([0] if low <= 0 <= high else [])})
