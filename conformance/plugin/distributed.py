@@ -22,7 +22,8 @@ Rules:
   runs alone across workers: every broker test holds a shared lock, and a test turns it into
   an exclusive one when it first changes such a setting (`BrokerLock.upgrade`, through
   `fixtures.admin`; flock on files in a directory the controller creates; writers are not
-  starved). It does so before it has deliveries in flight, so waiting for the lock delays no
+  starved); a test marked `beside_broker_wide` holds none (`conformance.plugin.schedule`). A
+  broker-wide test makes its hold exclusive before it has deliveries in flight, so waiting for the lock delays no
   timer the test measures. A test whose remaining steps no longer read its broker-wide
   settings may end its claim (`BrokerLock.hold`'s `release`, through
   `RestoringAdmin.end_broker_wide`): it puts them back and lets go of the lock entirely, so
@@ -173,7 +174,8 @@ class WorkerSide:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
-        if self.lock is None or "target" not in getattr(item, "fixturenames", ()):
+        if (self.lock is None or "target" not in getattr(item, "fixturenames", ())
+                or item.get_closest_marker(schedule.BESIDE) is not None):  # runs beside broker-wide tests
             return (yield)
         with self.lock.hold() as (upgrade, release):
             item.stash[EXCLUSIVE] = upgrade

@@ -96,6 +96,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{schedule.LONG_WAIT}: spends seconds on the broker's clock (started first)")
     config.addinivalue_line("markers", f"{schedule.BROKER_WIDE}: may change a setting every connection sees "
                                        "(runs alone when it does, at the end)")
+    config.addinivalue_line("markers", f"{schedule.BESIDE}(reason): nothing a broker-wide change touches reaches "
+                                       "the test (it runs beside broker-wide tests; the reason cites why)")
     for area in AREAS:  # "area_" because a bare `timeout` would be pytest-timeout's marker
         config.addinivalue_line("markers", f"{AREA_MARKER}{area}: conformance tests of the {area} area")
     run = run_config(config)
@@ -236,7 +238,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, AREA_MARKER + rule(rule_id).area))
             except KeyError as exc:
                 item.stash[RULE_ERROR] = str(exc.args[0])
-        if (problem := clause_marks.problem(item)) and RULE_ERROR not in item.stash:
+        if (problem := clause_marks.problem(item) or schedule.mark_problem(item)) and RULE_ERROR not in item.stash:
             item.stash[RULE_ERROR] = problem
         for label in classify.allure_labels(_area(item), [str(r) for r in marker.args]) if allure else ():
             item.add_marker(label)

@@ -31,6 +31,11 @@ Rules:
   while a machine runs would make every worker wait for that machine (measured: 24 s stalls
   against a deviating broker). Only the marked tests can take it (`fixtures.admin` refuses an
   unmarked test with a harness error), so the mark cannot be forgotten.
+- A test marked `beside_broker_wide(reason)` takes no part in the lock: it runs beside a
+  broker-wide test. The reason names, with RabbitMQ's source for every profiled version, why
+  nothing such a test changes (the global consumer timeout, the channel tick, an alarm) reaches
+  what the test observes; such a test cannot make a broker-wide change itself (`fixtures.admin`
+  refuses a test not marked `broker_wide`, and the two marks together are a harness error).
 - The verdicts do not depend on the order: every test sets up its own queues and connections.
 """
 
@@ -45,6 +50,7 @@ from typing import Any
 FIRST, PLAIN, LAST = 0, 1, 2  # ranks, in the order they are handed out
 LONG_WAIT = "long_wait"  # marker: the test spends seconds on the broker's clock
 BROKER_WIDE = "broker_wide"  # marker: the test may change a setting every connection sees
+BESIDE = "beside_broker_wide"  # marker (with its reason): nothing a broker-wide change touches reaches the test
 RANKS_FILE = "ranks.json"
 MACHINE_SECONDS = 10.0  # what a model machine is expected to take (4-13 s on the brokers we run)
 
@@ -53,6 +59,19 @@ def rank(nodeid: str) -> int:
     """The rank a node id gives on its own: FIRST for a model machine, PLAIN otherwise."""
     path = nodeid.split("::", 1)[0]
     return FIRST if path.rsplit("/", 1)[-1].startswith("test_machine_") else PLAIN
+
+
+def mark_problem(item: Any) -> str | None:
+    """What is wrong with a test's scheduling marks, or None: `beside_broker_wide` needs its reason
+    and excludes `broker_wide`."""
+    beside = item.get_closest_marker(BESIDE)
+    if beside is None:
+        return None
+    if item.get_closest_marker(BROKER_WIDE) is not None:
+        return f"{item.nodeid}: marked both {BROKER_WIDE} and {BESIDE}: a broker-wide test cannot run beside itself"
+    if not (beside.args and isinstance(beside.args[0], str) and beside.args[0].strip()):
+        return f"{item.nodeid}: @pytest.mark.{BESIDE} needs its reason (why no broker-wide change reaches the test)"
+    return None
 
 
 def rank_of(item: Any) -> tuple[int, float]:

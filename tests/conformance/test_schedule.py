@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT, BrokerLock
+from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT, BrokerLock, WorkerSide
 from conformance.plugin.fixtures import broker_wide_claim
 from conformance.plugin.schedule import (
+    BESIDE,
     BROKER_WIDE,
     FIRST,
     LAST,
@@ -21,6 +22,7 @@ from conformance.plugin.schedule import (
     MACHINE_SECONDS,
     PLAIN,
     arrange,
+    mark_problem,
     rank,
     rank_of,
     read_ranks,
@@ -185,3 +187,38 @@ def test_a_broker_wide_change_needs_the_mark_and_its_lock_wait_is_not_the_tests(
     assert waited >= 0 and dog._deadlines()[0] == pytest.approx(armed + waited)  # the deadline moved by the wait
     dog.disarm()
     dog.stop()
+
+
+def test_a_test_beside_broker_wide_ones_holds_no_lock_and_its_marks_are_checked(tmp_path: Path) -> None:
+    import fcntl
+
+    side = WorkerSide(SimpleNamespace(), str(tmp_path))
+    writer = BrokerLock(tmp_path)  # another worker's broker-wide test, as its own open files
+
+    def exclusive_now() -> bool:
+        try:
+            fcntl.flock(writer._main, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(writer._main, fcntl.LOCK_UN)
+        return True
+
+    try:
+        for marks, free in (({}, False), ({BESIDE: ("a closed connection",)}, True)):
+            item = Item(nodeid="suite/test_x.py::test_w", marks=marks, fixturenames=["target"], stash={})
+            running = side.pytest_runtest_protocol(item, None)  # type: ignore[arg-type]
+            next(running)  # the test runs now
+            assert exclusive_now() is free, marks
+            with pytest.raises(StopIteration):
+                running.send(None)
+            assert exclusive_now()
+    finally:
+        writer.close()
+        assert side.lock is not None
+        side.lock.close()
+    reasonless = Item(nodeid="suite/test_x.py::test_v", marks={BESIDE: ()})
+    both = Item(nodeid="suite/test_x.py::test_u", marks={BESIDE: ("why",), BROKER_WIDE: ()})
+    assert "needs its reason" in str(mark_problem(reasonless))
+    assert "marked both broker_wide and beside_broker_wide" in str(mark_problem(both))
+    assert mark_problem(Item(nodeid="suite/test_x.py::test_t", marks={BESIDE: ("why",)})) is None
+    assert mark_problem(Item(nodeid="suite/test_x.py::test_s", marks={})) is None

@@ -289,6 +289,12 @@ def test_after_a_client_close_a_short_heartbeat_ends_the_socket(connect: Connect
         f"then ends it; the socket was {end} after {elapsed:.2f} s")
 
 
+# After close-ok the reader is `closed` (rabbit_reader close_connection: v3.10.8 l.692, v4.0.5 l.713,
+# v4.3.5 l.769) and its end is a timer fixed by the negotiated heartbeat; an alarm reaches a reader
+# only in `running` or `blocked` (control_throttle `_ -> State1`: l.1760, 1796, 1859), and the consumer
+# timeout and channel tick reach channels, of which it has none left (terminate_channels first).
+@pytest.mark.beside_broker_wide("a connection closed by the client: no channel, no publish, and its "
+                                "reader past every alarm (rabbit_reader control_throttle)")
 @pytest.mark.slow
 @pytest.mark.long_wait(32)  # rabbit_reader ?CLOSING_TIMEOUT
 @pytest.mark.rules("NET-02")
