@@ -7,8 +7,11 @@ RabbitMQ broker, ...) skips when it is absent, except under `AMQPC_STRICT=1` (se
 Default selection: the project's own tests (under tests/) marked `slow`, `rabbitmq43`,
 `rabbitmq40`, `cluster`, `gate`, `broker_cluster` or `rabbitmq43cluster` are deselected unless `-m` chooses (`pytest -m slow tests/reliability`). The
 filter is here, not in pyproject's addopts, so that it never touches the shipped suite
-(conformance/suite): `pytest --pyargs conformance.suite` from the repository root runs the
-same tests as `amqp-conformance run`.
+(conformance/suite) when it is named: `pytest conformance/suite` or `pytest --pyargs
+conformance.suite` from the repository root runs the same tests as `amqp-conformance run`. A bare
+`pytest` (`make test`, which must end within 5 minutes) leaves the shipped suite's long tests
+(`long_suite_test`: the model machines, waits of 10 s or more on the broker's clock, `slow`) to
+`make test-gates`, whose whole-suite runs against the reference broker require exit 0.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.plugin.schedule import FIRST, rank, rank_of
+
 STRICT_ENV = "AMQPC_STRICT"
 # `amqp-conformance run` defaults to several pytest-xdist workers against any broker
 # (conformance.gate.options.default_jobs); the project's tests run it serially, as before, unless a
@@ -27,6 +32,7 @@ os.environ.setdefault("AMQPC_JOBS", "1")
 NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster", "gate", "broker_cluster", "rabbitmq43cluster",
                   "grid")  # markers of project tests that need `-m` to run
 TESTS_DIR = Path(__file__).resolve().parent
+SUITE_LONG = 10.0  # seconds: the shipped suite's tests this long run in `make test-gates`, not `make test`
 
 
 # pytest-xdist (`make test` runs `-n 5 --dist loadgroup`, Makefile PYTEST_WORKERS): tests sharing one costly
@@ -52,13 +58,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(f"{Path(str(item.path)).stem}-{shared[0]}"))
     if config.option.markexpr:  # an explicit -m selects for itself
         return
+    bare = config.args_source is pytest.Config.ArgsSource.TESTPATHS  # `make test`: no paths given
     keep, drop = [], []
     for item in items:
         ours = Path(str(item.path)).resolve().is_relative_to(TESTS_DIR)
-        (drop if ours and any(item.get_closest_marker(m) for m in NOT_BY_DEFAULT) else keep).append(item)
+        mine = ours and any(item.get_closest_marker(m) for m in NOT_BY_DEFAULT)
+        (drop if mine or (bare and not ours and long_suite_test(item)) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def long_suite_test(item: pytest.Item) -> bool:
+    """A test of the shipped suite that a bare `pytest` (`make test`) leaves to `make test-gates`:
+    one expected to take SUITE_LONG seconds or more on a conforming broker (the model machines, the
+    long waits on the broker's clock, conformance.plugin.schedule) or marked `slow`. The gates run
+    the whole suite against the reference broker, these tests included, and require exit 0
+    (tests/conformance/test_every_profile.py); `pytest conformance/suite` or `--pyargs
+    conformance.suite` runs them all, as `amqp-conformance run` does."""
+    return (item.get_closest_marker("slow") is not None or rank(item.nodeid) == FIRST  # a machine, broker-wide too
+            or rank_of(item)[1] >= SUITE_LONG)
 
 
 class XdistGroupIds:
