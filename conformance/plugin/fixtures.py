@@ -24,7 +24,6 @@ import pytest
 from codec import ExchangeDelete, ExchangeDeleteOk, QueueDelete, QueueDeleteOk
 from conformance.catalogue.profiles import resolve
 from conformance.drivers.raw import ChannelClosed, DriverError, RawClient, Recorder
-from conformance.embedded import start as start_embedded
 from conformance.plugin.classify import BROKEN_PREFIX
 from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT, RELEASE
 from conformance.plugin.health import PREFIX, HealthProbe, close_quietly, connect_failure, find_leaks
@@ -46,6 +45,9 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     run = state.config
     url, admin, embedded = run.broker_url, run.broker_admin or "none", None
     if not url:
+        # imported here: a worker given a URL (every worker of `amqp-conformance run`) never loads the broker
+        from conformance.embedded import start as start_embedded
+
         embedded = start_embedded(management_port=0, **({"nodes": EMBEDDED_NODES} if state.embedded_cluster else {}))
         url = embedded.url
         if state.embedded_cluster:
