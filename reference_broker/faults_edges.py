@@ -1,9 +1,9 @@
 """Named faults at the edges of a value's range: each changes what a message is delivered with
 (the `delivered_properties` policy), whether it is taken, the level it waits at, how an unknown
 delivery tag is named, how many deliveries a prefetch count allows, how a refused prefetch size is
-named, which channel numbers open or which x-expires a queue takes, only for values at one end of
+named, which channel numbers open, which x-expires or length limit a queue takes, only for values at one end of
 their range, so only a check that draws values across the whole range (MSG-01, MSG-03, PRI-01,
-ACK-03, PC-12, QOS-01, QOS-02, ERR-04, QUEUE-07) can see them. Part of the table of
+ACK-03, PC-12, QOS-01, QOS-02, ERR-04, QUEUE-07, LEN-01) can see them. Part of the table of
 reference_broker/faults.py, which says what a fault is and how it is switched on.
 
 Rules:
@@ -171,4 +171,7 @@ EDGE_FAULTS: tuple[Fault, ...] = (
     Fault("expires_32_bit_timer", "queues", "QUEUE-07",
           "an x-expires above 2^32 - 1 ms (a 32-bit timer's limit, about 49.7 days) is refused as too large",
           {"expires_maximum": lambda: 2**32 - 1}),
+    Fault("length_limit_signed_32", "limits", "LEN-01",
+          "an x-max-length or x-max-length-bytes above 2^31 - 1 is refused as too large (the limit kept as a "
+          "signed 32-bit number)", {"length_maximum": lambda: 2**31 - 1}),
 )

@@ -107,6 +107,28 @@ class BrokerModel:
     def tx_select(self, ch: ChannelKey) -> Outcome:
         return publishing.tx_select(self.state, ch)
 
+    def tx_commit(self, ch: ChannelKey) -> Outcome:
+        return publishing.tx_commit(self.state, ch)
+
+    def tx_rollback(self, ch: ChannelKey) -> Outcome:
+        return publishing.tx_rollback(self.state, ch)
+
+    def holds_publishes_for(self, queue: str) -> bool:
+        return publishing.holds_publishes_for(self.state, queue)
+
+    def closed_by_broker(self, ch: ChannelKey) -> None:
+        """The broker closed the channel (after what it sent before the close was checked)."""
+        settlement.close_channel(self.state, ch)
+
+    def held_publishes(self, ch: ChannelKey) -> int:
+        """How many publishes the channel's open transaction holds (TX-02)."""
+        channel = self.state.channels.get(ch)
+        return len(channel.held) if channel is not None else 0
+
+    def tx_mode(self, ch: ChannelKey) -> bool:
+        channel = self.state.channels.get(ch)
+        return channel is not None and channel.tx
+
     def confirm(self, ch: ChannelKey, observed: Confirm) -> list[int]:
         return publishing.on_confirm(self.state, ch, observed)
 

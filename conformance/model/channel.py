@@ -89,6 +89,17 @@ class ExpectedReturn:
     body: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class HeldPublish:
+    """A publish of the open transaction (TX-02): routed when published (TX-06), enqueued at commit."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    mandatory: bool
+    targets: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class ChannelState:
     """One open channel."""
@@ -109,6 +120,7 @@ class ChannelState:
     pending: dict[int, PendingConfirm] = field(default_factory=dict)
     settled: set[int] = field(default_factory=set)
     returns: deque[ExpectedReturn] = field(default_factory=deque)
+    held: list[HeldPublish] = field(default_factory=list)  # TX-02: the open transaction's publishes
 
     def take_tag(self) -> int:
         tag = self.next_tag

@@ -13,6 +13,12 @@ Rules:
   keeps the set that must still be settled (`unsettled`).
 - PC-06: an unroutable mandatory publish is returned (312, exchange, routing key) before it
   is confirmed; returns on one channel come in publish order.
+- TX-02, TX-06, TX-05, PC-11: a publish on a transactional channel is routed when published and
+  held; tx.commit enqueues the transaction's publishes in publish order and sends the basic.return
+  of each unroutable mandatory one before tx.commit-ok; a queue refusing one of them (reject-publish
+  overflow) fails the commit with channel.close 406 "partial tx completion" (90/20), the others
+  enqueued; tx.rollback, and the channel's end, drop them; tx.commit or tx.rollback on a channel
+  that is not transactional is channel.close 406 (90/20, 90/30).
 - PC-07: a message routed to several queues is confirmed once. PC-08: a queue refusing it
   (reject-publish overflow) turns its confirm into a nack. PC-09: a queue deleted while a
   confirm is pending still means ack.
@@ -23,13 +29,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codec.constants import METHOD_IDS, ReplyCode
-from conformance.model.channel import ChannelKey, ExpectedReturn, PendingConfirm, confirm_tags
+from conformance.model.channel import ChannelKey, ExpectedReturn, HeldPublish, PendingConfirm, confirm_tags
 from conformance.model.outcomes import OK, ChannelClosed, Confirm, Outcome, Return
 from conformance.model.settlement import close_channel
 from conformance.model.state import BrokerState, Violation
 
 CONFIRM_SELECT = METHOD_IDS["confirm.select"]
 TX_SELECT = METHOD_IDS["tx.select"]
+TX_COMMIT = METHOD_IDS["tx.commit"]
+TX_ROLLBACK = METHOD_IDS["tx.rollback"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +71,10 @@ def tx_select(state: BrokerState, key: ChannelKey) -> Outcome:
 def publish(state: BrokerState, key: ChannelKey, exchange: str, routing_key: str, body: bytes,
             mandatory: bool = False) -> Published:
     channel = state.channel(key)
-    if channel.tx:
-        raise NotImplementedError("publishing inside a transaction is not modelled")
     targets = state.route(exchange, routing_key)
+    if channel.tx:  # TX-02: held until tx.commit, routed now (TX-06)
+        channel.held.append(HeldPublish(exchange, routing_key, body, mandatory, tuple(targets)))
+        return Published(None, tuple(targets), (), False)
     refused = tuple(q for q in targets if not state.queues[q].enqueue(body))
     returned = mandatory and not targets
     seqno = None
@@ -78,9 +87,42 @@ def publish(state: BrokerState, key: ChannelKey, exchange: str, routing_key: str
     return Published(seqno, tuple(targets), refused, returned)
 
 
+def tx_commit(state: BrokerState, key: ChannelKey) -> Outcome:
+    """tx.commit: the outcome it must have; the returns it owes are expected from now (TX-05). A
+    failed commit's channel.close comes after those returns: the caller closes the model's channel
+    once it has seen them (`closed_by_broker`)."""
+    channel = state.channel(key)
+    if not channel.tx:
+        return ChannelClosed(ReplyCode.PRECONDITION_FAILED, *TX_COMMIT)  # PC-11: not transactional
+    failed = False
+    for held in channel.held:  # TX-02: in publish order, to the queues routed to when published
+        failed |= not all([state.queues[q].enqueue(held.body) for q in held.targets])  # PC-11: partial
+        if held.mandatory and not held.targets:
+            channel.returns.append(ExpectedReturn(None, held.exchange, held.routing_key, held.body))
+    channel.held.clear()
+    return ChannelClosed(ReplyCode.PRECONDITION_FAILED, *TX_COMMIT) if failed else OK
+
+
+def tx_rollback(state: BrokerState, key: ChannelKey) -> Outcome:
+    """tx.rollback: the transaction's publishes are dropped, with no return (TX-02, TX-05)."""
+    channel = state.channel(key)
+    if not channel.tx:
+        return ChannelClosed(ReplyCode.PRECONDITION_FAILED, *TX_ROLLBACK)  # PC-11
+    channel.held.clear()
+    return OK
+
+
+def holds_publishes_for(state: BrokerState, queue: str) -> bool:
+    """Whether an open transaction holds a publish routed to `queue`."""
+    return any(queue in held.targets for channel in state.channels.values() for held in channel.held)
+
+
 def on_return(state: BrokerState, key: ChannelKey, observed: Return) -> None:
     """Check a broker basic.return against the oldest expected one (PC-06)."""
     channel = state.channel(key)
+    if not channel.returns and any(h.mandatory and not h.targets for h in channel.held):
+        raise Violation(f"{observed} on channel {key!r} before tx.commit: an unroutable mandatory publish in a "
+                        "transaction is returned at the commit, before tx.commit-ok (TX-05)")
     if not channel.returns:
         raise Violation(f"unexpected {observed} on channel {key!r}: no mandatory unroutable publish is "
                         "waiting for a return (PC-06)")

@@ -40,12 +40,13 @@ SOFT_LIMIT = 0.8  # rabbit_fifo ?LOW_LIMIT
 HEADER_FIXED = 12  # a content header's class, weight and body size, before its properties
 
 
-def check_arguments(arguments: dict[str, Any], what: str) -> None:
+def check_arguments(arguments: dict[str, Any], what: str, maximum: int | None = None) -> None:
     """LEN-01 (rabbit_amqqueue declare_args): x-max-length and x-max-length-bytes non-negative
-    integers (check_non_neg_int_arg), x-overflow a longstr naming a known mode (check_overflow)."""
+    integers (check_non_neg_int_arg: no upper bound; `maximum` only under a fault), x-overflow a
+    longstr naming a known mode (check_overflow)."""
     for arg in ("x-max-length", "x-max-length-bytes"):
         if (value := arguments.get(arg)) is not None:
-            check_non_negative_int(arg, what, value)
+            check_non_negative_int(arg, what, value, maximum)
     overflow = arguments.get("x-overflow")
     if overflow is None or (isinstance(overflow, str) and overflow in OVERFLOWS):
         return

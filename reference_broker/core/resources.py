@@ -279,7 +279,7 @@ def queue_declare(core: BrokerState, meta: Meta, ch: Channel, m: QueueDeclare,
             if kind != STREAM and core.rules.dead_letter_args_checked():
                 check_dead_letter_args(m.arguments, texts.q(name, v.name))  # DLX-03
             if kind != STREAM and core.rules.length_args_checked():
-                limits.check_arguments(m.arguments, texts.q(name, v.name))  # LEN-01
+                limits.check_arguments(m.arguments, texts.q(name, v.name), core.rules.length_maximum())  # LEN-01
             if isinstance(dlx := m.arguments.get("x-dead-letter-exchange"), str):  # ACC-02: a new queue's DLX
                 permissions.check(core, ch, "read", "queue", name)
                 permissions.check(core, ch, "write", "exchange", dlx)

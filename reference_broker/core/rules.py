@@ -249,6 +249,7 @@ class Rules:
     internal_refuses_publish: Callable[[], bool] = _true  # EXCH-09
     expires_checked: Callable[[], bool] = _true  # QUEUE-07
     expires_maximum: Callable[[], int] = lambda: 315_360_000_000  # QUEUE-07: rabbit_misc:check_expiry, ten years
+    length_maximum: Callable[[], int | None] = lambda: None  # LEN-01: check_non_neg_int_arg has no upper bound
     exchange_in_use: Callable[[int], bool] = bool  # EXCH-06: (its bindings as a source) -> in use
     exchange_auto_deleted: Callable[[], bool] = _true  # EXCH-08: it goes with its last binding as a source
     bindings_go_with_queue: Callable[[], bool] = _true  # QUEUE-11

@@ -3,7 +3,13 @@
 ConfirmMachine: two channels publish (some in confirm mode, some not; mandatory or not,
 persistent or not) to a transient and a durable classic queue, a full queue that refuses
 publishes (x-overflow reject-publish), a quorum queue, a fanout exchange over several of them,
-and a routing key no queue has. The model (publishing.py) numbers the confirms and keeps the
+and a routing key no queue has. Where RabbitMQ's transactions are judged (its profiles), a channel
+may also be made transactional (tx.select on a channel in confirm mode is the PC-03 error), and its
+publishes are then held until tx.commit, dropped by tx.rollback or the channel's close (TX-02,
+TX-05, TX-06, PC-11: a commit a full queue refuses part of closes the channel 406 "partial tx
+completion"); commit and rollback are also tried on channels that are not transactional (PC-11). A
+queue is not deleted and declared again while an open transaction holds a publish routed to it
+(what such a commit does differs by version: TX-06's own tests). The model (publishing.py) numbers the confirms and keeps the
 set of seqnos the broker must settle exactly once (a queue deleted meanwhile still means ack); every basic.ack / basic.nack / basic.return
 that arrives is checked in arrival order, and the run ends only when every seqno of an open
 channel is settled (PC-05). Confirms may come coalesced (multiple=true) and in any order.
@@ -18,8 +24,22 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from codec import ConfirmSelect, ConfirmSelectOk, QueuePurge, QueuePurgeOk, TxSelect, TxSelectOk
+from codec import (
+    BasicReturn,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    QueuePurge,
+    QueuePurgeOk,
+    TxCommit,
+    TxCommitOk,
+    TxRollback,
+    TxRollbackOk,
+    TxSelect,
+    TxSelectOk,
+)
+from conformance.drivers.raw import DriverError
 from conformance.model import Violation
+from conformance.model.outcomes import OK, ChannelClosed, Outcome, Return
 from conformance.plugin.session import Target
 from conformance.suite.steps import machine_steps as do
 from conformance.suite.steps.machine_base import (
@@ -35,11 +55,23 @@ from conformance.suite.steps.machine_consuming import CHANNELS, machine_target
 TARGET = from_machine(lambda m: m.targets)
 QUEUE = from_machine(lambda m: m.queue_pool)
 CONFIRM_CHANNEL = from_machine(lambda m: [ch for ch in (1, 2) if m.model.confirm_mode(ch)])
+PUBLISHER = from_machine(lambda m: m.publishers)
+TX_CHANNEL = from_machine(lambda m: m.publishers if m.model.traits.rabbitmq_extensions else [])  # RabbitMQ's tx rules
+# a commit or rollback: channel 2 whatever its mode (PC-11 when not transactional), then the open
+# transactions, those holding publishes last (a pick counts from the end: drawn most often)
+TX_END = from_machine(lambda m: [2, *sorted((ch for ch in m.publishers if m.model.tx_mode(ch)),
+                                            key=m.model.held_publishes)]
+                      if m.model.traits.rabbitmq_extensions else [])
+# a transaction's target: an unroutable key (TX-05 returns) and the full queue (PC-11 partial commits)
+# drawn most often (a pick counts from the end)
+TX_TARGET = from_machine(lambda m: [t for t in m.targets if t not in ("nowhere", "full")] + ["full", "nowhere"])
+FREE_QUEUE = from_machine(lambda m: [q for q in m.queue_pool if not m.model.holds_publishes_for(q)])
 
 
 class ConfirmMachine(ModelMachine):
     # what reaches a queue: routed publishes stored (PC-05 acks mean stored), the full queue refuses (PC-08)
-    COUNT_RULES = "PC-05: an acked publish was stored, PC-08: the full queue refuses with a nack"
+    COUNT_RULES = ("PC-05: an acked publish was stored, PC-08: the full queue refuses with a nack, TX-02: a "
+                   "transaction's publishes reach their queues at tx.commit")
     """PC-01..10, PC-13 over two channels."""
 
     def __init__(self, target: MachineTarget) -> None:
@@ -62,6 +94,12 @@ class ConfirmMachine(ModelMachine):
         self.targets = ["transient", "durable", *self.queue_pool[3:], "nowhere", "fanout", "full"]
         self.call(1, ConfirmSelect(), ConfirmSelectOk)  # channel 1 starts in confirm mode, 2 not
         self.model.confirm_select(1)
+        self.publishers = [1, 2]
+        if self.model.traits.rabbitmq_extensions:  # channel 3 starts transactional
+            self.open(3)
+            self.call(3, TxSelect(), TxSelectOk)
+            self.model.tx_select(3)
+            self.publishers.append(3)
         do.publish(self, 2, "", "full")  # full from the start: a publish to it is refused (PC-08)
         self.sync()
 
@@ -72,7 +110,7 @@ class ConfirmMachine(ModelMachine):
         self.expect_outcome("confirm.select", observed, self.model.confirm_select(ch), "PC-01")
         self.recover_from(ch, observed)
 
-    @rule(ch=CHANNELS, to=TARGET, count=st.integers(1, 3), mandatory=st.booleans(), persistent=st.booleans())
+    @rule(ch=PUBLISHER, to=TARGET, count=st.integers(1, 3), mandatory=st.booleans(), persistent=st.booleans())
     @step
     def publish(self, ch: int, to: str, count: int, mandatory: bool, persistent: bool) -> None:
         exchange, routing_key = ("fanout", "") if to == "fanout" else ("", to)
@@ -89,9 +127,11 @@ class ConfirmMachine(ModelMachine):
         assert reply.method.message_count == expected, f"(PC-05) queue.purge {queue}: purge-ok says " \
             f"{reply.method.message_count} messages, the model {expected}"
 
-    @rule(queue=QUEUE)
+    @rule(queue=FREE_QUEUE)
     @step
-    def redeclare(self, queue: str) -> None:
+    def redeclare(self, queue: str | None) -> None:
+        if queue is None:
+            return
         self.delete_and_declare(queue)  # PC-09: what was pending for it is acked, not nacked
 
     @rule(ch=CONFIRM_CHANNEL)
@@ -99,12 +139,86 @@ class ConfirmMachine(ModelMachine):
     def tx_select(self, ch: int | None) -> None:
         if ch is None:
             return
+        self.select_tx(ch)
+
+    @rule(ch=TX_CHANNEL)
+    @step
+    def tx_select_any(self, ch: int | None) -> None:
+        if ch is not None:
+            self.select_tx(ch)  # TX-01 on a transactional channel, PC-03 on a confirm one
+
+    @rule(ch=TX_END)
+    @step
+    def tx_commit(self, ch: int | None) -> None:
+        if ch is None:
+            return
+        expected = self.model.tx_commit(ch)  # the returns it owes are expected from now on
+        observed = self.commit_on_broker(ch)
+        self.end_of_transaction(ch, "tx.commit", observed, expected)
+
+    @rule(ch=TX_CHANNEL, to=TX_TARGET, count=st.integers(1, 3), mandatory=st.booleans(), commit=st.booleans())
+    @step
+    def transaction(self, ch: int | None, to: str, count: int, mandatory: bool, commit: bool) -> None:
+        """tx.select (again: TX-01), publishes, then tx.commit or tx.rollback, in one step."""
+        if ch is None:
+            return
+        self.select_tx(ch)
+        if not self.model.tx_mode(ch):
+            return  # a confirm channel: the select was PC-03's error
+        exchange, routing_key = ("fanout", "") if to == "fanout" else ("", to)
+        for _ in range(count):
+            do.publish(self, ch, exchange, routing_key, mandatory=mandatory)
+        if commit:
+            expected = self.model.tx_commit(ch)
+            self.end_of_transaction(ch, "tx.commit", self.commit_on_broker(ch), expected)
+        else:
+            expected = self.model.tx_rollback(ch)
+            self.end_of_transaction(ch, "tx.rollback", self.call(ch, TxRollback(), TxRollbackOk), expected)
+
+    @rule(ch=TX_END)
+    @step
+    def tx_rollback(self, ch: int | None) -> None:
+        if ch is None:
+            return
+        expected = self.model.tx_rollback(ch)
+        self.end_of_transaction(ch, "tx.rollback", self.call(ch, TxRollback(), TxRollbackOk), expected)
+
+    def commit_on_broker(self, ch: int) -> Outcome:
+        """tx.commit: each basic.return that comes before tx.commit-ok is checked as it comes
+        (TX-05), then the commit-ok, or the channel.close that ends the commit."""
+        client, number = self.client(ch)
+        self.drain_channel(ch, [])  # what came before the commit
+        client.send(number, TxCommit())
+        try:
+            while True:
+                command = client.expect(number, BasicReturn, TxCommitOk,
+                                        timeout=self.target.timeout(self.SETTLE_SECONDS))
+                if isinstance(command.method, TxCommitOk):
+                    return OK
+                m = command.method
+                assert isinstance(m, BasicReturn)
+                self.model.returned(ch, Return(m.reply_code, m.exchange, m.routing_key, command.body))
+        except DriverError as exc:
+            return self.closed_outcome(ch, exc)
+
+    def end_of_transaction(self, ch: int, what: str, observed: Outcome, expected: Outcome) -> None:
+        self.expect_outcome(what, observed, expected, "PC-11")  # which close ends a transaction, and when
+        if missing := self.model.expected_returns(ch):
+            ended = "tx.commit-ok" if observed == OK else "channel.close"
+            raise Violation(f"{what} on channel {ch}: {missing} basic.return(s) of the transaction's unroutable "
+                            f"mandatory publishes did not come before its {ended} (TX-05)")
+        if isinstance(expected, ChannelClosed):
+            self.model.closed_by_broker(ch)
+        self.recover_from(ch, observed)
+
+    def select_tx(self, ch: int) -> None:
+        rule = "PC-03" if self.model.confirm_mode(ch) else "TX-01"  # refused on a confirm channel, else taken
         try:
             observed = self.call(ch, TxSelect(), TxSelectOk)  # PC-03: 406 on a confirm channel
         except AssertionError as exc:  # no reply at all (a broker without the tx class): the failure is PC-03's
-            raise Violation(f"tx.select on confirm channel {ch}: {exc}; expected channel.close 406 "
-                            "PRECONDITION_FAILED (PC-03)") from None
-        self.expect_outcome("tx.select", observed, self.model.tx_select(ch), "PC-03")
+            raise Violation(f"tx.select on channel {ch}: {exc}; expected tx.select-ok, or channel.close 406 "
+                            f"PRECONDITION_FAILED on a confirm channel ({rule})") from None
+        self.expect_outcome("tx.select", observed, self.model.tx_select(ch), rule)
         self.recover_from(ch, observed)
 
     @rule(ch=CHANNELS)
@@ -136,7 +250,7 @@ class ConfirmMachine(ModelMachine):
 
 
 CONFIRM_RULES = ("PC-01", "PC-02", "PC-03", "PC-04", "PC-05", "PC-06", "PC-07", "PC-08", "PC-09", "PC-10",
-                 "PC-13")
+                 "PC-11", "PC-13", "TX-01", "TX-02", "TX-05", "TX-06")
 
 
 @pytest.mark.rules(*CONFIRM_RULES)

@@ -1,5 +1,11 @@
 """Which length-limit arguments a queue may be declared with (LEN-01), with RabbitMQ's exact texts
-(the same on 3.10.8, 4.0.5 and 4.3.6, classic and quorum, live)."""
+(the same on 3.10.8, 4.0.5 and 4.3.6, classic and quorum, live).
+
+x-max-length and x-max-length-bytes are also drawn over every field type they can arrive as: any
+of RabbitMQ's integer argument types (b B s u I i l: ?INTEGER_ARG_TYPES of rabbit_amqqueue, the same
+list in v3.10.8, v4.0.5 and v4.3.5) over its whole range, taken from 0 up and refused
+{value_negative,<n>} below, and a timestamp ('T'), refused "expected integer, got timestamp"
+(check_non_neg_int_arg, no upper bound)."""
 
 from __future__ import annotations
 
@@ -7,12 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from codec import QueueDeclare, QueueDeclareOk, ReplyCode, Typed
 from conformance.drivers.raw import RawClient
 from conformance.plugin.session import Names, Target
+from conformance.suite.steps.field_values import INTEGER_RANGES, drawn, ranged
 from conformance.suite.steps.limits import LIMIT_SETTINGS
 from conformance.suite.steps.queues import CLASSIC, QUORUM, require_kind
 from conformance.suite.steps.topology import Judge
@@ -34,6 +41,13 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {  # case -> (arguments, what R
     "overflow binary": ({"x-overflow": b"drop-head"}, "invalid arg 'x-overflow' for {q}: {{unacceptable_type,binary}}"),
 }
 OVERFLOWS = ["drop-head", "reject-publish", "reject-publish-dlx"]
+TYPED_EXAMPLES = 30  # drawn (type, value) pairs per argument and queue type, the explicit ones besides
+CODES = sorted(INTEGER_RANGES)  # b B I i l s T u: every integer type, and the timestamp RabbitMQ refuses
+
+
+def typed_limit(code: bytes) -> st.SearchStrategy[Typed]:
+    low, high = INTEGER_RANGES[code]
+    return ranged(low, high).map(lambda value: Typed(code, value))
 
 
 def queue_arguments(kind: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -106,3 +120,38 @@ def test_each_overflow_mode_is_taken(connect: Connect, names: Names, target: Tar
     arguments = queue_arguments(kind, {"x-overflow": overflow, "x-max-length": 1})
     judge.ok(f"declaring a {kind} queue with x-overflow {overflow!r}",
              QueueDeclare(queue=names.queue(kind), durable=kind != CLASSIC, arguments=arguments), QueueDeclareOk)
+
+
+@pytest.mark.rules("LEN-01")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("arg", LENGTHS)
+def test_every_limit_type_and_value_is_taken_or_refused_as_rabbitmq_does(connect: Connect, names: Names,
+                                                                         target: Target, kind: str, arg: str) -> None:
+    """Each example declares a queue with one drawn (type, value): taken when the value is 0 or
+    more, refused {value_negative,<n>} below, a timestamp refused as not an integer."""
+    require_kind(target.profile, kind)
+    judge = Judge(connect(), target, "LEN-01")
+
+    @drawn(TYPED_EXAMPLES)
+    @example(value=Typed(b"B", 2**8 - 1))
+    @example(value=Typed(b"u", 2**16 - 1))
+    @example(value=Typed(b"i", 2**32 - 1))
+    @example(value=Typed(b"l", 2**63 - 1))
+    @example(value=Typed(b"b", -(2**7)))
+    @example(value=Typed(b"I", -(2**31)))
+    @example(value=Typed(b"T", 0))
+    @given(value=st.sampled_from(CODES).flatmap(typed_limit))
+    def declared(value: Typed) -> None:
+        shown = f"{value.kind.decode()}:{value.value}"
+        if value.kind == b"T":
+            refused(judge, names, target, kind, {arg: value},
+                    f"invalid arg '{arg}' for {{q}}: \"expected integer, got timestamp\"")
+        elif value.value < 0:
+            refused(judge, names, target, kind, {arg: value},
+                    f"invalid arg '{arg}' for {{q}}: {{{{value_negative,{value.value}}}}}")
+        else:
+            judge.ok(f"declaring a {kind} queue with {arg} {shown}",
+                     QueueDeclare(queue=names.queue(kind), durable=kind != CLASSIC,
+                                  arguments=queue_arguments(kind, {arg: value})), QueueDeclareOk)
+
+    declared()
