@@ -56,12 +56,12 @@ TARGET = from_machine(lambda m: m.targets)
 QUEUE = from_machine(lambda m: m.queue_pool)
 CONFIRM_CHANNEL = from_machine(lambda m: [ch for ch in (1, 2) if m.model.confirm_mode(ch)])
 PUBLISHER = from_machine(lambda m: m.publishers)
-TX_CHANNEL = from_machine(lambda m: m.publishers if m.model.traits.rabbitmq_extensions else [])  # RabbitMQ's tx rules
+TX_CHANNEL = from_machine(lambda m: m.publishers if m.target.rabbitmq_base else [])  # RabbitMQ's tx rules
 # a commit or rollback: channel 2 whatever its mode (PC-11 when not transactional), then the open
 # transactions, those holding publishes last (a pick counts from the end: drawn most often)
 TX_END = from_machine(lambda m: [2, *sorted((ch for ch in m.publishers if m.model.tx_mode(ch)),
                                             key=m.model.held_publishes)]
-                      if m.model.traits.rabbitmq_extensions else [])
+                      if m.target.rabbitmq_base else [])
 # a transaction's target: an unroutable key (TX-05 returns) and the full queue (PC-11 partial commits)
 # drawn most often (a pick counts from the end)
 TX_TARGET = from_machine(lambda m: [t for t in m.targets if t not in ("nowhere", "full")] + ["full", "nowhere"])
@@ -95,7 +95,7 @@ class ConfirmMachine(ModelMachine):
         self.call(1, ConfirmSelect(), ConfirmSelectOk)  # channel 1 starts in confirm mode, 2 not
         self.model.confirm_select(1)
         self.publishers = [1, 2]
-        if self.model.traits.rabbitmq_extensions:  # channel 3 starts transactional
+        if self.target.rabbitmq_base:  # channel 3 starts transactional (RabbitMQ's tx rules: TX-02, TX-05, PC-11)
             self.open(3)
             self.call(3, TxSelect(), TxSelectOk)
             self.model.tx_select(3)
@@ -212,12 +212,14 @@ class ConfirmMachine(ModelMachine):
         self.recover_from(ch, observed)
 
     def select_tx(self, ch: int) -> None:
-        rule = "PC-03" if self.model.confirm_mode(ch) else "TX-01"  # refused on a confirm channel, else taken
+        confirm = self.model.confirm_mode(ch)
+        rule = "PC-03" if confirm else "TX-01"  # refused on a confirm channel, else taken
         try:
             observed = self.call(ch, TxSelect(), TxSelectOk)  # PC-03: 406 on a confirm channel
-        except AssertionError as exc:  # no reply at all (a broker without the tx class): the failure is PC-03's
-            raise Violation(f"tx.select on channel {ch}: {exc}; expected tx.select-ok, or channel.close 406 "
-                            f"PRECONDITION_FAILED on a confirm channel ({rule})") from None
+        except AssertionError as exc:  # no reply at all (a broker without the tx class)
+            want = "channel.close 406 PRECONDITION_FAILED" if confirm else "tx.select-ok"
+            raise Violation(f"tx.select on {'confirm ' if confirm else ''}channel {ch}: {exc}; expected {want} "
+                            f"({rule})") from None
         self.expect_outcome("tx.select", observed, self.model.tx_select(ch), rule)
         self.recover_from(ch, observed)
 

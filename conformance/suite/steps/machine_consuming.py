@@ -38,7 +38,7 @@ def machine_target(target: Target) -> MachineTarget:
     plain 0-9-1 broker is judged by the example tests instead (their variants)."""
     if not target.profile.name.startswith("rabbitmq-"):  # a claimed extension runs as its RabbitMQ profile
         not_applicable(f"the model machines encode RabbitMQ semantics, not {target.profile.name}")
-    return MachineTarget(target.url, target.profile.name, target.timeout_scale)
+    return MachineTarget(target.url, target.profile.name, target.timeout_scale, target.profile.rabbitmq)
 
 
 class ConsumingMachine(ModelMachine):

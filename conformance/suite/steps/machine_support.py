@@ -78,11 +78,14 @@ PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrap
 
 @dataclass(frozen=True)
 class MachineTarget:
-    """Where and how a machine runs: broker URL, profile name, timeout scale."""
+    """Where and how a machine runs: broker URL, profile name, timeout scale, and whether the broker
+    is RabbitMQ (its base profile), not another broker judged by a RabbitMQ profile for the
+    extensions it claims."""
 
     url: str
     profile: str
     timeout_scale: float = 1.0
+    rabbitmq_base: bool = True
 
     def timeout(self, seconds: float) -> float:
         return seconds * self.timeout_scale
