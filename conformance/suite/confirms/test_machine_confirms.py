@@ -8,7 +8,8 @@ may also be made transactional (tx.select on a channel in confirm mode is the PC
 publishes are then held until tx.commit, dropped by tx.rollback or the channel's close (TX-02,
 TX-05, TX-06, PC-11: a commit a full queue refuses part of closes the channel 406 "partial tx
 completion"); commit and rollback are also tried on channels that are not transactional (PC-11). A
-queue is not deleted and declared again while an open transaction holds a publish routed to it
+queue is deleted and declared again, as it was or differently (a classic one with or without a
+length limit of 1 that refuses publishes), but not while an open transaction holds a publish routed to it
 (what such a commit does differs by version: TX-06's own tests). The model (publishing.py) numbers the confirms and keeps the
 set of seqnos the broker must settle exactly once (a queue deleted meanwhile still means ack); every basic.ack / basic.nack / basic.return
 that arrives is checked in arrival order, and the run ends only when every seqno of an open
@@ -133,6 +134,18 @@ class ConfirmMachine(ModelMachine):
         if queue is None:
             return
         self.delete_and_declare(queue)  # PC-09: what was pending for it is acked, not nacked
+
+    @rule(queue=FREE_QUEUE, limited=st.booleans())
+    @step
+    def redeclare_differently(self, queue: str | None, limited: bool) -> None:
+        """A classic queue deleted and declared again with (or without) a length limit of 1 that
+        refuses publishes: channels that published to it go on, their pending confirms acked
+        (PC-09), later publishes nacked while it is full (PC-08)."""
+        if queue is None or self.declared[queue][0] != "classic":
+            return
+        kind, durable, _ = self.declared[queue]
+        self.declared[queue] = (kind, durable, {"x-max-length": 1, "x-overflow": "reject-publish"} if limited else {})
+        self.delete_and_declare(queue)
 
     @rule(ch=CONFIRM_CHANNEL)
     @step
