@@ -167,9 +167,7 @@ class ConfirmMachine(ModelMachine):
     def tx_commit(self, ch: int | None) -> None:
         if ch is None:
             return
-        expected = self.model.tx_commit(ch)  # the returns it owes are expected from now on
-        observed = self.commit_on_broker(ch)
-        self.end_of_transaction(ch, "tx.commit", observed, expected)
+        self.commit(ch)
 
     @rule(ch=TX_CHANNEL, to=TX_TARGET, count=st.integers(1, 3), mandatory=st.booleans(), commit=st.booleans())
     @step
@@ -184,8 +182,7 @@ class ConfirmMachine(ModelMachine):
         for _ in range(count):
             do.publish(self, ch, exchange, routing_key, mandatory=mandatory)
         if commit:
-            expected = self.model.tx_commit(ch)
-            self.end_of_transaction(ch, "tx.commit", self.commit_on_broker(ch), expected)
+            self.commit(ch)
         else:
             expected = self.model.tx_rollback(ch)
             self.end_of_transaction(ch, "tx.rollback", self.call(ch, TxRollback(), TxRollbackOk), expected)
@@ -198,7 +195,15 @@ class ConfirmMachine(ModelMachine):
         expected = self.model.tx_rollback(ch)
         self.end_of_transaction(ch, "tx.rollback", self.call(ch, TxRollback(), TxRollbackOk), expected)
 
-    def commit_on_broker(self, ch: int) -> Outcome:
+    def commit(self, ch: int) -> None:
+        # tx.commit-ok follows the enqueue of every publish (PC-11): a quorum queue's consensus or a
+        # persistent message's disk write may hold it up, so a commit of publishes is given as long
+        # as a consensus is (machine_base: CONSENSUS_SETTLE_SECONDS), an empty one a round trip
+        wait = self.CONSENSUS_SETTLE_SECONDS if self.model.held_publishes(ch) else self.SETTLE_SECONDS
+        expected = self.model.tx_commit(ch)  # the returns it owes are expected from now on
+        self.end_of_transaction(ch, "tx.commit", self.commit_on_broker(ch, self.target.timeout(wait)), expected)
+
+    def commit_on_broker(self, ch: int, wait: float) -> Outcome:
         """tx.commit: each basic.return that comes before tx.commit-ok is checked as it comes
         (TX-05), then the commit-ok, or the channel.close that ends the commit."""
         client, number = self.client(ch)
@@ -206,8 +211,7 @@ class ConfirmMachine(ModelMachine):
         client.send(number, TxCommit())
         try:
             while True:
-                command = client.expect(number, BasicReturn, TxCommitOk,
-                                        timeout=self.target.timeout(self.SETTLE_SECONDS))
+                command = client.expect(number, BasicReturn, TxCommitOk, timeout=wait)
                 if isinstance(command.method, TxCommitOk):
                     return OK
                 m = command.method
