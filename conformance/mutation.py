@@ -222,7 +222,7 @@ def run_fault(fault: Fault, out: Path, scope: str, time_limit: float, machines: 
     outcome = Outcome(fault.name, fault.area, [fault.rule], 0, 0.0, time_limit)
     marker = area_marker([fault.area] if scope == "area" else None)
     return run_suite(outcome, fault.name, out, f"mutation-{fault.name}", marker, machines, machine_budget,
-                     cluster=fault.area == CLUSTER_AREA)
+                     cluster=fault.area == CLUSTER_AREA or fault.needs_cluster)
 
 
 @dataclass

@@ -17,6 +17,7 @@ class Fault:
     rule: str
     description: str
     substitutes: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False, repr=False)
+    needs_cluster: bool = False  # its test needs a cluster (the cluster area's faults always do)
 
 
 def const(value: Any) -> Callable[..., Any]:

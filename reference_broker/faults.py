@@ -431,6 +431,13 @@ FAULTS: tuple[Fault, ...] = (
     Fault("cluster_confirms_without_majority", "cluster", "CLU-07",
           "publishes to a quorum queue without a majority are confirmed at once",
           {"confirm_waits_for_majority": _const(False)}),
+    # a crashed node's consumers (core/disconnected.py): the timeout area's rule, judged on a cluster
+    Fault("disconnected_returned_at_once", "timeout", "TMO-4.3-6",
+          "an unreachable consumer's quorum deliveries go back at once (as up to 4.2), not after "
+          "consumer_disconnected_timeout", {"disconnected_wait": lambda _set, _default: 0}, needs_cluster=True),
+    Fault("disconnected_argument_ignored", "timeout", "TMO-4.3-6",
+          "x-consumer-disconnected-timeout is accepted but the 60 s default is waited",
+          {"disconnected_wait": lambda _set, default: default}, needs_cluster=True),
     *CONNECTION_FAULTS,
     *EDGE_FAULTS,
 )

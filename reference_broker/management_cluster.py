@@ -11,7 +11,8 @@ Rules:
 - PUT /api/nodes/{node} {"running": false|true} (extension, administrator): stops or starts
   node 1..N of `reference-broker --nodes N`; it answers 204 once the node has stopped (its
   listener closed, its connections ended, the core told) or listens again; 400 on a bad body,
-  404 for no such node, 409 when the node already is in that state.
+  404 for no such node, 409 when the node already is in that state. {"running": false,
+  "crashed": true} kills it: the same, but the other nodes lose its connections as unreachable.
 - A queue's JSON names its node as RabbitMQ does: "node" (a classic queue's node, a quorum
   queue's leader), and for quorum queues "leader", "members" and "online".
 """
@@ -67,8 +68,9 @@ async def change_alarm(request: web.Request) -> web.Response:
 async def put_node(request: web.Request) -> web.Response:
     server = server_of(request)
     body = await json_body(request)
-    if not isinstance(body, dict) or not isinstance(body.get("running"), bool):
-        return bad_request('want {"running": true|false}')
+    if not isinstance(body, dict) or not isinstance(body.get("running"), bool) \
+            or not isinstance(body.get("crashed", False), bool) or (body["running"] and body.get("crashed")):
+        return bad_request('want {"running": true|false} or {"running": false, "crashed": true}')
     try:
         node = int(request.match_info["node"])
     except ValueError:
@@ -76,7 +78,7 @@ async def put_node(request: web.Request) -> web.Response:
     cluster = server.core.cluster
     if cluster is None or not 1 <= node <= cluster.size:
         return web.json_response(NOT_FOUND, status=HTTPStatus.NOT_FOUND)
-    done = await (server.start_node(node) if body["running"] else server.stop_node(node))
+    done = await (server.start_node(node) if body["running"] else server.stop_node(node, crash=body.get("crashed", False)))
     if not done:
         state = "running" if body["running"] else "stopped"
         return web.json_response({"error": "conflict", "reason": f"node {node} is {state} already"}, status=409)

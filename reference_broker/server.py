@@ -138,12 +138,15 @@ class BrokerServer:
             log.info("node %d listening on %s:%d", node, host, self.node_ports[node])
         return host, self.node_ports[node]
 
-    async def stop_node(self, node: int) -> bool:
+    async def stop_node(self, node: int, crash: bool = False) -> bool:
         """A cluster node stops: its listener closes, its connections end as a dying node's do
-        (aborted, no connection.close), then the core hears of it. False: not running."""
+        (aborted, no connection.close), then the core hears of it. `crash`: it is killed, so the
+        other nodes lose its connections unreachable (core/disconnected.py). False: not running."""
         listener = self.listeners.pop(node, None) if self.config.nodes > 1 else None
         if listener is None:
             return False
+        if crash:
+            self.core.node_crashing(node)
         listener.close()
         for conn_id, client in list(self.clients.items()):
             if client.node == node and client.engine is not None:

@@ -12,8 +12,9 @@
 #
 # Rules:
 # - The cluster's nodes are independent of the single node of `up` (rmq43@localhost, 5743):
-#   other node names (rabbitc1..rabbitcN@localhost for 4.3, rabbitd* for 4.0), their own AMQP,
-#   management and distribution ports (4.3: 5751.., 15751.., 25751..; 4.0: 5761..), their own
+#   other node names (rabbitc1..rabbitcN@localhost for 4.3, rabbitd* for 4.0, rabbite* for 3.10),
+#   their own AMQP, management and distribution ports (4.3: 5751.., 15751.., 25751..; 4.0: 5761..;
+#   3.10: 5771..), their own
 #   config file (RABBITMQ_CONFIG_FILE) and mnesia base. They share the chroot, its Erlang cookie
 #   and the host's epmd. The single node is never joined, stopped or restarted from here.
 # - `cluster up` on a cluster whose N nodes all run returns at once; anything else (a partial
@@ -33,6 +34,7 @@ cluster_node() {
     case "$1" in
         4.3) base=${AMQPC_RMQ43_CLUSTER_PORT:-5750}; letter=c ;;
         4.0) base=${AMQPC_RMQ40_CLUSTER_PORT:-5760}; letter=d ;;
+        3.10) base=${AMQPC_RMQ310_CLUSTER_PORT:-5770}; letter=e ;;
     esac
     NODE="rabbit$letter$i@localhost"
     AMQP_PORT=$((base + i)); MGMT_PORT=$((10000 + base + i)); DIST_PORT=$((20000 + base + i))
@@ -259,7 +261,7 @@ cluster_locked() {
 
 cluster_main() {
     local sub=${1:-} v=${2:-4.3}
-    case "$v" in 4.3|4.0) ;; *) die "cluster: unknown version '$v' (want 4.3 or 4.0)" ;; esac
+    case "$v" in 4.3|4.0|3.10) ;; *) die "cluster: unknown version '$v' (want 4.3, 4.0 or 3.10)" ;; esac
     case "$sub" in
         up) cluster_locked "$v" cluster_up "$v" "${3:-3}" ;;
         down) cluster_locked "$v" cluster_down "$v" ;;
@@ -268,6 +270,6 @@ cluster_main() {
         ctl) [ -n "${3:-}" ] || die "cluster ctl $v: which node?"
              local i=$3; shift 3; cluster_node "$v" "$i"
              exec "${IN_CHROOT[@]}" rabbitmqctl -n "$NODE" "$@" ;;
-        *) echo "usage: rabbitmq4.sh cluster {up [N]|down|status|env|ctl I ARGS...} 4.3|4.0" >&2; exit 4 ;;
+        *) echo "usage: rabbitmq4.sh cluster {up [N]|down|status|env|ctl I ARGS...} 4.3|4.0|3.10" >&2; exit 4 ;;
     esac
 }

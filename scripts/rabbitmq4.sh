@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # RabbitMQ 4.3.6 (Debian sid) and 4.0.5 (Debian trixie) as real targets, each in a debootstrap
-# chroot on loopback, using Debian's packages only.
+# chroot on loopback, using Debian's packages only; and 3.10.8 (Debian bookworm, the host's own
+# version) in a chroot of its own, for clusters of 3.x nodes (classic mirrored queues) beside the
+# host's single node. `all` is 4.3 and 4.0; 3.10 is built only when named.
 #
-#   scripts/rabbitmq4.sh build  [4.3|4.0|all]   create the chroot (cached; ~4 min, ~500 MB each)
+#   scripts/rabbitmq4.sh build  [4.3|4.0|3.10|all]   create the chroot (cached; ~4 min, ~500 MB each)
 #   scripts/rabbitmq4.sh up     [4.3|4.0|all]   build if needed, start the node, wait until ready
 #   scripts/rabbitmq4.sh down   [4.3|4.0|all]   stop the node (rabbitmqctl stop, then the pid)
 #   scripts/rabbitmq4.sh status [4.3|4.0|all]   say whether each node answers
@@ -41,7 +43,10 @@ config() {
         4.0) SUITE=trixie; EXPECT=4.0.5; NODE=rmq40@localhost
              AMQP_PORT=${AMQPC_RMQ40_PORT:-5740}; MGMT_PORT=${AMQPC_RMQ40_MGMT_PORT:-15740}
              DIST_PORT=${AMQPC_RMQ40_DIST_PORT:-25740} ;;
-        *) die "unknown version '$1' (want 4.3, 4.0 or all)" ;;
+        3.10) SUITE=bookworm; EXPECT=3.10.8; NODE=rmq310@localhost
+             AMQP_PORT=${AMQPC_RMQ310_PORT:-5710}; MGMT_PORT=${AMQPC_RMQ310_MGMT_PORT:-15710}
+             DIST_PORT=${AMQPC_RMQ310_DIST_PORT:-25710} ;;
+        *) die "unknown version '$1' (want 4.3, 4.0, 3.10 or all)" ;;
     esac
     ROOT="$CACHE/rabbitmq-$1"
     chroot_cmd
@@ -226,9 +231,9 @@ case "$cmd" in
     ctl) config "$target"; [ -f "$STAMP" ] || die "$target: no chroot (scripts/rabbitmq4.sh up $target)"
          shift 2; exec "${IN_CHROOT[@]}" rabbitmqctl -n "$NODE" "$@" ;;
     cluster) shift; cluster_main "$@" ;;
-    node) [ $# -eq 4 ] || die "usage: $0 node 4.3|4.0 INDEX stop|start|kill"
+    node) [ $# -eq 4 ] || die "usage: $0 node 4.3|4.0|3.10 INDEX stop|start|kill"
           cluster_locked "$2" node_control "$2" "$3" "$4" ;;
-    *) echo "usage: $0 {build|up|down|status|env} [4.3|4.0|all] | ctl 4.3|4.0 ARGS..." \
-            "| cluster {up [N]|down|status|env|ctl I ARGS} 4.3|4.0 | node 4.3|4.0 I stop|start|kill" >&2; exit 4 ;;
+    *) echo "usage: $0 {build|up|down|status|env} [4.3|4.0|3.10|all] | ctl 4.3|4.0|3.10 ARGS..." \
+            "| cluster {up [N]|down|status|env|ctl I ARGS} 4.3|4.0|3.10 | node 4.3|4.0|3.10 I stop|start|kill" >&2; exit 4 ;;
 esac
 exit "$rc"

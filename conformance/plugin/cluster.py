@@ -66,6 +66,13 @@ class Cluster:
         self.history.append(index)
         self._control(index, "stop")
 
+    def kill(self, index: int) -> None:
+        """The node dies at once (SIGKILL, `docker kill`): its connections are lost without a close,
+        so to the other nodes its processes are unreachable, not gone (Erlang's `noconnection`)."""
+        self.stopped.append(index)
+        self.history.append(index)
+        self._control(index, "kill")
+
     def start(self, index: int) -> None:
         self._control(index, "start")
         with contextlib.suppress(ValueError):

@@ -5,7 +5,8 @@ Rules:
 - `--broker-url` is node 1; each `--cluster-node URL` (amqp://, repeatable) is the next node, in
   order. `--node-control 'COMMAND …'` is a command template that stops or starts one node and
   returns once it is down or up: `{url}` (the node's AMQP URL as given), `{index}` (1, 2, …) and
-  `{action}` (stop|start) are replaced in each word (split like a shell line, run without a
+  `{action}` (stop|start|kill; kill: the node dies at once, without closing its connections, as
+  `docker kill` or SIGKILL: TMO-4.3-6.c's test) are replaced in each word (split like a shell line, run without a
   shell), so `{{.Name}}`-style braces of docker or kubectl templates pass through unchanged.
 - `--cluster-node embedded` (without `--broker-url`): the run starts the embedded reference broker
   as a cluster of `EMBEDDED_NODES` nodes with its own node control (`embedded_cluster`).
@@ -78,7 +79,7 @@ def parse_cluster(broker_url: str | None, nodes: Sequence[str], control: str | N
     except ValueError as exc:
         raise ValueError(f"--node-control {control!r}: {exc}") from None
     if not words or "{action}" not in control:
-        raise ValueError(f"--node-control {control!r}: the command needs the placeholder {{action}} (stop|start)")
+        raise ValueError(f"--node-control {control!r}: the command needs the placeholder {{action}} (stop|start|kill)")
     return ClusterSpec((str(broker_url), *nodes), control)
 
 

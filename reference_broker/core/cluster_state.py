@@ -31,6 +31,9 @@ class Cluster:
     held: list[Held] = field(default_factory=list)  # in publish order
     holding: list[Held] = field(default_factory=list)  # held by the publish being routed now
     recovering: dict[Queue, list[Message]] = field(default_factory=dict)  # classic: back at its restart
+    crashing: set[int] = field(default_factory=set)  # crashed nodes (killed, not stopped): disconnected.py
+    suspected: dict[int, tuple[int, Queue, Message]] = field(default_factory=dict)  # -> (node, queue, message)
+    next_suspect: int = 0
 
     def running(self, node: int) -> bool:
         return node not in self.down

@@ -62,6 +62,7 @@ from reference_broker.core import (
     confirms,
     consumers,
     delivery,
+    disconnected,
     durability,
     expiry,
     flow,
@@ -126,6 +127,7 @@ TIMERS: dict[str, TimerHandler] = {
     "tick": expiry.on_tick,  # legacy channel tick
     "lease": expiry.on_lease_timer,  # x-expires (QUEUE-08)
     "ttl": expiry.on_ttl_timer,  # a head's message TTL (TTL-03)
+    disconnected.TIMER: disconnected.on_timer,  # a crashed node's deliveries (TMO-4.3-6.c)
 }
 
 
@@ -188,20 +190,25 @@ class BrokerCore(BrokerState):
         channels.connection_opened(self, conn_id, vhost, user, client_properties, channel_max, name)
 
     def connection_closed(self, meta: Meta, conn_id: int) -> list[Effect]:
+        suspended = disconnected.suspend(self, meta, conn_id)  # a crashed node's: before its channels go
         cluster.connection_detached(self, conn_id)
-        return channels.connection_closed(self, meta, conn_id)
+        return suspended + channels.connection_closed(self, meta, conn_id)
 
     # -- a cluster's nodes (core/cluster.py, core/nodes.py) ------------------------------------
     def connection_attached(self, conn_id: int, node: int) -> None:
         """The transport accepted `conn_id` on `node`'s listener."""
         cluster.connection_attached(self, conn_id, node)
 
+    def node_crashing(self, node: int) -> None:
+        """The node is killed: the transport will lose its connections without a close."""
+        disconnected.node_crashing(self, node)
+
     def node_down(self, meta: Meta, node: int) -> list[Effect]:
         """The node stopped; the transport has ended the connections it had."""
         return nodes.node_down(self, meta, node)
 
     def node_up(self, meta: Meta, node: int) -> list[Effect]:
-        return nodes.node_up(self, meta, node)
+        return disconnected.node_back(self, meta, node) + nodes.node_up(self, meta, node)
 
     def stored(self, position: int) -> list[Effect]:
         """The store made the journal durable up to `position`: release waiting confirms

@@ -333,3 +333,5 @@ class Rules:
     delivers_without_majority: Callable[[], bool] = _false  # CLU-07
     confirm_waits_for_majority: Callable[[], bool] = _true  # CLU-07
     bindings_kept_at_restart: Callable[[], bool] = _true  # CLU-09: a restarted queue's bindings stay
+    # TMO-4.3-6.c: how long a crashed node's quorum deliveries wait (the queue's setting, its default)
+    disconnected_wait: Callable[[int | None, int], int] = lambda set_ms, default_ms: default_ms if set_ms is None else set_ms

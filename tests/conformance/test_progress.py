@@ -26,7 +26,7 @@ def test_jobs_default_to_four_per_core_except_against_a_shared_cluster(monkeypat
     several = str(min(MAX_DEFAULT_JOBS, JOBS_PER_CORE * (os.cpu_count() or 1)))
     assert default_jobs(None) == several  # the embedded reference broker
     assert default_jobs("amqp://guest:guest@127.0.0.1:5672/") == several  # a broker the user names: the same
-    assert default_jobs("amqp://h/", ("embedded",)) == several  # each worker starts its own embedded cluster
+    assert default_jobs("amqp://h/", ("embedded",)) == "1"  # the run's one embedded cluster: its nodes are shared
     assert default_jobs("amqp://h/", ("amqp://h2/", "amqp://h3/")) == "1"  # shared nodes its tests stop
     monkeypatch.setenv(ENV_JOBS, "3")
     assert default_jobs(None) == "3" and default_jobs("amqp://h/") == "3"

@@ -14,42 +14,27 @@ import pytest
 from codec import (
     BasicAck,
     BasicCancel,
-    BasicConsume,
-    BasicConsumeOk,
     BasicDeliver,
     BasicNack,
-    BasicQos,
-    BasicQosOk,
     BasicReject,
-    ConfirmSelect,
-    ConfirmSelectOk,
 )
-from conformance.drivers.raw import RawClient
 from conformance.plugin.cluster import Cluster
 from conformance.plugin.session import Names, Target
-from conformance.suite.steps.cluster import CAP, QUIET, arrives, counts, measured, publish, quorum
+from conformance.suite.steps.cluster import (
+    CAP,
+    QUIET,
+    arrives,
+    confirming,
+    consumer,
+    counts,
+    delivered,
+    measured,
+    publish,
+    quorum,
+)
 from conformance.suite.steps.queues import Delivery
 
 DELIVERY_COUNT, ACQUIRED_COUNT = "x-delivery-count", "x-acquired-count"
-
-
-def consumer(client: RawClient, queue: str, tag: str, prefetch: int) -> int:
-    ch = client.channel()
-    client.rpc(ch, BasicQos(prefetch_count=prefetch), BasicQosOk)
-    client.rpc(ch, BasicConsume(queue=queue, consumer_tag=tag), BasicConsumeOk)
-    return ch
-
-
-def confirming(client: RawClient) -> int:
-    ch = client.channel()
-    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
-    return ch
-
-
-def delivered(client: RawClient, ch: int, seconds: float, rule: str, what: str) -> Delivery:
-    got = arrives(client, ch, seconds, BasicDeliver, BasicCancel)
-    assert got is not None and isinstance(got.method, BasicDeliver), f"{rule}: {what}: got {got}, expected a delivery"
-    return Delivery.of(got)
 
 
 @pytest.mark.rules("CLU-05", "CLU-06")

@@ -11,12 +11,27 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from codec import BasicProperties, BasicPublish, Command, QueueDeclare, QueueDeclareOk
+from codec import (
+    BasicCancel,
+    BasicConsume,
+    BasicConsumeOk,
+    BasicDeliver,
+    BasicProperties,
+    BasicPublish,
+    BasicQos,
+    BasicQosOk,
+    Command,
+    ConfirmSelect,
+    ConfirmSelectOk,
+    QueueDeclare,
+    QueueDeclareOk,
+)
 from codec.constants import ReplyCode
 from conformance.catalogue.rules import REQUIRED
 from conformance.drivers.raw import ChannelClosed, RawClient
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import judged_elsewhere
+from conformance.suite.steps.queues import Delivery
 
 PERSISTENT = BasicProperties(delivery_mode=2)
 CAP = {"consumer_cancel_notify": True}
@@ -77,3 +92,22 @@ def await_queue_back(client: RawClient, queue: str, target: Target, rule_id: str
         client.close_channel(ch)
         assert isinstance(reply.method, QueueDeclareOk)
         return reply.method.message_count
+
+
+def consumer(client: RawClient, queue: str, tag: str, prefetch: int) -> int:
+    ch = client.channel()
+    client.rpc(ch, BasicQos(prefetch_count=prefetch), BasicQosOk)
+    client.rpc(ch, BasicConsume(queue=queue, consumer_tag=tag), BasicConsumeOk)
+    return ch
+
+
+def confirming(client: RawClient) -> int:
+    ch = client.channel()
+    client.rpc(ch, ConfirmSelect(), ConfirmSelectOk)
+    return ch
+
+
+def delivered(client: RawClient, ch: int, seconds: float, rule: str, what: str) -> Delivery:
+    got = arrives(client, ch, seconds, BasicDeliver, BasicCancel)
+    assert got is not None and isinstance(got.method, BasicDeliver), f"{rule}: {what}: got {got}, expected a delivery"
+    return Delivery.of(got)
