@@ -6,7 +6,8 @@ cell's exit status), and with `--report` build the HTML report of the grid's lak
 
 Rules: exit statuses as for `run`: 0 every cell ran and none failed unexpectedly, 1 a cell
 failed unexpectedly, 2 a target did not start, was unreachable, or a cell broke (the rows say
-why), 4 a usage error (a bad grid file or option: one line on stderr).
+why), or the grid was interrupted (Ctrl-C: the table so far and one line saying how to resume),
+4 a usage error (a bad grid file or option: one line on stderr).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from conformance.grid.runner import run_grid
+from conformance.grid.runner import GridInterrupted, run_grid
 from conformance.grid.spec import Grid, GridError, load
 from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, STATUS_TEXT
 
@@ -85,7 +86,13 @@ def run(args: argparse.Namespace, report: Callable[[Path, Path], int]) -> int:
         raise UsageError(str(exc)) from None
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     console.print(f"grid {args.file}: {len(grid.targets)} target(s), {len(grid.cells())} cell(s) into {args.out}")
-    round_ = run_grid(grid, args.out, parallel=args.parallel, new_round=args.new_round)
+    try:
+        round_ = run_grid(grid, args.out, parallel=args.parallel, new_round=args.new_round)
+    except GridInterrupted as stopped:
+        console.print(_table(grid, stopped.round))
+        console.print(f"interrupted: the cells that finished are in {args.out / 'lake'}; run the same command "
+                      "again (without --new-round) to run the others", style="bold")
+        return EXIT_HARNESS
     console.print(_table(grid, round_))
     status = exit_status(round_)
     if args.report and report(args.out / "lake", args.out / "report") != EXIT_OK:

@@ -16,6 +16,11 @@ Rules:
   remaining cells are not run. `stop` runs after the cells whenever `start` ran.
 - Every wait is bounded: `start` by its `start_timeout`, `stop` by STOP_SECONDS, a cell by
   CELL_SECONDS (the run's own watchdog ends it sooner).
+- Interrupted (Ctrl-C: `KeyboardInterrupt` in the caller's thread), the grid starts no other cell;
+  each running cell is told to stop as a terminal would tell it (SIGINT), then terminated after
+  INTERRUPT_SECONDS; its partial results are thrown away and it is not recorded, so running the
+  grid again resumes with it. Started targets are stopped as usual; `run_grid` then raises
+  `GridInterrupted`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -38,7 +44,32 @@ from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXI
 
 CELL_SECONDS = 3600.0
 STOP_SECONDS = 300.0
+INTERRUPT_SECONDS = 60.0  # a cell told to stop: until it is terminated (its run tears its tests down first)
 FINISHED = (EXIT_OK, EXIT_FAILED, EXIT_HARNESS)  # a cell with results in the lake
+
+
+class GridInterrupted(Exception):
+    """The grid was interrupted; what finished is kept (`round`: the round's manifest entry)."""
+
+    def __init__(self, round_: dict[str, Any]) -> None:
+        super().__init__("interrupted")
+        self.round = round_
+
+
+@dataclass
+class Stop:
+    """An interruption: no cell starts once it is requested; the running ones get SIGINT."""
+
+    requested: threading.Event = field(default_factory=threading.Event)
+    running: set[subprocess.Popen[str]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def request(self) -> None:
+        self.requested.set()
+        with self.lock:
+            for process in self.running:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGINT)
 
 
 @dataclass
@@ -121,10 +152,12 @@ def move_into_lake(results: Path, lake: Path) -> int:
     return moved
 
 
-def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round_: dict[str, Any]) -> None:
+def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round_: dict[str, Any],
+               stop: Stop | None = None) -> None:
+    stop = stop or Stop()
     row = round_["targets"].setdefault(target.name, {"state": "pending", "cells": {}})
     pending = [c for c in target.clients if row["cells"].get(c, {}).get("exit") not in FINISHED]
-    if not pending:
+    if not pending or stop.requested.is_set():
         return
     env = {**os.environ, **target.env}
     if target.start:
@@ -136,7 +169,10 @@ def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round
     manifest.update(row, state="running", reason=None)
     try:
         for client in pending:
-            if not _run_cell(target, client, grid, root, env, manifest, round_, row):
+            if stop.requested.is_set():
+                manifest.update(row, state="interrupted")
+                break
+            if not _run_cell(target, client, grid, root, env, manifest, round_, row, stop):
                 break
         else:
             manifest.update(row, state="done")
@@ -148,18 +184,18 @@ def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round
 
 
 def _run_cell(target: Target, client: str, grid: Grid, root: Path, env: dict[str, str], manifest: Manifest,
-              round_: dict[str, Any], row: dict[str, Any]) -> bool:
-    """One cell; False when the target turned out unreachable (its other cells are not run)."""
+              round_: dict[str, Any], row: dict[str, Any], stop: Stop) -> bool:
+    """One cell; False when the target turned out unreachable or the grid was interrupted (its
+    other cells are not run)."""
     out = root / "cells" / target.name / client
     shutil.rmtree(out, ignore_errors=True)
     run_id = f"grid{round_['round']}-{target.name}-{client}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     start = time.monotonic()
-    try:
-        done = subprocess.run(cell_command(target, client, grid, out, run_id), env=env, capture_output=True,
-                              text=True, timeout=CELL_SECONDS, check=False)
-        status, said = done.returncode, _last_line(done.stdout + "\n" + done.stderr)
-    except subprocess.TimeoutExpired:
-        status, said = EXIT_HARNESS, f"the cell did not end within {CELL_SECONDS:.0f} s"
+    status, said = _run_bounded(cell_command(target, client, grid, out, run_id), env, stop)
+    if stop.requested.is_set():  # cut short: not a verdict; the grid resumes with this cell
+        shutil.rmtree(out, ignore_errors=True)
+        manifest.update(row, state="interrupted")
+        return False
     cell = {"exit": status, "run_id": run_id, "seconds": round(time.monotonic() - start, 1), "said": said}
     if status in FINISHED:
         cell["partitions"] = move_into_lake(out / "results", root / "lake")
@@ -172,14 +208,59 @@ def _run_cell(target: Target, client: str, grid: Grid, root: Path, env: dict[str
     return True
 
 
+def _run_bounded(argv: list[str], env: dict[str, str], stop: Stop) -> tuple[int, str]:
+    """A cell's run: (exit status, its last line), bounded by CELL_SECONDS, ended on `stop`."""
+    # its own session: a terminal's Ctrl-C reaches the grid alone, which passes one SIGINT on (`Stop`)
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    with stop.lock:
+        stop.running.add(process)
+    if stop.requested.is_set():  # requested while it started: it missed the signal
+        process.send_signal(signal.SIGINT)
+    try:
+        try:
+            stdout, stderr = process.communicate(timeout=CELL_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = _end(process)
+            return EXIT_HARNESS, f"the cell did not end within {CELL_SECONDS:.0f} s"
+        return process.returncode, _last_line(stdout + "\n" + stderr)
+    except BaseException:
+        _end(process)
+        raise
+    finally:
+        with stop.lock:
+            stop.running.discard(process)
+
+
+def _end(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Wait for a process told to stop: terminated after INTERRUPT_SECONDS, killed after as many more."""
+    for step in (None, process.terminate, process.kill):
+        if step is not None:
+            step()
+        try:
+            return process.communicate(timeout=INTERRUPT_SECONDS)
+        except subprocess.TimeoutExpired:
+            continue
+    return "", ""
+
+
 def run_grid(grid: Grid, root: Path, *, parallel: int = 1, new_round: bool = False) -> dict[str, Any]:
-    """Run (or resume) the grid into `root`; the round's manifest entry."""
+    """Run (or resume) the grid into `root`; the round's manifest entry. `GridInterrupted` on a
+    KeyboardInterrupt, once the running cells have ended (see the module rules)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "lake").mkdir(exist_ok=True)
     manifest = Manifest.load(root / "grid.json")
     round_ = manifest.round(new_round)
     manifest.save()
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        for future in [pool.submit(run_target, t, grid, root, manifest, round_) for t in grid.targets]:
+    stop = Stop()
+    pool = ThreadPoolExecutor(max_workers=max(1, parallel))
+    try:
+        for future in [pool.submit(run_target, t, grid, root, manifest, round_, stop) for t in grid.targets]:
             future.result()
+    except KeyboardInterrupt:
+        stop.request()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise GridInterrupted(round_) from None
+    pool.shutdown(wait=True)
     return round_

@@ -160,3 +160,43 @@ def test_a_fault_pinned_in_the_second_round_is_a_regression_on_its_cell(tmp_path
     failed = pq.read_table(out / "lake" / "tests" / f"run={run_id}", columns=["failed_rules"]).to_pylist()
     named = {rule for row in failed for rule in row["failed_rules"] or ()}
     assert "ACK-04" in named and regressions <= named, (regressions, named)
+
+
+@pytest.mark.grid
+@pytest.mark.timeout(300)
+def test_an_interrupted_grid_keeps_what_finished_and_resumes_with_the_cut_cell(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the grid alone: a cell runs in its own session) while a cell runs: the grid
+    passes one SIGINT on, waits for the cell, throws its partial results away and records nothing for
+    it, says how to resume and exits 2; run again, it runs that cell (and no other twice)."""
+    import signal
+    import time
+
+    spec, out = tmp_path / "g.toml", tmp_path / "g"
+    spec.write_text('select = "ACK-04"\nclients = ["raw", "pika"]\n[[target]]\nname = "reference"\n')
+    grid_proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "grid", str(spec), "--out", str(out)],
+                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    manifest = out / "grid.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # polled: the grid writes its manifest as each cell ends
+        cells = json.loads(manifest.read_text())["rounds"][-1]["targets"].get("reference", {}).get("cells", {}) \
+            if manifest.exists() else {}
+        if "raw" in cells:
+            break
+        time.sleep(0.2)
+    assert "raw" in cells, "the first cell did not finish within 120 s"
+    second = out / "cells" / "reference" / "pika"
+    while not second.exists() and time.monotonic() < deadline:  # the second cell's run has started
+        time.sleep(0.05)
+    assert second.exists(), "the second cell did not start"
+    grid_proc.send_signal(signal.SIGINT)
+    stdout, stderr = grid_proc.communicate(timeout=150)
+    assert grid_proc.returncode == 2, stdout + stderr
+    assert "interrupted: the cells that finished are in" in stdout, stdout
+    row = json.loads(manifest.read_text())["rounds"][-1]["targets"]["reference"]
+    assert set(row["cells"]) == {"raw"} and row["state"] == "interrupted", row
+    assert not (out / "cells" / "reference" / "pika").exists()
+    status, said, again = grid(spec, out)
+    assert status == 0, said
+    cells = again["rounds"][-1]["targets"]["reference"]["cells"]
+    assert set(cells) == {"raw", "pika"} and cells["raw"] == row["cells"]["raw"]  # raw not run again
+    assert len(again["rounds"]) == 1

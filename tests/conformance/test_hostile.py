@@ -38,6 +38,9 @@ from tests.conftest import cli_env
 pytest_plugins = ["pytester"]
 
 SCALE = "0.1"  # every wait of the harness is 0.5 s
+# A run's wall time is checked only against a hang (a hung wait lasts the 300 s test timeout): a bound,
+# not a benchmark; a loaded 2-core machine took 16 s and 33 s for runs that take 8 s and 20 s alone.
+BOUNDED = 120.0
 SMOKE = f"{SUITE_DIR}/ack/test_smoke_ack.py::test_unknown_tag_closes_the_channel_with_406"
 ACK_02 = f"{SUITE_DIR}/ack/test_ack.py::test_tags_are_64_bit_without_wrap_or_truncation"
 CLI_SELECTION = ["--select", "ACK-02", "ACK-10"]  # test_ack.py: 2 x ACK-02; test_ack_settle.py: ACK-10; test_machine_ack.py: ACK-01..10
@@ -164,7 +167,7 @@ def test_each_suite_test_ends_with_a_clear_verdict(pytester: pytest.Pytester, ho
             line.startswith(case.message) for line in said.splitlines())), said
         assert record["duration"] < 0.5 + 0.5  # the call: one scaled wait at most, and a margin
         assert record["duration_total"] < 3.0  # with set-up and the bounded close at teardown
-    assert run.duration < 15
+    assert run.duration < BOUNDED  # ended; a hung wait would have lasted the 300 s test timeout
 
 
 # -- the broker as a whole stops answering: exit 3 ----------------------------------------------
@@ -178,7 +181,7 @@ def test_a_wedged_broker_ends_the_run_with_exit_3(tmp_path: Path, hostile: Any) 
     assert str(first["message"]).startswith("broker wedged: no reply within 0.5 s (waiting for connection.start")
     assert "(the test saw: NoReply: no reply within 0.5 s (waiting for queue.declare-ok on channel 1))" in first["message"]
     assert first["duration_total"] < 3.0
-    assert run.seconds < 30
+    assert run.seconds < BOUNDED  # ended; a hung wait would have lasted the 300 s test timeout
 
 
 # -- the watchdog ------------------------------------------------------------------------------
@@ -251,7 +254,7 @@ def test_the_run_timeout_ends_a_slow_session(pytester: pytest.Pytester, hostile:
     verdicts = [r["verdict"] for r in sorted(tests.values(), key=lambda r: r["started"])]
     assert verdicts[-1] == "broken" and len(verdicts) == 3  # the test running at 2.5 s, and what follows
     assert any(str(r["message"]).startswith("WatchdogExpired: the session did not end") for r in tests.values())
-    assert run.duration < 10
+    assert run.duration < BOUNDED  # ended once the run timeout fired (the lines above say it did)
 
 
 HANGING_SUITE = '''
@@ -280,7 +283,7 @@ def test_the_watchdog_exits_3_when_the_interrupt_does_not_end_the_run(tmp_path: 
     assert "amqp-conformance watchdog: suite/test_hang.py::test_swallows_every_interrupt did not end within 1 s" in run.err
     assert run.err.rstrip().endswith("exiting with status 3")
     assert "did not end 1.5 s after" in run.err
-    assert run.seconds < 30
+    assert run.seconds < BOUNDED  # the watchdog ended it; the suite swallows interrupts and would never end
 
 
 def test_watchdog_budgets_are_validated(pytester: pytest.Pytester, capfd: pytest.CaptureFixture[str],
