@@ -7,7 +7,14 @@ import os
 
 import pytest
 
-from conformance.gate.options import ENV_JOBS, JOBS_PER_CORE, MAX_DEFAULT_JOBS, UsageError, default_jobs
+from conformance.gate.options import (
+    ENV_JOBS,
+    JOBS_PER_CORE,
+    LIBRARY_JOBS,
+    MAX_DEFAULT_JOBS,
+    UsageError,
+    default_jobs,
+)
 from conformance.gate.progress import time_lines
 from conformance.plugin.evidence import build
 
@@ -21,13 +28,16 @@ def test_time_lines_name_the_slowest_areas_and_tests() -> None:
     assert time_lines([], 3.0) == []
 
 
-def test_jobs_default_to_four_per_core_except_against_a_shared_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_default_to_four_per_core_except_against_a_shared_cluster_or_through_a_library(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_JOBS, raising=False)
     several = str(min(MAX_DEFAULT_JOBS, JOBS_PER_CORE * (os.cpu_count() or 1)))
     assert default_jobs(None) == several  # the embedded reference broker
     assert default_jobs("amqp://guest:guest@127.0.0.1:5672/") == several  # a broker the user names: the same
     assert default_jobs("amqp://h/", ("embedded",)) == "1"  # the run's one embedded cluster: its nodes are shared
     assert default_jobs("amqp://h/", ("amqp://h2/", "amqp://h3/")) == "1"  # shared nodes its tests stop
+    assert default_jobs("amqp://h/", (), "bunny") == str(LIBRARY_JOBS)  # a library expresses a few dozen tests
+    assert default_jobs(None, (), "raw") == several
+    assert default_jobs("amqp://h/", ("embedded",), "pika") == "1"
     monkeypatch.setenv(ENV_JOBS, "3")
     assert default_jobs(None) == "3" and default_jobs("amqp://h/") == "3"
     monkeypatch.setenv(ENV_JOBS, "many")
