@@ -399,9 +399,14 @@ class Rabbitmqctl(AdminAdapter):
     def set_alarm(self, resource: str, on: bool) -> None:
         """rabbit_alarm:set_alarm / clear_alarm, the calls the memory and disk monitors make (and
         RabbitMQ's own client test suites use): the alarm stays until cleared, whatever the
-        watermarks say."""
+        watermarks say. Both are `gen_event:notify` (asynchronous, 3.10.8 to 4.3), so the same eval
+        then calls `get_alarms()`, a `gen_event:call` queued behind the notify: when it returns, the
+        handler has sent every local connection its `conserve_resources` message (rabbit_alarm
+        maybe_alert -> alert_local), and a publish sent afterwards reaches each reader behind it.
+        Without it a publish could beat the alarm, go through, and never be blocked."""
         alarm = f"{{resource_limit, {_resource(resource)}, node()}}"
-        self.run("eval", f"rabbit_alarm:set_alarm({{{alarm}, []}})." if on else f"rabbit_alarm:clear_alarm({alarm}).")
+        change = f"rabbit_alarm:set_alarm({{{alarm}, []}})" if on else f"rabbit_alarm:clear_alarm({alarm})"
+        self.run("eval", f"{change}, rabbit_alarm:get_alarms().")
 
     def _missing_ok(self, *args: str) -> None:
         try:
