@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", type=_positive, default=1, help="targets run side by side (default 1)")
     parser.add_argument("--new-round", action="store_true",
                         help="run every cell again (a new round in the same lake) instead of resuming the last")
+    parser.add_argument("--rerun", action="append", default=[], metavar="TARGET[/CLIENT]",
+                        help="run these cells of the last round again (repeatable; TARGET alone: all of its "
+                             "cells); their earlier results leave the lake, the manifest keeps what they said")
     parser.add_argument("--report", action="store_true", help="also build the HTML report of the lake into DIR/report")
 
 
@@ -87,7 +90,10 @@ def run(args: argparse.Namespace, report: Callable[[Path, Path], int]) -> int:
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     console.print(f"grid {args.file}: {len(grid.targets)} target(s), {len(grid.cells())} cell(s) into {args.out}")
     try:
-        round_ = run_grid(grid, args.out, parallel=args.parallel, new_round=args.new_round)
+        round_ = run_grid(grid, args.out, parallel=args.parallel, new_round=args.new_round,
+                          rerun=tuple(args.rerun))
+    except GridError as exc:
+        raise UsageError(str(exc)) from None
     except GridInterrupted as stopped:
         console.print(_table(grid, stopped.round))
         console.print(f"interrupted: the cells that finished are in {args.out / 'lake'}; run the same command "

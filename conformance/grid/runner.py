@@ -14,6 +14,9 @@ Rules:
   other (each with the target's `jobs` workers). A target's `start` runs first (bounded); if it
   fails, or a cell finds the broker unreachable (exit 3), the target's row says why and its
   remaining cells are not run. `stop` runs after the cells whenever `start` ran.
+- `rerun` names cells (`TARGET/CLIENT`, or `TARGET` for all of its cells) of the resumed round to run
+  again (after a fix, say): each one's partitions leave the lake and its manifest entry moves to
+  the round's `replaced` list (what it said, when it was replaced), so the record keeps it.
 - Every wait is bounded: `start` by its `start_timeout`, `stop` by STOP_SECONDS, a cell by
   CELL_SECONDS (the run's own watchdog ends it sooner).
 - Interrupted (Ctrl-C: `KeyboardInterrupt` in the caller's thread), the grid starts no other cell;
@@ -39,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.grid.spec import Grid, Target
+from conformance.grid.spec import Grid, GridError, Target
 from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE
 
 CELL_SECONDS = 3600.0
@@ -245,14 +248,46 @@ def _end(process: subprocess.Popen[str]) -> tuple[str, str]:
     return "", ""
 
 
-def run_grid(grid: Grid, root: Path, *, parallel: int = 1, new_round: bool = False) -> dict[str, Any]:
+def rerun_cells(grid: Grid, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The (target, client) cells `names` mean (`TARGET/CLIENT` or `TARGET`); GridError for a name
+    that is no cell of the grid."""
+    chosen: list[tuple[str, str]] = []
+    for name in names:
+        target_name, _, client = name.partition("/")
+        target = next((t for t in grid.targets if t.name == target_name), None)
+        if target is None:
+            raise GridError(f"--rerun {name!r}: no target {target_name!r} in the grid "
+                            f"({', '.join(t.name for t in grid.targets)})")
+        if client and client not in target.clients:
+            raise GridError(f"--rerun {name!r}: target {target_name!r} has no client {client!r} "
+                            f"({', '.join(target.clients)})")
+        chosen += [(target.name, c) for c in ([client] if client else target.clients)]
+    return chosen
+
+
+def _replace(root: Path, manifest: Manifest, round_: dict[str, Any], cells: list[tuple[str, str]]) -> None:
+    with manifest.lock:
+        for target_name, client in cells:
+            cell = round_["targets"].get(target_name, {}).get("cells", {}).pop(client, None)
+            if cell is None:
+                continue
+            for partition in (root / "lake").glob(f"*/run={cell['run_id']}"):
+                shutil.rmtree(partition)
+            round_.setdefault("replaced", []).append(
+                {"target": target_name, "client": client, **cell, "replaced": datetime.now(UTC).isoformat()})
+        manifest.save()
+
+
+def run_grid(grid: Grid, root: Path, *, parallel: int = 1, new_round: bool = False,
+             rerun: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run (or resume) the grid into `root`; the round's manifest entry. `GridInterrupted` on a
     KeyboardInterrupt, once the running cells have ended (see the module rules)."""
+    again = rerun_cells(grid, rerun)
     root.mkdir(parents=True, exist_ok=True)
     (root / "lake").mkdir(exist_ok=True)
     manifest = Manifest.load(root / "grid.json")
     round_ = manifest.round(new_round)
-    manifest.save()
+    _replace(root, manifest, round_, again)
     stop = Stop()
     pool = ThreadPoolExecutor(max_workers=max(1, parallel))
     try:

@@ -90,6 +90,25 @@ start = "echo no broker here >&2; exit 7"
     assert again["rounds"][0]["targets"]["reference"]["cells"] == rows["reference"]["cells"], said
     assert sorted(p.name for p in (out / "lake" / "runs").iterdir()) == runs
 
+    first = rows["reference"]["cells"]["amqp"]  # a cell run again: its old results leave the lake
+    status, said, third = grid(path, out, "--rerun", "reference/amqp")
+    cells = third["rounds"][0]["targets"]["reference"]["cells"]
+    assert cells["raw"] == rows["reference"]["cells"]["raw"] and cells["amqp"]["exit"] == 0, said
+    assert cells["amqp"]["run_id"] != first["run_id"]
+    assert [(r["client"], r["run_id"], r["exit"]) for r in third["rounds"][0]["replaced"]] == [
+        ("amqp", first["run_id"], 0)]
+    assert sorted(p.name for p in (out / "lake" / "runs").iterdir()) == sorted(
+        f"run={cell['run_id']}" for cell in cells.values())
+
+
+@pytest.mark.parametrize(("name", "says"), [("elsewhere", "no target 'elsewhere'"),
+                                            ("reference/bunny", "has no client 'bunny'")])
+def test_a_cell_to_rerun_that_the_grid_has_not_is_a_usage_error(tmp_path: Path, name: str, says: str) -> None:
+    path = tmp_path / "grid.toml"
+    path.write_text('[[target]]\nname = "reference"\n')
+    status, said, manifest = grid(path, tmp_path / "g", "--rerun", name, timeout=60)
+    assert status == 4 and says in said and manifest == {}, said
+
 
 @pytest.mark.grid
 def test_a_new_round_runs_every_cell_again_into_the_same_lake(tmp_path: Path) -> None:
