@@ -51,6 +51,8 @@ class AmqpDriver(LibraryDriver):
         except ae.ConnectionError as exc:
             raise di.ConnectionClosed("connection", exc.reply_code or 0, exc.reply_text or str(exc),
                                       *_ids(exc)) from None
+        except TimeoutError:  # read_timeout: a synchronous method's reply did not come
+            raise di.NoReply(self.timeout, "the broker's reply (py-amqp's read_timeout)") from None
         except (OSError, ae.RecoverableConnectionError) as exc:
             raise di.ConnectionLost(f"{type(exc).__name__}: {exc}") from None
 
@@ -65,6 +67,7 @@ class AmqpDriver(LibraryDriver):
         return amqp.Connection(
             host=f"{parts.hostname}:{parts.port or 5672}", userid=unquote(parts.username or "guest"),
             password=unquote(parts.password or "guest"), virtual_host=vhost, connect_timeout=self.timeout,
+            read_timeout=self.timeout,  # else a synchronous method waits for ever on a broker that went silent
             heartbeat=options.heartbeat or 0, frame_max=options.frame_max, channel_max=options.channel_max,
             on_blocked=lambda reason: self.emit(di.Blocked(reason)), on_unblocked=lambda: self.emit(di.Unblocked()))
 

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from conformance.grid.runner import GridInterrupted, run_grid
 from conformance.grid.spec import Grid, GridError, load
-from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, STATUS_TEXT
+from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE, STATUS_TEXT
 
 DEFAULT_OUT = Path("amqp-conformance-grid")
 LETTERS = {0: "[green]P[/green]", 1: "[red]F[/red]", 2: "[magenta]B[/magenta]", 3: "[yellow]U[/yellow]"}
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _table(grid: Grid, round_: dict[str, Any]) -> Table:
     clients = list(dict.fromkeys(c for t in grid.targets for c in t.clients))
     table = Table(title=f"grid round {round_['round']}: targets x clients (P ran clean, F unexpected failures, "
-                        "B broken, U unreachable, . not run)")
+                        "B broken, U unreachable, D the broker went down during it, . not run)")
     table.add_column("target")
     for client in clients:
         table.add_column(client, justify="center")
@@ -67,17 +67,21 @@ def _table(grid: Grid, round_: dict[str, Any]) -> Table:
     for target in grid.targets:
         row = round_["targets"].get(target.name, {})
         cells = row.get("cells", {})
-        letters = [LETTERS.get(cells[c]["exit"], "?") if c in cells else ("." if c in target.clients else "")
-                   for c in clients]
+        letters = [_letter(cells[c]) if c in cells else ("." if c in target.clients else "") for c in clients]
         state = row.get("state", "pending") + (f": {row['reason']}" if row.get("reason") else "")
         table.add_row(target.name, *letters, state)
     return table
 
 
+def _letter(cell: dict[str, Any]) -> str:
+    return "[yellow]D[/yellow]" if cell.get("went_down") else LETTERS.get(cell["exit"], "?")
+
+
 def exit_status(round_: dict[str, Any]) -> int:
     rows = list(round_["targets"].values())
     statuses = [cell["exit"] for row in rows for cell in row.get("cells", {}).values()]
-    if any(row.get("state") in ("did not start", "unreachable") for row in rows) or EXIT_HARNESS in statuses:
+    if (any(row.get("state") in ("did not start", "unreachable") for row in rows) or EXIT_HARNESS in statuses
+            or EXIT_UNREACHABLE in statuses):
         return EXIT_HARNESS
     return EXIT_FAILED if EXIT_FAILED in statuses else EXIT_OK
 

@@ -14,6 +14,11 @@ Rules:
   other (each with the target's `jobs` workers). A target's `start` runs first (bounded); if it
   fails, or a cell finds the broker unreachable (exit 3), the target's row says why and its
   remaining cells are not run. `stop` runs after the cells whenever `start` ran.
+- A broker that went down during a cell (exit 3 after some of its tests ran: GarageMQ wedges
+  under the suite) is not the end of a target the grid started: that cell keeps its results (in
+  the lake, with the test that saw the broker go and the `broken` ones after it), the target is
+  stopped and started again (`restarts` in its row) and its next cell runs on a fresh broker. A
+  cell that found the broker unreachable from its first test ends the row as before.
 - `rerun` names cells (`TARGET/CLIENT`, or `TARGET` for all of its cells) of the resumed round to run
   again (after a fix, say): each one's partitions leave the lake and its manifest entry moves to
   the round's `replaced` list (what it said, when it was replaced), so the record keeps it.
@@ -159,7 +164,7 @@ def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round
                stop: Stop | None = None) -> None:
     stop = stop or Stop()
     row = round_["targets"].setdefault(target.name, {"state": "pending", "cells": {}})
-    pending = [c for c in target.clients if row["cells"].get(c, {}).get("exit") not in FINISHED]
+    pending = [c for c in target.clients if not _finished(row["cells"].get(c, {}))]
     if not pending or stop.requested.is_set():
         return
     env = {**os.environ, **target.env}
@@ -176,6 +181,9 @@ def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round
                 manifest.update(row, state="interrupted")
                 break
             if not _run_cell(target, client, grid, root, env, manifest, round_, row, stop):
+                break
+            went_down = row["cells"][client].get("went_down") and client != pending[-1]
+            if went_down and not _restart(target, env, manifest, row):
                 break
         else:
             manifest.update(row, state="done")
@@ -199,15 +207,43 @@ def _run_cell(target: Target, client: str, grid: Grid, root: Path, env: dict[str
         shutil.rmtree(out, ignore_errors=True)
         manifest.update(row, state="interrupted")
         return False
-    cell = {"exit": status, "run_id": run_id, "seconds": round(time.monotonic() - start, 1), "said": said}
-    if status in FINISHED:
+    cell: dict[str, Any] = {"exit": status, "run_id": run_id, "seconds": round(time.monotonic() - start, 1),
+                            "said": said}
+    went_down = status == EXIT_UNREACHABLE and target.start is not None and _tests_ran(out / "results")
+    if status in FINISHED or went_down:
         cell["partitions"] = move_into_lake(out / "results", root / "lake")
+    if went_down:
+        cell["went_down"] = True
     with manifest.lock:
         row["cells"][client] = cell
         manifest.save()
-    if status == EXIT_UNREACHABLE:
+    if status == EXIT_UNREACHABLE and not went_down:
         manifest.update(row, state="unreachable", reason=said)
         return False
+    return True
+
+
+def _finished(cell: dict[str, Any]) -> bool:
+    """A cell with its results in the lake: it ran to its end, or its broker went down during it."""
+    return cell.get("exit") in FINISHED or bool(cell.get("went_down"))
+
+
+def _tests_ran(results: Path) -> bool:
+    """Whether a cell's run recorded any test: its broker answered, then went down."""
+    return any(p.is_file() for p in results.glob("tests/run=*/*"))
+
+
+def _restart(target: Target, env: dict[str, str], manifest: Manifest, row: dict[str, Any]) -> bool:
+    """Stop and start a target whose broker went down during a cell; False (the row says why) when it
+    does not start again."""
+    manifest.update(row, state="restarting", restarts=row.get("restarts", 0) + 1)
+    if target.stop:
+        _shell(target.stop, env, STOP_SECONDS)
+    failure = _shell(target.start or "", env, target.start_timeout)
+    if failure is not None:
+        manifest.update(row, state="did not start", reason=f"after the broker went down: {failure}")
+        return False
+    manifest.update(row, state="running")
     return True
 
 

@@ -250,9 +250,10 @@ class RelayThread:
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
-    def start(self) -> Self:
+    def start(self, port: int = 0) -> Self:
+        """Listen on 127.0.0.1:`port` (0: a free one)."""
         self._thread.start()
-        _, self.port = self.call(self.relay.start("127.0.0.1", 0))
+        _, self.port = self.call(self.relay.start("127.0.0.1", port))
         return self
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:

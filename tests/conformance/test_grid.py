@@ -101,6 +101,42 @@ start = "echo no broker here >&2; exit 7"
         f"run={cell['run_id']}" for cell in cells.values())
 
 
+@pytest.mark.grid
+def test_a_broker_that_goes_down_during_a_cell_is_started_again_for_the_next(tmp_path: Path) -> None:
+    """A broker the grid starts that wedges under a cell (tests.conformance.wedging_broker, as GarageMQ
+    does): the cell keeps its results (the broken tests say the broker went down), the target is
+    stopped and started again, and its next cell runs; run again, neither cell is run again."""
+    port, command = free_port(), f"{sys.executable} -m tests.conformance.wedging_broker"
+    path = tmp_path / "grid.toml"
+    path.write_text(f"""
+clients = ["raw", "amqp"]
+select = "ACK-03"
+timeout_scale = 0.4
+
+[[target]]
+name = "wedging"
+url = "amqp://guest:guest@127.0.0.1:{port}/"
+start = "{command} up {port} {tmp_path}"
+stop = "{command} down {port} {tmp_path}"
+start_timeout = 60
+""")
+    out = tmp_path / "g"
+    status, said, manifest = grid(path, out)
+    assert status == 2, said  # a cell whose broker went down is an environment error
+    row = manifest["rounds"][0]["targets"]["wedging"]
+    assert row["state"] == "done" and row["restarts"] == 1, row  # once between the two cells
+    assert {c: (cell["exit"], cell.get("went_down")) for c, cell in row["cells"].items()} == {
+        "raw": (3, True), "amqp": (3, True)}, row
+    for cell in row["cells"].values():
+        verdicts = {r["verdict"] for r in pq.read_table(out / "lake" / "tests" / f"run={cell['run_id']}",
+                                                           columns=["verdict"]).to_pylist()}
+        assert "broken" in verdicts, verdicts
+    assert "D" in said  # the table's letter for a cell whose broker went down
+    status, said, again = grid(path, out)
+    assert again["rounds"][0]["targets"]["wedging"]["cells"] == row["cells"], said
+    assert not (tmp_path / f"wedging-broker-{port}.pid").exists()  # stopped after the cells
+
+
 @pytest.mark.parametrize(("name", "says"), [("elsewhere", "no target 'elsewhere'"),
                                             ("reference/bunny", "has no client 'bunny'")])
 def test_a_cell_to_rerun_that_the_grid_has_not_is_a_usage_error(tmp_path: Path, name: str, says: str) -> None:
