@@ -14,11 +14,14 @@ Rules:
   other (each with the target's `jobs` workers). A target's `start` runs first (bounded); if it
   fails, or a cell finds the broker unreachable (exit 3), the target's row says why and its
   remaining cells are not run. `stop` runs after the cells whenever `start` ran.
-- A broker that went down during a cell (exit 3 after some of its tests ran: GarageMQ wedges
-  under the suite) is not the end of a target the grid started: that cell keeps its results (in
-  the lake, with the test that saw the broker go and the `broken` ones after it), the target is
+- A broker that went down during a cell (exit 3 after the run reached it: GarageMQ wedges
+  under the suite, and a library may hang on it until the run's watchdog) is not the end of a
+  target the grid started: that cell keeps its results (in the lake, with the test that saw the
+  broker go and the `broken` ones after it; none when the watchdog ended the run), the target is
   stopped and started again (`restarts` in its row) and its next cell runs on a fresh broker. A
-  cell that found the broker unreachable from its first test ends the row as before.
+  cell whose first connection was refused ends the row as before.
+- `test_timeout` (a target's) is each cell's `--test-timeout`: a shorter bound for a broker that
+  wedges, where a library's blocking call otherwise waits for the watchdog's default.
 - `rerun` names cells (`TARGET/CLIENT`, or `TARGET` for all of its cells) of the resumed round to run
   again (after a fix, say): each one's partitions leave the lake and its manifest entry moves to
   the round's `replaced` list (what it said, when it was replaced), so the record keeps it.
@@ -127,6 +130,8 @@ def cell_command(target: Target, client: str, grid: Grid, out: Path, run_id: str
         argv += ["--select", ",".join(select)]
     if grid.timeout_scale is not None:
         argv += ["--timeout-scale", str(grid.timeout_scale)]
+    if target.test_timeout is not None:
+        argv += ["--test-timeout", f"{target.test_timeout:g}"]
     return argv
 
 
@@ -209,7 +214,7 @@ def _run_cell(target: Target, client: str, grid: Grid, root: Path, env: dict[str
         return False
     cell: dict[str, Any] = {"exit": status, "run_id": run_id, "seconds": round(time.monotonic() - start, 1),
                             "said": said}
-    went_down = status == EXIT_UNREACHABLE and target.start is not None and _tests_ran(out / "results")
+    went_down = status == EXIT_UNREACHABLE and target.start is not None and not _refused_at_start(said)
     if status in FINISHED or went_down:
         cell["partitions"] = move_into_lake(out / "results", root / "lake")
     if went_down:
@@ -228,9 +233,11 @@ def _finished(cell: dict[str, Any]) -> bool:
     return cell.get("exit") in FINISHED or bool(cell.get("went_down"))
 
 
-def _tests_ran(results: Path) -> bool:
-    """Whether a cell's run recorded any test: its broker answered, then went down."""
-    return any(p.is_file() for p in results.glob("tests/run=*/*"))
+def _refused_at_start(said: str) -> bool:
+    """Whether a cell's exit 3 came before its first test (the run's last line: the broker refused
+    its first connection, conformance.plugin.health.connect_failure), not from a broker that went
+    down during the run (the run's verdict line, or its watchdog's)."""
+    return "broker unreachable at " in said or "authentication refused by the broker at " in said
 
 
 def _restart(target: Target, env: dict[str, str], manifest: Manifest, row: dict[str, Any]) -> bool:

@@ -8,7 +8,7 @@ Rules:
   target's commands and cells), `clients` (this target's own list), `cluster_nodes` (the
   broker's other nodes, or `["embedded"]` for the embedded broker as a 3-node cluster) and
   `node_control` (as `run --cluster-node` and `--node-control`), `select` (this target's own
-  areas or rule ids, in place of the grid's).
+  areas or rule ids, in place of the grid's), `test_timeout` (each cell's `--test-timeout`).
 - `clients` at the top: the default list for every target (default `["raw"]`); `select` (areas
   or rule ids passed to every cell's `--select`), `timeout_scale`.
 - Anything else, or a value of the wrong type, is a `GridError` naming the key: the command
@@ -25,6 +25,7 @@ from typing import Any
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 TARGET_KEYS = {"name", "url", "admin", "baseline", "profile", "jobs", "start", "stop", "start_timeout", "env",
+               "test_timeout",
                "clients", "cluster_nodes", "node_control", "select"}
 TOP_KEYS = {"target", "clients", "select", "timeout_scale"}
 
@@ -49,6 +50,7 @@ class Target:
     cluster_nodes: tuple[str, ...] = ()
     node_control: str | None = None
     select: tuple[str, ...] | None = None  # None: the grid's
+    test_timeout: float | None = None  # each cell's --test-timeout (None: the run's default)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,10 @@ def parse(text: str, source: str = "grid file") -> Grid:
         timeout = table.get("start_timeout", 600.0)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise GridError(f"{where}: start_timeout must be a positive number of seconds")
+        test_timeout = table.get("test_timeout")
+        if test_timeout is not None and (isinstance(test_timeout, bool) or not isinstance(test_timeout, int | float)
+                                         or test_timeout <= 0):
+            raise GridError(f"{where}: test_timeout must be a positive number of seconds")
         targets.append(Target(
             name, url=_optional(table, "url", where), admin=_optional(table, "admin", where),
             baseline=_optional(table, "baseline", where), profile=_optional(table, "profile", where),
@@ -122,7 +128,8 @@ def parse(text: str, source: str = "grid file") -> Grid:
             clients=_strings(table["clients"], f"{where}: clients") if "clients" in table else clients,
             cluster_nodes=_strings(table.get("cluster_nodes", []), f"{where}: cluster_nodes"),
             node_control=_optional(table, "node_control", where),
-            select=_strings(table["select"], f"{where}: select") if "select" in table else None))
+            select=_strings(table["select"], f"{where}: select") if "select" in table else None,
+            test_timeout=float(test_timeout) if test_timeout is not None else None))
     return Grid(tuple(targets), select, float(scale) if scale is not None else None)
 
 

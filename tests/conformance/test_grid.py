@@ -30,6 +30,7 @@ CI_GRID_SECONDS = 2400  # 25 cells, two targets at a time: about 10 minutes on a
     ("timeout_scale = -1\n[[target]]\nname = 'a'\n", "timeout_scale must be a positive number"),
     ("clients = [1]\n[[target]]\nname = 'a'\n", "clients must be a list of names"),
     ("[[target]\n", "grid file"),
+    ("[[target]]\nname = 'a'\ntest_timeout = 0\n", "test_timeout must be a positive number"),
 ])
 def test_a_bad_grid_file_is_one_clear_error(text: str, says: str) -> None:
     with pytest.raises(GridError) as error:
@@ -45,6 +46,8 @@ def test_targets_take_the_default_clients_unless_they_name_their_own() -> None:
     assert argv[argv.index("--broker-url") + 1] == "amqp://x/" and argv[argv.index("--jobs") + 1] == "2"
     assert argv[argv.index("--select") + 1] == "qos" and "--broker-admin" not in argv  # the target's own
     assert cell_command(grid.targets[0], "raw", grid, Path("/o"), "r0")[-1] == "ack"  # the grid's
+    bounded = parse("[[target]]\nname = 'g'\ntest_timeout = 120\n").targets[0]
+    assert cell_command(bounded, "pika", grid, Path("/o"), "r2")[-2:] == ["--test-timeout", "120"]
     assert Target("e").url is None  # the embedded reference broker
 
 
