@@ -13,6 +13,10 @@ up)
     command -v garagemq >/dev/null || die "not installed (apt-get install garagemq)"
     [ -f /etc/garagemq/config.yaml ] || die "/etc/garagemq/config.yaml missing (apt-get install garagemq)"
     if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then echo "garagemq: already up on $port"; exit 0; fi
+    for _ in $(seq 50); do  # a GarageMQ just stopped may still hold the port (at most 10 s)
+        (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null || break
+        sleep 0.2
+    done
     rm -rf "$dir"; mkdir -p "$dir/db"
     sed -e "/^tcp:/,/^[a-z]/ s/^  port: .*/  port: $port/" -e "/^admin:/,/^[a-z]/ s/^  port: .*/  port: $admin/" \
         -e "s|^  defaultPath: /var/lib/garagemq/db.*|  defaultPath: $dir/db|" /etc/garagemq/config.yaml > "$dir/config.yaml"
@@ -35,6 +39,8 @@ down)
     pid=$(cat "$dir/pid"); kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true
+    # gone, its ports with it: an `up` right after (the grid restarts a wedged GarageMQ) must bind them
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     rm -rf "$dir" ;;
 *) die "usage: $0 up|down [AMQP_PORT [ADMIN_PORT]]" ;;
 esac
