@@ -170,6 +170,8 @@ def run_target(target: Target, grid: Grid, root: Path, manifest: Manifest, round
     stop = stop or Stop()
     row = round_["targets"].setdefault(target.name, {"state": "pending", "cells": {}})
     pending = [c for c in target.clients if not _finished(row["cells"].get(c, {}))]
+    if not pending and row["state"] in ("pending", "running", "restarting", "interrupted"):
+        manifest.update(row, state="done")  # its last cells finished before an interruption, or left the file
     if not pending or stop.requested.is_set():
         return
     env = {**os.environ, **target.env}
