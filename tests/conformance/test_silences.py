@@ -137,3 +137,26 @@ def test_the_health_probe_waits_even_for_a_method_learned_unanswered(learning: N
             SILENCES.learn(key, "queue.declare", 5.0)
         SILENCES.test = "test_three"
         assert HealthProbe(broker.url, 2.0).check() is None  # not "broker wedged": the probe made its wait
+
+
+def test_a_reply_that_comes_while_the_ping_is_awaited_is_late_not_missing(learning: None,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow broker (every frame held 0.3 s from its basic.get on, as a loaded runner can): the
+    wait of 0.2 s ends, the driver pings the channel, and the basic.get-ok arrives before the ping's
+    reply. It is the reply, late: `expect` returns it and nothing is learned."""
+    from conformance.drivers import raw
+    from tests.conformance.hostile import HostileProxy, Mode, Plan
+
+    monkeypatch.setattr(raw, "PROBE", 2.0)  # the ping's reply is held too: wait for it, not for the clock
+    with EmbeddedBroker() as broker, HostileProxy(
+            (broker.host, broker.port), Plan(Mode.DELAY, on_request=lambda m: isinstance(m, BasicGet), delay=0.3)
+    ) as proxy, RawClient(proxy.url, timeout=5.0) as client:
+        ch = client.channel()
+        queue = client.rpc(ch, QueueDeclare(queue="", exclusive=True), QueueDeclareOk).method.queue
+        client.send(ch, BasicGet(queue=queue, no_ack=True))
+        got = client.expect(ch, BasicGetOk, BasicGetEmpty, timeout=0.2)
+        assert isinstance(got.method, BasicGetEmpty)
+        sent = [getattr(getattr(f.frame, "method", None), "NAME", None) for f in client.recorder.frames
+                if f.direction == "out"]
+        assert "channel.flow" in sent  # it was pinged: the reply came after the wait
+    assert SILENCES.waited == {}
