@@ -82,8 +82,8 @@ def single_report_data(root: Path) -> ReportData:
     """The same data in one process: pyarrow reads, plain Python aggregates."""
     run_rows = ds.dataset(root / "runs", format="parquet", partitioning="hive").to_table().to_pylist()
     for r in run_rows:
-        others = len(r.get("cluster_nodes") or ())
-        cluster = f"(cluster of {others + 1})" if others else None
+        nodes = len(r.get("cluster_nodes") or ())  # every node of a cluster run, its first included
+        cluster = f"(cluster of {nodes})" if nodes else None
         product = " ".join(p for p in (r["product"] or "unknown", r["version"], cluster) if p)
         r["target"] = " · ".join(p for p in (product, r["profile"] or "?", r["client"]) if p is not None)
     by_target: dict[str, list[dict[str, Any]]] = defaultdict(list)

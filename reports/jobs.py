@@ -43,10 +43,11 @@ LETTERS = {"passed": "P", "failed": "F", "non-strict": "N", "unimplemented": "U"
 
 
 def target_label() -> Column:
-    """`PRODUCT VERSION[ (cluster of N)] · PROFILE · CLIENT`: a run against a cluster (its other nodes
-    named) is a target of its own, so a grid's cluster row is never compared with the single node's."""
-    others = F.size(F.coalesce(F.col("cluster_nodes"), F.array().cast("array<string>")))
-    cluster = F.when(others > 0, F.concat(F.lit("(cluster of "), (others + 1).cast("string"), F.lit(")")))
+    """`PRODUCT VERSION[ (cluster of N)] · PROFILE · CLIENT`: a run against a cluster (the run record
+    names its N nodes) is a target of its own, so a grid's cluster row is never compared with the
+    single node's."""
+    nodes = F.size(F.coalesce(F.col("cluster_nodes"), F.array().cast("array<string>")))
+    cluster = F.when(nodes > 0, F.concat(F.lit("(cluster of "), nodes.cast("string"), F.lit(")")))
     product = F.concat_ws(" ", F.coalesce(F.col("product"), F.lit("unknown")), F.col("version"), cluster)
     return F.concat_ws(" · ", product, F.coalesce(F.col("profile"), F.lit("?")), F.col("client"))
 

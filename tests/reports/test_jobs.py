@@ -110,7 +110,7 @@ def test_jobs_flakes_need_two_flips(hand_lake: dict[str, Any]) -> None:
 def test_a_run_against_a_cluster_is_a_target_of_its_own(spark: Any) -> None:
     """A grid runs the same broker version alone and as a cluster: two rows, never compared."""
     alone, clustered = run_row("s1", 1), run_row("c1", 2)
-    clustered["cluster_nodes"] = ["amqp://guest@h:5752/", "amqp://guest@h:5753/"]
+    clustered["cluster_nodes"] = ["amqp://guest@h:5751/", "amqp://guest@h:5752/", "amqp://guest@h:5753/"]  # all
     runs = jobs.runs_with_targets(spark.createDataFrame([alone, clustered], struct_type("runs")))
     labels = {r["run_id"]: (r["target"], r["ordinal"]) for r in runs.collect()}
     assert labels == {"s1": ("RabbitMQ 3.10.8 · rabbitmq-3.10 · raw", 1),
