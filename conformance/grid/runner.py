@@ -51,7 +51,14 @@ from pathlib import Path
 from typing import Any
 
 from conformance.grid.spec import Grid, GridError, Target
-from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_UNREACHABLE
+from conformance.results.verdicts import (
+    AUTH_REFUSED_AT,
+    EXIT_FAILED,
+    EXIT_HARNESS,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    UNREACHABLE_AT,
+)
 
 CELL_SECONDS = 3600.0
 STOP_SECONDS = 300.0
@@ -239,7 +246,7 @@ def _refused_at_start(said: str) -> bool:
     """Whether a cell's exit 3 came before its first test (the run's last line: the broker refused
     its first connection, conformance.plugin.health.connect_failure), not from a broker that went
     down during the run (the run's verdict line, or its watchdog's)."""
-    return "broker unreachable at " in said or "authentication refused by the broker at " in said
+    return UNREACHABLE_AT in said or AUTH_REFUSED_AT in said
 
 
 def _restart(target: Target, env: dict[str, str], manifest: Manifest, row: dict[str, Any]) -> bool:

@@ -48,6 +48,7 @@ from codec import (
 from codec.constants import ReplyCode
 from conformance.drivers.probes import PROBE_METHOD, PROBE_SUPPORT
 from conformance.drivers.raw import ChannelClosed, ConnectionClosed, DriverError, NoReply, RawClient
+from conformance.results.verdicts import AUTH_REFUSED_AT, UNREACHABLE_AT
 from conformance.run.admin import AdminAdapter, AdminError, Unavailable
 
 PREFIX = "amqpc."
@@ -58,9 +59,9 @@ PROBE_SUPPORT_WAIT = 2.0  # s: a later flow-ok only means no probes (slower), ne
 def connect_failure(where: str, exc: BaseException) -> str:
     """Why the broker at `where` (a URL without its password) refused a fresh connection."""
     if isinstance(exc, ConnectionClosed) and exc.code == ReplyCode.ACCESS_REFUSED:
-        return (f"authentication refused by the broker at {where}: check the user and password in "
+        return (f"{AUTH_REFUSED_AT}{where}: check the user and password in "
                 f"--broker-url (the broker said {exc.code} {exc.text})")
-    return f"broker unreachable at {where}: {exc}"
+    return f"{UNREACHABLE_AT}{where}: {exc}"
 
 
 class HealthProbe:

@@ -26,6 +26,10 @@ from conformance.results.wording import plural
 # unexpected `failed`, 2 a harness or environment error (a `broken` verdict), 3 the broker is
 # unreachable or went down, 4 a usage error.
 EXIT_OK, EXIT_FAILED, EXIT_HARNESS, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2, 3, 4
+# how an exit 3 before the first test begins its one line (the broker refused the run's first
+# connection: conformance.plugin.health.connect_failure; the grid tells it from a broker that went down)
+UNREACHABLE_AT = "broker unreachable at "
+AUTH_REFUSED_AT = "authentication refused by the broker at "
 
 
 class Verdict(enum.StrEnum):
