@@ -35,7 +35,9 @@ class KombuDriver(AmqpDriver):
         self.producers: dict[tuple[Any, str], Any] = {}  # (the py-amqp channel, exchange) -> its Producer
 
     def connect(self, url: str, options: di.ConnectOptions = di.DEFAULT_CONNECT) -> None:
-        transport_options: dict[str, Any] = {}
+        # kombu hands transport options to py-amqp's Connection: read_timeout bounds every synchronous
+        # method (else a call waits for ever on a broker that went silent, as py-amqp's driver says)
+        transport_options: dict[str, Any] = {"read_timeout": self.timeout}
         if options.frame_max is not None:
             transport_options["frame_max"] = options.frame_max
         self.kombu = kombu.Connection(url.replace("amqp://", "pyamqp://", 1), heartbeat=options.heartbeat or 0,

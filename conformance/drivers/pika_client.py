@@ -25,6 +25,7 @@ from conformance.drivers import interface as di
 from conformance.drivers.library import LibraryDriver, from_library, plain, to_library
 
 T = TypeVar("T")
+AWAITED = "the broker's reply, or in confirm mode the publish's confirm (pika waits for either without a bound)"
 
 
 class _Expired(Exception):
@@ -43,8 +44,10 @@ class PikaDriver(LibraryDriver):
         self.channels: dict[int, Any] = {}
 
     def _call(self, fn: Callable[[], T]) -> T:
+        """Run a pika call, bounded by the driver's timeout once connected (`_bounded`), its
+        exceptions turned into the interface's."""
         try:
-            return fn()
+            return fn() if self.conn is None else self._bounded(fn, AWAITED)
         except pe.ChannelClosedByBroker as exc:
             raise di.ChannelClosed("channel", exc.reply_code, exc.reply_text, 0, 0) from None
         except pe.ConnectionClosedByBroker as exc:
@@ -59,6 +62,7 @@ class PikaDriver(LibraryDriver):
                 setattr(params, name, getattr(options, name))
         params.connection_attempts = 1
         params.socket_timeout = self.timeout
+        params.stack_timeout = self.timeout  # the whole bring-up: TCP and the AMQP handshake
         self.conn = self._call(lambda: pika.BlockingConnection(params))
         self.conn.add_on_connection_blocked_callback(lambda _c, frame: self.emit(di.Blocked(frame.method.reason)))
         self.conn.add_on_connection_unblocked_callback(lambda _c, _f: self.emit(di.Unblocked()))
@@ -69,9 +73,18 @@ class PikaDriver(LibraryDriver):
         self.emit(di.ConnectionClosedEvent(code, getattr(reason, "reply_text", None) or f"{type(reason).__name__}: {reason}"))
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if self.conn is not None and self.conn.is_open:
-                self.conn.close()
+        """Close within the driver's timeout: a broker that does not answer connection.close has
+        its TCP connection dropped (pika would wait for close-ok until the heartbeat gave up)."""
+        if self.conn is None or not self.conn.is_open:
+            return
+        try:
+            self._bounded(self.conn.close, "connection.close-ok")
+        except di.NoReply:
+            with contextlib.suppress(Exception):
+                self.conn._impl._terminate_stream(ConnectionAbortedError(f"no close-ok within {self.timeout} s"))
+                self.conn.process_data_events(time_limit=0)
+        except Exception:  # closing what the broker may already have closed
+            pass
 
     def open_channel(self) -> int:
         ch = self._call(self.conn.channel)
@@ -114,8 +127,8 @@ class PikaDriver(LibraryDriver):
         seq = self.next_seq(channel)
         props = pika.BasicProperties(**to_library(properties))
         try:
-            self._bounded(lambda: self._call(lambda: self.channels[channel].basic_publish(
-                exchange, routing_key, body, props, mandatory=mandatory)))
+            self._call(lambda: self.channels[channel].basic_publish(
+                exchange, routing_key, body, props, mandatory=mandatory))
         except pe.NackError:
             self.confirmed_seqs(channel, [seq or 0], ack=False)
             return seq
@@ -129,10 +142,12 @@ class PikaDriver(LibraryDriver):
             self.confirmed_seqs(channel, [seq], ack=True)
         return seq
 
-    def _bounded(self, fn: Callable[[], T]) -> T:
-        """Run a call pika does not bound: in confirm mode basic_publish waits for the confirm
-        without a time limit. A timer on pika's own I/O loop (which runs while it waits)
-        ends the wait after the driver's timeout: `NoReply` (interface rules)."""
+    def _bounded(self, fn: Callable[[], T], awaited: str) -> T:
+        """Run a call pika does not bound: a synchronous method waits for its reply (and, in
+        confirm mode, basic_publish for the confirm) without a time limit, until the heartbeat
+        gives up (two intervals: 120 s at RabbitMQ's default). A timer on pika's own I/O loop
+        (which runs while it waits) ends the wait after the driver's timeout: `NoReply`
+        (interface rules)."""
         def expire() -> None:
             raise _Expired
 
@@ -140,7 +155,7 @@ class PikaDriver(LibraryDriver):
         try:
             return fn()
         except _Expired:
-            raise di.NoReply(self.timeout, "the publish's confirm (pika's basic_publish waits for it)") from None
+            raise di.NoReply(self.timeout, awaited) from None
         finally:
             self.conn._impl.ioloop.remove_timeout(timer)
 

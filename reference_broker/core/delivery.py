@@ -82,14 +82,17 @@ def route(core: BrokerState, vhost: str, exchange_name: str, routing_key: str,
     return rules.one_copy(found)
 
 
+SENDER_SELECTED = ("CC", "BCC")  # the headers whose longstr arrays add routing keys (ROUTE-13)
+
+
 def sender_routes(properties: BasicProperties, bcc_removed: bool = True) -> tuple[list[str], BasicProperties]:
     """ROUTE-13: the routing keys a message's CC and BCC headers add (longstr array elements), and
     its properties without BCC; a CC or BCC that is not an array is a 406 (rabbit_basic header_routes)."""
     headers = properties.headers
-    if not headers or not ({"CC", "BCC"} & set(headers)):
+    if not headers or not (set(SENDER_SELECTED) & set(headers)):
         return [], properties
     keys: list[str] = []
-    for name in ("CC", "BCC"):
+    for name in SENDER_SELECTED:
         value = headers.get(name)
         if value is None:
             continue
