@@ -30,7 +30,7 @@ import os
 import re
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from codec import CodecError, ReplyCode
@@ -128,15 +128,17 @@ def is_loopback(peer: str) -> bool:
         return False
 
 
-def authenticate(config: BrokerConfig, mechanism: str, response: bytes, peer: str | None = None) -> str:
+def authenticate(config: BrokerConfig, mechanism: str, response: bytes, peer: str | None = None,
+                 logs_in: Callable[[str], bool] = lambda mechanism: True) -> str:
     """The user a PLAIN/AMQPLAIN response logs in; RabbitMQ's `loopback_users` (guest by
     default) may log in only from a loopback address, refused with the same 403 as a wrong
-    password (the reason goes to the log only)."""
+    password (the reason goes to the log only). `logs_in(mechanism)` false refuses that way too
+    (the `mechanism_logs_in` rule)."""
     if mechanism not in mechanisms(config):
         raise AuthError(ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'")
     user, password = parse_response(mechanism, response)
     remote = bool(peer) and user in config.loopback_users and not is_loopback(str(peer))
-    if not check_password(config, user, password) or remote:
+    if not check_password(config, user, password) or remote or not logs_in(mechanism):
         raise AuthError(ReplyCode.ACCESS_REFUSED,
                         f"Login was refused using authentication mechanism {mechanism}. "
                         "For details see the broker logfile.")

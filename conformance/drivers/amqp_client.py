@@ -47,7 +47,11 @@ class AmqpDriver(LibraryDriver):
         except ae.ConsumerCancelled:
             raise  # not a close: the connection and channel stay open
         except ae.ChannelError as exc:
-            raise di.ChannelClosed("channel", exc.reply_code or 0, exc.reply_text or str(exc), *_ids(exc)) from None
+            if self.conn is not None and self.conn.connected:
+                raise di.ChannelClosed("channel", exc.reply_code or 0, exc.reply_text or str(exc), *_ids(exc)) from None
+            # py-amqp picks the class by reply code (403, 404, 405, 406 are "channel errors"), also for a
+            # connection.close (at login: 403): a close that took the connection with it is the connection's
+            raise di.ConnectionClosed("connection", exc.reply_code or 0, exc.reply_text or str(exc), *_ids(exc)) from None
         except ae.ConnectionError as exc:
             raise di.ConnectionClosed("connection", exc.reply_code or 0, exc.reply_text or str(exc),
                                       *_ids(exc)) from None

@@ -18,6 +18,10 @@ Rules:
 - Tests marked `clients` need a library: under `--client raw` (the default) they are not
   collected, so the raw run is the suite it always was.
 - The library's own client-properties reach the broker unchanged (the relay copies bytes).
+- A connection the broker closes during the library's handshake makes the test `broken`, with the
+  broker's close: the tests through a library judge what happens on an open connection, the
+  handshake is the raw suite's (connection, access). php-amqplib, say, logs in with AMQPLAIN
+  whatever the broker offers, and GarageMQ offers PLAIN only (docs/findings-clients.md).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 
 from conformance.drivers.build import BuildFailed
-from conformance.drivers.interface import ClientDriver, DriverError, Recorder, Unsupported
+from conformance.drivers.interface import ClientDriver, ConnectionClosed, DriverError, Recorder, Unsupported
 from conformance.drivers.raw import BrokerAddress
 from conformance.drivers.registry import ClientUnavailable
 from conformance.drivers.relay import recording_relay
@@ -119,7 +123,13 @@ def client(request: pytest.FixtureRequest, target: Target,
             except CANNOT_RUN as exc:
                 raise HarnessError(f"--client {target.client} cannot run here: {exc}") from None
             drivers.append(driver)  # closed at the end even when its connect fails
-            driver.connect(url)
+            try:
+                driver.connect(url)
+            except ConnectionClosed as exc:
+                raise HarnessError(
+                    f"{target.client} could not open a connection: the broker closed it during the handshake "
+                    f"({exc}); this check needs an open connection, so it judged nothing (the handshake is "
+                    "judged by the raw suite)") from None
             return driver
 
         yield make

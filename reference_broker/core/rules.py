@@ -268,6 +268,7 @@ class Rules:
     topic_permission_checked: Callable[[], bool] = _true  # ACC-05
     topic_checks_sender_keys: Callable[[], bool] = _true  # ACC-05: 4.0+ check the CC and BCC keys too
     auth_failure_close: Callable[[bool], bool] = _same  # ACC-06: (the client's capability) -> connection.close
+    mechanism_logs_in: Callable[[str], bool] = lambda mechanism: True  # ACC-06: every offered mechanism logs in
     impersonation_allowed: Callable[[list[str]], bool] = lambda tags: "impersonator" in tags  # ACC-07
     # -- message TTL (TTL-*) ------------------------------------------------------------------
     expiration_checked: Callable[[], bool] = _true  # TTL-01

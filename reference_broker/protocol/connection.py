@@ -200,7 +200,8 @@ class ServerConnection:
         if isinstance(m, ConnectionStartOk):
             self.client_properties = dict(m.client_properties)
             try:
-                self.user = authenticate(self.config, m.mechanism, m.response, self.peer)
+                self.user = authenticate(self.config, m.mechanism, m.response, self.peer,
+                                         self.core.rules.mechanism_logs_in)
             except AuthError as err:
                 return self._auth_failed(meta, err)
             self.state = states.TUNE_OK

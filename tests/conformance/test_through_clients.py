@@ -87,6 +87,21 @@ def test_client_runs_the_tests_it_can_express_and_says_why_not_for_the_rest(tmp_
     assert (run["client"], run["client_version"]) == (library, version(library))  # the report's column header
 
 
+def test_a_library_the_broker_will_not_let_in_judges_nothing_and_says_why(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """py-amqp logs in with AMQPLAIN when it is offered; a broker that offers it and refuses its
+    logins (`amqplain_refused`; GarageMQ offers PLAIN alone and php-amqplib sends AMQPLAIN all the
+    same) lets the library judge nothing: `broken` with the broker's close, never a failure of the
+    rule the test was about (the raw suite's ACC-06 is where the login is judged)."""
+    monkeypatch.setenv("AMQPC_BROKER_FAULTS", "amqplain_refused")
+    status, output, tests = _run(tmp_path, "--client", "amqp", "--select", "ACK-05")
+    assert status == 2, output
+    judged = {name: v for name, v in tests.items() if v[0] != "not-applicable"}
+    assert judged and all(v == "broken" for v, _ in judged.values()), judged
+    assert all("amqp could not open a connection: the broker closed it during the handshake (connection closed 403"
+               in why and "AMQPLAIN" in why for _, why in judged.values()), judged
+
+
 def test_the_raw_run_does_not_collect_the_library_tests(tmp_path: Path) -> None:
     status, output, tests = _run(tmp_path, "--select", "ACK-05")
     assert status == 0, output
