@@ -12,18 +12,23 @@ Rules:
 - The shipped suite comes with the shipped client-side scenarios (`coverage.scenario_tests`).
 - Pytest's own output during collection is swallowed; a module that fails to collect is
   reported as an error line, never dropped.
+- `python -m conformance.gate.collect --count [--suite DIR] SELECTOR...` prints how many tests
+  of the suite a selection keeps (`amqp-conformance run` sizes its default worker count so,
+  in a process of its own: `conformance.gate.options.selected_tests`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conformance.catalogue.selection import parse_selection
 from conformance.coverage import Coverage, compute, scenario_tests
 from conformance.suite import SUITE_DIR
 
@@ -78,3 +83,27 @@ def suite_coverage(suite: Path = SUITE_DIR) -> Coverage:
     if suite == SUITE_DIR:  # the shipped suite comes with the shipped client-side scenarios
         tests = {**tests, **scenario_tests()}
     return compute(tests, errors=collector.errors, clauses=collector.clauses)
+
+
+def count_selected(selectors: Sequence[str], suite: Path = SUITE_DIR) -> int:
+    """How many tests under `suite` the selection `selectors` keeps (conformance.catalogue.selection)."""
+    selection = parse_selection(selectors)
+    tests, _errors = collect(suite)
+    return sum(1 for rules in tests.values() if selection.keeps(rules))
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    if args[:1] != ["--count"]:
+        print("usage: python -m conformance.gate.collect --count [--suite DIR] SELECTOR...", file=sys.stderr)
+        return 4
+    args = args[1:]
+    suite = SUITE_DIR
+    if args[:1] == ["--suite"] and len(args) >= 2:
+        suite, args = Path(args[1]), args[2:]
+    print(count_selected(args, suite))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

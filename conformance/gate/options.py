@@ -10,7 +10,10 @@ directory).
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -27,6 +30,8 @@ ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')
 MAX_DEFAULT_JOBS = 8
 JOBS_PER_CORE = 4
 LIBRARY_JOBS = 2  # through a client library: the run judges a few dozen tests, the rest do not apply
+TESTS_PER_JOB = 10  # a selection (`--select`) gets one worker per this many of its tests, at most the default
+COUNT_TIMEOUT = 120.0  # s: the selection's count (a collection of the suite, about 2 CPU-s); past it, the default
 
 
 class UsageError(Exception):
@@ -62,8 +67,13 @@ class Prepared:
 def prepare(options: RunOptions) -> Prepared:
     """Check the gate's own options (UsageError, one line, on the first bad one); the run's
     configuration was checked when it was built."""
-    jobs = _jobs(options.jobs) if options.jobs is not None else default_jobs(options.config.broker_url, options.config.cluster_node,
-                                                                                options.config.client)
+    config = options.config
+    if options.jobs is not None:
+        jobs = _jobs(options.jobs)
+    else:
+        jobs = default_jobs(config.broker_url, config.cluster_node, config.client)
+        if jobs not in ("1", "auto") and config.selection and config.client == RAW and not os.environ.get(ENV_JOBS):
+            jobs = jobs_for_selection(int(jobs), selected_tests(config.select, options.suite))
     run_id = options.config.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     options.config = replace(options.config, run_id=run_id)
     if options.strict_baseline and options.baseline is None:
@@ -101,6 +111,31 @@ def default_jobs(broker_url: str | None, cluster_nodes: tuple[str, ...] = (), cl
     if client != RAW:
         return str(LIBRARY_JOBS)
     return str(min(MAX_DEFAULT_JOBS, JOBS_PER_CORE * (os.cpu_count() or 1)))
+
+
+def jobs_for_selection(default: int, selected: int | None) -> str:
+    """The default worker count for a run of `selected` tests: one per TESTS_PER_JOB, at least one,
+    at most `default`. Each worker starts Python, imports the harness and collects the whole suite
+    (1-2 CPU-seconds): eight of them for a handful of tests cost most of the run (`--select ACK-05`
+    on the embedded broker, 2 cores: 27.5 CPU-s at 8 workers, 7.2 at 1). Verdicts do not depend
+    on the count (docs/benchmarks.md, "Parallel runs judge the same"). None (not counted): `default`."""
+    if selected is None:
+        return str(default)
+    return str(max(1, min(default, math.ceil(selected / TESTS_PER_JOB))))
+
+
+def selected_tests(selectors: tuple[str, ...] | list[str], suite: Path | None) -> int | None:
+    """How many tests the selection keeps: pytest's collection of the suite in a process of its own
+    (in this one it would import the test modules before the run's own pytest could rewrite their
+    asserts); None when that fails or takes longer than COUNT_TIMEOUT."""
+    command = [sys.executable, "-m", "conformance.gate.collect", "--count",
+               *(["--suite", str(suite)] if suite is not None else []), *selectors]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=COUNT_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdigit() else None
 
 
 def _jobs(text: str) -> str:

@@ -4,6 +4,7 @@ tests that took longest."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,11 +13,17 @@ from conformance.gate.options import (
     JOBS_PER_CORE,
     LIBRARY_JOBS,
     MAX_DEFAULT_JOBS,
+    TESTS_PER_JOB,
+    RunOptions,
     UsageError,
     default_jobs,
+    jobs_for_selection,
+    prepare,
+    selected_tests,
 )
 from conformance.gate.progress import time_lines
 from conformance.plugin.evidence import build
+from conformance.run.config import RunConfig
 
 
 def test_time_lines_name_the_slowest_areas_and_tests() -> None:
@@ -43,3 +50,25 @@ def test_jobs_default_to_four_per_core_except_against_a_shared_cluster_or_throug
     monkeypatch.setenv(ENV_JOBS, "many")
     with pytest.raises(UsageError, match="--jobs 'many'"):
         default_jobs(None)
+
+
+def test_a_selection_gets_one_worker_per_ten_of_its_tests_at_most_the_default() -> None:
+    assert jobs_for_selection(8, 5) == "1" and jobs_for_selection(8, 0) == "1"
+    assert jobs_for_selection(8, TESTS_PER_JOB + 1) == "2" and jobs_for_selection(8, 79) == "8"
+    assert jobs_for_selection(8, 780) == "8" and jobs_for_selection(8, None) == "8"  # not counted: the default
+
+
+def test_the_selection_is_counted_by_pytest_s_collection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    few, area, areas = (selected_tests(s, None) for s in (["ACK-05"], ["ack"], ["ack", "cancel"]))
+    assert few is not None and area is not None and areas is not None
+    assert 1 <= few < area < areas < 780, (few, area, areas)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_one.py").write_text("import pytest\n\n@pytest.mark.rules('ACK-05')\ndef test_x(): pass\n")
+    assert selected_tests(["ACK-05"], suite) == 1
+    assert selected_tests(["ACK-05"], tmp_path / "missing") in (0, None)
+    monkeypatch.delenv(ENV_JOBS, raising=False)
+    chosen = prepare(RunOptions(RunConfig(select=("ACK-05",)), out=tmp_path / "out"))
+    assert chosen.jobs == "1"  # not eight workers for five tests
+    monkeypatch.setenv(ENV_JOBS, "3")
+    assert prepare(RunOptions(RunConfig(select=("ACK-05",)), out=tmp_path / "out")).jobs == "3"  # asked: kept
