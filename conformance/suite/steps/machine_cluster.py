@@ -15,6 +15,15 @@ Rules:
   or an unacked delivery from `remote` or from a quorum queue (CLU-01/02 and CLU-05 as in
   conformance.model.cluster); and at most `MAX_STOPS` times per example (a stop and a start of
   a RabbitMQ node take 5-8 s each).
+- A queue declared on node 2 is used through node 1 only once node 1 knows it: a passive declare
+  through node 1 answers declare-ok (`visible_on_node_1`, bounded by the run's timeout). With
+  Khepri (RabbitMQ 4.2+ by default), node 2's declare-ok means the queue's record is committed
+  on a majority, not applied on every member; node 1 routes and answers a passive declare from
+  its own projections, which its member fills when it applies the command (rabbit_db_queue
+  v4.3.5: `get_targets` reads `rabbit_khepri_queue_target`, `get` reads `rabbit_khepri_queue`, both
+  local ETS projections of one applied command). A publish to a queue node 1 does not know yet is
+  unroutable there and dropped: seen on a loaded machine (grid of 2026-11-26, the requeue and
+  prefetch machines: `remote` held 0 of the 4 messages published right after its declare-ok).
 - Every node stopped is started again at the example's cleanup (`Cluster.restore`), bounded.
 - A machine test run with a cluster claims the CLU rules its node stop can break (`cluster_for`
   adds them to its rules marker at run time); without a cluster it claims none of them.
@@ -22,14 +31,16 @@ Rules:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pytest
 from hypothesis.stateful import rule
 
 from codec import QueueDeclare, QueueDeclareOk
+from codec.constants import ReplyCode
 from conformance.catalogue.rules import REQUIRED
-from conformance.drivers.raw import Recorder
+from conformance.drivers.raw import ChannelClosed, Recorder
 from conformance.plugin.cluster import STOPPED_NODES, Cluster
 from conformance.plugin.session import Target, harness
 from conformance.run.nodes import ClusterSpec
@@ -39,6 +50,7 @@ from conformance.suite.steps.machine_consuming import ConsumingMachine
 NODE = 2  # the node the step stops: it hosts `remote` and leads the quorum queues
 REMOTE = "remote"
 MAX_STOPS = 1  # node stops per example (a RabbitMQ node's stop and start take 5-8 s each)
+VISIBLE_WITHIN = 5.0  # s (scaled): node 1 knows a queue node 2 declared (module rules)
 
 
 @dataclass(frozen=True)
@@ -104,7 +116,28 @@ class ClusterConsuming(ConsumingMachine):
         home = self.cluster.connect(NODE)  # it lives (a quorum queue: leads) where it is declared
         home.rpc(home.channel(), declare, QueueDeclareOk)
         home.close()
+        self.visible_on_node_1(declare.queue)
         self.on_node[logical] = kind
+
+    def visible_on_node_1(self, queue: str) -> None:
+        """Return once node 1 answers a passive declare of `queue` (module rules); its 404 until then
+        closes only the asking channel. Bounded by the run's timeout: past it, the 404 is raised."""
+        assert self.cluster is not None
+        probe = self.cluster.connect(1)
+        deadline = time.monotonic() + VISIBLE_WITHIN * self.target.timeout_scale
+        pause = 0.01
+        try:
+            while True:
+                try:
+                    probe.rpc(probe.channel(), QueueDeclare(queue=queue, passive=True), QueueDeclareOk)
+                    return
+                except ChannelClosed as exc:
+                    if exc.code != ReplyCode.NOT_FOUND or time.monotonic() > deadline:
+                        raise
+                time.sleep(pause)  # the next ask's spacing; the answer is the synchronisation
+                pause = min(pause * 2, 0.2)
+        finally:
+            probe.close()
 
     def node_stop_matters(self) -> bool:
         if any(self.model.consumer_queue(ch, tag) == REMOTE for ch, tag in self.consumers()):
