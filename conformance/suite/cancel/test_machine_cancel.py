@@ -37,7 +37,7 @@ from conformance.suite.steps.machine_base import (
     run_machine,
     step,
 )
-from conformance.suite.steps.machine_cluster import MachineCluster, cluster_for
+from conformance.suite.steps.machine_cluster import MachineCluster, cluster_for, visible_on_node_1
 from conformance.suite.steps.machine_consuming import machine_target
 
 CONNECTIONS = st.sampled_from(["A", "B"])  # A: consumer_cancel_notify, B: without it
@@ -162,6 +162,7 @@ class ClusterCancelMachine(CancelMachine):
         home.rpc(home.channel(), QueueDeclare(queue=real, durable=True, arguments={"x-queue-type": "classic"}),
                  QueueDeclareOk)
         home.close()
+        visible_on_node_1(self.cluster, real, target.timeout_scale)  # node 1 routes to it (Khepri lag)
         self.model.declare_queue(self.REMOTE)
 
     @rule()

@@ -16,7 +16,8 @@ Rules:
   conformance.model.cluster); and at most `MAX_STOPS` times per example (a stop and a start of
   a RabbitMQ node take 5-8 s each).
 - A queue declared on node 2 is used through node 1 only once node 1 knows it: a passive declare
-  through node 1 answers declare-ok (`visible_on_node_1`, bounded by the run's timeout). With
+  through node 1 answers declare-ok (`visible_on_node_1`, bounded by the run's timeout; the cancel
+  machine's q3 too). With
   Khepri (RabbitMQ 4.2+ by default), node 2's declare-ok means the queue's record is committed
   on a majority, not applied on every member; node 1 routes and answers a passive declare from
   its own projections, which its member fills when it applies the command (rabbit_db_queue
@@ -84,6 +85,26 @@ def cluster_for(target: Target, request: pytest.FixtureRequest, *rules: str) -> 
     return MachineCluster(spec, stopped)
 
 
+def visible_on_node_1(cluster: Cluster, queue: str, scale: float) -> None:
+    """Return once node 1 answers a passive declare of `queue` (module rules); its 404 until then
+    closes only the asking channel. Bounded by the run's timeout: past it, the 404 is raised."""
+    probe = cluster.connect(1)
+    deadline = time.monotonic() + VISIBLE_WITHIN * scale
+    pause = 0.01
+    try:
+        while True:
+            try:
+                probe.rpc(probe.channel(), QueueDeclare(queue=queue, passive=True), QueueDeclareOk)
+                return
+            except ChannelClosed as exc:
+                if exc.code != ReplyCode.NOT_FOUND or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)  # the next ask's spacing; the answer is the synchronisation
+            pause = min(pause * 2, 0.2)
+    finally:
+        probe.close()
+
+
 class ClusterConsuming(ConsumingMachine):
     """Mixin (first base) for a `ConsumingMachine` subclass: the remote queue and the node stop."""
 
@@ -116,28 +137,8 @@ class ClusterConsuming(ConsumingMachine):
         home = self.cluster.connect(NODE)  # it lives (a quorum queue: leads) where it is declared
         home.rpc(home.channel(), declare, QueueDeclareOk)
         home.close()
-        self.visible_on_node_1(declare.queue)
+        visible_on_node_1(self.cluster, declare.queue, self.target.timeout_scale)
         self.on_node[logical] = kind
-
-    def visible_on_node_1(self, queue: str) -> None:
-        """Return once node 1 answers a passive declare of `queue` (module rules); its 404 until then
-        closes only the asking channel. Bounded by the run's timeout: past it, the 404 is raised."""
-        assert self.cluster is not None
-        probe = self.cluster.connect(1)
-        deadline = time.monotonic() + VISIBLE_WITHIN * self.target.timeout_scale
-        pause = 0.01
-        try:
-            while True:
-                try:
-                    probe.rpc(probe.channel(), QueueDeclare(queue=queue, passive=True), QueueDeclareOk)
-                    return
-                except ChannelClosed as exc:
-                    if exc.code != ReplyCode.NOT_FOUND or time.monotonic() > deadline:
-                        raise
-                time.sleep(pause)  # the next ask's spacing; the answer is the synchronisation
-                pause = min(pause * 2, 0.2)
-        finally:
-            probe.close()
 
     def node_stop_matters(self) -> bool:
         if any(self.model.consumer_queue(ch, tag) == REMOTE for ch, tag in self.consumers()):
