@@ -30,6 +30,7 @@ import pytest
 
 from conformance.catalogue.selection import parse_selection
 from conformance.coverage import Coverage, compute, scenario_tests
+from conformance.results.verdicts import EXIT_OK, EXIT_USAGE
 from conformance.suite import SUITE_DIR
 
 
@@ -96,13 +97,13 @@ def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if args[:1] != ["--count"]:
         print("usage: python -m conformance.gate.collect --count [--suite DIR] SELECTOR...", file=sys.stderr)
-        return 4
+        return EXIT_USAGE
     args = args[1:]
     suite = SUITE_DIR
     if args[:1] == ["--suite"] and len(args) >= 2:
         suite, args = Path(args[1]), args[2:]
     print(count_selected(args, suite))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
