@@ -94,6 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", clause_marks.DESCRIPTION)
     config.addinivalue_line("markers", "slow: long-running tests")  # the suite runs outside this repo too
     config.addinivalue_line("markers", f"{schedule.LONG_WAIT}: spends seconds on the broker's clock (started first)")
+    config.addinivalue_line("markers", f"{schedule.TAKES}(seconds): takes about that long on RabbitMQ, measured "
+                                       "(started first, longest first; not a limit)")
     config.addinivalue_line("markers", f"{schedule.BROKER_WIDE}: may change a setting every connection sees "
                                        "(runs alone when it does, at the end)")
     config.addinivalue_line("markers", f"{schedule.BESIDE}(reason): nothing a broker-wide change touches reaches "

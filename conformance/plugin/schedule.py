@@ -16,8 +16,9 @@ Rules:
   `--dist` mode, xdist schedules as it always does; without pytest-xdist nothing changes.
 - Each test has a rank, from what the test says of itself (`rank_of`, on the workers, which
   hold the collected items; the controller holds only node ids): FIRST for the model machines
-  and the tests marked `long_wait(seconds)` (seconds spent on the broker's clock by design,
-  longest first), PLAIN for the rest,
+  and the tests marked `long_wait(seconds)` (seconds spent on the broker's clock by design) or
+  `takes(seconds)` (seconds it takes on RabbitMQ, measured: a machine that explores longer than
+  `MACHINE_SECONDS`, a drawn test whose examples are slow there), longest first, PLAIN for the rest,
   LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
   such as the global consumer timeout). Workers write the ranks into the run's lock directory
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
@@ -49,6 +50,7 @@ from typing import Any
 
 FIRST, PLAIN, LAST = 0, 1, 2  # ranks, in the order they are handed out
 LONG_WAIT = "long_wait"  # marker: the test spends seconds on the broker's clock
+TAKES = "takes"  # marker: the test takes about this many seconds on RabbitMQ (measured; not a limit)
 BROKER_WIDE = "broker_wide"  # marker: the test may change a setting every connection sees
 BESIDE = "beside_broker_wide"  # marker (with its reason): nothing a broker-wide change touches reaches the test
 RANKS_FILE = "ranks.json"
@@ -76,12 +78,12 @@ def mark_problem(item: Any) -> str | None:
 
 def rank_of(item: Any) -> tuple[int, float]:
     """A collected test's rank and the seconds it is expected to take on a conforming broker
-    (`long_wait(seconds)`; a machine: MACHINE_SECONDS; otherwise 0)."""
+    (the longer of `long_wait(seconds)` and `takes(seconds)`; a machine: MACHINE_SECONDS; otherwise 0)."""
     if item.get_closest_marker(BROKER_WIDE) is not None:
         return LAST, 0.0
-    waits = item.get_closest_marker(LONG_WAIT)
-    if waits is not None:
-        return FIRST, float(waits.args[0]) if waits.args else MACHINE_SECONDS
+    marked = [m for m in (item.get_closest_marker(LONG_WAIT), item.get_closest_marker(TAKES)) if m is not None]
+    if marked:
+        return FIRST, max(float(m.args[0]) if m.args else MACHINE_SECONDS for m in marked)
     found = rank(item.nodeid)
     return found, MACHINE_SECONDS if found == FIRST else 0.0
 

@@ -21,6 +21,7 @@ from conformance.plugin.schedule import (
     LONG_WAIT,
     MACHINE_SECONDS,
     PLAIN,
+    TAKES,
     arrange,
     mark_problem,
     rank,
@@ -65,6 +66,17 @@ def test_a_tests_marks_give_its_rank_and_broker_wide_wins() -> None:
              Item(nodeid=SUITE[1], marks={}), Item(nodeid=SUITE[6], marks={BROKER_WIDE: ()}),
              Item(nodeid=SUITE[0], marks={LONG_WAIT: (3,), BROKER_WIDE: ()})]
     assert [rank_of(i) for i in items] == [(PLAIN, 0), (FIRST, 12), (FIRST, MACHINE_SECONDS), (LAST, 0), (LAST, 0)]
+
+
+def test_a_test_that_takes_long_on_rabbitmq_starts_first_by_its_measured_seconds() -> None:
+    # a machine longer than MACHINE_SECONDS, a plain drawn test, and both marks (the longer wins)
+    items = [Item(nodeid=SUITE[1], marks={TAKES: (26,)}), Item(nodeid=SUITE[0], marks={TAKES: (12,)}),
+             Item(nodeid=SUITE[0], marks={TAKES: (4,), LONG_WAIT: (30,)}),
+             Item(nodeid=SUITE[0], marks={TAKES: (40,), BROKER_WIDE: ()})]
+    assert [rank_of(i) for i in items] == [(FIRST, 26), (FIRST, 12), (FIRST, 30), (LAST, 0)]
+    ranks = {**RANKS, SUITE[8]: (FIRST, 26.0), SUITE[12]: (FIRST, 12.0)}  # the cancel machine, test_g
+    order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
+    assert order[0:4:2] == [SUITE[8], SUITE[12]]  # longest first, whatever the collection order
 
 
 def test_ranks_travel_from_a_worker_to_the_controller(tmp_path: Path) -> None:
