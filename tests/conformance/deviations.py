@@ -208,13 +208,15 @@ class CloseDropsUnacked(Deviation):
 
 class PrefetchPlusOne(Deviation):
     name, area, rules = "prefetch_plus_one", "qos", ("QOS-02",)
-    description = "one delivery over the prefetch limit (prefetch_count n is applied as n + 1)"
+    description = ("one delivery over the prefetch limit (prefetch_count n is applied as n + 1; 65535, whose n + 1 "
+                   "does not fit the short field, as no limit)")
 
     def client(self, frame: Frame, io: Io) -> None:
         m = frame.method
         if isinstance(m, BasicQos) and m.prefetch_count:
             io.record(self.name)
-            io.to_broker(encode(frame.channel, m._replace(prefetch_count=m.prefetch_count + 1)))
+            over = m.prefetch_count + 1 if m.prefetch_count < 0xFFFF else 0  # 0: no limit, over 65535 too
+            io.to_broker(encode(frame.channel, m._replace(prefetch_count=over)))
             return
         io.to_broker(frame.raw)
 

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,19 +23,21 @@ from codec import (
     BasicGetOk,
     BasicProperties,
     BasicPublish,
+    BasicQos,
     ExchangeDeclare,
     ExchangeDeclareOk,
     QueueDeclare,
     QueueDeclareOk,
 )
 from conformance.catalogue.rules import AREAS, rule
+from conformance.interpose.frames import Frame
 from conformance.mutation import Outcome
 from conformance.suite.ack.test_machine_ack import AckMachine
 from conformance.suite.requeue.test_machine_requeue import RequeueMachine
 from conformance.suite.steps.machine_base import MachineTarget, run_machine
 from reference_broker.server import EmbeddedBroker
 from tests.conformance import deviation_matrix
-from tests.conformance.deviant import DeviantProxy, Deviation
+from tests.conformance.deviant import DeviantProxy, Deviation, encode
 from tests.conformance.deviations import BY_NAME, DEVIATIONS
 
 STEP = re.compile(r"^state\.(?!teardown\(\))\w+\(", re.MULTILINE)
@@ -51,6 +54,16 @@ def test_every_deviation_names_its_area_and_rules() -> None:
     for deviation in DEVIATIONS:
         assert deviation.area in AREAS and deviation.description, deviation
         assert all(rule(r).area == deviation.area for r in deviation.rules), deviation
+
+
+def test_a_rewrite_keeps_every_value_in_its_field() -> None:
+    """prefetch_plus_one over the whole range of prefetch_count: 65535 + 1 does not fit the short
+    field (it once made the proxy's encoder raise and end the link), so it goes as 0, no limit."""
+    sent: list[bytes] = []
+    io = SimpleNamespace(record=lambda _text: None, to_broker=sent.append)
+    for count in (1, 65534, 65535):
+        BY_NAME["prefetch_plus_one"]().client(Frame(encode(1, BasicQos(prefetch_count=count))), io)  # type: ignore[arg-type]
+    assert [getattr(Frame(raw).method, "prefetch_count", None) for raw in sent] == [2, 65535, 0]
 
 
 def _publish_get_ack_multiple(url: str, queue: str) -> int:
