@@ -54,11 +54,38 @@ class _AsyncDriver(LibraryDriver):
         super().__init__(timeout)
         self.loop = asyncio.new_event_loop()
         self._wake = threading.Event()
-        threading.Thread(target=self.loop.run_forever, daemon=True, name="client-loop").start()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="client-loop")
+        self._thread.start()
 
     def emit(self, event: di.Event) -> None:
         super().emit(event)
         self._wake.set()
+
+    def stop_loop(self) -> None:
+        """End the client's loop once what is still pending on it has ended: a close the broker
+        never answered, the library's reader and writer tasks, the closers those start as they
+        unwind. Each round cancels them and gives them the driver's timeout; a task left pending
+        when the loop stops is destroyed later, with "coroutine ... was never awaited" and
+        "unclosed transport" warnings. Then the loop stops and is closed (once: a second close is a no-op)."""
+        if self.loop.is_closed():
+            return
+
+        async def cancel_the_rest() -> None:
+            for _ in range(3):  # a cancelled task may start another (aiormq's closers)
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                if not tasks:
+                    break
+                for task in tasks:
+                    task.cancel()
+                await asyncio.wait(tasks, timeout=self.timeout)
+            await asyncio.sleep(0)  # the transports' connection_lost callbacks, scheduled by their close
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_the_rest(), self.loop).result(3 * self.timeout + 1)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(self.timeout)
+        if not self._thread.is_alive():
+            self.loop.close()
 
     def pump(self, timeout: float) -> None:
         self._wake.wait(timeout)
@@ -134,7 +161,7 @@ class AiormqDriver(_AsyncDriver):
         with contextlib.suppress(Exception):
             if self.conn is not None and not self.conn.is_closed:
                 self.run(self.conn.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.stop_loop()
 
     def open_channel(self) -> int:
         ch = self.run(self.conn.channel(publisher_confirms=False, on_return_raises=False))
@@ -311,7 +338,7 @@ class AioPikaDriver(AiormqDriver):
         with contextlib.suppress(Exception):
             if self.conn is not None and not self.conn.is_closed:
                 self.run(self.connection.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.stop_loop()
 
     def _open(self, number: int | None, confirms: bool) -> int:
         channel = self.run(self._channel(number, confirms))
