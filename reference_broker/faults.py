@@ -281,6 +281,8 @@ FAULTS: tuple[Fault, ...] = (
           {"topic_match": _hash_one_word}),
     Fault("headers_any_as_all", "routing", "ROUTE-06", "a headers binding with x-match=any is judged as all",
           {"headers_match": _any_as_all}),
+    Fault("exchange_bindings_ignored", "routing", "ROUTE-09",
+          "an exchange-to-exchange binding that matches takes nothing on", {"routes_on": _const(False)}),
     Fault("copy_per_binding", "routing", "ROUTE-10", "a queue gets one copy per matching binding or route",
           {"one_copy": lambda queues: queues}),
     Fault("alternate_exchange_not_compared", "exchanges", "EXCH-03",

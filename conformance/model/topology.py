@@ -255,6 +255,15 @@ class Topology:
             route.visited[destination] = "exchange-to-exchange"
             work.append(destination)
 
+    def matches(self, binding: Binding, routing_key: str, headers: Mapping[str, Any] | None = None) -> bool:
+        """Whether `binding` takes a message of this key and headers on from its source exchange."""
+        spec = self.exchanges[binding.source]
+        return self._match(binding.source, "publish", spec, binding, (routing_key,), dict(headers or {})) is not None
+
+    def binding_rule(self, binding: Binding, headers: Mapping[str, Any] | None = None) -> str:
+        """The rule that decides whether `binding` matches (its source exchange's type's)."""
+        return self._rule(self.exchanges[binding.source], binding, headers)
+
     def _match(self, name: str, via: str, spec: Exchange, binding: Binding, keys: tuple[str, ...],
                headers: Mapping[str, Any]) -> Hop | None:
         rule = self._rule(spec, binding, headers)

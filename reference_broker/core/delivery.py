@@ -71,6 +71,8 @@ def route(core: BrokerState, vhost: str, exchange_name: str, routing_key: str,
             if binding_matches(exchange.kind, b.routing_key, b.arguments, routing_key, headers,
                                topic=rules.topic_match, header=rules.headers_match):
                 if b.is_exchange:
+                    if not rules.routes_on():
+                        continue
                     routed = True
                     todo.append(b.destination)
                 elif b.destination in v.queues:

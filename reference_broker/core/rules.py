@@ -308,8 +308,9 @@ class Rules:
     stripped_name: Callable[[str], str] = lambda name: name.replace("\r", "").replace("\n", "")  # EXCH-11
     queue_shortcut: Callable[[], bool] = _true  # QUEUE-15: "" names the channel's last declared queue
     answers_nowait: Callable[[], bool] = _false  # EXCH-12: nowait means no -ok
-    # -- routing (ROUTE-05, ROUTE-06, ROUTE-10) --------------------------------------------
+    # -- routing (ROUTE-05, ROUTE-06, ROUTE-09, ROUTE-10) ----------------------------------
     topic_match: TopicMatch = topic_matches
+    routes_on: Callable[[], bool] = _true  # ROUTE-09: an exchange-to-exchange binding that matches takes it on
     headers_match: HeadersMatch = headers_match
     one_copy: Callable[[list[Queue]], list[Queue]] = _one_copy
     # -- errors and framing (ERR-02, FRM-03) ----------------------------------------------

@@ -22,7 +22,8 @@ Rules:
   came (the queue process deletes in terminate, then replies: gen_server2 `{stop, ...}` and
   `terminate_delete` with `reply_to`), so those are asked once.
 - A failure's first line names one rule: the hop the broker got wrong (`hop_rule`,
-  `extra_rule`), the removal it did not make, or the request it refused.
+  `extra_rule`; for a copy missing behind an exchange-to-exchange binding, the bindings on its way
+  tried alone first, topology_checks), the removal it did not make, or the request it refused.
 - Values drawn from the machine's state are picks (machine_support), names are logical
   (`x0`..`x3`, `q0`..`q3`) and real names are unique per example; everything is deleted at teardown.
 """
@@ -71,7 +72,7 @@ from codec import (
 )
 from conformance.catalogue.mentions import RuleViolation
 from conformance.drivers.raw import ChannelClosed, DriverError, Recorder
-from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology, extra_rule, hop_rule
+from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology, extra_rule
 from conformance.suite.steps.machine_support import (
     PICKS,
     Budget,
@@ -354,8 +355,9 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
         for queue in sorted(self.model.queues):
             copies = got.get(queue, 0)
             if queue in wanted and copies == 0:
-                problems.append((hop_rule(route.queues[queue]), f"{queue} did not get it (the rules route it "
-                                 f"there by {_hop_text(route.queues[queue])})"))
+                rule_id, probed = self._missing_rule(route, route.queues[queue], key, headers)
+                problems.append((rule_id, f"{queue} did not get it (the rules route it "
+                                 f"there by {_hop_text(route.queues[queue])}{probed})"))
             elif queue not in wanted and copies:
                 misses = route.misses.get(queue)
                 problems.append((extra_rule(self.model, route, queue), f"{queue} got it (" + (

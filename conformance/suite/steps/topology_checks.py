@@ -2,7 +2,12 @@
 
 Responsibility: after a step, what the topology oracle says it removed is gone and everything the
 oracle holds exists, empty (the machine's module rules); a passive declare on channel `CHECK`
-each, a 404 closing only that channel, which is opened again.
+each, a 404 closing only that channel, which is opened again. And, when a copy reached through
+an exchange-to-exchange binding is missing, which rule that breaks: the route-on rule (ROUTE-09),
+unless one of the bindings between exchanges on its way does not take the message on when tried
+alone (a queue bound the same way to the same exchange, the same message published there): then
+that binding's own matching rule. Without that probe, the rule named would depend on how far
+shrinking got (a wildcard broken under a route through two exchanges reads as ROUTE-09).
 """
 
 from __future__ import annotations
@@ -11,18 +16,27 @@ import time
 from typing import Any, ClassVar
 
 from codec import (
+    BasicGet,
+    BasicGetEmpty,
+    BasicGetOk,
+    BasicProperties,
+    BasicPublish,
     ExchangeDeclare,
     ExchangeDeclareOk,
     ExchangeDelete,
     ExchangeDeleteOk,
     Method,
+    QueueBind,
+    QueueBindOk,
     QueueDeclare,
     QueueDeclareOk,
+    QueueDelete,
+    QueueDeleteOk,
     ReplyCode,
 )
 from conformance.catalogue.mentions import RuleViolation
-from conformance.drivers.raw import ChannelClosed
-from conformance.model.topology import Removed
+from conformance.drivers.raw import ChannelClosed, DriverError
+from conformance.model.topology import Binding, Hop, Removed, Route, hop_rule
 from conformance.suite.steps.machine_support import HURRIED_SETTLE_SECONDS, MachineTarget, Program, Smallest
 
 CHECK = 2  # the checks' channel
@@ -81,6 +95,42 @@ class TopologyChecks:
             return cause, (f"{_why(cause)}, and then an auto-delete exchange without a binding as a source goes; "
                            f"exchange.delete if-unused says it still has one: {closed.code} {closed.text}")
         return rule_id, f"{_why(rule_id)}; exchange.delete if-unused found no binding left and deleted it"
+
+    # -- a missing copy reached through exchanges -------------------------------------------
+    def _missing_rule(self, route: Route, hop: Hop, key: str, headers: dict[str, Any]) -> tuple[str, str]:
+        """The rule a copy missing at `hop` breaks, and what the probe found (module docstring)."""
+        rule_id = hop_rule(hop)
+        if rule_id != "ROUTE-09":
+            return rule_id, ""
+        for binding in self.model.bindings:
+            if not binding.to_exchange or binding.source not in route.visited \
+                    or binding.destination not in route.visited or self.model.exchanges[binding.source].internal \
+                    or not self.model.matches(binding, key, headers):
+                continue
+            if self._taken_alone(binding, key, headers) is False:
+                return self.model.binding_rule(binding, headers), (
+                    f"; tried alone, {binding.source} did not take it on to a queue bound with "
+                    f"key {binding.key!r}{' ' + str(dict(binding.arguments)) if binding.arguments else ''} "
+                    f"either, as {binding.describe()} should")
+        return rule_id, ""
+
+    def _taken_alone(self, binding: Binding, key: str, headers: dict[str, Any]) -> bool | None:
+        """Whether a queue bound like `binding` to its source gets a message published there
+        (None: the probe itself failed, which says nothing)."""
+        probe, source = self.real("probe"), self.real(binding.source)
+        timeout = self.target.timeout(5.0)
+        try:
+            self.client.rpc(CHECK, QueueDeclare(queue=probe, exclusive=True), QueueDeclareOk, timeout=timeout)
+            self.client.rpc(CHECK, QueueBind(queue=probe, exchange=source, routing_key=binding.key,
+                                             arguments=dict(binding.arguments)), QueueBindOk, timeout=timeout)
+            self.client.send(CHECK, BasicPublish(exchange=source, routing_key=key),
+                             BasicProperties(headers=headers or None), b"probe")
+            reply = self.client.rpc(CHECK, BasicGet(queue=probe, no_ack=True), BasicGetOk, BasicGetEmpty,
+                                    timeout=timeout)
+            self.client.rpc(CHECK, QueueDelete(queue=probe), QueueDeleteOk, timeout=timeout)
+        except (DriverError, OSError):
+            return None
+        return isinstance(reply.method, BasicGetOk)
 
     def _wait_seconds(self) -> float:
         if self.smallest is not None and self.smallest.hurry():
