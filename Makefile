@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: test run lint typecheck unit bench-codec bench-broker generate clean clients \
-	rabbitmq4-up rabbitmq4-down rabbitmq4-status test-rabbitmq43 test-rabbitmq40 test-cluster test-gates test-cluster-brokers test-cluster-310 \
+	rabbitmq4-up rabbitmq4-down rabbitmq4-status test-rabbitmq43 test-rabbitmq40 test-cluster test-gates test-end-to-end test-cluster-brokers test-cluster-310 \
 	mutation mutation-proxy
 
 # Python caches compiled modules (and pytest its assertion rewrites) in __pycache__: a shell that
@@ -107,6 +107,15 @@ test-cluster: $(STAMP)
 # after `make test`, which keeps its 5-minute goal without them.
 test-gates: $(STAMP)
 	$(BIN)/pytest -rs -m gate -n 3 tests
+
+# The project's costliest tests in CPU, kept out of `make test`'s 5 minutes on a slow 2-core machine
+# (docs/benchmarks.md): the results pipeline on a local Spark session with the report in headless
+# Chromium (markers spark, browser: one worker, one session) and the tests that run a whole
+# `amqp-conformance` command or another harness process as a subprocess (marker end_to_end).
+# About 370 CPU-s; `.ci/run` runs it right after `make test`.
+END_TO_END := (spark or browser or end_to_end) and not (slow or cluster or gate or grid or rabbitmq43 or rabbitmq40 or broker_cluster or rabbitmq43cluster or rabbitmq310cluster)
+test-end-to-end: $(STAMP)
+	$(BIN)/pytest -rs -n $(PYTEST_WORKERS) --dist loadgroup -m "$(END_TO_END)" tests
 
 test-rabbitmq43: $(STAMP)
 	$(BIN)/pytest -m rabbitmq43 tests

@@ -5,8 +5,10 @@ RabbitMQ broker, ...) skips when it is absent, except under `AMQPC_STRICT=1` (se
 `.ci/run`), where a missing resource is a failure: CI must never pass by skipping.
 
 Default selection: the project's own tests (under tests/) marked `slow`, `rabbitmq43`,
-`rabbitmq40`, `cluster`, `gate`, `broker_cluster`, `rabbitmq43cluster` or `rabbitmq310cluster` are
-deselected unless `-m` chooses (`pytest -m slow tests/reliability`). The
+`rabbitmq40`, `cluster`, `gate`, `broker_cluster`, `rabbitmq43cluster`, `rabbitmq310cluster`, `grid`,
+`end_to_end`, `spark` or `browser` are deselected unless `-m` chooses (`pytest -m slow
+tests/reliability`). The last three are `make test-end-to-end` (the Spark session, Chromium and the
+whole-command subprocesses: half of `make test`'s CPU before, docs/benchmarks.md). The
 filter is here, not in pyproject's addopts, so that it never touches the shipped suite
 (conformance/suite) when it is named: `pytest conformance/suite` or `pytest --pyargs
 conformance.suite` from the repository root runs the same tests as `amqp-conformance run`. A bare
@@ -31,7 +33,7 @@ STRICT_ENV = "AMQPC_STRICT"
 # test passes --jobs: `make test` already runs five workers of its own.
 os.environ.setdefault("AMQPC_JOBS", "1")
 NOT_BY_DEFAULT = ("slow", "rabbitmq43", "rabbitmq40", "cluster", "gate", "broker_cluster", "rabbitmq43cluster",
-                  "rabbitmq310cluster", "grid")  # markers of project tests that need `-m` to run
+                  "rabbitmq310cluster", "grid", "end_to_end", "spark", "browser")  # project tests that need `-m` to run
 TESTS_DIR = Path(__file__).resolve().parent
 SUITE_LONG = 10.0  # seconds: the shipped suite's tests this long run in `make test-gates`, not `make test`
 

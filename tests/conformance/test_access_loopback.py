@@ -14,6 +14,8 @@ from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_cli_run import cli
 from tests.conftest import require
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 
 @pytest.mark.parametrize("loopback_users", [["guest"], []], ids=["guest-loopback-only", "no-loopback-users"])
 def test_acc_08_judges_the_refused_side_where_the_broker_answers_outside(tmp_path: Path,

@@ -29,6 +29,8 @@ from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_plugin import WEDGE_SUITE, WedgeProxy
 from tests.conftest import cli_env
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 FAILING = ["--profile", "rabbitmq-3.10", "--select", "FRM-02", "ACK-02"]  # FRM-02 fails, ACK-02 passes
 
 

@@ -23,6 +23,8 @@ from tests.conformance.deviations import ReturnDropped
 from tests.conformance.test_cli_rabbitmq import rabbitmq  # noqa: F401  (fixture)
 from tests.conformance.test_through_clients import _run
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 
 class TxRollbackAsCommit(Deviation):
     """The broker hears tx.commit for the client's tx.rollback (and the client hears rollback-ok)."""

@@ -26,6 +26,8 @@ from reference_broker.faults import FAULTS
 from reference_broker.server import EmbeddedBroker
 from tests.conftest import cli_env, require
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 ROOT = Path(__file__).resolve().parents[2]
 LIVE = [os.environ.get(f"AMQPC_RMQ43_C{i}_URL", f"amqp://guest:guest@127.0.0.1:{5750 + i}/") for i in (1, 2, 3)]
 LIVE_CONTROL = "scripts/rabbitmq4.sh node 4.3 {index} {action}"

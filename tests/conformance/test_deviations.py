@@ -40,6 +40,8 @@ from tests.conformance import deviation_matrix
 from tests.conformance.deviant import DeviantProxy, Deviation, encode
 from tests.conformance.deviations import BY_NAME, DEVIATIONS
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 STEP = re.compile(r"^state\.(?!teardown\(\))\w+\(", re.MULTILINE)
 
 

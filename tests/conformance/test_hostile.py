@@ -35,6 +35,8 @@ from reference_broker.server import EmbeddedBroker
 from tests.conformance.hostile import PASS, HostileProxy, Mode, Plan, declares_queue
 from tests.conftest import cli_env
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 pytest_plugins = ["pytester"]
 
 SCALE = "0.1"  # every wait of the harness is 0.5 s

@@ -27,6 +27,8 @@ from conformance.run.admin import NoAdmin
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 pytest_plugins = ["pytester"]
 
 VERDICT_SUITE = '''

@@ -31,6 +31,8 @@ from reports.render import render_site
 from tests.conftest import cli_env
 from tests.reports.test_render import sample
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 OLD = "judged by rabbitmq-3.10, the oldest profile; RabbitMQ 3.8.9 predates it"
 NO_STREAMS = "RabbitMQ 3.8.9 has no stream queues: they came in 3.9"
 

@@ -160,6 +160,7 @@ def _example_broker(capabilities: dict[str, bool], **overrides: Any) -> Embedded
                           capabilities=capabilities, **overrides)
 
 
+@pytest.mark.end_to_end  # a whole run as a subprocess: `make test-end-to-end`
 def test_advertised_confirms_bring_the_confirms_rules_into_play(tmp_path: Path) -> None:
     with _example_broker({"publisher_confirms": True}) as broker:
         run = _run(tmp_path, broker.url, "--select", "PC-01", "PC-02", "CCN-01", "RQ-02")
@@ -176,6 +177,7 @@ def test_advertised_confirms_bring_the_confirms_rules_into_play(tmp_path: Path) 
     assert "- consumer_cancel_notify not claimed" in record["profile_detail"]
 
 
+@pytest.mark.end_to_end  # a whole run as a subprocess: `make test-end-to-end`
 def test_without_the_capability_the_confirms_rules_are_not_claimed(tmp_path: Path) -> None:
     with _example_broker({}) as broker:
         run = _run(tmp_path, broker.url, "--select", "PC-01", "ACK-03")
@@ -184,6 +186,7 @@ def test_without_the_capability_the_confirms_rules_are_not_claimed(tmp_path: Pat
     assert verdicts["PC-01"] == {"not-claimed"} and "passed" in verdicts["ACK-03"]
 
 
+@pytest.mark.end_to_end  # a whole run as a subprocess: `make test-end-to-end`
 def test_a_claimed_extension_that_deviates_fails_as_its_rule(tmp_path: Path) -> None:
     suite = tmp_path / "suite"  # the example tests only: the machines are judged in their own tests
     suite.mkdir()
@@ -194,6 +197,7 @@ def test_a_claimed_extension_that_deviates_fails_as_its_rule(tmp_path: Path) -> 
     assert "failed" in _verdicts(tmp_path)["PC-02"]
 
 
+@pytest.mark.end_to_end  # a whole run as a subprocess: `make test-end-to-end`
 def test_a_declared_capability_is_judged_too(tmp_path: Path) -> None:
     with _example_broker({}) as broker:
         run = _run(tmp_path, broker.url, "--select", "RQ-02", "--capability", "quorum_queues")

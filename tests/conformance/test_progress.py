@@ -25,6 +25,8 @@ from conformance.gate.progress import time_lines
 from conformance.plugin.evidence import build
 from conformance.run.config import RunConfig
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 
 def test_time_lines_name_the_slowest_areas_and_tests() -> None:
     tests = [build(f"conformance/suite/test_{area}.py::test_{n}", "passed", area, ["ACK-01"], None, None, (), seconds)

@@ -152,6 +152,7 @@ def test_the_reply_code_checks_pass_rabbitmq(rule: str, library: str, hide: bool
     _check(rule, library, rabbitmq, hide)
 
 
+@pytest.mark.end_to_end  # a whole run as a subprocess: `make test-end-to-end`
 def test_a_gate_run_through_aio_pika_fails_pc06_on_a_return_code_it_does_not_show(tmp_path: Path) -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), ReturnCode313) as proxy:
         status, output, tests = _run(tmp_path, "--client", "aio-pika", "--select", "PC-06",

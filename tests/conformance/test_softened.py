@@ -13,6 +13,8 @@ from conformance.results.records import read_table
 from conformance.run.admin import parse_admin
 from reference_broker.server import EmbeddedBroker
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -25,6 +25,8 @@ from conformance.suite.through_clients.machine_clients import run_client_ack_mac
 from reference_broker.server import EmbeddedBroker
 from tests.conftest import cli_env
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 # what each library calls itself in connection.start-ok (its own client-properties)
 PRODUCTS = {"pika": "Pika Python Client Library", "amqp": "py-amqp", "aio-pika": "aiormq"}
 

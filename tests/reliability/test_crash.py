@@ -9,6 +9,8 @@ import pytest
 
 from tests.reliability.crash import CrashConfig, CrashResult, run_crash_test
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 
 def _run(tmp_path: Path, cycles: int, seed: int, storage: bool = True) -> CrashResult:
     return run_crash_test(CrashConfig(cycles=cycles, seed=seed, storage=storage), tmp_path)

@@ -35,6 +35,8 @@ from tests.reliability.fuzz import ROOT, fuzz, run_case, run_with_subprocess
 from tests.reliability.fuzz_cases import strategies
 from tests.reliability.fuzz_frames import Case
 
+pytestmark = pytest.mark.end_to_end  # whole commands as subprocesses: `make test-end-to-end`
+
 SEED = int(os.environ.get("AMQPC_FUZZ_SEED", "20251122"))  # fixed: the default run is repeatable
 OPENED = (PROTOCOL_HEADER + encode_method(0, ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest", "en_US"))
           + encode_method(0, ConnectionTuneOk(2047, 131072, 0)) + encode_method(0, ConnectionOpen(virtual_host="/"))
