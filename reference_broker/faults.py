@@ -27,6 +27,7 @@ from reference_broker.core.rules import Expired, Rules
 from reference_broker.core.state import QUORUM, STREAM, Channel, Connection, Consumer, Message, Queue, Unacked
 from reference_broker.fault_type import Fault
 from reference_broker.fault_type import const as _const
+from reference_broker.faults_cluster import CLUSTER_FAULTS
 from reference_broker.faults_connection import CONNECTION_FAULTS
 from reference_broker.faults_edges import EDGE_FAULTS
 
@@ -415,31 +416,7 @@ FAULTS: tuple[Fault, ...] = (
           {"refused_dead_lettered": lambda overflow: overflow.startswith("reject-publish")}),
     Fault("reject_publish_dlx_not_dead_lettered", "limits", "LEN-05",
           "a publish refused under reject-publish-dlx is not dead-lettered", {"refused_dead_lettered": _const(False)}),
-    # a cluster's nodes (reference-broker --nodes N; docs/findings-cluster.md)
-    Fault("cluster_no_cancel_on_node_down", "cluster", "CLU-01",
-          "consumers of a stopped node's classic queues are dropped silently, even with the capability",
-          {"cancel_on_node_down": _const(False)}),
-    Fault("cluster_ack_for_stopped_queue", "cluster", "CLU-03",
-          "a publish routed to a stopped node's classic queue is confirmed (and lost), not nacked",
-          {"nack_for_stopped_queue": _const(False)}),
-    Fault("cluster_failover_drops_unacked", "cluster", "CLU-05",
-          "a quorum queue's leader change loses the unacked deliveries: settling them does nothing",
-          {"lost_at_failover": lambda held: held}),
-    Fault("cluster_delivers_without_majority", "cluster", "CLU-07", "a quorum queue without a majority still delivers",
-          {"delivers_without_majority": _const(True)}),
-    Fault("cluster_restart_drops_bindings", "cluster", "CLU-09",
-          "a durable classic queue comes back from its node's restart without its bindings",
-          {"bindings_kept_at_restart": _const(False)}),
-    Fault("cluster_confirms_without_majority", "cluster", "CLU-07",
-          "publishes to a quorum queue without a majority are confirmed at once",
-          {"confirm_waits_for_majority": _const(False)}),
-    # a crashed node's consumers (core/disconnected.py): the timeout area's rule, judged on a cluster
-    Fault("disconnected_returned_at_once", "timeout", "TMO-4.3-6",
-          "an unreachable consumer's quorum deliveries go back at once (as up to 4.2), not after "
-          "consumer_disconnected_timeout", {"disconnected_wait": lambda _set, _default: 0}, needs_cluster=True),
-    Fault("disconnected_argument_ignored", "timeout", "TMO-4.3-6",
-          "x-consumer-disconnected-timeout is accepted but the 60 s default is waited",
-          {"disconnected_wait": lambda _set, default: default}, needs_cluster=True),
+    *CLUSTER_FAULTS,
     *CONNECTION_FAULTS,
     *EDGE_FAULTS,
 )

@@ -12,6 +12,7 @@ shrinking got (a wildcard broken under a route through two exchanges reads as RO
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, ClassVar
 
@@ -127,9 +128,10 @@ class TopologyChecks:
                              BasicProperties(headers=headers or None), b"probe")
             reply = self.client.rpc(CHECK, BasicGet(queue=probe, no_ack=True), BasicGetOk, BasicGetEmpty,
                                     timeout=timeout)
-            self.client.rpc(CHECK, QueueDelete(queue=probe), QueueDeleteOk, timeout=timeout)
         except (DriverError, OSError):
             return None
+        with contextlib.suppress(DriverError, OSError):  # the answer stands; the exclusive queue goes with the connection
+            self.client.rpc(CHECK, QueueDelete(queue=probe), QueueDeleteOk, timeout=timeout)
         return isinstance(reply.method, BasicGetOk)
 
     def _wait_seconds(self) -> float:
