@@ -112,7 +112,7 @@ test-gates: $(STAMP)
 # (docs/benchmarks.md): the results pipeline on a local Spark session with the report in headless
 # Chromium (markers spark, browser: one worker, one session) and the tests that run a whole
 # `amqp-conformance` command or another harness process as a subprocess (marker end_to_end).
-# About 370 CPU-s; `.ci/run` runs it right after `make test`.
+# About 320 CPU-s (212 s on a slow 2-core machine); `.ci/run` runs it right after `make test`.
 END_TO_END := (spark or browser or end_to_end) and not (slow or cluster or gate or grid or rabbitmq43 or rabbitmq40 or broker_cluster or rabbitmq43cluster or rabbitmq310cluster)
 test-end-to-end: $(STAMP)
 	$(BIN)/pytest -rs -n $(PYTEST_WORKERS) --dist loadgroup -m "$(END_TO_END)" tests
