@@ -83,6 +83,9 @@ class CostRecorder:
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
 
+    def pytest_unconfigure(self) -> None:
+        self.file.close()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     out = os.environ.get("AMQPC_TEST_COST")
