@@ -30,6 +30,7 @@ from tests.conformance.deviations_access import AccessRefusedAsNotFound, Blocked
 from tests.conformance.deviations_lifecycle import DeadLetterKeyRewritten, ExpirationStripped, XDeathDropped
 from tests.conformance.deviations_routing import (
     DeclareOkCountsZero,
+    ExchangeBindReversed,
     IfUnusedDropped,
     MandatoryIgnored,
     RoutingKeyCaseFolded,
@@ -428,7 +429,7 @@ DEVIATIONS: tuple[type[Deviation], ...] = (
     ChannelCloseHidden, RequeueToTail, RedeliveredDropped, RedeliveredAlways, CloseDropsUnacked, PrefetchPlusOne,
     PrefetchZeroAsOne, FirstConfirmNacked, ConfirmDropped, ConfirmNackAsAck, ReturnDropped,
     CancelNotificationDropped, CancelCapabilityForced, TimeoutAsChannelClose, Codes404And406Swapped,
-    QosNotImplemented, RoutingKeyCaseFolded, MandatoryIgnored, IfUnusedDropped, DeclareOkCountsZero,
+    QosNotImplemented, RoutingKeyCaseFolded, MandatoryIgnored, ExchangeBindReversed, IfUnusedDropped, DeclareOkCountsZero,
     ExpirationStripped, XDeathDropped, DeadLetterKeyRewritten, AccessRefusedAsNotFound, UserIdUnheard, BlockedSwallowed,
 )
 BY_NAME = {d.name: d for d in DEVIATIONS}

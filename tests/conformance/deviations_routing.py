@@ -1,13 +1,14 @@
 """The topology deviations `DeviantProxy` can apply (`deviations.DEVIATIONS` lists them with the others).
 
-The routing ones are client-side rewrites of basic.publish: the broker mis-hears the publish, so
-the client, which believes it sent the original, sees the routing of another message. The
+The routing ones are client-side rewrites: of basic.publish (the broker mis-hears the publish, so
+the client, which believes it sent the original, sees the routing of another message) or of
+exchange.bind and exchange.unbind (the broker binds the other way round). The
 exchanges and queues ones mis-hear an exchange.delete's if-unused, or mis-report a queue's counts.
 """
 
 from __future__ import annotations
 
-from codec import BasicPublish, ExchangeDelete, QueueDeclareOk
+from codec import BasicPublish, ExchangeBind, ExchangeDelete, ExchangeUnbind, QueueDeclareOk
 from conformance.interpose.frames import Frame
 from tests.conformance.deviant import Deviation, Io, encode
 
@@ -34,6 +35,20 @@ class MandatoryIgnored(Deviation):
         if isinstance(m, BasicPublish) and m.mandatory:
             io.record(self.name)
             io.to_broker(encode(frame.channel, m._replace(mandatory=False)))
+            return
+        io.to_broker(frame.raw)
+
+
+class ExchangeBindReversed(Deviation):
+    name, area, rules = "exchange_bind_reversed", "routing", ("ROUTE-09",)
+    description = ("exchange.bind's source and destination are read the other way round (exchange.unbind's too): "
+                   "an exchange-to-exchange binding routes from its destination to its source")
+
+    def client(self, frame: Frame, io: Io) -> None:
+        m = frame.method
+        if isinstance(m, ExchangeBind | ExchangeUnbind) and m.source != m.destination:
+            io.record(self.name)
+            io.to_broker(encode(frame.channel, m._replace(source=m.destination, destination=m.source)))
             return
         io.to_broker(frame.raw)
 

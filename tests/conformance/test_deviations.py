@@ -174,14 +174,16 @@ def test_each_deviation_is_timed_against_the_clean_run_of_its_area() -> None:
     assert [(r["deviation"], r["clean_seconds"], r["ratio"]) for r in rows] == [("b", 10.0, 2.5), ("a", 20.0, 1.5)]
 
 
-def test_a_routing_deviation_is_killed_as_its_own_rule(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "rules"), [("mandatory_ignored", {"ROUTE-11", "ROUTE-12"}),
+                                           ("exchange_bind_reversed", {"ROUTE-09"})])
+def test_a_routing_deviation_is_killed_as_its_own_rule(tmp_path: Path, name: str, rules: set[str]) -> None:
     """A broker ignoring the mandatory flag fails the routing tests of returns and alternate
-    exchanges naming ROUTE-11 and ROUTE-12; nothing is `broken`, and the exit status is 1. (The
-    other routing deviation, routing_key_case_folded, is measured by the slow matrix: one
-    pytest run here is enough to keep the proxy honest for the area.)"""
+    exchanges naming ROUTE-11 and ROUTE-12; one reading exchange.bind's source and destination
+    the other way round fails the test of exchange-to-exchange bindings naming ROUTE-09. Nothing
+    is `broken`, and the exit status is 1. (The other routing deviation, routing_key_case_folded,
+    is measured by the slow matrix: the example tests of routes are enough here.)"""
     from conformance.suite import SUITE_DIR
 
-    outcome = deviation_matrix.run(BY_NAME["mandatory_ignored"], tmp_path, [f"{SUITE_DIR}/routing/test_routes.py"],
-                                   "mandatory-ignored", scale=1.0, time_limit=120.0)
-    assert outcome.killed and set(outcome.failed_rules) == {"ROUTE-11", "ROUTE-12"}, (outcome.why_not,
-                                                                                       outcome.failed_rules)
+    outcome = deviation_matrix.run(BY_NAME[name], tmp_path, [f"{SUITE_DIR}/routing/test_routes.py"],
+                                   name, scale=1.0, time_limit=120.0)
+    assert outcome.killed and set(outcome.failed_rules) == rules, (outcome.why_not, outcome.failed_rules)
