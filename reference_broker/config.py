@@ -55,6 +55,9 @@ class BrokerConfig:
     global_qos: bool = False  # 4.3 default: global=true treated per consumer (QOS-03)
     management_port: int | None = None
     nodes: int = 1  # a cluster of this many nodes on consecutive ports from `port`
+    # ms a queue declared on one node of a cluster stays unknown to the others (core/cluster.py);
+    # 0: none. A slow path, not a fault: RabbitMQ 4.2+'s Khepri projections apply late on a loaded node
+    metadata_lag: int = 0
     data_dir: str | None = None  # durable storage (SQLite, WAL); None: nothing survives a restart
     faults: list[str] = field(default_factory=list)  # reference_broker.faults; never on by default
     product: str = "amqp-conformance reference broker"
@@ -89,6 +92,8 @@ class BrokerConfig:
             raise ConfigError("nodes must be 1..9")
         if self.nodes > 1 and self.data_dir:
             raise ConfigError("a cluster (nodes > 1) keeps nothing on disk: no data_dir")
+        if self.metadata_lag < 0 or (self.metadata_lag and self.nodes == 1):
+            raise ConfigError("metadata_lag must be 0, or a positive integer (ms) for a cluster (nodes > 1)")
         if self.consumer_timeout <= 0:
             raise ConfigError("consumer_timeout must be a positive integer (ms)")
         if self.frame_max and self.frame_max < self.frame_min_size:

@@ -21,6 +21,13 @@ Rules:
   messages (transient ones are lost) and the recovered deliveries; its transient classic queues
   are deleted (Khepri removes them at node up); quorum queues with a majority again take their
   held publishes. Leaders do not move back.
+- Metadata lag (`BrokerConfig.metadata_lag`, 0 by default; a slow path, not a fault): for that
+  many ms after its declare, a queue is known only to the node that declared it. Through the
+  other nodes it is 404 "no queue" (a passive declare, consume, get, purge, bind) and a publish
+  does not reach it (unroutable there). RabbitMQ 4.2+ with Khepri: the declaring node answers
+  declare-ok once the record is committed on a majority; another node answers and routes from its
+  own projections, filled when its member applies the command (rabbit_db_queue v4.3.5), so a
+  loaded node learns of a queue late.
 - Not modelled: the ~65 s retries and "... due to timeout" 404 of a crashed node (nodes here
   stop cleanly), basic.get on a quorum queue without a majority.
 """
@@ -50,6 +57,27 @@ def place(core: BrokerState, conn: int, queue: Queue) -> None:
         wanted = queue.arguments.get(GROUP_SIZE)
         size = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > 0 else cluster.size
         queue.members = tuple(sorted([n for n in ring if cluster.running(n)][:size]))
+    if core.config.metadata_lag:
+        cluster.unseen[queue] = (home, cluster.now_ms + core.config.metadata_lag)
+
+
+def known(core: BrokerState, conn: int, queue: Queue) -> bool:
+    """Whether the node of `conn` knows `queue` yet (metadata lag, module rules)."""
+    cluster = core.cluster
+    if cluster is None or queue not in cluster.unseen:
+        return True
+    home, learnt_at = cluster.unseen[queue]
+    if cluster.now_ms >= learnt_at:
+        del cluster.unseen[queue]
+        return True
+    return cluster.node_of(conn) == home
+
+
+def known_routes(core: BrokerState, conn: int, queues: list[Queue]) -> list[Queue] | None:
+    """The routed queues the publishing node knows; None (route as usual) when no queue lags."""
+    if core.cluster is None or not core.cluster.unseen:
+        return None
+    return [q for q in queues if known(core, conn, q)]
 
 
 def has_majority(cluster: Cluster, queue: Queue) -> bool:

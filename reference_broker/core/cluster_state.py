@@ -34,6 +34,9 @@ class Cluster:
     crashing: set[int] = field(default_factory=set)  # crashed nodes (killed, not stopped): disconnected.py
     suspected: dict[int, tuple[int, Queue, Message]] = field(default_factory=dict)  # -> (node, queue, message)
     next_suspect: int = 0
+    # BrokerConfig.metadata_lag: a queue -> (the node that declared it, when the others learn of it, ms)
+    unseen: dict[Queue, tuple[int, int]] = field(default_factory=dict)
+    now_ms: int = 0  # the time of the command being handled (BrokerCore.apply): the lag's clock
 
     def running(self, node: int) -> bool:
         return node not in self.down

@@ -72,7 +72,7 @@ def resolve_queue(core: BrokerState, ch: Channel, name: str, shortcut: bool = Tr
             raise soft(ReplyCode.NOT_FOUND, "no previously declared queue")
         name = ch.last_queue
     queue = core.find_queue(vhost, name)
-    if queue is None:
+    if queue is None or not cluster.known(core, ch.conn, queue):  # metadata lag: unknown on this node yet
         raise soft(ReplyCode.NOT_FOUND, texts.no_queue(name, vhost))
     if queue.exclusive_owner is not None and queue.exclusive_owner != ch.conn and core.rules.exclusive_guarded():
         raise soft(ReplyCode.RESOURCE_LOCKED, texts.locked(name, vhost))

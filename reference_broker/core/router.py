@@ -144,6 +144,8 @@ class BrokerCore(BrokerState):
         conn = self.connections.get(conn_id)
         if conn is None:
             return []
+        if self.cluster is not None:
+            self.cluster.now_ms = meta.now_ms  # core/cluster.py's metadata lag
         ch = conn.channels.get(number)
         try:
             if ch is not None and ch.closing:

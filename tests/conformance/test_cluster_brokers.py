@@ -139,11 +139,11 @@ def test_the_cancel_machine_stops_a_queues_node_with_a_cluster(tmp_path: Path, f
         assert "stop_the_remote_queues_node()" in row["minimal_example"], row["minimal_example"]
 
 
-def run_on_an_embedded_cluster(tmp_path: Path, faults: list[str], selection: str,
-                               env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], tuple[str, ...]]:
+def run_on_an_embedded_cluster(tmp_path: Path, faults: list[str], selection: str, env: dict[str, str] | None = None,
+                               **config: object) -> tuple[subprocess.CompletedProcess[str], tuple[str, ...]]:
     """pytest on `selection` (under the suite) against a 3-node embedded reference broker with `faults`
-    (`env`: added to the environment, e.g. a machine budget)."""
-    with EmbeddedBroker(faults=faults, management_port=0, nodes=3) as broker:
+    (`env`: added to the environment, e.g. a machine budget; `config`: more BrokerConfig keys)."""
+    with EmbeddedBroker(faults=faults, management_port=0, nodes=3, **config) as broker:
         spec = embedded_cluster(broker)
         nodes = [arg for url in spec.urls[1:] for arg in ("--cluster-node", url)]
         done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",

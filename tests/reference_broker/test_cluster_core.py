@@ -252,3 +252,26 @@ def test_a_held_confirm_goes_to_its_channel_only_and_not_to_one_opened_again_und
     sim.do(1, 1, ConfirmSelect())
     assert not methods(sim.start(2), BasicAck)
     assert sim.count(1, "qc") == 1  # the message itself was enqueued
+
+
+def test_with_a_metadata_lag_a_queue_is_known_first_to_the_node_that_declared_it() -> None:
+    """metadata_lag (a slow path): through node 1 the queue node 2 declared is 404 and
+    unroutable until the lag has passed; node 2 knows it at once."""
+    sim = Cluster(metadata_lag=500)
+    sim.join(1, 1)
+    sim.join(2, 2)
+    sim.queue("late", conn=2)
+    sim.open(1, 2)
+    assert [c.reply_code for c in closed(sim.do(1, 2, QueueDeclare(queue="late", passive=True)))] == [404]
+    assert sim.send(1, "late", b"dropped") == [] and sim.count(2, "late") == 0  # unroutable on node 1
+    sim.send(2, "late", b"kept")
+    sim.now += 500
+    assert sim.count(1, "late") == 1  # node 1 learnt of it: it counts what node 2 enqueued
+    sim.send(1, "late", b"routed")
+    assert sim.count(2, "late") == 2
+
+
+def test_a_metadata_lag_needs_a_cluster_and_is_never_negative() -> None:
+    for bad in ({"metadata_lag": 100}, {"metadata_lag": -1, "nodes": 3}):
+        with pytest.raises(ConfigError):
+            BrokerConfig(**bad).validate()  # type: ignore[arg-type]
