@@ -44,7 +44,8 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -330,6 +331,21 @@ def _replace(root: Path, manifest: Manifest, round_: dict[str, Any], cells: list
         manifest.save()
 
 
+WAKE_SECONDS = 0.5  # how often the grid's main thread wakes while its cells run
+
+
+def _done_within(future: Future[None], seconds: float) -> bool:
+    """`future.result()` within `seconds`, False when it is not done yet. A SIGINT may land on any
+    thread of the process; Python runs its handler (the KeyboardInterrupt) in the main thread only,
+    at its next bytecode, which a main thread blocked in an untimed wait would reach only when the
+    cells had ended: waking it often lets a Ctrl-C stop the running cells."""
+    try:
+        future.result(timeout=seconds)
+    except FuturesTimeout:
+        return False
+    return True
+
+
 def run_grid(grid: Grid, root: Path, *, parallel: int = 1, new_round: bool = False,
              rerun: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run (or resume) the grid into `root`; the round's manifest entry. `GridInterrupted` on a
@@ -344,7 +360,8 @@ def run_grid(grid: Grid, root: Path, *, parallel: int = 1, new_round: bool = Fal
     pool = ThreadPoolExecutor(max_workers=max(1, parallel))
     try:
         for future in [pool.submit(run_target, t, grid, root, manifest, round_, stop) for t in grid.targets]:
-            future.result()
+            while not _done_within(future, WAKE_SECONDS):
+                pass  # the main thread wakes to run a Ctrl-C's handler (see _done_within)
     except KeyboardInterrupt:
         stop.request()
         pool.shutdown(wait=True, cancel_futures=True)
