@@ -73,11 +73,10 @@ def known(core: BrokerState, conn: int, queue: Queue) -> bool:
     return cluster.node_of(conn) == home
 
 
-def known_routes(core: BrokerState, conn: int, queues: list[Queue]) -> list[Queue] | None:
-    """The routed queues the publishing node knows; None (route as usual) when no queue lags."""
-    if core.cluster is None or not core.cluster.unseen:
-        return None
-    return [q for q in queues if known(core, conn, q)]
+def lagging(core: BrokerState) -> bool:
+    """Whether some queue is not yet known to every node (metadata lag): only then does a publish
+    route through `known`."""
+    return core.cluster is not None and bool(core.cluster.unseen)
 
 
 def has_majority(cluster: Cluster, queue: Queue) -> bool:

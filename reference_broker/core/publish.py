@@ -107,8 +107,8 @@ def publish_now(core: BrokerState, meta: Meta, ch: Channel, exchange: str, routi
         seqno, ch.publish_seqno = core.rules.confirm_seqno(ch.publish_seqno), ch.publish_seqno + 1  # PC-02
     vhost = core.connections[ch.conn].vhost
     puts_before = core.store_seq
-    if direct is None and routed is None:  # metadata lag: a queue this node does not know yet is not reached
-        routed = cluster.known_routes(core, ch.conn, route_all(core, vhost, exchange, routing_key, props))
+    if direct is None and routed is None and cluster.lagging(core):  # a queue this node does not know is not reached
+        routed = [q for q in route_all(core, vhost, exchange, routing_key, props) if cluster.known(core, ch.conn, q)]
     if direct is not None:
         effects, accepted = direct, (True if direct else None)
     else:
