@@ -28,7 +28,7 @@ CHANNELS = st.sampled_from([1, 2])
 HOW = st.sampled_from(["ack", "nack", "reject"])
 
 
-QUEUE = from_machine(lambda m: m.queue_pool)
+QUEUE = from_machine(lambda m: m.queue_picks())
 DELIVERY = from_machine(lambda m: m.outstanding())  # (channel, delivery tag)
 CONSUMER = from_machine(lambda m: m.consumers())  # (channel, consumer tag)
 
@@ -55,6 +55,10 @@ class ConsumingMachine(ModelMachine):
     def setup_queues(self) -> tuple[str, ...]:
         self.declare("q")
         return ("q",)
+
+    def queue_picks(self) -> tuple[str, ...]:
+        """What a QUEUE pick chooses from (counted from the end, `Pick`): the pool, as set up."""
+        return self.queue_pool
 
     def final_check(self) -> None:
         for ch in (1, 2):
