@@ -231,7 +231,13 @@ def test_an_interrupted_grid_keeps_what_finished_and_resumes_with_the_cut_cell(t
 
     spec, out = tmp_path / "g.toml", tmp_path / "g"
     spec.write_text('select = "ACK-04"\nclients = ["raw", "pika"]\n[[target]]\nname = "reference"\n')
-    grid_proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "grid", str(spec), "--out", str(out)],
+    # a terminal's Ctrl-C reaches a grid that handles SIGINT as Python does by default; this test may
+    # run where SIGINT is ignored (a job a non-interactive shell started in the background: its
+    # children inherit SIG_IGN, and Python then installs no KeyboardInterrupt handler), so the grid
+    # process sets Python's handler before it starts (its cells then inherit SIGINT at its default)
+    boot = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "runpy.run_module('conformance.cli', run_name='__main__', alter_sys=True)")
+    grid_proc = subprocess.Popen([sys.executable, "-c", boot, "grid", str(spec), "--out", str(out)],
                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     manifest = out / "grid.json"
     deadline = time.monotonic() + 120
