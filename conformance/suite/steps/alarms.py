@@ -106,10 +106,6 @@ def not_blocked_each(clients: dict[str, RawClient], target: Target, rule: str) -
         assert got is None, f"{rule}: {what}; the broker sent {got.method if got else ''}"
 
 
-def unblocked(client: RawClient, target: Target, what: str) -> None:
-    unblocked_each({what: client}, target)
-
-
 def unblocked_each(clients: dict[str, RawClient], target: Target) -> None:
     """The connection.unblocked each blocked client must get once no alarm is left (ALM-03), within
     one bound for all of them."""
