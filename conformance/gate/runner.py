@@ -148,6 +148,7 @@ def pytest_args(prepared: Prepared, results: Path) -> list[str]:
     options = prepared.options
     args = [str(options.suite or SUITE_DIR), "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rfE", "--tb=short",
             "--results-dir", str(results)]
+    args += ["-p", "no:anyio"]  # the suite has no anyio tests; its plugin imports trio in every worker
     if prepared.jobs != "1":
         args += ["-n", prepared.jobs]  # long tests first, one at a time (conformance.plugin.schedule)
     return args

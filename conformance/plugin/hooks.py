@@ -33,6 +33,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import gc
 import uuid
 from collections import Counter
 from collections.abc import Generator
@@ -208,6 +209,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = harness(session.config)
     if state.watchdog is not None:
         state.watchdog.start_session(len(session.items))
+    # What is alive now (the harness, the suite's modules, the collected tests) lives as long as the
+    # process: out of the collector's sight, the full collections after it (Hypothesis's
+    # register_random, pytest's at unconfigure, Python's own) scan only what the tests create.
+    gc.freeze()
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: an xdist worker's wait for the broker lock is not counted

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from codec import BodyFrame, Command, HeaderFrame, HeartbeatFrame, MethodFrame, ProtocolHeader
@@ -358,21 +359,47 @@ def frame_rows(run_id: str, test_id: str, frames: Iterable[FrameRecord], wall_of
 
 
 class _PartBuffer:
-    """Rows of one table, flushed to numbered part files under the run's partition directory."""
+    """Rows of one table, kept as JSON lines and flushed to numbered part files under the run's
+    partition directory."""
 
     def __init__(self, directory: Path, schema: pa.Schema) -> None:
         self.directory, self.schema = directory, schema
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[bytes] = []
         self.parts = 0
         self.token = uuid.uuid4().hex[:8]  # two writers of one run (e.g. workers) never clash
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.rows.append(json_line(row))
 
     def flush(self) -> None:
         if not self.rows:
             return
-        table = pa.Table.from_pylist(self.rows, schema=self.schema)
-        write_atomically(table, self.directory / f"part-{self.parts:05d}-{self.token}.parquet")
+        write_atomically(table_from_json_lines(self.rows, self.schema),
+                         self.directory / f"part-{self.parts:05d}-{self.token}.parquet")
         self.parts += 1
         self.rows = []
+
+
+def json_line(row: Mapping[str, Any]) -> bytes:
+    """One row as a JSON line: nulls left out, timestamps as ISO 8601 (what `table_from_json_lines`
+    reads back under the table's schema)."""
+    return json.dumps({k: v for k, v in row.items() if v is not None}, default=_json_value).encode() + b"\n"
+
+
+def _json_value(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not a results value: {value!r}")
+
+
+def table_from_json_lines(lines: Sequence[bytes], schema: pa.Schema) -> pa.Table:
+    """The rows as a table of `schema`, through Arrow's own JSON reader: `pa.Table.from_pylist` would
+    import pandas on its first call (about 0.3 CPU-s in every process that writes results)."""
+    data = b"".join(lines)
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    read = pj.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 20))  # one block: any row fits
+    table = pj.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
+    return table.select(schema.names).cast(schema)
 
 
 def write_atomically(table: pa.Table, path: Path) -> None:
@@ -401,13 +428,14 @@ class ResultsWriter:
 
     def write_run(self, record: RunRecord) -> None:
         """Write (or rewrite) the run record: once at the start, again with `finished`."""
-        write_atomically(pa.Table.from_pylist([asdict(record)], schema=SCHEMAS["runs"]), self._run_path)
+        write_atomically(table_from_json_lines([json_line(asdict(record))], SCHEMAS["runs"]), self._run_path)
 
     def add_test(self, record: TestRecord, frames: Sequence[FrameRecord] = ()) -> None:
         record.frames = len(frames)
-        self._tests.rows.append(asdict(record))
+        self._tests.add(asdict(record))
         self.tests_written += 1
-        self._frames.rows.extend(frame_rows(self.run_id, record.test_id, frames, self.wall_offset))
+        for row in frame_rows(self.run_id, record.test_id, frames, self.wall_offset):
+            self._frames.add(row)
         if len(self._frames.rows) >= self.batch_rows:
             self._frames.flush()
         if len(self._tests.rows) >= self.batch_rows:
