@@ -20,7 +20,10 @@ Rules:
   `takes(seconds)` (seconds it takes on RabbitMQ, measured: a machine that explores longer than
   `MACHINE_SECONDS`, a drawn test whose examples are slow there), longest first, PLAIN for the rest,
   LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
-  such as the global consumer timeout). Workers write the ranks into the run's lock directory
+  such as the global consumer timeout), FILL for the tests marked `beside_broker_wide` that are
+  shorter than `MACHINE_SECONDS`: handed out after the broker-wide tests, they run on the workers
+  that would otherwise wait while a broker-wide test holds the broker alone (a run without
+  broker-wide tests ranks them as their waits alone would). Workers write the ranks into the run's lock directory
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
   them (a worker that could not write), a test ranks by its file name (`rank`).
 - `arrange` is pure: from the node ids, their ranks and the number of workers it returns the
@@ -33,7 +36,7 @@ Rules:
   against a deviating broker). Only the marked tests can take it (`fixtures.admin` refuses an
   unmarked test with a harness error), so the mark cannot be forgotten.
 - A test marked `beside_broker_wide(reason)` takes no part in the lock: it runs beside a
-  broker-wide test. The reason names, with RabbitMQ's source for every profiled version, why
+  broker-wide test (the short ones are kept for that, FILL above). The reason names, with RabbitMQ's source for every profiled version, why
   nothing such a test changes (the global consumer timeout, the channel tick, an alarm) reaches
   what the test observes; such a test cannot make a broker-wide change itself (`fixtures.admin`
   refuses a test not marked `broker_wide`, and the two marks together are a harness error).
@@ -48,7 +51,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-FIRST, PLAIN, LAST = 0, 1, 2  # ranks, in the order they are handed out
+FIRST, PLAIN, LAST, FILL = 0, 1, 2, 3  # ranks, in the order they are handed out
 LONG_WAIT = "long_wait"  # marker: the test spends seconds on the broker's clock
 TAKES = "takes"  # marker: the test takes about this many seconds on RabbitMQ (measured; not a limit)
 BROKER_WIDE = "broker_wide"  # marker: the test may change a setting every connection sees
@@ -83,9 +86,13 @@ def rank_of(item: Any) -> tuple[int, float]:
         return LAST, 0.0
     marked = [m for m in (item.get_closest_marker(LONG_WAIT), item.get_closest_marker(TAKES)) if m is not None]
     if marked:
-        return FIRST, max(float(m.args[0]) if m.args else MACHINE_SECONDS for m in marked)
-    found = rank(item.nodeid)
-    return found, MACHINE_SECONDS if found == FIRST else 0.0
+        found, seconds = FIRST, max(float(m.args[0]) if m.args else MACHINE_SECONDS for m in marked)
+    else:
+        found = rank(item.nodeid)
+        seconds = MACHINE_SECONDS if found == FIRST else 0.0
+    if item.get_closest_marker(BESIDE) is not None and seconds < MACHINE_SECONDS:
+        return FILL, seconds
+    return found, seconds
 
 
 def write_ranks(directory: Path, items: list[Any]) -> None:
@@ -109,12 +116,15 @@ def read_ranks(directory: Path) -> dict[str, tuple[int, float]]:
 def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, float]] | None = None) -> list[int]:
     """The collection indices in the order to hand out (see the module's rules)."""
     known = ranks or {}
+    broker_wide = any(known.get(nodeid, (PLAIN, 0.0))[0] == LAST for nodeid in nodeids)
 
     def key(i: int) -> tuple[int, float]:
         found = known.get(nodeids[i])
         if found is None:
             named = rank(nodeids[i])
             return named, -MACHINE_SECONDS if named == FIRST else 0.0
+        if found[0] == FILL and not broker_wide:  # no tail to fill: where its wait alone puts it
+            return FIRST if found[1] > 0 else PLAIN, -found[1]
         return found[0], -found[1]
 
     def of(i: int) -> int:

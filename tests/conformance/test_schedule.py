@@ -16,6 +16,7 @@ from conformance.plugin.fixtures import broker_wide_claim
 from conformance.plugin.schedule import (
     BESIDE,
     BROKER_WIDE,
+    FILL,
     FIRST,
     LAST,
     LONG_WAIT,
@@ -97,6 +98,20 @@ def test_each_worker_starts_with_a_long_test_and_a_short_one_and_broker_wide_tes
     assert ranks == sorted(ranks)  # then by rank
     assert order[-2:] == [SUITE[5], SUITE[6]]  # the broker-wide tests, in collection order
     assert order[6:8] == [SUITE[8], SUITE[10]]  # the last machine, then the shorter long wait
+
+
+def test_short_tests_beside_broker_wide_ones_fill_the_tail_when_there_is_one() -> None:
+    reason = "nothing broker-wide reaches it"
+    items = [Item(nodeid=SUITE[10], marks={BESIDE: (reason,), LONG_WAIT: (3,)}),
+             Item(nodeid=SUITE[11], marks={BESIDE: (reason,)}),
+             Item(nodeid=SUITE[12], marks={BESIDE: (reason,), LONG_WAIT: (32,)})]  # longer than the tail
+    assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FIRST, 32)]
+    ranks = {**RANKS, SUITE[10]: (FILL, 3.0), SUITE[11]: (FILL, 0.0)}
+    order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
+    assert order[-4:] == [SUITE[5], SUITE[6], SUITE[10], SUITE[11]]  # after the broker-wide ones, longest first
+    without = [n for n in SUITE if ranks[n][0] != LAST]  # no broker-wide test selected: nothing to fill
+    order = [without[i] for i in arrange(without, 3, ranks)]
+    assert order[6:8] == [SUITE[8], SUITE[10]] and order[-2:] == [SUITE[11], SUITE[12]]  # with the long ones; plain
 
 
 def test_one_worker_or_too_few_short_tests_keep_the_rank_order() -> None:

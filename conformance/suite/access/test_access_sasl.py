@@ -26,6 +26,7 @@ from conformance.drivers.raw import BrokerAddress, RawClient, Recorder
 from conformance.plugin.session import Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.access import url_for
+from conformance.suite.steps.beside import NEVER_PUBLISHES
 from conformance.suite.steps.wire import Handshake, handshakes
 
 REFUSED = "ACCESS_REFUSED - Login was refused using authentication mechanism {}. For details see the broker logfile."
@@ -86,6 +87,7 @@ def test_plain_and_amqplain_log_in(target: Target, recorder: Recorder) -> None:
         assert result.open_ok, f"ACC-06: a {mechanism} login with the right credentials opens the connection; got {result}"
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(3)  # RabbitMQ's SILENT_CLOSE_DELAY, once (the handshakes run at once)
 @pytest.mark.rules("ACC-06")
 def test_refused_logins(target: Target, recorder: Recorder) -> None:

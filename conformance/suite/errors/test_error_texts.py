@@ -50,6 +50,7 @@ from conformance.drivers.raw import (
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.run.admin import AdminAdapter
+from conformance.suite.steps.beside import NEVER_PUBLISHES
 from conformance.suite.steps.queues import QUORUM, require_kind
 from conformance.suite.steps.replies import (
     Trigger,
@@ -193,6 +194,7 @@ def test_frame_too_large_text(connect: Connect, target: Target) -> None:
                 f"{{frame_too_large,{frame_max + 1},{frame_max - 8}}}")
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(3)  # rabbit_reader SILENT_CLOSE_DELAY (3 s) after a refused login
 @pytest.mark.rules("ERR-04")
 @pytest.mark.clauses("ERR-04.k")

@@ -37,6 +37,7 @@ from conformance.drivers.raw import BrokerAddress, ConnectionClosed, ConnectionL
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import judged_elsewhere
 from conformance.run.admin import AdminAdapter
+from conformance.suite.steps.beside import CLOSED_BY_CLIENT, NEVER_PUBLISHES
 from conformance.suite.steps.wire import (
     Handshake,
     connection_info,
@@ -105,6 +106,7 @@ def test_tune_ok_within_the_bounds_opens(connect: Connect, target: Target, recor
         assert result.open_ok, f"tune-ok {case} refused: {result}"
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(3)  # RabbitMQ closes a refused handshake's socket after 3 s (rabbit_reader SILENT_CLOSE_DELAY)
 @pytest.mark.rules("FRM-01")
 @pytest.mark.clauses("FRM-01.c", "FRM-01.d", "FRM-01.e", "FRM-01.f", "FRM-01.g")
@@ -132,6 +134,7 @@ def test_tune_ok_out_of_bounds_is_530(target: Target, recorder: Recorder) -> Non
                 f"{result.close.reply_text!r}")
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(3)  # as above
 # -- FRM-02 ----------------------------------------------------------------------------------
 @pytest.mark.rules("FRM-02")
@@ -145,6 +148,7 @@ def test_frame_min_size_is_the_lowest_frame_max(target: Target, recorder: Record
                                   f"minimum allowed value ({low})")
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(3)  # as above
 @pytest.mark.rules("FRM-02")
 @pytest.mark.clauses("FRM-02.b")
@@ -276,6 +280,7 @@ def _socket_end_after(client: RawClient, since: float, within: float) -> tuple[s
     return end, elapsed
 
 
+@pytest.mark.beside_broker_wide(CLOSED_BY_CLIENT)
 @pytest.mark.long_wait(2)  # one 1 s heartbeat interval after close-ok
 @pytest.mark.rules("NET-02")
 @pytest.mark.clauses("NET-02.b")
@@ -293,8 +298,7 @@ def test_after_a_client_close_a_short_heartbeat_ends_the_socket(connect: Connect
 # v4.3.5 l.769) and its end is a timer fixed by the negotiated heartbeat; an alarm reaches a reader
 # only in `running` or `blocked` (control_throttle `_ -> State1`: l.1760, 1796, 1859), and the consumer
 # timeout and channel tick reach channels, of which it has none left (terminate_channels first).
-@pytest.mark.beside_broker_wide("a connection closed by the client: no channel, no publish, and its "
-                                "reader past every alarm (rabbit_reader control_throttle)")
+@pytest.mark.beside_broker_wide(CLOSED_BY_CLIENT)
 @pytest.mark.slow
 @pytest.mark.long_wait(32)  # rabbit_reader ?CLOSING_TIMEOUT
 @pytest.mark.rules("NET-02")
@@ -315,6 +319,7 @@ HB_SLACK = 0.3  # seconds on top of heartbeat/2 for scheduling
 HB_WINDOW = 1.9  # long enough to see two consecutive broker heartbeats even at 1 s spacing
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(2)  # broker heartbeats watched for HB_WINDOW
 @pytest.mark.rules("HB-01")
 @pytest.mark.clauses("HB-01.a", "HB-01.b")
@@ -336,6 +341,7 @@ def test_the_broker_sends_heartbeats_every_half_interval(connect: Connect, targe
         f"silences between heartbeats: {silences}")
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(5)  # the management API lists a new connection after its stats interval
 @pytest.mark.rules("HB-01")
 @pytest.mark.clauses("HB-01.a")
@@ -364,6 +370,7 @@ def test_a_heartbeat_on_a_channel_is_505(connect: Connect, target: Target) -> No
     assert outcome(closed.value) == ("connection", expected, 0, 0)
 
 
+@pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
 @pytest.mark.long_wait(3)  # two to three 1 s heartbeat intervals
 @pytest.mark.slow
 @pytest.mark.rules("HB-01")
