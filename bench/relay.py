@@ -28,7 +28,7 @@ if __name__ == "__main__":  # `python bench/relay.py`: import the project, not b
 
 import pika  # noqa: E402
 
-from conformance.results.records import read_table  # noqa: E402
+from conformance.results.parts import read_table  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

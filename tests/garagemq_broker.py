@@ -272,7 +272,7 @@ def read_verdicts(results_dir: Path, run_id: str, round_no: int) -> list[Verdict
     one the plugin skipped as "broker down" is marked `downed_broker`: the plugin judges a test
     before it probes the broker, so that test may carry a verdict such as non-strict or passed
     although the broker died or wedged under it."""
-    from conformance.results.records import read_table
+    from conformance.results.parts import read_table
 
     if not (results_dir / "tests" / f"run={run_id}").is_dir():
         return []

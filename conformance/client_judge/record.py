@@ -23,7 +23,8 @@ from pathlib import Path
 
 from conformance.client_judge.runner import ScenarioResult
 from conformance.results.client_runs import language_line, scenario_test_id
-from conformance.results.records import CLIENT_PROFILE, ResultsWriter, RunRecord, TestRecord, harness_version
+from conformance.results.parts import ResultsWriter
+from conformance.results.records import CLIENT_PROFILE, RunRecord, TestRecord, harness_version
 from conformance.results.verdicts import Verdict
 
 BROKER = "scripted://reference-broker"

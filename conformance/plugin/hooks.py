@@ -57,7 +57,8 @@ from conformance.plugin.health import close_quietly
 from conformance.plugin.session import HARNESS, GivenRun, Harness, harness
 from conformance.plugin.verdicts import needs_admin
 from conformance.plugin.watchdog import Budgets, Watchdog, WatchdogExpired
-from conformance.results.records import ResultsWriter, RunRecord, harness_version, redact_url
+from conformance.results.parts import ResultsWriter, publish_staged
+from conformance.results.records import RunRecord, harness_version, redact_url
 from conformance.results.verdicts import (
     HarnessError,
     Verdict,
@@ -118,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
             Path(results).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise pytest.UsageError(f"--results-dir {results}: {exc}") from None
-        state.writer = ResultsWriter(Path(results), run_id)
+        state.writer = ResultsWriter(Path(results), run_id, staged=state.worker)  # workers stage (parts.py)
         state.run = RunRecord(run_id, redact_url(url) if url else "embedded", run.client,
                               harness_version(), run.timeout_scale, datetime.now(UTC),
                               admin=redact_url(run.broker_admin or "none"),
@@ -384,6 +385,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state.admin.close()
     if state.writer is not None:
         state.writer.close()
+    if state.writer is not None and not state.worker:
+        publish_staged(state.writer.root, state.run_id)  # the workers' rows: every worker has finished
     if state.writer is not None and state.run is not None and not state.worker:
         state.run.finished, state.run.exit_status = datetime.now(UTC), int(session.exitstatus)
         state.run.tests = state.writer.tests_written + state.remote_tests

@@ -19,7 +19,8 @@ from conformance.catalogue.profiles import Profile
 from conformance.drivers.raw import BrokerAddress
 from conformance.plugin.health import HealthProbe, LeakReport, NameRegistry
 from conformance.plugin.watchdog import Watchdog
-from conformance.results.records import ResultsWriter, RunRecord
+from conformance.results.parts import ResultsWriter
+from conformance.results.records import RunRecord
 from conformance.results.verdicts import Verdict
 from conformance.run.admin import AdminAdapter
 from conformance.run.config import RunConfig

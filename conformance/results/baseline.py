@@ -60,7 +60,7 @@ from conformance.catalogue.mentions import rule_text
 from conformance.catalogue.rules import PROFILES, all_rules
 from conformance.model.wording import generic_wordings
 from conformance.results.evidence import TestEvidence, test_key
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.results.verdicts import UNJUDGED
 
 EXPECTED, XPASS = "expected", "xpass"

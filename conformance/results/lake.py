@@ -29,14 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from conformance.results.records import (
-    PARTITION_KEY,
-    SCHEMAS,
-    RunRecord,
-    harness_version,
-    redact_url,
-    write_atomically,
-)
+from conformance.results.parts import write_atomically
+from conformance.results.records import PARTITION_KEY, SCHEMAS, RunRecord, harness_version, redact_url
 
 RECORDED = "recorded"
 

@@ -1,42 +1,33 @@
 """Results records (docs/design.md decision 7): one schema, written as Parquet during every run.
 
 Responsibility: declare the three record kinds of a run (the run, one record per test, one
-per frame), turn a test's recorded frames into frame records, and write them to a results
-directory that accumulates runs (a "results lake").
+per frame) and turn a test's recorded frames into frame records; `conformance.results.parts`
+writes them to a results directory that accumulates runs (a "results lake") and reads them back.
 
 Rules:
 - The schema is declared once, as plain `Column`s (`COLUMNS["runs" | "tests" | "frames"]`).
-  The pyarrow schemas (`SCHEMAS`) and the Spark DDL (`spark_ddl`, e.g. for
-  `spark.read.schema(...)` or `StructType.fromDDL`) are derived from them; column kinds use
-  Spark's type names.
-- Layout: ``<dir>/<table>/run=<run_id>/part-<n>-<writer>.parquet`` (hive partitioning by
-  run; the runs table holds one ``run.parquet``). A run writes only under its own
-  ``run=<id>`` directories. Files are written under a dot-name and renamed, so readers never
-  see a half-written file. Readers get the partition column `run` (`PARTITION_KEY`; read it
-  as a string, `read_table` does) in addition to the data column `run_id`.
-- Memory is bounded: test and frame rows are buffered and flushed to a new part file every
-  `batch_rows` rows and when the writer closes.
+  The pyarrow schemas (`SCHEMAS`, `schemas()`, built on first use: importing this module does
+  not import Arrow) and the Spark DDL (`spark_ddl`, e.g. for `spark.read.schema(...)` or
+  `StructType.fromDDL`) are derived from them; column kinds use Spark's type names.
+- Readers get the partition column `run` (`PARTITION_KEY`; read it as a string, `read_table`
+  does) in addition to the data column `run_id`.
 - Passwords never reach disk: URLs are stored through `redact_url`.
 - Timestamps are UTC; frame `ts` is the recorder's monotonic clock mapped to wall-clock time.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import os
-import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
-import pyarrow as pa
-import pyarrow.json as pj
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 from codec import BodyFrame, Command, HeaderFrame, HeartbeatFrame, MethodFrame, ProtocolHeader
 from conformance.results.observations import FrameRecord
@@ -142,23 +133,29 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
     ),
 }
 
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "int": pa.int32(),
-    "bigint": pa.int64(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-    "array<string>": pa.list_(pa.string()),
-    "array<int>": pa.list_(pa.int32()),
-}
-
-
 def arrow_schema(columns: Sequence[Column]) -> pa.Schema:
-    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.kind], nullable=c.nullable) for c in columns])
+    import pyarrow as pa  # here: a worker that only stages its rows never imports Arrow (and numpy)
+
+    types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "double": pa.float64(),
+             "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"),
+             "array<string>": pa.list_(pa.string()), "array<int>": pa.list_(pa.int32())}
+    return pa.schema([pa.field(c.name, types[c.kind], nullable=c.nullable) for c in columns])
 
 
-SCHEMAS: dict[str, pa.Schema] = {table: arrow_schema(columns) for table, columns in COLUMNS.items()}
+@functools.cache
+def schemas() -> dict[str, pa.Schema]:
+    """The pyarrow schema of each table (also `SCHEMAS`), built on first use."""
+    return {table: arrow_schema(columns) for table, columns in COLUMNS.items()}
+
+
+if TYPE_CHECKING:
+    SCHEMAS: dict[str, pa.Schema]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SCHEMAS":  # `from conformance.results.records import SCHEMAS` builds them then
+        return schemas()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def spark_ddl(table: str) -> str:
@@ -358,31 +355,9 @@ def frame_rows(run_id: str, test_id: str, frames: Iterable[FrameRecord], wall_of
         yield row
 
 
-class _PartBuffer:
-    """Rows of one table, kept as JSON lines and flushed to numbered part files under the run's
-    partition directory."""
-
-    def __init__(self, directory: Path, schema: pa.Schema) -> None:
-        self.directory, self.schema = directory, schema
-        self.rows: list[bytes] = []
-        self.parts = 0
-        self.token = uuid.uuid4().hex[:8]  # two writers of one run (e.g. workers) never clash
-
-    def add(self, row: Mapping[str, Any]) -> None:
-        self.rows.append(json_line(row))
-
-    def flush(self) -> None:
-        if not self.rows:
-            return
-        write_atomically(table_from_json_lines(self.rows, self.schema),
-                         self.directory / f"part-{self.parts:05d}-{self.token}.parquet")
-        self.parts += 1
-        self.rows = []
-
-
 def json_line(row: Mapping[str, Any]) -> bytes:
-    """One row as a JSON line: nulls left out, timestamps as ISO 8601 (what `table_from_json_lines`
-    reads back under the table's schema)."""
+    """One row as a JSON line: nulls left out, timestamps as ISO 8601 (what
+    `parts.table_from_json_lines` reads back under the table's schema)."""
     return json.dumps({k: v for k, v in row.items() if v is not None}, default=_json_value).encode() + b"\n"
 
 
@@ -390,70 +365,3 @@ def _json_value(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"not a results value: {value!r}")
-
-
-def table_from_json_lines(lines: Sequence[bytes], schema: pa.Schema) -> pa.Table:
-    """The rows as a table of `schema`, through Arrow's own JSON reader: `pa.Table.from_pylist` would
-    import pandas on its first call (about 0.3 CPU-s in every process that writes results)."""
-    data = b"".join(lines)
-    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
-    read = pj.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 20))  # one block: any row fits
-    table = pj.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
-    return table.select(schema.names).cast(schema)
-
-
-def write_atomically(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, temporary)
-    os.replace(temporary, path)
-
-
-@dataclass
-class ResultsWriter:
-    """Writes one run's records under `root`; `close()` flushes everything left."""
-
-    root: Path
-    run_id: str
-    batch_rows: int = 50_000
-    wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic())
-
-    def __post_init__(self) -> None:
-        self.root = Path(self.root)
-        partition = f"{PARTITION_KEY}={self.run_id}"
-        self._tests = _PartBuffer(self.root / "tests" / partition, SCHEMAS["tests"])
-        self._frames = _PartBuffer(self.root / "frames" / partition, SCHEMAS["frames"])
-        self._run_path = self.root / "runs" / partition / "run.parquet"
-        self.tests_written = 0
-
-    def write_run(self, record: RunRecord) -> None:
-        """Write (or rewrite) the run record: once at the start, again with `finished`."""
-        write_atomically(table_from_json_lines([json_line(asdict(record))], SCHEMAS["runs"]), self._run_path)
-
-    def add_test(self, record: TestRecord, frames: Sequence[FrameRecord] = ()) -> None:
-        record.frames = len(frames)
-        self._tests.add(asdict(record))
-        self.tests_written += 1
-        for row in frame_rows(self.run_id, record.test_id, frames, self.wall_offset):
-            self._frames.add(row)
-        if len(self._frames.rows) >= self.batch_rows:
-            self._frames.flush()
-        if len(self._tests.rows) >= self.batch_rows:
-            self._tests.flush()
-
-    def close(self) -> None:
-        self._tests.flush()
-        self._frames.flush()
-
-
-def read_table(root: Path | str, table: str, run_id: str | None = None) -> pa.Table:
-    """One table of a results directory (all runs, or one), with the `run` partition column."""
-    if table not in TABLES:
-        raise ValueError(f"unknown results table {table!r} (one of: {', '.join(TABLES)})")
-    import pyarrow.dataset as ds  # here, not at the top: it imports pandas, ~0.25 s of every run's start-up
-
-    partitioning = ds.partitioning(pa.schema([(PARTITION_KEY, pa.string())]), flavor="hive")
-    schema = SCHEMAS[table].append(pa.field(PARTITION_KEY, pa.string()))
-    dataset = ds.dataset(Path(root) / table, format="parquet", partitioning=partitioning, schema=schema)
-    expression = ds.field(PARTITION_KEY) == run_id if run_id is not None else None
-    return dataset.to_table(filter=expression)

@@ -15,7 +15,7 @@ from conformance.client_judge import runner
 from conformance.drivers import interface as di
 from conformance.drivers import wire_json
 from conformance.drivers.registry import REGISTRY, ClientSpec
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.results.verdicts import Verdict
 from tests.conftest import require
 

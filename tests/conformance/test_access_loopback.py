@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite.access.test_access_sasl import non_loopback_address
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_cli_run import cli

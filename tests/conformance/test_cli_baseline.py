@@ -21,7 +21,8 @@ from conformance.results.baseline import (
     parse_baseline,
     render,
 )
-from conformance.results.records import ResultsWriter, RunRecord, TestRecord
+from conformance.results.parts import ResultsWriter
+from conformance.results.records import RunRecord, TestRecord
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -304,7 +305,7 @@ def test_an_entry_for_one_rule_of_a_machine_does_not_accept_a_failure_of_another
     import subprocess
     import sys
 
-    from conformance.results.records import read_table
+    from conformance.results.parts import read_table
     from conformance.suite.timeout import test_machine_timeout
 
     suite = tmp_path / "suite"  # the timeout machine alone

@@ -24,7 +24,7 @@ from conformance.cli import main
 from conformance.gate.runner import RunCollector
 from conformance.plugin.evidence import TestEvidence, attach
 from conformance.results.baseline import load_baseline
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_plugin import WEDGE_SUITE, WedgeProxy
 from tests.conftest import cli_env

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from conformance.drivers.raw import DriverError, RawClient
-from conformance.results.records import read_table, redact_url
+from conformance.results.parts import read_table
+from conformance.results.records import redact_url
 from conformance.run.nodes import ClusterSpec, embedded_cluster, parse_cluster
 from conformance.suite import SUITE_DIR
 from reference_broker.faults import FAULTS

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite import SUITE_DIR
 from tests.conformance.test_cluster_brokers import run_on_an_embedded_cluster
 

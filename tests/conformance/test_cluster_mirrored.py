@@ -22,7 +22,7 @@ import pytest
 from codec import BasicConsume
 from conformance.drivers.raw import DriverError, RawClient
 from conformance.interpose.frames import Frame
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from tests.conformance.deviant import DeviantProxy, Deviation, Io, encode
 from tests.conftest import cli_env, require
 

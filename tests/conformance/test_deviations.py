@@ -137,7 +137,7 @@ def test_the_proxy_deviation_matrix_is_fully_killed(tmp_path: Path) -> None:
 def test_a_deviation_met_while_a_test_prepares_is_a_failure_of_its_rule(tmp_path: Path) -> None:
     """A broker that nacks the first publish of each confirm channel (PC-08) fails the tests whose
     setup publishes with confirms, naming PC-08; nothing is `broken`, and the exit status is 1."""
-    from conformance.results.records import read_table
+    from conformance.results.parts import read_table
     from conformance.suite import SUITE_DIR
 
     outcome = deviation_matrix.run(BY_NAME["first_confirm_nacked"], tmp_path, [f"{SUITE_DIR}/ack/test_ack.py"],
@@ -153,7 +153,7 @@ def test_a_deviation_met_while_a_test_prepares_is_a_failure_of_its_rule(tmp_path
 def test_a_required_method_answered_with_540_fails_the_gate(tmp_path: Path) -> None:
     """540 NOT_IMPLEMENTED for basic.qos, which the profile requires (QOS-02..05): the qos tests
     fail (never `unimplemented`, which the gate would let pass) and the run exits 1."""
-    from conformance.results.records import read_table
+    from conformance.results.parts import read_table
     from conformance.suite import SUITE_DIR
 
     outcome = deviation_matrix.run(BY_NAME["qos_not_implemented"], tmp_path, [f"{SUITE_DIR}/qos/test_qos.py"],

@@ -26,7 +26,7 @@ import pytest
 
 from conformance.catalogue.profiles import AUTO, COMPATIBLE, SPEC, choices
 from conformance.catalogue.rules import CAPABILITIES, PROFILES
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.results.verdicts import Verdict
 from tests.conformance.test_cli_run import cli
 

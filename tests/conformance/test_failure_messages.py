@@ -95,7 +95,7 @@ NODES = {  # test -> what its failure must say
 
 @pytest.mark.timeout(300)
 def test_failures_through_the_plugin_are_whole_and_say_what_happened(tmp_path: Path) -> None:
-    from conformance.results.records import read_table
+    from conformance.results.parts import read_table
 
     with EmbeddedBroker(faults=FAULTS) as broker:
         run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",

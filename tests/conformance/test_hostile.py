@@ -29,7 +29,7 @@ import pytest
 
 from conformance.cli import main
 from conformance.drivers.raw import ConnectionLost, NoReply, RawClient
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.hostile import PASS, HostileProxy, Mode, Plan, declares_queue

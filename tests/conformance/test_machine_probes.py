@@ -17,7 +17,7 @@ import pytest
 from codec import BasicAck, BasicDeliver
 from conformance.catalogue.mentions import named_rules
 from conformance.interpose.frames import Frame
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite.ack.test_machine_ack import AckMachine
 from conformance.suite.steps import machine_steps as do
 from conformance.suite.steps.machine_support import MachineTarget

@@ -22,7 +22,7 @@ import pytest
 
 from conformance.interpose.relay import Interposer, Link, Plumbing, Relay, RelayThread, Transform
 from conformance.plugin.health import NameRegistry, find_leaks
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.run.admin import NoAdmin
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker

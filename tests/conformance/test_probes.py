@@ -37,7 +37,7 @@ from conformance.drivers.silence import SILENCES, Unanswered
 from conformance.interpose.frames import Frame
 from conformance.interpose.relay import IN
 from conformance.plugin.health import HealthProbe
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation, Io
 from tests.conformance.test_silences import learning  # noqa: F401  (the fixture: probing on, as in a rule test)

@@ -25,7 +25,7 @@ from conformance.catalogue.profiles import (
     version_fit,
 )
 from conformance.catalogue.rules import PROFILES
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from reference_broker.server import EmbeddedBroker
 from reports.render import render_site
 from tests.conftest import cli_env

@@ -30,7 +30,7 @@ from conformance.catalogue.profiles import (
 )
 from conformance.catalogue.rules import CAPABILITIES, NOT_APPLICABLE, PROFILES, all_rules
 from conformance.results.baseline import load_baseline
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite.confirms import test_confirms
 from reference_broker.server import EmbeddedBroker
 from tests.conftest import cli_env

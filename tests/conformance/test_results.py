@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,17 +29,16 @@ from codec import (
     MethodFrame,
 )
 from conformance.drivers.raw import FrameRecord
+from conformance.results.parts import ResultsWriter, publish_staged, read_table
 from conformance.results.records import (
     COLUMNS,
     PARTITION_KEY,
     SCHEMAS,
-    ResultsWriter,
     RunRecord,
     TestRecord,
     body_digest,
     frame_fields,
     frame_rows,
-    read_table,
     redact_url,
     spark_ddl,
 )
@@ -167,6 +168,38 @@ def test_writer_flushes_in_bounded_batches_and_rewrites_the_run_record(tmp_path:
     (record,) = read_table(tmp_path, "runs").to_pylist()
     assert (record["exit_status"], record["tests"], record["finished"]) == (0, 5, NOW)
     assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_staged_writers_rows_are_published_whole_and_a_cut_line_is_left_out(tmp_path: Path) -> None:
+    writers = [ResultsWriter(tmp_path, "r1", staged=True, batch_rows=4) for _ in range(2)]
+    for n, writer in enumerate(writers):
+        for m in range(3):
+            writer.add_test(_test(f"t::{n}.{m}"), _frames())  # a batch of frames staged on the way
+        writer.close()
+    staged = sorted((tmp_path / "frames" / "run=r1").glob(".part-*.jsonl"))
+    assert len(staged) == 2 and not list(tmp_path.rglob("*.parquet"))  # nothing readable yet
+    with open(staged[1], "ab") as cut:
+        cut.write(b'{"run_id": "r1", "test_id": "t::cut"')  # a worker killed while it wrote
+    assert publish_staged(tmp_path, "r1") == 6 + 18
+    assert not list(tmp_path.rglob(".part-*"))
+    assert sorted(r["test_id"] for r in read_table(tmp_path, "tests", "r1").to_pylist()) == \
+        ["t::0.0", "t::0.1", "t::0.2", "t::1.0", "t::1.1", "t::1.2"]
+    frames = read_table(tmp_path, "frames", "r1").to_pylist()
+    assert len(frames) == 18 and {f["test_id"] for f in frames} == {f"t::{n}.{m}" for n in (0, 1) for m in range(3)}
+    assert publish_staged(tmp_path, "r1") == 0  # published once
+
+
+def test_a_staged_writer_never_imports_arrow(tmp_path: Path) -> None:
+    code = ("import sys; from datetime import UTC, datetime; from conformance.results.parts import ResultsWriter; "
+            "from conformance.results.records import TestRecord; from conformance.drivers.raw import FrameRecord; "
+            f"w = ResultsWriter({str(tmp_path)!r}, 'r1', staged=True); "
+            "w.add_test(TestRecord('r1', 't::a', ['ACK-03'], 'ack', 'passed', 'passed', 'call', datetime.now(UTC)), "
+            "[FrameRecord(10.0, 1, 'out', -1, b'AMQP\\x00\\x00\\x09\\x01')]); w.close(); "
+            "print(sorted(m for m in ('pyarrow', 'numpy', 'pandas') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    assert len(list(tmp_path.rglob(".part-*.jsonl"))) == 2  # its tests and its frames, staged
 
 
 def test_read_table_rejects_an_unknown_table(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from codec import BasicGet, BasicGetEmpty, BasicGetOk, QueueDeclare, QueueDeclar
 from conformance.drivers.probes import PROBE_SUPPORT
 from conformance.drivers.raw import NoReply, RawClient
 from conformance.drivers.silence import SILENCES, Silences, Unanswered
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from reference_broker.server import EmbeddedBroker
 
 BROKER = ("127.0.0.1", 5672, "/")

@@ -23,7 +23,7 @@ from codec import BasicAck, QueueDeclare, QueueDeclareOk
 from conformance.drivers.raw import NoReply, RawClient
 from conformance.interpose.frames import Frame
 from conformance.interpose.relay import IN
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite.steps.queues import CLASSIC, DECLARED, QUORUM, Publisher, confirm_wait, declare
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation, Io, encode

@@ -19,7 +19,7 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import Recorder
 from conformance.drivers.relay import recording_relay
 from conformance.plugin.through_clients import relayed
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite.steps.machine_support import ENV_SHRINK
 from conformance.suite.through_clients.machine_clients import run_client_ack_machine
 from reference_broker.server import EmbeddedBroker

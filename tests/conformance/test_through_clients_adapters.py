@@ -20,7 +20,7 @@ import pytest
 
 from conformance.drivers.registry import REGISTRY, ClientUnavailable
 from conformance.drivers.suite_client import OwnedAdapter, open_client
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.test_through_clients import _run
 from tests.conftest import require

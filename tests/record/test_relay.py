@@ -19,7 +19,7 @@ from conformance.interpose.relay import Relay
 from conformance.record.lake_sink import LakeSink
 from conformance.record.pcap import import_capture
 from conformance.results.lake import RecordingLake
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from reports.audit.lake import audit_lake
 
 HEADER = b"AMQP\x00\x00\x09\x01"

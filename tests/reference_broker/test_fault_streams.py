@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite import SUITE_DIR
 from reference_broker.server import EmbeddedBroker
 

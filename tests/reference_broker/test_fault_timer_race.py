@@ -15,7 +15,7 @@ from pathlib import Path
 from codec import BasicCancel, BasicConsume, BasicDeliver, BasicQos, ChannelOpen, Method, QueueDeclare
 from conformance.plugin.evidence import TestEvidence
 from conformance.results.baseline import load_baseline
-from conformance.results.records import read_table
+from conformance.results.parts import read_table
 from conformance.suite.timeout import test_timeout_sac
 from reference_broker.core import Effect, Meta, StartTimer
 from reference_broker.server import EmbeddedBroker

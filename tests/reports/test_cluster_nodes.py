@@ -17,14 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from conformance.results.records import (
-    PARTITION_KEY,
-    SCHEMAS,
-    ResultsWriter,
-    RunRecord,
-    TestRecord,
-    write_atomically,
-)
+from conformance.results.parts import ResultsWriter, write_atomically
+from conformance.results.records import PARTITION_KEY, SCHEMAS, RunRecord, TestRecord
 from reports.model import page_for_test
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from conformance.results.records import ResultsWriter, RunRecord, TestRecord
+from conformance.results.parts import ResultsWriter
+from conformance.results.records import RunRecord, TestRecord
 from conformance.results.verdicts import UNJUDGED
 
 pytestmark = pytest.mark.spark

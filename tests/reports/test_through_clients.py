@@ -19,7 +19,8 @@ import pytest
 
 from codec import ConnectionStartOk
 from conformance.interpose.frames import Frame
-from conformance.results.records import ResultsWriter, RunRecord, TestRecord
+from conformance.results.parts import ResultsWriter
+from conformance.results.records import RunRecord, TestRecord
 from reference_broker.server import EmbeddedBroker
 from reports.model import Cell, ReportData, Target
 from reports.through_clients import client_matrices, reasons_of, runs_to_explain
