@@ -9,7 +9,7 @@ Rules:
 - A publisher is a connection of its own that the tests only look at once it may be blocked;
   consumers are other connections that never publish.
 - The scenarios that fit one alarm period share it, each publisher with a queue of its own (the
-  Java client's six cases in three tests): they run alone, so each period costs the run its
+  Java client's six cases in two tests): they run alone, so each period costs the run its
   wall time; the publishers' notices are awaited under one bound (steps.alarms rules).
 """
 
@@ -62,12 +62,14 @@ Connect = Callable[..., RawClient]  # the `connect` fixture
 
 @pytest.mark.long_wait(4)  # 3.5 s of silence while blocked
 @pytest.mark.clauses("ALM-01.a", "ALM-01.b", "ALM-01.d", "ALM-02.a", "ALM-02.b", "ALM-02.c", "ALM-03.a", "ALM-03.c",
-                     "ALM-03.d", "ALM-05.a", "ALM-05.b")
-@pytest.mark.rules("ALM-01", "ALM-02", "ALM-03", "ALM-05")
+                     "ALM-03.d", "ALM-05.a", "ALM-05.b", "ALM-04.a", "ALM-04.b", "ALM-01.f")
+@pytest.mark.rules("ALM-01", "ALM-02", "ALM-03", "ALM-04", "ALM-05")
 def test_a_publish_during_an_alarm_blocks_and_waits(connect: Connect, names: Names, target: Target,
                                                      admin: RestoringAdmin) -> None:
-    """BlockedConnection.testBlock and MemoryAlarms.flowControl, four publishers in one memory alarm,
-    each publishing to a queue of its own that a watcher consumes:
+    """BlockedConnection.testBlock and MemoryAlarms.flowControl in one memory alarm. First, on
+    `worker`, a connection that published before the alarm and publishes nothing during it:
+    basic.get, basic.consume, a delivery and acks all work, and nothing blocks it (ALM-04). Then
+    four publishers, each publishing to a queue of its own that a watcher consumes:
     - `held` is blocked with the reason "low on memory", its message held until the alarm clears,
       then it is unblocked and publishes as before;
     - `silent`, a client without the connection.blocked capability, is blocked silently (neither
@@ -81,8 +83,10 @@ def test_a_publish_during_an_alarm_blocks_and_waits(connect: Connect, names: Nam
     chs = {who: consumer(watcher, queue) for who, queue in queues.items()}
     held, silent, empty = connect(), connect(capabilities=NOT_CAPABLE), connect()
     pch, sch, ech = held.channel(), silent.channel(), empty.channel()
+    worker, wch, wqueue = published_before(connect, names)
     no_alarm_at_start(admin)
     raise_alarm(admin, MEMORY)
+    keeps_working(worker, wch, wqueue, target)
     quiet = connect(heartbeat=1)  # opened now and blocked at once: it never sends a heartbeat
     qch = quiet.channel()
     publish(quiet, qch, queues["quiet"], b"held")
@@ -100,8 +104,8 @@ def test_a_publish_during_an_alarm_blocks_and_waits(connect: Connect, names: Nam
                       "header, so it is routed though its connection then blocks") == [b""]
     nothing_delivered(watcher, chs["held"], target, "ALM-02", "a blocked connection's publish is not routed while "
                       "the alarm lasts")
-    not_blocked(silent, target, "ALM-01", "a client without the connection.blocked capability gets no "
-                "connection.blocked")
+    not_blocked_each({"ALM-01: a client without the connection.blocked capability gets no connection.blocked": silent,
+                      f"ALM-04: {NOT_PUBLISHING}, nothing blocks it": worker}, target)
     try:
         quiet.poll(0, ConnectionUnblocked, duration=max(quiet_until - time.monotonic(), READ))
     except (ConnectionLost, ConnectionClosed) as exc:
@@ -162,12 +166,11 @@ def test_overlapping_alarms_unblock_only_when_both_clear(connect: Connect, names
     assert deliveries(watcher, chs["late"], 1, target, "ALM-02", "both alarms cleared") == [b"held-late"]
 
 
-@pytest.mark.clauses("ALM-04.a", "ALM-04.b", "ALM-01.f")
-@pytest.mark.rules("ALM-04", "ALM-01")
-def test_connections_that_do_not_publish_keep_working(connect: Connect, names: Names, target: Target,
-                                                      admin: RestoringAdmin) -> None:
-    """MemoryAlarms.flowControl's first half: on a connection that published before the alarm,
-    basic.get, basic.consume, deliveries and acks all work during it."""
+NOT_PUBLISHING = "during a memory alarm, on a connection that does not publish while it lasts"
+
+
+def published_before(connect: Connect, names: Names) -> tuple[RawClient, int, str]:
+    """MemoryAlarms.flowControl's first half, before the alarm: a connection publishes two messages."""
     queue = names.queue("alm")
     client = connect()
     ch = client.channel()
@@ -175,9 +178,11 @@ def test_connections_that_do_not_publish_keep_working(connect: Connect, names: N
     publish(client, ch, queue, b"one")
     publish(client, ch, queue, b"two")
     sync(client, ch)
-    no_alarm_at_start(admin)
-    raise_alarm(admin, MEMORY)
-    what = "during a memory alarm, on a connection that does not publish while it lasts"
+    return client, ch, queue
+
+
+def keeps_working(client: RawClient, ch: int, queue: str, target: Target) -> None:
+    """ALM-04, during the alarm: basic.get, basic.consume, a delivery and acks work."""
     try:
         got = client.rpc(ch, BasicGet(queue=queue), BasicGetOk, timeout=target.timeout(5.0))
         client.send(ch, BasicAck(delivery_tag=got.method.delivery_tag))  # type: ignore[union-attr]
@@ -186,8 +191,8 @@ def test_connections_that_do_not_publish_keep_working(connect: Connect, names: N
         client.send(ch, BasicAck(delivery_tag=delivered.method.delivery_tag))  # type: ignore[union-attr]
         sync(client, ch)
     except Exception as exc:
-        raise AssertionError(f"ALM-04: {what}, basic.get, basic.consume, a delivery and acks work; "
+        raise AssertionError(f"ALM-04: {NOT_PUBLISHING}, basic.get, basic.consume, a delivery and acks work; "
                              f"{type(exc).__name__}: {exc}") from None
     assert (got.body, delivered.body) == (b"one", b"two"), (
-        f"ALM-04: {what}: basic.get gave {got.body!r} and the consumer {delivered.body!r} (want b'one', b'two')")
-    not_blocked(client, target, "ALM-04", f"{what}, nothing blocks it")
+        f"ALM-04: {NOT_PUBLISHING}: basic.get gave {got.body!r} and the consumer {delivered.body!r} (want b'one', "
+        f"b'two')")

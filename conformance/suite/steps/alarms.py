@@ -97,13 +97,13 @@ def not_blocked(client: RawClient, target: Target, rule: str, what: str) -> None
     not_blocked_each({what: client}, target, rule)
 
 
-def not_blocked_each(clients: dict[str, RawClient], target: Target, rule: str) -> None:
-    """No connection.blocked (nor unblocked) reaches any of `clients` (what must hold -> the client)
-    within one window of HOLD."""
+def not_blocked_each(clients: dict[str, RawClient], target: Target, rule: str | None = None) -> None:
+    """No connection.blocked (nor unblocked) reaches any of `clients` (what must hold -> the client;
+    without `rule`, each what starts with its own) within one window of HOLD."""
     deadline = time.monotonic() + target.timeout(HOLD)
     for what, client in clients.items():
         got = client.poll(0, ConnectionBlocked, ConnectionUnblocked, duration=_left(deadline))
-        assert got is None, f"{rule}: {what}; the broker sent {got.method if got else ''}"
+        assert got is None, f"{f'{rule}: ' if rule else ''}{what}; the broker sent {got.method if got else ''}"
 
 
 def unblocked_each(clients: dict[str, RawClient], target: Target) -> None:
