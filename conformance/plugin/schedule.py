@@ -20,10 +20,12 @@ Rules:
   `takes(seconds)` (seconds it takes on RabbitMQ, measured: a machine that explores longer than
   `MACHINE_SECONDS`, a drawn test whose examples are slow there), longest first, PLAIN for the rest,
   LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
-  such as the global consumer timeout), FILL for the tests marked `beside_broker_wide` that are
-  shorter than `MACHINE_SECONDS`: handed out after the broker-wide tests, they run on the workers
-  that would otherwise wait while a broker-wide test holds the broker alone (a run without
-  broker-wide tests ranks them as their waits alone would). Workers write the ranks into the run's lock directory
+  such as the global consumer timeout), and just before those FILL for the tests marked
+  `beside_broker_wide` that are shorter than `MACHINE_SECONDS`: they hold no lock, so the
+  broker-wide tests start as soon as the plain tests are done, and these run on the workers that
+  would otherwise wait while a broker-wide test holds the broker alone (handed out after the
+  broker-wide tests, they waited behind them: a worker that takes a broker-wide test waits for the
+  lock). A run without broker-wide tests ranks them as their waits alone would. Workers write the ranks into the run's lock directory
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
   them (a worker that could not write), a test ranks by its file name (`rank`).
 - `arrange` is pure: from the node ids, their ranks and the number of workers it returns the
@@ -51,7 +53,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-FIRST, PLAIN, LAST, FILL = 0, 1, 2, 3  # ranks, in the order they are handed out
+FIRST, PLAIN, FILL, LAST = 0, 1, 2, 3  # ranks, in the order they are handed out
 LONG_WAIT = "long_wait"  # marker: the test spends seconds on the broker's clock
 TAKES = "takes"  # marker: the test takes about this many seconds on RabbitMQ (measured; not a limit)
 BROKER_WIDE = "broker_wide"  # marker: the test may change a setting every connection sees

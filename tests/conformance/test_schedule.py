@@ -108,7 +108,7 @@ def test_short_tests_beside_broker_wide_ones_fill_the_tail_when_there_is_one() -
     assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FIRST, 32)]
     ranks = {**RANKS, SUITE[10]: (FILL, 3.0), SUITE[11]: (FILL, 0.0)}
     order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
-    assert order[-4:] == [SUITE[5], SUITE[6], SUITE[10], SUITE[11]]  # after the broker-wide ones, longest first
+    assert order[-4:] == [SUITE[10], SUITE[11], SUITE[5], SUITE[6]]  # just before the broker-wide ones, longest first
     without = [n for n in SUITE if ranks[n][0] != LAST]  # no broker-wide test selected: nothing to fill
     order = [without[i] for i in arrange(without, 3, ranks)]
     assert order[6:8] == [SUITE[8], SUITE[10]] and order[-2:] == [SUITE[11], SUITE[12]]  # with the long ones; plain
