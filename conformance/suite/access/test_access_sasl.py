@@ -3,9 +3,11 @@ and server/Permissions.auth) and ACC-08 (server/LoopbackUsers).
 
 Rules:
 - They log in as the run's own user (the URL's); none needs --broker-admin.
-- Refused handshakes are driven by hand (`handshakes`, all at once: RabbitMQ ends a silent one
-  only after its 3 s SILENT_CLOSE_DELAY, so they cost that once); each waits up to the scaled
-  client timeout (6 s), longer than that delay.
+- Refused handshakes are driven by hand (`handshakes`, all at once: RabbitMQ ends a refused one
+  only after 3 s, so they cost that once: ?NORMAL_TIMEOUT for a login refused in `starting`, as a
+  wrong PLAIN password is, ?SILENT_CLOSE_DELAY in `securing` and for other handshake errors;
+  rabbit_reader v3.10.8 l. 55/61, v4.3.5 l. 60/66); each waits up to the scaled client timeout
+  (6 s), longer than that delay.
 - "Ends the socket with no connection.close": the handshake saw neither connection.tune nor
   connection.close, and the socket ended (EOF or reset) within the wait.
 - ACC-08 judges the refused side only where the broker answers on a non-loopback address of
@@ -30,7 +32,7 @@ from conformance.suite.steps.beside import NEVER_PUBLISHES
 from conformance.suite.steps.wire import Handshake, handshakes
 
 REFUSED = "ACCESS_REFUSED - Login was refused using authentication mechanism {}. For details see the broker logfile."
-WAIT = 6.0  # s (scaled): above RabbitMQ's 3 s SILENT_CLOSE_DELAY
+WAIT = 6.0  # s (scaled): above RabbitMQ's 3 s before it ends a refused handshake
 
 
 def amqplain(user: str, password: str) -> bytes:
@@ -88,7 +90,7 @@ def test_plain_and_amqplain_log_in(target: Target, recorder: Recorder) -> None:
 
 
 @pytest.mark.beside_broker_wide(NEVER_PUBLISHES)
-@pytest.mark.long_wait(3)  # RabbitMQ's SILENT_CLOSE_DELAY, once (the handshakes run at once)
+@pytest.mark.long_wait(3)  # RabbitMQ's 3 s before it ends a refused login, once (the handshakes run at once)
 @pytest.mark.rules("ACC-06")
 def test_refused_logins(target: Target, recorder: Recorder) -> None:
     """A wrong password or an unknown user: 403 with the capability, a silent end without it;
