@@ -74,18 +74,26 @@ def test_the_requeue_machine_waits_for_a_quorum_queue_applying_commands_late(tmp
     assert lagged > 0  # the slow path was taken: counts were shown late and waited for
 
 
-class ConfirmsLate(Deviation):
-    """A broker whose disk or consensus is slow: every basic.ack reaches the client `LAG` s late."""
+class MethodLate(Deviation):
+    """Every `METHOD` the broker sends reaches the client `LAG` s late (recorded as "late")."""
 
-    name = "confirms_late"
-    LAG: ClassVar[float] = 3.0
+    METHOD: ClassVar[type]
+    LAG: ClassVar[float]
 
     def broker(self, frame: Frame, io: Io) -> None:
-        if frame.type == 1 and isinstance(frame.method, BasicAck):
+        if frame.type == 1 and isinstance(frame.method, self.METHOD):
             io.record("late")
             io.link.send_later(self.LAG, IN, frame.raw)
             return
         io.to_client(frame.raw)
+
+
+class ConfirmsLate(MethodLate):
+    """A broker whose disk or consensus is slow: every basic.ack reaches the client `LAG` s late."""
+
+    name = "confirms_late"
+    METHOD = BasicAck
+    LAG = 3.0
 
 
 @pytest.mark.parametrize("kind", [QUORUM, CLASSIC])
@@ -148,18 +156,12 @@ def test_the_lifecycle_machine_passes_behind_a_slow_link(tmp_path: Path) -> None
     assert delayed > 0
 
 
-class CloseOkLate(Deviation):
+class CloseOkLate(MethodLate):
     """A busy broker: every channel.close-ok reaches the client `LAG` s late."""
 
     name = "close_ok_late"
-    LAG: ClassVar[float] = 1.0  # over the 0.3 s ERR-03's test once looked for it in (a flake on 4.3.6)
-
-    def broker(self, frame: Frame, io: Io) -> None:
-        if frame.type == 1 and isinstance(frame.method, ChannelCloseOk):
-            io.record("late")
-            io.link.send_later(self.LAG, IN, frame.raw)
-            return
-        io.to_client(frame.raw)
+    METHOD = ChannelCloseOk
+    LAG = 1.0  # over the 0.3 s ERR-03's test once looked for it in (a flake on 4.3.6)
 
 
 def test_methods_after_a_channel_close_wait_for_a_late_close_ok(tmp_path: Path) -> None:
