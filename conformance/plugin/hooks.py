@@ -98,6 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{schedule.LONG_WAIT}: spends seconds on the broker's clock (started first)")
     config.addinivalue_line("markers", f"{schedule.TAKES}(seconds): takes about that long on RabbitMQ, measured "
                                        "(started first, longest first; not a limit)")
+    config.addinivalue_line("markers", f"{schedule.BOUND}(seconds): the test's longest bound for a reply, waited "
+                                       "out only when the broker never sends it (handed out before the other plain tests)")
     config.addinivalue_line("markers", f"{schedule.BROKER_WIDE}: may change a setting every connection sees "
                                        "(runs alone when it does, at the end)")
     config.addinivalue_line("markers", f"{schedule.BESIDE}(reason): nothing a broker-wide change touches reaches "

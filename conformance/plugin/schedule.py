@@ -18,7 +18,10 @@ Rules:
   hold the collected items; the controller holds only node ids): FIRST for the model machines
   and the tests marked `long_wait(seconds)` (seconds spent on the broker's clock by design) or
   `takes(seconds)` (seconds it takes on RabbitMQ, measured: a machine that explores longer than
-  `MACHINE_SECONDS`, a drawn test whose examples are slow there), longest first, PLAIN for the rest,
+  `MACHINE_SECONDS`, a drawn test whose examples are slow there), longest first, PLAIN for the rest
+  (those marked `bound(seconds)` first, longest bound first: a reply a conforming broker sends at
+  once but is allowed that long, such as a quorum queue's confirm, which a deviating broker makes
+  the test wait out; handed out early, such waits overlap the machines' in place of following them),
   LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
   such as the global consumer timeout), and just before those FILL for the tests marked
   `beside_broker_wide` that are shorter than `MACHINE_SECONDS`: they hold no lock, so the
@@ -29,9 +32,9 @@ Rules:
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
   them (a worker that could not write), a test ranks by its file name (`rank`).
 - `arrange` is pure: from the node ids, their ranks and the number of workers it returns the
-  order of the tests: each worker's first two tests are a FIRST test and a short one (so no
-  long test waits behind another on one worker), then the rest by rank, collection order
-  within a rank.
+  order of the tests: each worker's first two tests are a FIRST test and a short one (a plain
+  test without a bound, so no long test waits behind another on one worker), then the rest by
+  rank, the longer seconds first, collection order within the same.
 - Why broker-wide tests come last: when one of them changes a broker-wide setting it takes the
   exclusive lock (`distributed.BrokerLock`) and waits for every running test; one started
   while a machine runs would make every worker wait for that machine (measured: 24 s stalls
@@ -56,6 +59,7 @@ from typing import Any
 FIRST, PLAIN, FILL, LAST = 0, 1, 2, 3  # ranks, in the order they are handed out
 LONG_WAIT = "long_wait"  # marker: the test spends seconds on the broker's clock
 TAKES = "takes"  # marker: the test takes about this many seconds on RabbitMQ (measured; not a limit)
+BOUND = "bound"  # marker: the test's longest bound for a reply, waited out only when the broker never sends it
 BROKER_WIDE = "broker_wide"  # marker: the test may change a setting every connection sees
 BESIDE = "beside_broker_wide"  # marker (with its reason): nothing a broker-wide change touches reaches the test
 RANKS_FILE = "ranks.json"
@@ -83,7 +87,8 @@ def mark_problem(item: Any) -> str | None:
 
 def rank_of(item: Any) -> tuple[int, float]:
     """A collected test's rank and the seconds it is expected to take on a conforming broker
-    (the longer of `long_wait(seconds)` and `takes(seconds)`; a machine: MACHINE_SECONDS; otherwise 0)."""
+    (the longer of `long_wait(seconds)` and `takes(seconds)`; a machine: MACHINE_SECONDS; a plain
+    test marked `bound(seconds)`: that bound, which orders it among the plain tests; otherwise 0)."""
     if item.get_closest_marker(BROKER_WIDE) is not None:
         return LAST, 0.0
     marked = [m for m in (item.get_closest_marker(LONG_WAIT), item.get_closest_marker(TAKES)) if m is not None]
@@ -91,7 +96,8 @@ def rank_of(item: Any) -> tuple[int, float]:
         found, seconds = FIRST, max(float(m.args[0]) if m.args else MACHINE_SECONDS for m in marked)
     else:
         found = rank(item.nodeid)
-        seconds = MACHINE_SECONDS if found == FIRST else 0.0
+        bound = item.get_closest_marker(BOUND)
+        seconds = MACHINE_SECONDS if found == FIRST else float(bound.args[0]) if bound is not None else 0.0
     if item.get_closest_marker(BESIDE) is not None and seconds < MACHINE_SECONDS:
         return FILL, seconds
     return found, seconds
@@ -134,7 +140,7 @@ def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, flo
 
     by_rank = sorted(range(len(nodeids)), key=key)  # stable
     longs = [i for i in by_rank if of(i) == FIRST][:workers]
-    short = [i for i in by_rank if of(i) == PLAIN][:len(longs)]
+    short = [i for i in by_rank if key(i) == (PLAIN, 0.0)][:len(longs)]  # a bounded test is no long one's partner
     if workers < 2 or len(short) < len(longs):
         return by_rank
     first = [index for pair in zip(longs, short, strict=True) for index in pair]

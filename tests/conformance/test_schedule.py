@@ -15,6 +15,7 @@ from conformance.plugin.distributed import EXCLUSIVE, LOCK_WAIT, BrokerLock, Wor
 from conformance.plugin.fixtures import broker_wide_claim
 from conformance.plugin.schedule import (
     BESIDE,
+    BOUND,
     BROKER_WIDE,
     FILL,
     FIRST,
@@ -78,6 +79,17 @@ def test_a_test_that_takes_long_on_rabbitmq_starts_first_by_its_measured_seconds
     ranks = {**RANKS, SUITE[8]: (FIRST, 26.0), SUITE[12]: (FIRST, 12.0)}  # the cancel machine, test_g
     order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
     assert order[0:4:2] == [SUITE[8], SUITE[12]]  # longest first, whatever the collection order
+
+
+def test_a_bounded_plain_test_is_handed_out_first_among_the_plain_ones_and_is_no_long_ones_partner() -> None:
+    items = [Item(nodeid=SUITE[12], marks={BOUND: (10,)}), Item(nodeid=SUITE[1], marks={BOUND: (10,)}),
+             Item(nodeid=SUITE[10], marks={BOUND: (5,), LONG_WAIT: (3,)})]
+    assert [rank_of(i) for i in items] == [(PLAIN, 10), (FIRST, MACHINE_SECONDS), (FIRST, 3)]  # a bound orders plain tests only
+    ranks = {**RANKS, SUITE[11]: (PLAIN, 5.0), SUITE[12]: (PLAIN, 10.0)}  # test_f, test_g bounded
+    order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
+    assert SUITE[11] not in order[:6] and SUITE[12] not in order[:6]  # not a long test's short partner
+    plain = [n for n in order if ranks[n][0] == PLAIN]
+    assert plain[3:5] == [SUITE[12], SUITE[11]]  # after the partners, the longest bound first
 
 
 def test_ranks_travel_from_a_worker_to_the_controller(tmp_path: Path) -> None:

@@ -238,6 +238,7 @@ def test_unroutable_without_mandatory_is_only_confirmed(connect: Connect, names:
 
 
 # -- PC-07 -----------------------------------------------------------------------------------
+@pytest.mark.bound(5)  # a persistent message's confirm: the disk write (a deviating broker waits it out)
 @pytest.mark.rules("PC-07")
 @pytest.mark.clauses("PC-07.a")
 def test_persistent_message_in_durable_queue_is_confirmed_once_stored(connect: Connect, names: Names,
@@ -265,6 +266,7 @@ def test_persistent_message_in_a_transient_queue_is_confirmed(connect: Connect, 
     assert message_count(client, ch, queue) == 3
 
 
+@pytest.mark.bound(10)  # a quorum queue's confirm: consensus on a slow disk (a deviating broker waits it out)
 @pytest.mark.rules("PC-07")
 @pytest.mark.clauses("PC-07.a", "PC-07.c")
 def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -> None:
@@ -278,6 +280,7 @@ def test_quorum_queue_confirms(connect: Connect, names: Names, target: Target) -
     assert message_count(client, ch, queue) == 3
 
 
+@pytest.mark.bound(10)  # a quorum queue's confirm: consensus on a slow disk (a deviating broker waits it out)
 @pytest.mark.rules("PC-07")
 @pytest.mark.clauses("PC-07.d")
 def test_message_routed_to_several_queues_gets_one_confirm(connect: Connect, names: Names,

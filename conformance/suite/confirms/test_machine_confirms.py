@@ -254,8 +254,10 @@ class ConfirmMachine(ModelMachine):
         do.close_channel(self, ch)  # PC-13: its pending confirms die with it
 
     def await_settlement(self, channels: list[Any]) -> None:
-        """PC-05: every seqno published on these channels is settled, within the timeout."""
-        deadline = time.monotonic() + self.target.timeout(self.SETTLE_SECONDS)
+        """PC-05: every seqno published on these channels is settled, within the settle (hurried while
+        a failure is shrunk: machine_support, hurried shrinking; the reported replay waits in full)."""
+        settle = self.settle_seconds()
+        deadline = time.monotonic() + settle
         while True:
             self.drain()
             pending = {ch: sorted(self.model.unsettled(ch)) for ch in channels if self.model.unsettled(ch)}
@@ -263,7 +265,7 @@ class ConfirmMachine(ModelMachine):
             if not pending and not returns:
                 return
             if time.monotonic() > deadline:
-                raise Violation(f"after {self.target.timeout(self.SETTLE_SECONDS):.1f} s: seqnos never settled "
+                raise Violation(f"after {settle:.1f} s: seqnos never settled "
                                 f"{pending} (PC-05), basic.return missing {returns} (PC-06)")
             self.read(deadline)
 

@@ -72,7 +72,7 @@ ENV_BUDGET = "AMQPC_MACHINE_BUDGET"
 DEFAULT_BUDGET = 60.0  # s per machine test against a deviating broker, shrinking included
 STABLE_EXAMPLES = 60  # examples since the smallest failure last got smaller: shrinking ends
 STABLE_SECONDS = 6.0  # or seconds since then (not scaled: what the user waits), whichever comes first
-HURRIED_SETTLE_SECONDS = 0.25  # a shrink candidate's settle (module rules: hurried shrinking)
+HURRIED_SETTLE_SECONDS = 0.1  # a shrink candidate's settle (module rules: hurried shrinking)
 PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrapping
 
 
