@@ -35,6 +35,7 @@ from codec import (
     BasicRecoverAsync,
     BasicReject,
     ChannelClose,
+    ChannelCloseOk,
     ChannelFlow,
     ChannelOpen,
     ConfirmSelect,
@@ -148,7 +149,8 @@ class BrokerCore(BrokerState):
             self.cluster.now_ms = meta.now_ms  # core/cluster.py's metadata lag
         ch = conn.channels.get(number)
         try:
-            if ch is not None and ch.closing:
+            if ch is not None and ch.closing and (isinstance(method, ChannelClose | ChannelCloseOk)
+                                                  or self.rules.closing_drops(method)):
                 return channels.closing_channel(conn, ch, method)
             if isinstance(method, ChannelOpen):
                 return channels.open_channel(self, meta, conn, number, ch)

@@ -240,6 +240,7 @@ class Rules:
     timer_after_command: Callable[[Queue, int], list[Effect]] = _armed_already  # at the end of a queue's dispatch
     # -- channels (ERR-04.q) ---------------------------------------------------------------
     channel_number_refused: Callable[[int], bool] = lambda number: False  # any number 1..65535 opens
+    closing_drops: Callable[[Any], bool] = _answered  # ERR-03: after the broker's channel.close a method is dropped
     # -- declarations (DCL-01, DCL-02) ----------------------------------------------------
     exclusive_locked: Callable[[int | None, int, bool], bool] = _owner_must_match  # (owner, conn, exclusive)
     unknown_exchange_type: Callable[[str], AmqpError] = _unknown_exchange_type

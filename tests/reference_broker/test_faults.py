@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from codec import BasicAck, BasicConsume, BasicDeliver, BasicNack, BasicQos, ChannelClose, ConfirmSelect
+from codec import (
+    BasicAck,
+    BasicConsume,
+    BasicDeliver,
+    BasicNack,
+    BasicQos,
+    ChannelClose,
+    ChannelCloseOk,
+    ConfirmSelect,
+    QueueDeclare,
+    QueueDeclareOk,
+)
 from reference_broker.config import BrokerConfig
 from reference_broker.core import BrokerCore
 from reference_broker.core.rules import Rules
@@ -70,3 +81,13 @@ def test_fault_examples_change_behaviour() -> None:
     sim, _ = consuming(0, "soft_errors_close_connection")
     assert closes(sim.do(1, 1, BasicAck(5)))
     assert not methods(sim.do(1, 1, BasicAck(5)), ChannelClose)
+
+
+def test_a_closing_channel_drops_what_follows_the_brokers_close_unless_the_fault_answers_it() -> None:
+    """ERR-03: once the broker sent channel.close, methods other than close and close-ok are
+    dropped; `closing_channel_answers` carries them out."""
+    for fault, answered in ((None, []), ("closing_channel_answers", [QueueDeclareOk("q2", 0, 0)])):
+        sim, _ = consuming(0, fault) if fault else consuming(0, "priorities_ignored")  # any fault of another rule
+        assert methods(sim.do(1, 1, BasicAck(5)), ChannelClose)
+        assert methods(sim.do(1, 1, QueueDeclare(queue="q2")), QueueDeclareOk) == answered
+        assert methods(sim.do(1, 1, ChannelClose(200, "bye", 0, 0)), ChannelCloseOk) == [ChannelCloseOk()]

@@ -26,7 +26,6 @@ Rules:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import select
@@ -47,7 +46,6 @@ from codec import (
     ExchangeDeclare,
     ExchangeDeclareOk,
     ExchangeDelete,
-    ExchangeDeleteOk,
     Method,
     QueueBind,
     QueueBindOk,
@@ -82,6 +80,7 @@ from conformance.suite.steps.machine_support import (
     SetupRecorded,
     Smallest,
     count_meaning,
+    delete_then_close,
     example_ended,
     format_frame,
     from_machine,
@@ -441,11 +440,8 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
     def cleanup(self) -> None:
         deletes: list[Method] = [QueueDelete(queue=q) for q in self.real.values()]
         deletes += [ExchangeDelete(exchange=x) for x in self.exchanges.values()]
-        for client in self.clients.values():  # first: no consumer left on what we delete
-            client.close()
-        if deletes:
-            with contextlib.suppress(DriverError, OSError), \
-                    RawClient(self.target.url, timeout=self.target.timeout(5.0)) as c:
-                ch = c.channel()
-                for method in deletes:
-                    c.rpc(ch, method, QueueDeleteOk, ExchangeDeleteOk)
+        control = self.clients.get(self.control_conn)
+        for client in self.clients.values():  # first: no consumer of another connection left on what we delete
+            if client is not control:
+                client.close()
+        delete_then_close(control, CONTROL, deletes, self.target.url, self.target.timeout(5.0))

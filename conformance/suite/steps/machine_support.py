@@ -59,7 +59,7 @@ from hypothesis.internal.conjecture import engine
 from hypothesis.reporting import report as hypothesis_report
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
-from codec import Command
+from codec import Command, ExchangeDeleteOk, QueueDeleteOk
 from codec.frames import BodyFrame, HeaderFrame, MethodFrame, describe
 from conformance.drivers.raw import ChannelClosed as WireChannelClosed
 from conformance.drivers.raw import ConnectionClosed as WireConnectionClosed
@@ -394,3 +394,30 @@ def count_meaning(missing: int, failed_over: int, settle_rules: str) -> str:
                 "checked out across the failover, so they come back)")
     return wording.settled_differs(settle_rules)
 
+
+def delete_then_close(control: RawClient | None, number: int, deletes: list[Any], url: str, timeout: float) -> None:
+    """An example's teardown: its queue and exchange deletes on the control connection when it is
+    still whole (channel `number` open; the others closed first, so no consumer of theirs is left
+    on what is deleted), else on a connection of its own (one handshake fewer per example on the
+    usual path); then the control connection closes. The deletes are not the example's frames
+    (a throwaway recorder); a delete that fails leaves the rest to a fresh connection, as before."""
+    try:
+        whole = control is not None and control.sock is not None and not control.lost \
+            and control.connection_closed is None and number not in control.closed_channels
+        if control is not None and whole:
+            control.recorder = Recorder()
+        if deletes and not (control is not None and whole and _deleted(control, number, deletes)):
+            with contextlib.suppress(DriverError, OSError), RawClient(url, timeout=timeout) as c:
+                _deleted(c, c.channel(), deletes)
+    finally:
+        if control is not None:
+            control.close()
+
+
+def _deleted(client: RawClient, number: int, deletes: list[Any]) -> bool:
+    try:
+        for method in deletes:
+            client.rpc(number, method, QueueDeleteOk, ExchangeDeleteOk)
+    except (DriverError, OSError):
+        return False
+    return True
