@@ -30,7 +30,6 @@ Rules:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import uuid
@@ -71,7 +70,7 @@ from codec import (
     ReplyCode,
 )
 from conformance.catalogue.mentions import RuleViolation
-from conformance.drivers.raw import ChannelClosed, DriverError, Recorder
+from conformance.drivers.raw import DriverError, Recorder
 from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology, extra_rule
 from conformance.suite.steps.machine_support import (
     PICKS,
@@ -82,6 +81,7 @@ from conformance.suite.steps.machine_support import (
     Pick,
     Program,
     Smallest,
+    delete_then_close,
     example_ended,
     from_machine,
     run_within_budget,
@@ -148,6 +148,7 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
         self.hurried = False
         self.calls: list[tuple[str, dict[str, Any]]] = []  # the steps as called, picks resolved (replay)
         self.failed: list[list[tuple[str, dict[str, Any]]]] | None = None  # where a failing example's calls go
+        self.declared: set[str] = set()  # the logical names a declare named (close deletes them)
         self.client = self._connect()
 
     def real(self, logical: str) -> str:
@@ -321,6 +322,7 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
         self.model.bind(binding)
 
     def _declare_exchange(self, name: str, spec: Exchange) -> None:
+        self.declared.add(name)
         arguments = {"alternate-exchange": self.real(spec.alternate)} if spec.alternate else {}
         self._request("EXCH-01", f"exchange.declare {name} {spec}",
                       ExchangeDeclare(exchange=self.real(name), exchange_type=spec.kind, auto_delete=spec.auto_delete,
@@ -328,6 +330,7 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
         self.model.declare_exchange(name, spec)
 
     def _declare_queue(self, name: str, spec: Queue) -> None:
+        self.declared.add(name)
         self._request("QUEUE-01", f"queue.declare {name} {spec}",
                       QueueDeclare(queue=self.real(name), exclusive=spec.exclusive, auto_delete=spec.auto_delete,
                                    durable=spec.durable), QueueDeclareOk)
@@ -411,17 +414,11 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
             example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
 
     def close(self) -> None:
-        self.client.close()
-        self._cleanup()
-
-    def _cleanup(self) -> None:
-        deletes: list[Method] = [QueueDelete(queue=self.real(f"q{n}")) for n in range(NAMES)]
-        deletes += [ExchangeDelete(exchange=self.real(f"x{n}")) for n in range(NAMES)]
-        with contextlib.suppress(DriverError, OSError), \
-                MachineClient(self.target.url, timeout=self.target.timeout(5.0)) as c:
-            for method in deletes:
-                with contextlib.suppress(ChannelClosed):
-                    c.rpc(c.channel(), method, QueueDeleteOk, ExchangeDeleteOk)
+        """Delete every name a declare of this example named (nothing else can exist), on the
+        machine's connection when it is whole, then close it (machine_support.delete_then_close)."""
+        deletes: list[Method] = [QueueDelete(queue=self.real(n)) for n in sorted(self.declared) if n.startswith("q")]
+        deletes += [ExchangeDelete(exchange=self.real(n)) for n in sorted(self.declared) if n.startswith("x")]
+        delete_then_close(self.client, STEP, deletes, self.target.url, self.target.timeout(5.0))
 
 
 def _hop_text(hop: Any) -> str:
