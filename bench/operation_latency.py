@@ -9,8 +9,9 @@ Brokers are measured one after the other, each after one untimed warm-up call of
 
 Printed: a table of the median (and 90th percentile) milliseconds per operation and broker (broker
 0 is the first URL), then one JSON line {"<operation>: broker N / broker 0": the medians' ratio,
-...} (> 1: broker N is slower). Exit 1 when a broker cannot be reached or refuses an
-operation (the error is printed), 4 on bad options.
+...} (> 1: broker N is slower). Exit 3 when a broker cannot be reached, 1 when it refuses a login or an
+operation or does not answer (the error is printed), 4 on bad options (the statuses of
+`conformance.results.verdicts`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from codec import (
     QueuePurgeOk,
 )
 from conformance.drivers.raw import DriverError, RawClient
+from conformance.results.verdicts import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 
 DEFAULT_URLS = ["amqp://guest:guest@127.0.0.1:5743/", "amqp://guest:guest@127.0.0.1:5672/"]
 QUORUM = {"x-queue-type": "quorum"}
@@ -111,17 +113,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
-        return 4 if exc.code else 0
+        return EXIT_USAGE if exc.code else EXIT_OK
     if args.calls < 1:
         print("--calls must be at least 1", file=sys.stderr)
-        return 4
+        return EXIT_USAGE
     results: dict[str, dict[str, list[float]]] = {}
     for url in args.urls:
         try:
             results[url] = measure(url, args.calls)
-        except (DriverError, OSError) as exc:
+        except OSError as exc:  # refused, unreachable
             print(f"{url}: {exc}", file=sys.stderr)
-            return 1
+            return EXIT_UNREACHABLE
+        except DriverError as exc:  # a refused login or operation, no reply
+            print(f"{url}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     names = list(next(iter(results.values())))
     print(f"{'operation':<26}" + "".join(f"{url.rsplit('@', 1)[-1]:>28}" for url in results))
     for name in names:
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         statistics.median(results[url][name]) / statistics.median(results[first][name]), 2)
         for i, url in enumerate(others, 1) for name in names}
     print(json.dumps(ratios))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
