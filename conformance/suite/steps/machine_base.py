@@ -80,7 +80,7 @@ from conformance.suite.steps.machine_support import (
     SetupRecorded,
     Smallest,
     count_meaning,
-    delete_then_close,
+    delete_after_close,
     example_ended,
     format_frame,
     from_machine,
@@ -440,8 +440,6 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
     def cleanup(self) -> None:
         deletes: list[Method] = [QueueDelete(queue=q) for q in self.real.values()]
         deletes += [ExchangeDelete(exchange=x) for x in self.exchanges.values()]
-        control = self.clients.get(self.control_conn)
-        for client in self.clients.values():  # first: no consumer of another connection left on what we delete
-            if client is not control:
-                client.close()
-        delete_then_close(control, CONTROL, deletes, self.target.url, self.target.timeout(5.0))
+        for client in self.clients.values():  # first: no consumer left on what we delete
+            client.close()
+        delete_after_close(deletes, self.target.url, self.target.timeout(5.0))

@@ -395,23 +395,13 @@ def count_meaning(missing: int, failed_over: int, settle_rules: str) -> str:
     return wording.settled_differs(settle_rules)
 
 
-def delete_then_close(control: RawClient | None, number: int, deletes: list[Any], url: str, timeout: float) -> None:
-    """An example's teardown: its queue and exchange deletes on the control connection when it is
-    still whole (channel `number` open; the others closed first, so no consumer of theirs is left
-    on what is deleted), else on a connection of its own (one handshake fewer per example on the
-    usual path); then the control connection closes. The deletes are not the example's frames
-    (a throwaway recorder); when the connection fails, a fresh one does them all."""
-    try:
-        whole = control is not None and control.sock is not None and not control.lost \
-            and control.connection_closed is None and number not in control.closed_channels
-        if control is not None and whole:
-            control.recorder = Recorder()
-        if deletes and not (control is not None and whole and _deleted(control, number, deletes)):
-            with contextlib.suppress(DriverError, OSError), RawClient(url, timeout=timeout) as c:
-                _deleted(c, c.channel(), deletes)
-    finally:
-        if control is not None:
-            control.close()
+def delete_after_close(deletes: list[Any], url: str, timeout: float) -> None:
+    """An example's teardown, once every connection of the example has closed (no consumer of theirs
+    is left on what is deleted: GarageMQ deadlocks on the queue.delete of a queue with a consumer,
+    docs/garagemq.md): its queue and exchange deletes on a connection of its own, one channel."""
+    if deletes:
+        with contextlib.suppress(DriverError, OSError), RawClient(url, timeout=timeout) as c:
+            _deleted(c, c.channel(), deletes)
 
 
 def _deleted(client: RawClient, number: int, deletes: list[Any]) -> bool:

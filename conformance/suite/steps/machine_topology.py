@@ -81,7 +81,7 @@ from conformance.suite.steps.machine_support import (
     Pick,
     Program,
     Smallest,
-    delete_then_close,
+    delete_after_close,
     example_ended,
     from_machine,
     run_within_budget,
@@ -414,11 +414,12 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
             example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
 
     def close(self) -> None:
-        """Delete every name a declare of this example named (nothing else can exist), on the
-        machine's connection when it is whole, then close it (machine_support.delete_then_close)."""
+        """Close the connection, then delete every name a declare of this example named (nothing
+        else can exist; machine_support.delete_after_close)."""
+        self.client.close()
         deletes: list[Method] = [QueueDelete(queue=self.real(n)) for n in sorted(self.declared) if n.startswith("q")]
         deletes += [ExchangeDelete(exchange=self.real(n)) for n in sorted(self.declared) if n.startswith("x")]
-        delete_then_close(self.client, STEP, deletes, self.target.url, self.target.timeout(5.0))
+        delete_after_close(deletes, self.target.url, self.target.timeout(5.0))
 
 
 def _hop_text(hop: Any) -> str:
