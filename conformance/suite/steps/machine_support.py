@@ -401,20 +401,14 @@ def delete_after_close(deletes: list[Any], url: str, timeout: float) -> None:
     docs/garagemq.md): its queue and exchange deletes on a connection of its own, one channel."""
     if deletes:
         with contextlib.suppress(DriverError, OSError), RawClient(url, timeout=timeout) as c:
-            _deleted(c, c.channel(), deletes)
+            _delete_each(c, c.channel(), deletes)
 
 
-def _deleted(client: RawClient, number: int, deletes: list[Any]) -> bool:
+def _delete_each(client: RawClient, number: int, deletes: list[Any]) -> None:
     """Each delete in turn, one channel; a channel error (an exclusive queue whose closed owner the
-    broker has not yet cleared: 405) skips that delete on a new channel; False when the connection failed."""
+    broker has not yet cleared: 405) skips that delete on a new channel; a connection error ends it."""
     for method in deletes:
         try:
             client.rpc(number, method, QueueDeleteOk, ExchangeDeleteOk)
         except WireChannelClosed:
-            try:
-                number = client.channel()
-            except (DriverError, OSError):
-                return False
-        except (DriverError, OSError):
-            return False
-    return True
+            number = client.channel()
