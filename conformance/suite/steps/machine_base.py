@@ -80,6 +80,7 @@ from conformance.suite.steps.machine_support import (
     SetupRecorded,
     Smallest,
     count_meaning,
+    delete_after_close,
     example_ended,
     format_frame,
     from_machine,
@@ -87,7 +88,6 @@ from conformance.suite.steps.machine_support import (
     run_within_budget,
     to_outcome,
 )
-from conformance.suite.steps.machine_teardown import delete_after_close
 
 __all__ = ["CONTROL", "ENV_EXAMPLES", "FrameLog", "MachineClient", "MachineTarget", "ModelMachine", "Pick",
            "format_frame", "from_machine", "machine_settings", "run_machine", "step", "to_outcome"]

@@ -81,11 +81,11 @@ from conformance.suite.steps.machine_support import (
     Pick,
     Program,
     Smallest,
+    delete_after_close,
     example_ended,
     from_machine,
     run_within_budget,
 )
-from conformance.suite.steps.machine_teardown import delete_after_close
 from conformance.suite.steps.topology_checks import CHECK, TopologyChecks
 from conformance.suite.steps.topology_draws import (
     BINDING_HEADERS,
@@ -415,7 +415,7 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
 
     def close(self) -> None:
         """Close the connection, then delete every name a declare of this example named (nothing
-        else can exist; machine_teardown.delete_after_close)."""
+        else can exist; machine_support.delete_after_close)."""
         self.client.close()
         deletes: list[Method] = [QueueDelete(queue=self.real(n)) for n in sorted(self.declared) if n.startswith("q")]
         deletes += [ExchangeDelete(exchange=self.real(n)) for n in sorted(self.declared) if n.startswith("x")]
