@@ -237,7 +237,10 @@ class PrefetchZeroAsOne(Deviation):
 
 class _ConfirmRewrite(Deviation):
     """Acts on the confirm of one seqno per channel, whatever batching the broker chose: a
-    confirm covering it (multiple=true included) is re-sent as single confirms, rewritten."""
+    confirm covering it (multiple=true included) is re-sent as single confirms, rewritten; so is
+    every later multiple=true confirm reaching past it, so that none settles the rewritten seqno
+    again (a broker may coalesce a confirm already sent into a later multiple one: the deviation
+    must not depend on how the broker batches)."""
 
     seqno = 1
 
@@ -260,10 +263,11 @@ class _ConfirmRewrite(Deviation):
         done = self.confirmed[frame.channel]
         seqnos = [s for s in range(1, m.delivery_tag + 1) if s not in done] if m.multiple else [m.delivery_tag]
         done.update(seqnos)
-        if self.seqno not in seqnos:
+        if self.seqno not in seqnos and not (m.multiple and m.delivery_tag > self.seqno):
             io.to_client(frame.raw)
             return
-        io.record(self.name)
+        if self.seqno in seqnos:
+            io.record(self.name)
         for seqno in seqnos:
             single = m._replace(delivery_tag=seqno, multiple=False)
             rewritten = self.rewrite(single) if seqno == self.seqno else single

@@ -21,6 +21,7 @@ from codec import (
     BasicAck,
     BasicGet,
     BasicGetOk,
+    BasicNack,
     BasicProperties,
     BasicPublish,
     BasicQos,
@@ -66,6 +67,26 @@ def test_a_rewrite_keeps_every_value_in_its_field() -> None:
     for count in (1, 65534, 65535):
         BY_NAME["prefetch_plus_one"]().client(Frame(encode(1, BasicQos(prefetch_count=count))), io)  # type: ignore[arg-type]
     assert [getattr(Frame(raw).method, "prefetch_count", None) for raw in sent] == [2, 65535, 0]
+
+
+@pytest.mark.parametrize("batches", [
+    [(1, False), (2, False), (3, True)],  # 2 dropped, then a multiple confirm reaching past it
+    [(1, False), (3, True)],  # 2 inside a multiple confirm
+    [(4, True)],
+], ids=["coalesced-again", "inside-multiple", "all-in-one"])
+def test_a_dropped_confirm_stays_dropped_whatever_the_batching(batches: list[tuple[int, bool]]) -> None:
+    """confirm_dropped: seqno 2 is never confirmed, even when the broker's later multiple=true
+    confirm covers it again (the embedded broker may nack 2, then nack 3 multiple): every other
+    seqno is confirmed once, singly, and nothing the client gets settles seqno 2."""
+    sent: list[bytes] = []
+    io = SimpleNamespace(record=lambda _text: None, to_client=sent.append)
+    deviation = BY_NAME["confirm_dropped"]()
+    for tag, multiple in batches:
+        deviation.broker(Frame(encode(1, BasicNack(delivery_tag=tag, multiple=multiple))), io)  # type: ignore[arg-type]
+    got = [(m.delivery_tag, m.multiple) for m in (Frame(raw).method for raw in sent) if isinstance(m, BasicNack)]
+    assert len(got) == len(sent) and 2 not in [tag for tag, _ in got], got
+    assert not any(multiple and tag >= 2 for tag, multiple in got), got
+    assert sorted(tag for tag, _ in got) == [t for t in range(1, batches[-1][0] + 1) if t != 2], got
 
 
 def _publish_get_ack_multiple(url: str, queue: str) -> int:
