@@ -8,8 +8,14 @@ median, and its ratio to the last landed figure in docs/benchmarks.md (the JSON 
 "landed:" there, keyed "<target> <jobs>"; a ratio above 1 is slower). Then the verdicts of
 every run of a target are compared test by test: a test whose verdict differs between runs
 (or between default and one job) is listed with its verdicts, and the exit status is 1.
+With `--deviations [NAME ...]` (every deviation when no name follows), it then runs the proxy
+deviation matrix's suite runs (`python -m tests.conformance.deviation_matrix --no-machines-alone`:
+each deviation's area through the deviation proxy at default options, against a clean run of the
+same area) and prints each deviating/clean ratio and how many are within `RATIO_GOAL`; a
+deviation not killed as its own rule makes the exit status 1.
 
     python -m bench.suite_time                                    # embedded, default and --jobs 1
+    python -m bench.suite_time --no-embedded --deviations confirm_dropped   # one deviation's ratio alone
     python -m bench.suite_time --broker-url amqp://guest:guest@127.0.0.1:5743/ \\
         --broker-admin http://guest:guest@127.0.0.1:15743 --baseline baselines/rabbitmq-4.3.6.toml \\
         --label rabbitmq-4.3.6 --no-embedded --repeat 3
@@ -39,6 +45,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 LANDED = ROOT / "docs" / "benchmarks.md"
 CLI = [sys.executable, "-m", "conformance.cli"]
+MATRIX = [sys.executable, "-m", "tests.conformance.deviation_matrix", "--no-machines-alone"]
+RATIO_GOAL = 1.5  # a deviating broker's run against a clean one's, at default options
 
 
 @dataclass
@@ -97,6 +105,31 @@ def differences(runs: list[Run]) -> list[str]:
     return lines
 
 
+def deviation_ratios(names: list[str]) -> tuple[list[dict[str, object]], int]:
+    """The deviation matrix's suite runs (every deviation when `names` is empty): its ratio rows
+    (deviations.json) and its exit status (0: every deviation killed as its own rule)."""
+    with tempfile.TemporaryDirectory(prefix="amqpc-suite-time-dev-") as tmp:
+        command = [*MATRIX, "--out", tmp, *(["--deviations", *names] if names else [])]
+        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              check=False, timeout=7200)
+        try:
+            rows = list(json.loads((Path(tmp) / "deviations.json").read_text()).get("time_ratios", []))
+        except (OSError, ValueError):
+            rows = []
+    if done.returncode != 0 or not rows:
+        print(done.stdout[-3000:], file=sys.stderr)
+    return rows, done.returncode
+
+
+def print_deviation_ratios(rows: list[dict[str, object]], status: int) -> None:
+    for r in rows:
+        print(f"deviation {r['deviation']} ({r['area']}): {r['seconds']} s against a clean {r['clean_seconds']} s, "
+              f"{r['ratio']}x")
+    within = sum(float(str(r["ratio"])) <= RATIO_GOAL for r in rows)
+    print(f"deviations: {within} of {len(rows)} within {RATIO_GOAL}x of the clean run"
+          f"{'' if status == 0 else f'; the matrix exited {status} (a deviation not killed as its own rule)'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--broker-url", help="a broker of yours, besides the embedded one")
@@ -108,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration (default 1)")
     parser.add_argument("--jobs", nargs="+", default=["default", "1"],
                         help="the --jobs values to time ('default': none given; default: default 1)")
+    parser.add_argument("--deviations", nargs="*", metavar="NAME",
+                        help="then the deviating/clean ratio of these proxy deviations (none named: all of them)")
     args = parser.parse_args(argv)
-    if args.repeat < 1 or (args.no_embedded and not args.broker_url):
-        parser.error("--repeat must be at least 1, and --no-embedded needs --broker-url")
+    if args.repeat < 1 or (args.no_embedded and not args.broker_url and args.deviations is None):
+        parser.error("--repeat must be at least 1, and --no-embedded needs --broker-url (or --deviations alone)")
     targets: list[tuple[str, list[str]]] = [] if args.no_embedded else [("embedded", [])]
     if args.broker_url:
         extra = ["--broker-url", args.broker_url]
@@ -137,11 +172,16 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f", {median / before[key]:.2f}x the landed {before[key]:.0f} s" if key in before else ""
             print(f"median {target} jobs={jobs}: {median:.1f} s{ratio}")
     differ = differences(runs)
-    print(f"verdicts: {'the same in every run' if not differ else f'{len(differ)} tests differ'}")
+    if runs:
+        print(f"verdicts: {'the same in every run' if not differ else f'{len(differ)} tests differ'}")
     for line in differ:
         print("  " + line)
+    matrix_status = 0
+    if args.deviations is not None:
+        rows, matrix_status = deviation_ratios(args.deviations)
+        print_deviation_ratios(rows, matrix_status)
     print(json.dumps(medians))
-    return 1 if differ or any(r.status not in (0,) for r in runs) else 0
+    return 1 if differ or matrix_status or any(r.status not in (0,) for r in runs) else 0
 
 
 if __name__ == "__main__":
