@@ -35,6 +35,9 @@ Rules:
   order of the tests: each worker's first two tests are a FIRST test and a short one (a plain
   test without a bound, so no long test waits behind another on one worker), then the rest by
   rank, the longer seconds first, collection order within the same.
+- Later, each test sent to a worker is the first of that order unless the worker already holds
+  a long (FIRST) test and the first is long too: then the first short plain test goes instead
+  (`partner`, pure), since a worker runs its tests in the order it got them.
 - Why broker-wide tests come last: when one of them changes a broker-wide setting it takes the
   exclusive lock (`distributed.BrokerLock`) and waits for every running test; one started
   while a machine runs would make every worker wait for that machine (measured: 24 s stalls
@@ -121,19 +124,45 @@ def read_ranks(directory: Path) -> dict[str, tuple[int, float]]:
         return {}
 
 
-def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, float]] | None = None) -> list[int]:
-    """The collection indices in the order to hand out (see the module's rules)."""
+def sort_keys(nodeids: list[str], ranks: Mapping[str, tuple[int, float]] | None = None) -> list[tuple[int, float]]:
+    """Each test's place in the order: (its rank, minus its seconds); a test without a known rank
+    ranks by its file name, and a FILL test of a run without broker-wide tests by its wait alone."""
     known = ranks or {}
     broker_wide = any(known.get(nodeid, (PLAIN, 0.0))[0] == LAST for nodeid in nodeids)
 
-    def key(i: int) -> tuple[int, float]:
-        found = known.get(nodeids[i])
+    def key(nodeid: str) -> tuple[int, float]:
+        found = known.get(nodeid)
         if found is None:
-            named = rank(nodeids[i])
+            named = rank(nodeid)
             return named, -MACHINE_SECONDS if named == FIRST else 0.0
         if found[0] == FILL and not broker_wide:  # no tail to fill: where its wait alone puts it
             return FIRST if found[1] > 0 else PLAIN, -found[1]
         return found[0], -found[1]
+
+    return [key(nodeid) for nodeid in nodeids]
+
+
+def partner(held: list[int], pending: list[int], keys: list[tuple[int, float]]) -> int:
+    """The position in `pending` of the next test to send a worker that holds `held` (the test it
+    runs and the one queued behind it): the first, unless the worker holds a long test and the
+    first is long too; then the first short plain test, so no long test is queued behind another
+    (a worker runs what it was sent in order: measured, the requeue machine queued behind a 60-s
+    confirms machine started 60 s late while other workers ran short tests), or the first when
+    no short test is left."""
+    def long(index: int) -> bool:
+        return keys[index][0] == FIRST
+
+    if not pending or not long(pending[0]) or not any(long(index) for index in held):
+        return 0
+    return next((position for position, index in enumerate(pending) if keys[index] == (PLAIN, 0.0)), 0)
+
+
+def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, float]] | None = None) -> list[int]:
+    """The collection indices in the order to hand out (see the module's rules)."""
+    keys = sort_keys(nodeids, ranks)
+
+    def key(i: int) -> tuple[int, float]:
+        return keys[i]
 
     def of(i: int) -> int:
         return key(i)[0]
@@ -158,13 +187,20 @@ def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
         def __init__(self, config: Any, log: Any) -> None:
             super().__init__(config, log)
             self.maxschedchunk = 1  # only when the user chose none (`wanted`)
+            self.keys: list[tuple[int, float]] = []
 
         def _send_tests(self, node: Any, num: int) -> None:
             if not self.arranged and self.collection is not None:  # the first distribution
                 pending = set(self.pending)
-                order = arrange(list(self.collection), len(self.nodes), read_ranks(lock_dir))
+                ranks = read_ranks(lock_dir)
+                order = arrange(list(self.collection), len(self.nodes), ranks)
+                self.keys = sort_keys(list(self.collection), ranks)
                 self.pending[:] = [index for index in order if index in pending]
                 self.arranged = True
+            elif num == 1 and self.keys:  # later: one test at a time, never a long one behind another
+                position = partner(list(self.node2pending.get(node, [])), self.pending, self.keys)
+                if position:
+                    self.pending.insert(0, self.pending.pop(position))
             super()._send_tests(node, num)
 
     return LongestFirst(config, log)

@@ -3,6 +3,7 @@ lock a broker-wide test takes (conformance/plugin/distributed.py)."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import time
 from pathlib import Path
@@ -26,9 +27,11 @@ from conformance.plugin.schedule import (
     TAKES,
     arrange,
     mark_problem,
+    partner,
     rank,
     rank_of,
     read_ranks,
+    sort_keys,
     write_ranks,
 )
 from conformance.plugin.watchdog import Budgets, Watchdog
@@ -124,6 +127,52 @@ def test_short_tests_beside_broker_wide_ones_fill_the_tail_when_there_is_one() -
     without = [n for n in SUITE if ranks[n][0] != LAST]  # no broker-wide test selected: nothing to fill
     order = [without[i] for i in arrange(without, 3, ranks)]
     assert order[6:8] == [SUITE[8], SUITE[10]] and order[-2:] == [SUITE[11], SUITE[12]]  # with the long ones; plain
+
+
+def test_a_worker_holding_a_long_test_is_sent_a_short_one_before_the_next_long_one() -> None:
+    keys = sort_keys(SUITE, RANKS)
+    machines = [i for i, n in enumerate(SUITE) if RANKS[n][0] == FIRST]
+    shorts = [i for i, n in enumerate(SUITE) if RANKS[n] == (PLAIN, 0.0)]
+    pending = [*machines[1:], *shorts, 5, 6]
+    assert partner([machines[0]], pending, keys) == len(machines) - 1  # the first short test, not a machine
+    assert partner([shorts[0]], pending, keys) == 0  # holding a short test: the next long one
+    assert partner([], pending, keys) == 0
+    assert partner([machines[0]], [machines[1], 5, 6], keys) == 0  # no short test left: the order as it is
+    assert partner([machines[0]], [], keys) == 0
+
+
+def test_dispatch_one_at_a_time_never_queues_a_long_test_behind_another() -> None:
+    """xdist's load scheduling as the plugin drives it: each worker holds the test it runs and the
+    next one; when a test ends, its worker is sent one more (`partner` choosing which). A machine
+    ranked at 10 s takes 40 here (a busy broker): without `partner`, the next machine is queued
+    behind it while the other worker runs short tests."""
+    suite = [f"conformance/suite/m{i}/test_machine_{i}.py::test_m" for i in range(4)] + [
+        f"conformance/suite/p/test_p.py::test_{i}" for i in range(40)]
+    ranks = {n: (rank(n), 10.0) for n in suite[:4]} | {suite[0]: (FIRST, 20.0)} | {n: (PLAIN, 0.0) for n in suite[4:]}
+    keys, workers = sort_keys(suite, ranks), 2
+    seconds = [20.0, 10.0, 40.0, 10.0] + [0.5] * 40  # as they take on the broker
+
+    def run(choose: bool) -> tuple[float, list[list[int]]]:
+        pending = arrange(suite, workers, ranks)
+        held = [[pending.pop(0), pending.pop(0)] for _ in range(workers)]
+        ran: list[list[int]] = [[] for _ in range(workers)]
+        clock = [0.0] * workers
+        while any(held):
+            w = min((w for w in range(workers) if held[w]), key=lambda w: clock[w] + seconds[held[w][0]])
+            done = held[w].pop(0)
+            clock[w] += seconds[done]
+            ran[w].append(done)
+            if pending:
+                position = partner(held[w], pending, keys) if choose else 0
+                held[w].append(pending.pop(position))
+        return max(clock), ran
+
+    chosen, ran = run(True)
+    plain, _ = run(False)
+    for order in ran:  # on each worker, a short test between any two long ones
+        longs = [k for k, i in enumerate(order) if keys[i][0] == FIRST]
+        assert all(b - a > 1 for a, b in itertools.pairwise(longs)), order
+    assert (chosen, plain) == (51.0, 60.5)  # the last machine ran beside the slow one, not after it
 
 
 def test_one_worker_or_too_few_short_tests_keep_the_rank_order() -> None:
