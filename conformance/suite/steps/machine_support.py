@@ -36,7 +36,9 @@ Rules:
 - The derandomized seed is Hypothesis's digest of the machine factory's source (the
   `factory` closures of `run_machine` and `run_client_machine`): changing a line of one
   changes every example its machines run, and the fault tests are proven on those examples.
-  Keep those few lines as they are.
+  Keep those few lines as they are. A machine split into shards that run side by side (the
+  topology machine's three) seeds each shard by its number instead (`hypothesis.seed`, which wins
+  over `derandomize`): the same examples on every run, different ones in each shard.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import hypothesis
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -429,9 +430,11 @@ def _hop_text(hop: Any) -> str:
     return f"{binding}{how}" + (" on a CC key" if hop.by_cc else "")
 
 
-def run_topology_machine(target: MachineTarget, *, examples: int, steps: int) -> None:
+def run_topology_machine(target: MachineTarget, *, examples: int, steps: int, shard: int = 0) -> None:
     """The machine as a Hypothesis test within its budget (machine_support rules); a failure is
-    then reduced by replaying its steps (`topology_replay`)."""
+    then reduced by replaying its steps (`topology_replay`). `shard` 1..n: one of the suite's
+    shards, side by side on their own workers, each with its examples seeded by its number in
+    place of the factory's source (Hypothesis's `seed` wins over `derandomize`)."""
     budget, smallest = Budget(Budget.seconds_configured()), Smallest(STABLE_EXAMPLES)
     failed: list[list[tuple[str, dict[str, Any]]]] = []
 
@@ -441,7 +444,8 @@ def run_topology_machine(target: MachineTarget, *, examples: int, steps: int) ->
         return made
 
     try:
-        run_within_budget(factory, budget, smallest, examples=examples, steps=steps)
+        run_within_budget(hypothesis.seed(shard)(factory) if shard else factory, budget, smallest,
+                          examples=examples, steps=steps)
     except AssertionError as failure:
         if failed:
             reduce_failure(lambda: TopologyMachine(target), failed[-1], failure, budget)
