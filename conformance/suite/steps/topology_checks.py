@@ -7,7 +7,11 @@ an exchange-to-exchange binding is missing, which rule that breaks: the route-on
 unless one of the bindings between exchanges on its way does not take the message on when tried
 alone (a queue bound the same way to the same exchange, the same message published there): then
 that binding's own matching rule. Without that probe, the rule named would depend on how far
-shrinking got (a wildcard broken under a route through two exchanges reads as ROUTE-09).
+shrinking got (a wildcard broken under a route through two exchanges reads as ROUTE-09). A copy
+missing behind an alternate exchange likewise: the alternate-exchange rule (ROUTE-12) unless the
+alternate exchange's binding to the queue, tried alone, does not take the message on either
+(measured: a topic '#' broken for the empty key, reached through an alternate exchange, read as
+ROUTE-12 when shrinking stopped early under load).
 """
 
 from __future__ import annotations
@@ -101,6 +105,14 @@ class TopologyChecks:
     def _missing_rule(self, route: Route, hop: Hop, key: str, headers: dict[str, Any]) -> tuple[str, str]:
         """The rule a copy missing at `hop` breaks, and what the probe found (module docstring)."""
         rule_id = hop_rule(hop)
+        if rule_id == "ROUTE-12" and hop.binding is not None:  # the alternate exchange's own binding, alone
+            binding = hop.binding
+            if not self.model.exchanges[binding.source].internal and self._taken_alone(binding, key, headers) is False:
+                return self.model.binding_rule(binding, headers), (
+                    f"; tried alone, the alternate exchange {binding.source} did not take it on to a queue bound "
+                    f"with key {binding.key!r}{' ' + str(dict(binding.arguments)) if binding.arguments else ''} "
+                    f"either, as {binding.describe()} should")
+            return rule_id, ""
         if rule_id != "ROUTE-09":
             return rule_id, ""
         for binding in self.model.bindings:
