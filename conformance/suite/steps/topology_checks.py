@@ -108,10 +108,7 @@ class TopologyChecks:
         if rule_id == "ROUTE-12" and hop.binding is not None:  # the alternate exchange's own binding, alone
             binding = hop.binding
             if not self.model.exchanges[binding.source].internal and self._taken_alone(binding, key, headers) is False:
-                return self.model.binding_rule(binding, headers), (
-                    f"; tried alone, the alternate exchange {binding.source} did not take it on to a queue bound "
-                    f"with key {binding.key!r}{' ' + str(dict(binding.arguments)) if binding.arguments else ''} "
-                    f"either, as {binding.describe()} should")
+                return self.model.binding_rule(binding, headers), _not_taken_alone(binding, "the alternate exchange ")
             return rule_id, ""
         if rule_id != "ROUTE-09":
             return rule_id, ""
@@ -121,10 +118,7 @@ class TopologyChecks:
                     or not self.model.matches(binding, key, headers):
                 continue
             if self._taken_alone(binding, key, headers) is False:
-                return self.model.binding_rule(binding, headers), (
-                    f"; tried alone, {binding.source} did not take it on to a queue bound with "
-                    f"key {binding.key!r}{' ' + str(dict(binding.arguments)) if binding.arguments else ''} "
-                    f"either, as {binding.describe()} should")
+                return self.model.binding_rule(binding, headers), _not_taken_alone(binding)
         return rule_id, ""
 
     def _taken_alone(self, binding: Binding, key: str, headers: dict[str, Any]) -> bool | None:
@@ -179,3 +173,8 @@ def _why(rule_id: str) -> str:
             "EXCH-10": "an unbound binding is gone"}.get(rule_id, rule_id)
 
 
+def _not_taken_alone(binding: Binding, what: str = "") -> str:
+    """What the probe of `binding` found: its source (`what` says which) did not take the message on alone."""
+    arguments = f" {dict(binding.arguments)}" if binding.arguments else ""
+    return (f"; tried alone, {what}{binding.source} did not take it on to a queue bound with key "
+            f"{binding.key!r}{arguments} either, as {binding.describe()} should")
