@@ -9,9 +9,11 @@ Rules:
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from conformance.catalogue.rules import all_rules, clause_problem
+from conformance.catalogue.rules import Clause, all_rules, clause_problem
 
 MARKER = "clauses"
 DESCRIPTION = f"{MARKER}(*ids): the catalogue clauses (<rule>.<letter>) of its rules a test checks"
@@ -26,9 +28,15 @@ def problem(item: pytest.Item) -> str | None:
     """What is wrong with the test's clauses marker (one line naming the test), or None."""
     rules = item.get_closest_marker("rules")
     rule_ids = [str(a) for a in rules.args] if rules else []
-    known = {c.id: c for r in all_rules() for c in r.clauses}
+    known = _known()
     for clause_id in clause_ids(item):
         found = clause_problem(clause_id, rule_ids, known)
         if found:
             return f"{item.nodeid}: {found}"
     return None
+
+
+@functools.cache
+def _known() -> dict[str, Clause]:
+    """Every catalogue clause by id, built once per process (each test's check reads it)."""
+    return {c.id: c for r in all_rules() for c in r.clauses}

@@ -10,6 +10,8 @@ from hypothesis.internal.conjecture import engine
 
 from conformance.drivers.raw import Recorder
 from conformance.suite.steps.machine_support import (
+    HURRIED_FACTOR,
+    HURRIED_FLOOR_SECONDS,
     HURRIED_SETTLE_SECONDS,
     STABLE_EXAMPLES,
     Budget,
@@ -72,6 +74,38 @@ def test_a_failure_seen_with_hurried_waits_moves_the_stop_but_is_never_reported(
     _offer_hurried(smallest, 2)
     assert smallest.size is not None and smallest.size[0] == 2  # the search moved on
     assert smallest.best is not None and smallest.best[0] == 6  # the report did not
+
+
+def test_the_hurried_settle_follows_the_slowest_settle_within_its_bounds() -> None:
+    """Hurried shrinking: a candidate waits `HURRIED_FACTOR` times the slowest settle a sync of
+    the test completed in, never less than the floor nor more than the cap (both scaled by the
+    caller); a slower settle later raises it, a faster one never lowers it."""
+    floor, cap = HURRIED_FLOOR_SECONDS, HURRIED_SETTLE_SECONDS
+    smallest = Smallest()
+    assert smallest.hurried_seconds(floor, cap) == floor  # nothing measured yet
+    smallest.settled(0.001)
+    assert smallest.hurried_seconds(floor, cap) == floor  # a fast broker: the floor
+    smallest.settled(0.01)
+    assert smallest.hurried_seconds(floor, cap) == HURRIED_FACTOR * 0.01
+    smallest.settled(0.002)
+    assert smallest.hurried_seconds(floor, cap) == HURRIED_FACTOR * 0.01  # the slowest counts
+    smallest.settled(1.5)  # a slow disk or a loaded node: the cap, as before the measure
+    assert smallest.hurried_seconds(floor, cap) == cap
+    assert smallest.hurried_seconds(floor * 3, cap * 3) == cap * 3  # --timeout-scale 3
+
+
+def test_a_machine_on_the_brokers_clock_keeps_its_fixed_hurried_settle() -> None:
+    """The machines whose waits are TTLs, consumer timeouts or a node's restart do not follow
+    the measured settle (their `HURRIED_SECONDS` is what their clock needs)."""
+    from conformance.suite.cancel.test_machine_cancel import CancelMachine, ClusterCancelMachine
+    from conformance.suite.confirms.test_machine_confirms import ConfirmMachine
+    from conformance.suite.deadletter.test_machine_lifecycle import LifecycleMachine
+    from conformance.suite.requeue.test_machine_requeue import ClusterRequeueMachine, RequeueMachine
+    from conformance.suite.timeout.machine_timeout import TimeoutWire
+
+    assert all(m.ADAPTIVE_HURRY for m in (CancelMachine, ConfirmMachine, RequeueMachine))
+    assert not any(m.ADAPTIVE_HURRY for m in (ClusterCancelMachine, LifecycleMachine, ClusterRequeueMachine,
+                                              TimeoutWire))
 
 
 def _offer_hurried(smallest: Smallest, steps: int) -> None:

@@ -257,12 +257,14 @@ class ConfirmMachine(ModelMachine):
         """PC-05: every seqno published on these channels is settled, within the settle (hurried while
         a failure is shrunk: machine_support, hurried shrinking; the reported replay waits in full)."""
         settle = self.settle_seconds()
-        deadline = time.monotonic() + settle
+        started = time.monotonic()
+        deadline = started + settle
         while True:
             self.drain()
             pending = {ch: sorted(self.model.unsettled(ch)) for ch in channels if self.model.unsettled(ch)}
             returns = {ch: n for ch in channels if (n := self.model.expected_returns(ch))}
             if not pending and not returns:
+                self.settled(time.monotonic() - started)
                 return
             if time.monotonic() > deadline:
                 raise Violation(f"after {settle:.1f} s: seqnos never settled "

@@ -70,6 +70,7 @@ from conformance.model import (
 )
 from conformance.suite.steps.machine_support import (
     ENV_EXAMPLES,
+    HURRIED_FLOOR_SECONDS,
     HURRIED_SETTLE_SECONDS,
     Budget,
     FrameLog,
@@ -136,7 +137,10 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
     smallest: Smallest | None = None
     SETTLE_SECONDS: ClassVar[float] = 2.0
     CONSENSUS_SETTLE_SECONDS: ClassVar[float] = 10.0  # a quorum queue's count: once Ra applied it (sync)
-    HURRIED_SECONDS: ClassVar[float] = HURRIED_SETTLE_SECONDS  # a shrink candidate's settle (settle_seconds)
+    HURRIED_SECONDS: ClassVar[float] = HURRIED_SETTLE_SECONDS  # a shrink candidate's settle, at most (settle_seconds)
+    # the hurried settle follows the broker's measured settle (machine_support rules: hurried shrinking);
+    # False: always HURRIED_SECONDS (waits on the broker's clock, which a settle does not measure)
+    ADAPTIVE_HURRY: ClassVar[bool] = True
 
     def __init__(self, target: MachineTarget) -> None:
         super().__init__()
@@ -302,6 +306,7 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
             if not waiting:
                 mismatch = self.count_mismatch()
                 if mismatch is None:
+                    self.settled(time.monotonic() - started)
                     break
                 queue, waiting = mismatch
                 if self.declared.get(queue, ("classic",))[0] == "quorum" and not self.hurried:  # module doc
@@ -321,8 +326,16 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
         is being shrunk (machine_support rules: hurried shrinking)."""
         if self.smallest is not None and self.smallest.hurry():
             self.hurried = True
-            return self.target.timeout(self.HURRIED_SECONDS)
+            cap = self.target.timeout(self.HURRIED_SECONDS)
+            if not self.ADAPTIVE_HURRY:
+                return cap
+            return self.smallest.hurried_seconds(self.target.timeout(HURRIED_FLOOR_SECONDS), cap)
         return self.target.timeout(self.SETTLE_SECONDS)
+
+    def settled(self, seconds: float) -> None:
+        """A settle that got all it waited for took `seconds` (what bounds the hurried settle)."""
+        if self.smallest is not None:
+            self.smallest.settled(seconds)
 
     def flush(self) -> bool:
         """A round trip on each connection: what the broker wrote to it before is read now, not

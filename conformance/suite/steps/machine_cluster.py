@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 from hypothesis.stateful import rule
@@ -107,6 +108,8 @@ def visible_on_node_1(cluster: Cluster, queue: str, scale: float) -> None:
 
 class ClusterConsuming(ConsumingMachine):
     """Mixin (first base) for a `ConsumingMachine` subclass: the remote queue and the node stop."""
+
+    ADAPTIVE_HURRY: ClassVar[bool] = False  # a node's stop and start are slower than any settle before them
 
     def __init__(self, target: MachineTarget, cluster: MachineCluster) -> None:
         self.nodes = cluster

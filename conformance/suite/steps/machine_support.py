@@ -23,9 +23,13 @@ Rules:
   the user's time); the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
 - Hurried shrinking: once a failure has been seen, the candidates Hypothesis tries while
-  shrinking it wait `HURRIED_SETTLE_SECONDS` (scaled) instead of the full settle for what must
-  still come (a delivery, a cancel, a queue count): against a deviating broker each failing
-  candidate otherwise waits out the full settle. Only the search is hurried, never a verdict:
+  shrinking it wait less than the full settle for what must still come (a delivery, a cancel, a
+  queue count): against a deviating broker each failing candidate otherwise waits out the full
+  settle. The hurried wait is `HURRIED_FACTOR` times the slowest settle a sync of the same test
+  completed in so far (`Smallest.settled`: how long the broker took, all owed frames and counts
+  in), within `HURRIED_FLOOR_SECONDS` and `HURRIED_SETTLE_SECONDS` (both scaled); a machine whose
+  waits are on the broker's clock (TTLs, consumer timeouts) keeps its own fixed `HURRIED_SECONDS`
+  (`ADAPTIVE_HURRY = False`). Only the search is hurried, never a verdict:
   Hypothesis's final replay of the smallest candidate waits in full, and a failure seen only
   with the hurried wait never becomes the reported one (if the final replay passes, the
   smallest failure seen with full waits is reported, as for `Flaky`).
@@ -74,7 +78,9 @@ ENV_BUDGET = "AMQPC_MACHINE_BUDGET"
 DEFAULT_BUDGET = 60.0  # s per machine test against a deviating broker, shrinking included
 STABLE_EXAMPLES = 60  # examples since the smallest failure last got smaller: shrinking ends
 STABLE_SECONDS = 6.0  # or seconds since then (not scaled: what the user waits), whichever comes first
-HURRIED_SETTLE_SECONDS = 0.1  # a shrink candidate's settle (module rules: hurried shrinking)
+HURRIED_SETTLE_SECONDS = 0.1  # a shrink candidate's settle, at most (module rules: hurried shrinking)
+HURRIED_FLOOR_SECONDS = 0.02  # and at least (scaled)
+HURRIED_FACTOR = 4.0  # times the slowest settle a sync of this test has completed in
 PICKS = 8  # an index into what the machine holds at that step: 0..PICKS-1, wrapping
 
 
@@ -155,10 +161,20 @@ class Smallest:
         self.improved_time = 0.0  # and when (perf_counter)
         self.size: tuple[int, int] | None = None  # the smallest failure's steps and length as written
         self.setup_failure: BaseException | None = None  # a failure before an example's first step
+        self.slowest_settle = 0.0  # seconds: the slowest sync of this test that got all it waited for
 
     def hurry(self) -> bool:
         """True while Hypothesis shrinks a failure already seen, except in its final replay."""
         return self.best is not None and not current_build_context().is_final
+
+    def settled(self, seconds: float) -> None:
+        """A sync got everything it waited for in `seconds` (module rules: hurried shrinking)."""
+        self.slowest_settle = max(self.slowest_settle, seconds)
+
+    def hurried_seconds(self, floor: float, cap: float) -> float:
+        """A shrink candidate's settle: `HURRIED_FACTOR` times the slowest settle seen, within the
+        (scaled) floor and cap."""
+        return min(cap, max(floor, HURRIED_FACTOR * self.slowest_settle))
 
     def offer(self, program: Program, frames: FrameLog, hurried: bool = False) -> None:
         """Called from a machine's teardown, while its failure (if any) propagates; a failure
