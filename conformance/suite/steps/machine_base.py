@@ -14,6 +14,9 @@ Rules:
   it matches (a quorum queue's up to `CONSENSUS_SETTLE_SECONDS`: RabbitMQ counts it by a 250 ms Ra
   query of the leader's applied state, 0 on a timeout: rabbit_quorum_queue:stat/2, v3.10.8 l. 920,
   v4.0.5 l. 1127, v4.3.5 l. 1387), so the next step starts from the same state on both sides. A
+  count that differs is asked again after `COUNT_POLL_SECONDS`, then twice as long each time up to
+  `READ_SLICE_SECONDS` (no frame announces a count that caught up, so a wait on frames would
+  sleep out its whole slice; the deadline is the same). A
   delivery the model does not allow yet is held while other channels may still deliver (a broker
   writes each channel's frames independently, so arrival order across channels is free).
 - Each example uses fresh connections and uniquely named queues, deleted at teardown.
@@ -94,6 +97,8 @@ __all__ = ["CONTROL", "ENV_EXAMPLES", "FrameLog", "MachineClient", "MachineTarge
            "format_frame", "from_machine", "machine_settings", "run_machine", "step", "to_outcome"]
 
 CONTROL = 99  # the channel number of the harness's own channel (declares, counts, deletes)
+READ_SLICE_SECONDS = 0.05  # the longest single wait for frames in `sync` (the deadline is checked between)
+COUNT_POLL_SECONDS = 0.005  # a queue count that differs is asked again after this, then twice as long
 F = TypeVar("F", bound=Callable[..., None])
 
 
@@ -292,7 +297,9 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
         started = time.monotonic()
         deadline = started + settle
         flushed = False
+        count_poll = COUNT_POLL_SECONDS
         while True:
+            slice_ = READ_SLICE_SECONDS
             blocked = self.drain()
             for key, delivery in blocked:
                 # held back only while another channel may still deliver first (the one way it can become allowed)
@@ -312,9 +319,10 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
                 if self.declared.get(queue, ("classic",))[0] == "quorum" and not self.hurried:  # module doc
                     settle = max(settle, self.target.timeout(self.CONSENSUS_SETTLE_SECONDS))
                 deadline = started + settle
+                slice_, count_poll = count_poll, min(2 * count_poll, READ_SLICE_SECONDS)  # module doc
             if time.monotonic() > deadline:
                 raise Violation(f"after {settle:.1f} s: {self.explain_missing(waiting)}")
-            self.read(deadline)
+            self.read(deadline, slice_)
         self.model.quiesce()
 
     def explain_missing(self, waiting: str) -> str:
@@ -341,13 +349,16 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
         """A round trip on each connection: what the broker wrote to it before is read now, not
         in some later step, so every run notices a frame at the same step (Hypothesis replays
         must see the same run). True when a channel then has something to check."""
-        for conn, client in self.clients.items():
+        pinged: list[tuple[RawClient, int]] = []
+        for conn, client in self.clients.items():  # every connection's ping out, then each reply awaited
             numbers = [n for k, (c, n) in self.channels.items() if c == conn and self.model.is_open(k)]
             number = CONTROL if conn == self.control_conn else next(iter(numbers), None)
             if number is None or client.sock is None or client.lost or client.connection_closed is not None:
                 continue
-            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
-                       ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
+            client.send(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True))
+            pinged.append((client, number))
+        for pinger, number in pinged:
+            pinger.expect(number, ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
         return any(self.clients[c].inbox.get(n) for k, (c, n) in self.channels.items() if self.model.is_open(k))
 
     def waiting_for(self) -> str | None:
@@ -361,26 +372,37 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
         return None
 
     def count_mismatch(self) -> tuple[str, str] | None:
+        """The first queue whose ready count differs from the model's. The passive declares go
+        out one after another without waiting, and their replies are read in order (a channel answers in the order it
+        was asked), every one of them, so none is left for a later wait to take."""
         control = self.clients[self.control_conn]
-        for logical in self.model.queues():
-            reply = control.rpc(CONTROL, QueueDeclare(queue=self.real[logical], passive=True), QueueDeclareOk)
+        queues = list(self.model.queues())
+        for logical in queues:
+            control.send(CONTROL, QueueDeclare(queue=self.real[logical], passive=True))
+        counts = []
+        for _ in queues:
+            reply = control.expect(CONTROL, QueueDeclareOk)
             assert isinstance(reply.method, QueueDeclareOk)
-            if reply.method.message_count != self.model.ready(logical):
-                return logical, (f"queue {logical} holds {reply.method.message_count} ready messages, the model "
+            counts.append(reply.method.message_count)
+        for logical, count in zip(queues, counts, strict=True):
+            if count != self.model.ready(logical):
+                return logical, (f"queue {logical} holds {count} ready messages, the model "
                                  f"{self.model.ready(logical)}: {self.model.ready_bodies(logical)} "
-                                 f"{self.count_rules(logical, reply.method.message_count)}")
+                                 f"{self.count_rules(logical, count)}")
         return None
 
     def count_rules(self, logical: str, observed: int) -> str:
         return count_meaning(self.model.ready(logical) - observed, self.model.failed_over_ready(logical),
                              self.COUNT_RULES)
 
-    def read(self, deadline: float) -> None:
+    def read(self, deadline: float, at_most: float = 0.0) -> None:
+        """Read what came on any connection, waiting until `deadline` but at most `at_most` seconds
+        (`READ_SLICE_SECONDS` when not given)."""
         live = {c.sock: c for c in self.clients.values()
                 if c.sock is not None and not c.lost and c.connection_closed is None}
         if not live:
             return
-        wait = max(0.0, min(deadline - time.monotonic(), 0.05))
+        wait = max(0.0, min(deadline - time.monotonic(), at_most or READ_SLICE_SECONDS))
         readable, _, _ = select.select(list(live), [], [], wait)
         for sock in readable:
             client = live[sock]
