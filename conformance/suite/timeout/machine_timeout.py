@@ -41,7 +41,14 @@ from codec.constants import ReplyCode
 from conformance.drivers.raw import ChannelClosed
 from conformance.model import queues as queues_model
 from conformance.model import timeouts as model
-from conformance.suite.steps.machine_base import CONTROL, MachineClient, MachineTarget, ModelMachine
+from conformance.suite.steps.machine_base import (
+    CONTROL,
+    COUNT_POLL_SECONDS,
+    READ_SLICE_SECONDS,
+    MachineClient,
+    MachineTarget,
+    ModelMachine,
+)
 from conformance.suite.steps.timeouts import SHORT
 
 PROFILE = "rabbitmq-4.3"
@@ -303,6 +310,7 @@ class TimeoutWire(ModelMachine):
         consumer, and the queues' counts match (bounded wait, then a failure naming what)."""
         settle = self.settle_seconds()
         deadline = time.monotonic() + settle
+        poll = COUNT_POLL_SECONDS  # counts are asked again sooner, then less often (machine_base rules)
         while True:
             self.process()
             waiting = self.waiting_for()
@@ -312,7 +320,8 @@ class TimeoutWire(ModelMachine):
                 for name, number, method in self.held_deliveries():
                     self.on_deliver(name, number, method)  # raises what makes it wrong
                 raise AssertionError(f"after {settle:.1f} s: {waiting}")
-            self.read(deadline)
+            self.read(deadline, poll)
+            poll = min(2 * poll, READ_SLICE_SECONDS)
 
     def waiting_for(self) -> str | None:
         held = self.held_deliveries()
