@@ -32,12 +32,14 @@ Rules:
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
   them (a worker that could not write), a test ranks by its file name (`rank`).
 - `arrange` is pure: from the node ids, their ranks and the number of workers it returns the
-  order of the tests: each worker's first two tests are a FIRST test and a short one (a plain
-  test without a bound, so no long test waits behind another on one worker), then the rest by
-  rank, the longer seconds first, collection order within the same.
+  order of the tests: each worker's first two tests are a long one (a FIRST test or, once those
+  are placed, a plain test with a bound) and a short one (a plain test without a bound), so no
+  long test waits behind another on one worker (xdist sends each worker two tests at first:
+  against a deviating broker two bounded tests paired so waited 10 s + 10 s on one worker), then
+  the rest by rank, the longer seconds first, collection order within the same.
 - Later, each test sent to a worker is the first of that order unless the worker already holds
-  a long (FIRST) test and the first is long too: then the first short plain test goes instead
-  (`partner`, pure), since a worker runs its tests in the order it got them.
+  a long test (FIRST, or bounded) and the first is long too: then the first short plain test goes
+  instead (`partner`, pure), since a worker runs its tests in the order it got them.
 - Why broker-wide tests come last: when one of them changes a broker-wide setting it takes the
   exclusive lock (`distributed.BrokerLock`) and waits for every running test; one started
   while a machine runs would make every worker wait for that machine (measured: 24 s stalls
@@ -150,7 +152,7 @@ def partner(held: list[int], pending: list[int], keys: list[tuple[int, float]]) 
     confirms machine started 60 s late while other workers ran short tests), or the first when
     no short test is left."""
     def long(index: int) -> bool:
-        return keys[index][0] == FIRST
+        return keys[index][0] == FIRST or (keys[index][0] == PLAIN and keys[index][1] < 0)  # bounded
 
     if not pending or not long(pending[0]) or not any(long(index) for index in held):
         return 0
@@ -168,7 +170,7 @@ def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, flo
         return key(i)[0]
 
     by_rank = sorted(range(len(nodeids)), key=key)  # stable
-    longs = [i for i in by_rank if of(i) == FIRST][:workers]
+    longs = [i for i in by_rank if of(i) == FIRST or (of(i) == PLAIN and key(i)[1] < 0)][:workers]  # FIRST, then bounded
     short = [i for i in by_rank if key(i) == (PLAIN, 0.0)][:len(longs)]  # a bounded test is no long one's partner
     if workers < 2 or len(short) < len(longs):
         return by_rank

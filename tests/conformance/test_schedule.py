@@ -95,6 +95,27 @@ def test_a_bounded_plain_test_is_handed_out_first_among_the_plain_ones_and_is_no
     assert plain[3:5] == [SUITE[12], SUITE[11]]  # after the partners, the longest bound first
 
 
+def test_in_an_area_with_fewer_long_tests_than_workers_bounded_tests_lead_and_are_never_paired() -> None:
+    """The confirms area through a proxy that drops a confirm: one machine, bounded tests that wait
+    out their bound, short tests. Each worker's first two are a long or bounded test and a short
+    one (two bounded tests paired on one worker waited 10 s + 10 s there), and a worker holding a
+    bounded test is sent a short one next."""
+    area = ["conformance/suite/confirms/test_machine_confirms.py::test_m",
+            *(f"conformance/suite/confirms/test_confirms.py::test_b{i}" for i in range(4)),
+            *(f"conformance/suite/confirms/test_confirms.py::test_s{i}" for i in range(8))]
+    ranks = {area[0]: (FIRST, MACHINE_SECONDS), area[1]: (PLAIN, 10.0), area[2]: (PLAIN, 10.0),
+             area[3]: (PLAIN, 5.0), area[4]: (PLAIN, 5.0), **{n: (PLAIN, 0.0) for n in area[5:]}}
+    order = arrange(area, 4, ranks)
+    firsts = [area[i] for i in order[:8]]
+    assert firsts[0::2] == area[0:4]  # the machine, then the longest bounds
+    assert all(ranks[n] == (PLAIN, 0.0) for n in firsts[1::2])  # each with a short partner
+    keys = sort_keys(area, ranks)
+    pending = order[8:]
+    assert area[pending[0]] == area[4]  # the last bounded test is next in the order
+    assert partner([1], pending, keys) == 1  # a worker holding a bounded test: a short one first
+    assert partner([5], pending, keys) == 0  # holding a short test: the bounded one
+
+
 def test_ranks_travel_from_a_worker_to_the_controller(tmp_path: Path) -> None:
     assert read_ranks(tmp_path) == {}  # none written: the controller ranks by file name
     write_ranks(tmp_path, [Item(nodeid=SUITE[0], marks={LONG_WAIT: (2,)}), Item(nodeid=SUITE[5], marks={BROKER_WIDE: ()})])

@@ -190,6 +190,7 @@ def test_mixed_outcomes_are_settled_exactly_once(connect: Connect, names: Names)
     assert_quiet(client, ch, QUIET, BasicAck, BasicNack, rule="PC-05")
 
 
+@pytest.mark.bound(5)  # persistent messages' confirms: the disk writes (a deviating broker waits it out)
 @pytest.mark.rules("PC-10")
 @pytest.mark.clauses("PC-10.a", "PC-10.b")
 def test_confirms_of_mixed_durability_cover_every_message(connect: Connect, names: Names,

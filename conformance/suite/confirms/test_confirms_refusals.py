@@ -74,6 +74,7 @@ def test_a_full_queue_with_reject_publish_nacks(connect: Connect, names: Names,
     assert message_count(client, ch, queue) == 1  # the nacked messages were refused, not kept
 
 
+@pytest.mark.bound(10)  # fifty confirms behind a durable queue's disk writes (a deviating broker waits it out)
 @pytest.mark.rules("PC-09")
 @pytest.mark.clauses("PC-09.a")
 @pytest.mark.parametrize("durable", [True, False], ids=["durable-persistent", "transient"])
