@@ -34,7 +34,7 @@ import itertools
 import select
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 from hypothesis.stateful import RuleBasedStateMachine
@@ -100,6 +100,15 @@ CONTROL = 99  # the channel number of the harness's own channel (declares, count
 READ_SLICE_SECONDS = 0.05  # the longest single wait for frames in `sync` (the deadline is checked between)
 COUNT_POLL_SECONDS = 0.005  # a queue count that differs is asked again after this, then twice as long
 F = TypeVar("F", bound=Callable[..., None])
+
+
+def count_polls() -> Iterator[float]:
+    """The waits between two looks at a queue count that differs: `COUNT_POLL_SECONDS`, then twice as
+    long each time up to `READ_SLICE_SECONDS` (module rules)."""
+    poll = COUNT_POLL_SECONDS
+    while True:
+        yield poll
+        poll = min(2 * poll, READ_SLICE_SECONDS)
 
 
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int,
@@ -297,7 +306,7 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
         started = time.monotonic()
         deadline = started + settle
         flushed = False
-        count_poll = COUNT_POLL_SECONDS
+        polls = count_polls()
         while True:
             slice_ = READ_SLICE_SECONDS
             blocked = self.drain()
@@ -319,7 +328,7 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
                 if self.declared.get(queue, ("classic",))[0] == "quorum" and not self.hurried:  # module doc
                     settle = max(settle, self.target.timeout(self.CONSENSUS_SETTLE_SECONDS))
                 deadline = started + settle
-                slice_, count_poll = count_poll, min(2 * count_poll, READ_SLICE_SECONDS)  # module doc
+                slice_ = next(polls)  # module doc
             if time.monotonic() > deadline:
                 raise Violation(f"after {settle:.1f} s: {self.explain_missing(waiting)}")
             self.read(deadline, slice_)
@@ -395,14 +404,13 @@ class ModelMachine(SetupRecorded, RuleBasedStateMachine):
         return count_meaning(self.model.ready(logical) - observed, self.model.failed_over_ready(logical),
                              self.COUNT_RULES)
 
-    def read(self, deadline: float, at_most: float = 0.0) -> None:
-        """Read what came on any connection, waiting until `deadline` but at most `at_most` seconds
-        (`READ_SLICE_SECONDS` when not given)."""
+    def read(self, deadline: float, at_most: float = READ_SLICE_SECONDS) -> None:
+        """Read what came on any connection, waiting until `deadline` but at most `at_most` seconds."""
         live = {c.sock: c for c in self.clients.values()
                 if c.sock is not None and not c.lost and c.connection_closed is None}
         if not live:
             return
-        wait = max(0.0, min(deadline - time.monotonic(), at_most or READ_SLICE_SECONDS))
+        wait = max(0.0, min(deadline - time.monotonic(), at_most))
         readable, _, _ = select.select(list(live), [], [], wait)
         for sock in readable:
             client = live[sock]

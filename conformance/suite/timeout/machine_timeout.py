@@ -43,11 +43,10 @@ from conformance.model import queues as queues_model
 from conformance.model import timeouts as model
 from conformance.suite.steps.machine_base import (
     CONTROL,
-    COUNT_POLL_SECONDS,
-    READ_SLICE_SECONDS,
     MachineClient,
     MachineTarget,
     ModelMachine,
+    count_polls,
 )
 from conformance.suite.steps.timeouts import SHORT
 
@@ -310,7 +309,7 @@ class TimeoutWire(ModelMachine):
         consumer, and the queues' counts match (bounded wait, then a failure naming what)."""
         settle = self.settle_seconds()
         deadline = time.monotonic() + settle
-        poll = COUNT_POLL_SECONDS  # counts are asked again sooner, then less often (machine_base rules)
+        polls = count_polls()  # counts are asked again sooner, then less often (machine_base rules)
         while True:
             self.process()
             waiting = self.waiting_for()
@@ -320,8 +319,7 @@ class TimeoutWire(ModelMachine):
                 for name, number, method in self.held_deliveries():
                     self.on_deliver(name, number, method)  # raises what makes it wrong
                 raise AssertionError(f"after {settle:.1f} s: {waiting}")
-            self.read(deadline, poll)
-            poll = min(2 * poll, READ_SLICE_SECONDS)
+            self.read(deadline, next(polls))
 
     def waiting_for(self) -> str | None:
         held = self.held_deliveries()
