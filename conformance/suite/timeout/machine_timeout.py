@@ -41,13 +41,8 @@ from codec.constants import ReplyCode
 from conformance.drivers.raw import ChannelClosed
 from conformance.model import queues as queues_model
 from conformance.model import timeouts as model
-from conformance.suite.steps.machine_base import (
-    CONTROL,
-    MachineClient,
-    MachineTarget,
-    ModelMachine,
-    count_polls,
-)
+from conformance.suite.steps.machine_base import CONTROL, MachineClient, MachineTarget, ModelMachine
+from conformance.suite.steps.machine_settle import count_polls
 from conformance.suite.steps.timeouts import SHORT
 
 PROFILE = "rabbitmq-4.3"
