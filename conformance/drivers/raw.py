@@ -9,7 +9,12 @@ Rules (docs/design.md decision 5):
 - Every wait has a deadline (`timeout * timeout_scale`); a broker that does not answer
   raises `NoReply("no reply within N s")`, never blocks forever.
 - Broker-initiated channel.close / connection.close are answered (close-ok) and surface as
-  `ChannelClosed` / `ConnectionClosed` outcomes carrying code, class/method id and text.
+  `ChannelClosed` / `ConnectionClosed` outcomes carrying code, class/method id and text. A second
+  channel.close of a channel the broker closed and the driver answered is recorded and otherwise
+  ignored, until the number's next channel.open-ok (the broker writes such a close before that
+  reply): a second close-ok would reach a channel the broker has ended (RabbitMQ answers it with
+  a 504 connection.close); the RabbitMQ Java client drops a frame for a closed channel the same way. RabbitMQ 4.3 sends such a
+  second close when two consumers of one channel time out (docs/findings-rabbitmq-4.3.6.md).
 - A reply the client never asked for (a method that is only ever a response, e.g.
   exchange.declare-ok, with no request on that channel it answers) surfaces as
   `UnexpectedMethod` from the next wait on that channel, instead of a timeout. Requests sent
@@ -125,6 +130,7 @@ class RawClient:
         self.assembler = ContentAssembler()
         self.inbox: dict[int, deque[Command]] = {}
         self.closed_channels: dict[int, ChannelClosed] = {}
+        self._answered: set[int] = set()  # channels whose broker close got our close-ok, until opened again
         self.connection_closed: ConnectionClosed | None = None
         self.lost = False
         self.server_properties: dict[str, Any] = {}
@@ -197,7 +203,10 @@ class RawClient:
         self._asked.pop(number, None)
         self._unasked.pop(number, None)
         self._states.forget(number)
-        self.rpc(number, ChannelOpen(), ChannelOpenOk)
+        try:  # a close of the number's old channel may still come before open-ok: ignored (module rules)
+            self.rpc(number, ChannelOpen(), ChannelOpenOk)
+        finally:
+            self._answered.discard(number)
         return number
 
     def close_channel(self, number: int) -> None:
@@ -418,7 +427,10 @@ class RawClient:
         if m.NAME in _RESPONSES and self._note_reply(command):
             self._probed = None  # the probe was answered: the channel was open
             return
+        if isinstance(m, ChannelClose) and command.channel in self._answered:
+            return  # a second close of a channel already closed and answered: ignored (module rules)
         if isinstance(m, ChannelClose):
+            self._answered.add(command.channel)
             self.closed_channels[command.channel] = ChannelClosed(
                 "channel", m.reply_code, m.reply_text, m.class_id, m.method_id)
             self._asked.pop(command.channel, None)  # the broker discards the open requests
