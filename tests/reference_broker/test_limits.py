@@ -21,7 +21,7 @@ from codec import (
     QueueDeclare,
 )
 from codec.frames import encode_header_payload
-from conformance.suite.steps.limits import HEADER_FIXED, Limits, predict
+from conformance.suite.steps.limits import HEADER_FIXED, Limits, Outcome, Trial, predict
 from reference_broker.core.limits import check_arguments
 from tests.reference_broker.sim import Sim, methods, sends
 
@@ -86,3 +86,24 @@ def test_the_core_agrees_with_the_suites_prediction(kind: str, overflow: str | N
     want = predict(kind, limits, [size + extra for size in sizes])
     assert run(kind, limits, bodies, legacy) == (want.confirms, [bodies[i] for i in want.kept],
                                                  [bodies[i] for i in want.dead])
+
+
+def test_one_more_taken_names_only_the_late_refusal_of_a_quorum_queue() -> None:
+    """The failure seen on a loaded RabbitMQ 4.3.6 (LEN-04: the publish right after the one that went
+    over the limit was taken) is named as such; any other difference, or a classic queue, is not."""
+    limits = Limits(max_bytes=13, overflow="reject-publish")
+    sent = [b"a" * 12, b"", b"c" * 7]
+    want = predict("quorum", limits, [14, 2, 9])
+    assert want == Outcome(confirms=["ack", "nack", "nack"], kept=[0], dead=[])
+
+    def trial(kind: str, confirms: list[str], held: list[bytes]) -> Trial:
+        return Trial(kind, limits, sent, [14, 2, 9], confirms, held, None, want)
+
+    late = trial("quorum", ["ack", "ack", "nack"], sent[:2])
+    assert late.one_more_taken() and not late.kept_as_predicted()
+    assert "one publish more, the one right after the publish that went over the limit" in late.told()
+    assert not trial("quorum", ["ack", "ack", "ack"], sent).one_more_taken()  # two more: not that race
+    assert not trial("quorum", ["ack", "ack", "nack"], sent[:1]).one_more_taken()  # acked, not kept
+    assert not trial("quorum", ["ack", "nack", "ack"], [sent[0], sent[2]]).one_more_taken()  # a later one
+    assert not trial("classic", ["ack", "ack", "nack"], sent[:2]).one_more_taken()
+    assert not trial("quorum", want.confirms, sent[:1]).one_more_taken()  # as predicted

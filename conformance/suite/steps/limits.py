@@ -202,13 +202,28 @@ class Trial:
     def kept_as_predicted(self) -> bool:
         return (self.confirms, self.held) == (self.want.confirms, self.want_held)
 
+    def one_more_taken(self) -> bool:
+        """A quorum queue took exactly one publish more than the rules say: the one right after
+        the publish that took it over its limit, and kept it. Such a queue refuses through a status
+        it sends its publishers after the enqueue that went over (rabbit_fifo `evaluate_limit0`,
+        rabbit_fifo_client `enqueue/4`); this names the failure where that status came after the
+        next publish (docs/findings-rabbitmq-4.3.6.md, LEN-04). The check itself is unchanged."""
+        if self.kind != QUORUM or self.dead is not None or "nack" not in self.want.confirms[1:]:
+            return False
+        first = self.want.confirms.index("nack", 1)
+        confirms = [*self.want.confirms[:first], "ack", *self.want.confirms[first + 1:]]
+        held = [self.sent[i] for i in sorted([*self.want.kept, first])]
+        return (self.confirms, self.held) == (confirms, held)
+
     def told(self) -> str:
         """What the rules predict and what the broker did, for a failure's message."""
         dead = f", dead-letters (body, reason, first reason) {self.want_dead}" if self.dead is not None else ""
         got = f", its dead-letter queue got {self.dead}" if self.dead is not None else ""
         return (f"a {self.kind} queue with {self.limits}, sent {self.sent} one at a time (counting {self.counted} "
                 f"bytes), confirms {self.want.confirms}, holds {self.want_held}{dead}; the broker confirmed "
-                f"{self.confirms}, the queue held {self.held}{got}")
+                f"{self.confirms}, the queue held {self.held}{got}" + (
+                    "; it took one publish more, the one right after the publish that went over the limit, and "
+                    "kept it: its refusal came after that publish" if self.one_more_taken() else ""))
 
 
 def trial(client: RawClient, ch: int, names: Names, target: Target, kind: str, limits: Limits, sent: list[bytes],
