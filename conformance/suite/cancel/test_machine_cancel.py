@@ -58,8 +58,9 @@ class CancelMachine(ModelMachine):
         self.connect("B", consumer_cancel_notify=False)
         self.open("A", "A", 1)
         self.open("B", "B", 1)
-        for queue in ("q1", "q2"):
-            self.declare(queue)
+        with self.pipelined():
+            for queue in ("q1", "q2"):
+                self.declare(queue)
 
     def live_consumers(self) -> list[tuple[str, str]]:
         return [(ch, tag) for ch in ("A", "B") for tag in self.model.consumer_tags(ch)]

@@ -82,16 +82,17 @@ class ConfirmMachine(ModelMachine):
         self.connect("A")
         self.open(1)
         self.open(2)
-        self.declare("transient")
-        self.declare("durable", durable=True)
-        self.declare("full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
         self.queue_pool: list[str] = ["transient", "durable", "full"]
         fanout = ["transient", "durable"]
-        if self.model.traits.quorum_queues:
-            self.declare("quorum", "quorum")
-            self.queue_pool.append("quorum")
-            fanout.append("quorum")
-        self.declare_fanout("fanout", fanout)
+        with self.pipelined():
+            self.declare("transient")
+            self.declare("durable", durable=True)
+            self.declare("full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+            if self.model.traits.quorum_queues:
+                self.declare("quorum", "quorum")
+                self.queue_pool.append("quorum")
+                fanout.append("quorum")
+            self.declare_fanout("fanout", fanout)
         # picks count from the end: the full queue (PC-08 nacks) and an unroutable key (PC-06
         # returns) are drawn as often as the plain queues
         self.targets = ["transient", "durable", *self.queue_pool[3:], "nowhere", "fanout", "full"]

@@ -7,6 +7,13 @@ Rules:
   publish) is followed by a ping (a passive exchange.declare on the same channel), so its
   outcome is known: the broker closes the channel before answering the ping, or answers it.
 - Outcomes compare by scope, reply code and class/method id (`model.outcomes`), never text.
+- An example's set-up declares its queues, exchanges and bindings on the control channel inside
+  `pipelined()`: sent one after another, the replies read in order at the end, before any other
+  channel is used. A channel handles its methods one at a time in the order they came and answers
+  them in that order (RabbitMQ: the reader hands each method to the channel process, which runs
+  queue.declare, exchange.declare and queue.bind to completion before the next:
+  rabbit_channel `handle_method/3`), so a bind sent after its queue's declare finds the queue; a
+  refused declare closes the channel and the reply awaited then raises that close.
 - After every step `sync()` makes the run quiescent (`machine_settle`: what it checks and waits for).
 - Each example uses fresh connections and uniquely named queues, deleted at teardown.
 - `AMQPC_MACHINE_EXAMPLES` overrides every machine's example count (machine_support).
@@ -18,10 +25,11 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 from hypothesis.stateful import RuleBasedStateMachine
@@ -109,6 +117,7 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
 
     steps_run: ClassVar[int] = 0
     budget: Budget | None = None
+    PIPELINED_SETUP: ClassVar[bool] = True  # False: `pipelined` waits for each reply (declares on other nodes)
 
     def __init__(self, target: MachineTarget) -> None:
         super().__init__()
@@ -127,6 +136,7 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
         self.hurried = False  # this example waited less than in full (settle_seconds)
         self.control_conn = "A"
         self.program = Program(type(self).__name__)
+        self.pending: list[type[Method]] | None = None  # replies owed inside `pipelined`
 
     # -- setup -------------------------------------------------------------------------------
     def connect(self, conn: str, **capabilities: Any) -> MachineClient:
@@ -165,7 +175,33 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
 
     def declare_on_broker(self, declare: QueueDeclare) -> None:
         """The queue.declare of `declare` (a hook: a cluster machine declares some on another node)."""
-        self.clients[self.control_conn].rpc(CONTROL, declare, QueueDeclareOk)
+        self.control_rpc(declare, QueueDeclareOk)
+
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """The set-up's declares and binds on the control channel go out without waiting for each
+        reply; the replies are read, in order, when the block ends (module rules)."""
+        if not self.PIPELINED_SETUP:
+            yield
+            return
+        self.pending = []
+        try:
+            yield
+            pending = self.pending
+        finally:
+            self.pending = None
+        control = self.clients[self.control_conn]
+        for reply in pending:
+            control.expect(CONTROL, reply)
+
+    def control_rpc(self, method: Method, reply: type[Method]) -> None:
+        """`method` on the control channel and its reply, or only sent inside `pipelined`."""
+        control = self.clients[self.control_conn]
+        if self.pending is None:
+            control.rpc(CONTROL, method, reply)
+            return
+        control.send(CONTROL, method)
+        self.pending.append(reply)
 
     def delete_and_declare(self, logical: str) -> None:
         """queue.delete, then the same declare and bindings again (a new, empty queue)."""
@@ -184,11 +220,9 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
 
     def declare_fanout(self, logical: str, queues: list[str]) -> None:
         real = self.exchanges.setdefault(logical, f"{self.prefix}.{logical}")
-        control = self.clients[self.control_conn]
-        control.rpc(CONTROL, ExchangeDeclare(exchange=real, exchange_type="fanout", auto_delete=False),
-                    ExchangeDeclareOk)
+        self.control_rpc(ExchangeDeclare(exchange=real, exchange_type="fanout", auto_delete=False), ExchangeDeclareOk)
         for queue in queues:
-            control.rpc(CONTROL, QueueBind(queue=self.real[queue], exchange=real), QueueBindOk)
+            self.control_rpc(QueueBind(queue=self.real[queue], exchange=real), QueueBindOk)
         self.model.declare_fanout(logical, queues)
 
     def body(self) -> bytes:

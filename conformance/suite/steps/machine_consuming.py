@@ -50,7 +50,8 @@ class ConsumingMachine(ModelMachine):
         self.connect("A")
         self.open(1)
         self.open(2)
-        self.queue_pool = self.setup_queues()
+        with self.pipelined():
+            self.queue_pool = self.setup_queues()
 
     def setup_queues(self) -> tuple[str, ...]:
         self.declare("q")

@@ -16,6 +16,11 @@ Rules:
   sleep out its whole slice; the deadline is the same). A
   delivery the model does not allow yet is held while other channels may still deliver (a broker
   writes each channel's frames independently, so arrival order across channels is free).
+- The first count of a settle goes out with the flush (a ping on every other connection): the
+  control channel's passive declares are its connection's round trip, as its ping on that channel
+  was, and what arrived on any channel by the time their replies came is checked before the
+  counts are trusted (then they are asked again). One round trip a settle fewer
+  (docs/probes.md, "Fewer round trips in the machines").
 - A settle waits `SETTLE_SECONDS` in full (scaled), less while a failure is being shrunk
   (`settle_seconds`; machine_support rules: hurried shrinking).
 """
@@ -112,12 +117,16 @@ class Settling:
                 if time.monotonic() > deadline or not any(self.model.due(k) for k in self.channels if k != key):
                     self.model.deliver(key, delivery)  # raises the Violation with what was allowed
             waiting = self.waiting_for()
-            if not waiting and not flushed:
-                flushed = True
-                if self.flush():
-                    continue  # something arrived meanwhile: check it first
             if not waiting:
-                mismatch = self.count_mismatch()
+                if flushed:
+                    mismatch = self.count_mismatch()
+                else:  # the counts and the flush in one round trip (module rules)
+                    flushed = True
+                    queues = self.ask_counts()
+                    self.flush(counting=bool(queues))
+                    mismatch = self.read_counts(queues)
+                    if self.arrived():
+                        continue  # something arrived meanwhile: check it first, then count again
                 if mismatch is None:
                     self.settled(time.monotonic() - started)
                     break
@@ -151,12 +160,16 @@ class Settling:
         if self.smallest is not None:
             self.smallest.settled(seconds)
 
-    def flush(self) -> bool:
+    def flush(self, counting: bool = False) -> bool:
         """A round trip on each connection: what the broker wrote to it before is read now, not
         in some later step, so every run notices a frame at the same step (Hypothesis replays
-        must see the same run). True when a channel then has something to check."""
+        must see the same run). True when a channel then has something to check. `counting`: the
+        count declares just sent on the control channel are that connection's round trip (its
+        replies are read by `read_counts`, which then tells what arrived: `arrived`)."""
         pinged: list[tuple[RawClient, int]] = []
         for conn, client in self.clients.items():  # every connection's ping out, then each reply awaited
+            if counting and conn == self.control_conn:
+                continue
             numbers = [n for k, (c, n) in self.channels.items() if c == conn and self.model.is_open(k)]
             number = CONTROL if conn == self.control_conn else next(iter(numbers), None)
             if number is None or client.sock is None or client.lost or client.connection_closed is not None:
@@ -165,6 +178,10 @@ class Settling:
             pinged.append((client, number))
         for pinger, number in pinged:
             pinger.expect(number, ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
+        return self.arrived()
+
+    def arrived(self) -> bool:
+        """Whether an open channel of the model has something to check."""
         return any(self.clients[c].inbox.get(n) for k, (c, n) in self.channels.items() if self.model.is_open(k))
 
     def waiting_for(self) -> str | None:
@@ -181,10 +198,19 @@ class Settling:
         """The first queue whose ready count differs from the model's. The passive declares go
         out one after another without waiting, and their replies are read in order (a channel answers in the order it
         was asked), every one of them, so none is left for a later wait to take."""
+        return self.read_counts(self.ask_counts())
+
+    def ask_counts(self) -> list[str]:
+        """Send the passive declare of every queue of the model (`count_mismatch`); the queues asked."""
         control = self.clients[self.control_conn]
         queues = list(self.model.queues())
         for logical in queues:
             control.send(CONTROL, QueueDeclare(queue=self.real[logical], passive=True))
+        return queues
+
+    def read_counts(self, queues: list[str]) -> tuple[str, str] | None:
+        """The replies to `ask_counts`, in order: the first queue whose count differs from the model's."""
+        control = self.clients[self.control_conn]
         counts = []
         for _ in queues:
             reply = control.expect(CONTROL, QueueDeclareOk)

@@ -2,7 +2,10 @@
 
 Responsibility: after a step, what the topology oracle says it removed is gone and everything the
 oracle holds exists, empty (the machine's module rules); a passive declare on channel `CHECK`
-each, a 404 closing only that channel, which is opened again. And, when a copy reached through
+each, a 404 closing only that channel, which is opened again. The declares of what must exist go
+out together and their replies are read in order: the channel answers them in the order they
+came, and after a 404 it drops the rest, so the first missing one is the one named, as when each
+was asked alone (docs/probes.md, "Fewer round trips in the machines"). And, when a copy reached through
 an exchange-to-exchange binding is missing, which rule that breaks: the route-on rule (ROUTE-09),
 unless one of the bindings between exchanges on its way does not take the message on when tried
 alone (a queue bound the same way to the same exchange, the same message published there): then
@@ -75,17 +78,20 @@ class TopologyChecks:
             if not self._gone(QueueDeclare(queue=self.real(name), passive=True), QueueDeclareOk, deadline):
                 raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: queue {name} must be gone "
                                              f"({_why(rule_id)}); it still exists")
-        for name, spec in sorted(self.model.exchanges.items()):
-            if not self._exists(ExchangeDeclare(exchange=self.real(name), passive=True), ExchangeDeclareOk):
-                rule_id = "EXCH-08" if spec.auto_delete else "EXCH-07"
-                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: exchange {name} ({spec}) must "
-                                             "still exist; it is gone")
-        for name, qspec in sorted(self.model.queues.items()):
-            reply = self._exists(QueueDeclare(queue=self.real(name), passive=True), QueueDeclareOk)
-            if not reply:
-                rule_id = "QUEUE-06" if qspec.auto_delete else "QUEUE-05" if qspec.exclusive else "QUEUE-10"
-                raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: queue {name} ({qspec}) must "
-                                             "still exist; it is gone")
+        exchanges, queues = sorted(self.model.exchanges.items()), sorted(self.model.queues.items())
+        missing = self._first_missing(
+            [(ExchangeDeclare(exchange=self.real(name), passive=True), ExchangeDeclareOk) for name, _ in exchanges]
+            + [(QueueDeclare(queue=self.real(name), passive=True), QueueDeclareOk) for name, _ in queues])
+        if missing is not None and missing < len(exchanges):
+            name, spec = exchanges[missing]
+            rule_id = "EXCH-08" if spec.auto_delete else "EXCH-07"
+            raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: exchange {name} ({spec}) must "
+                                         "still exist; it is gone")
+        if missing is not None:
+            name, qspec = queues[missing - len(exchanges)]
+            rule_id = "QUEUE-06" if qspec.auto_delete else "QUEUE-05" if qspec.exclusive else "QUEUE-10"
+            raise RuleViolation(rule_id, f"after {self.program.steps[-1]}: queue {name} ({qspec}) must "
+                                         "still exist; it is gone")
 
     def _why_kept(self, name: str, rule_id: str, cause: str | None) -> tuple[str, str]:
         """Why an auto-delete exchange is still there: its binding was kept (`cause`, the rule that
@@ -147,16 +153,25 @@ class TopologyChecks:
         return self.target.timeout(self.WAIT_SECONDS)
 
     def _exists(self, method: Method, reply: type[Method]) -> bool:
-        try:
-            self.client.rpc(CHECK, method, reply, timeout=self.target.timeout(5.0))
-        except ChannelClosed as closed:
-            if closed.code != ReplyCode.NOT_FOUND:
-                raise
-            self.client.closed_channels.pop(CHECK, None)  # channel() clears it only after open-ok
-            self.client.inbox.pop(CHECK, None)
-            self.client.channel(CHECK)
-            return False
-        return True
+        return self._first_missing([(method, reply)]) is None
+
+    def _first_missing(self, checks: list[tuple[Method, type[Method]]]) -> int | None:
+        """The passive declares of `checks` sent together on `CHECK`, their replies read in order:
+        the index of the first one that is missing (its 404 closes the channel, which drops the
+        rest; it is opened again), or None (module rules)."""
+        for method, _ in checks:
+            self.client.send(CHECK, method)
+        for index, (_, reply) in enumerate(checks):
+            try:
+                self.client.expect(CHECK, reply, timeout=self.target.timeout(5.0))
+            except ChannelClosed as closed:
+                if closed.code != ReplyCode.NOT_FOUND:
+                    raise
+                self.client.closed_channels.pop(CHECK, None)  # channel() clears it only after open-ok
+                self.client.inbox.pop(CHECK, None)
+                self.client.channel(CHECK)
+                return index
+        return None
 
     def _gone(self, method: Method, reply: type[Method], deadline: float) -> bool:
         while self._exists(method, reply):
