@@ -13,8 +13,9 @@ Rules (docs/design.md decision 5):
   channel.close of a channel the broker closed and the driver answered is recorded and otherwise
   ignored, until the number's next channel.open-ok (the broker writes such a close before that
   reply): a second close-ok would reach a channel the broker has ended (RabbitMQ answers it with
-  a 504 connection.close); the RabbitMQ Java client drops a frame for a closed channel the same way. RabbitMQ 4.3 sends such a
-  second close when two consumers of one channel time out (docs/findings-rabbitmq-4.3.6.md).
+  a 504 connection.close); the RabbitMQ Java client drops a frame for a closed channel the same
+  way. RabbitMQ 4.3 sends such a second close when two consumers of one channel time out
+  (docs/findings-rabbitmq-4.3.6.md).
 - A reply the client never asked for (a method that is only ever a response, e.g.
   exchange.declare-ok, with no request on that channel it answers) surfaces as
   `UnexpectedMethod` from the next wait on that channel, instead of a timeout. Requests sent
