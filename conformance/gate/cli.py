@@ -132,7 +132,7 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                         help=f"results, junit.xml, pytest-output.txt, report/ (default: {DEFAULT_OUT})")
     parser.add_argument("--jobs", default=None, metavar="N",
-                        help="parallel workers (pytest-xdist), or 'auto' (default: four per core, at most 8, "
+                        help="parallel workers (pytest-xdist), or 'auto' (default: six per core, at most 12, "
                              "for the embedded broker and a --broker-url alike; 1 against a cluster you name; "
                              "AMQPC_JOBS sets it)")
     parser.add_argument("--suite", type=Path, default=None, metavar="DIR",

@@ -27,8 +27,8 @@ from conformance.run.config import RunConfig
 
 DEFAULT_OUT = Path("amqp-conformance-results")
 ENV_JOBS = "AMQPC_JOBS"  # the default of --jobs (a number or 'auto')
-MAX_DEFAULT_JOBS = 8
-JOBS_PER_CORE = 4
+MAX_DEFAULT_JOBS = 12
+JOBS_PER_CORE = 6
 LIBRARY_JOBS = 2  # through a client library: the run judges a few dozen tests, the rest do not apply
 TESTS_PER_JOB = 10  # a selection (`--select`) gets one worker per this many of its tests, at most the default
 COUNT_TIMEOUT = 120.0  # s: the selection's count (a collection of the suite, about 2 CPU-s); past it, the default
@@ -92,11 +92,15 @@ def prepare(options: RunOptions) -> Prepared:
 
 
 def default_jobs(broker_url: str | None, cluster_nodes: tuple[str, ...] = (), client: str = RAW) -> str:
-    """Workers when --jobs is not given: four per core, at most MAX_DEFAULT_JOBS, for the embedded
+    """Workers when --jobs is not given: six per core, at most MAX_DEFAULT_JOBS, for the embedded
     reference broker and a broker the user names alike. The suite mostly waits on the broker's
-    clock and round trips (about 25 CPU-seconds of 2 cores' 110 in a 55 s run), and a test that
-    changes a broker-wide setting runs alone anyway (conformance.plugin.distributed); measured on
-    2 cores, whole suite on the embedded broker: 6 workers 70 s, 8 workers 58 s (docs/benchmarks.md). One worker against any
+    clock and round trips (RabbitMQ 4.3.6's whole run at eight workers: 58 of the 2 cores' 95
+    CPU-seconds busy), and a test that changes a broker-wide setting runs alone anyway
+    (conformance.plugin.distributed). Measured on 2 cores, whole suite, RabbitMQ 4.3.6: 8 workers
+    45-49 s, 12 workers 42-44 s, 16 workers 41-42 s; with a CPU hog eating one core, 8 workers 54-55 s,
+    12 workers 47-50 s; embedded broker 38-40 s at 8, 38 s at 12 (docs/benchmarks.md). Each worker
+    starts Python and collects the suite (about 0.7 CPU-s on that machine), which is what more workers
+    cost. One worker against any
     cluster, the embedded one (`--cluster-node embedded`) as one the user names: its tests stop, kill and start
     the nodes every worker's tests use (eight workers on the embedded cluster failed three cluster tests so).
     LIBRARY_JOBS through a client library (`--client pika`...): it expresses a few dozen of the suite's tests

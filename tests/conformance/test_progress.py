@@ -37,7 +37,7 @@ def test_time_lines_name_the_slowest_areas_and_tests() -> None:
     assert time_lines([], 3.0) == []
 
 
-def test_jobs_default_to_four_per_core_except_against_a_shared_cluster_or_through_a_library(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_default_to_six_per_core_except_against_a_shared_cluster_or_through_a_library(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_JOBS, raising=False)
     several = str(min(MAX_DEFAULT_JOBS, JOBS_PER_CORE * (os.cpu_count() or 1)))
     assert default_jobs(None) == several  # the embedded reference broker
