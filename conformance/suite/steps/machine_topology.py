@@ -26,6 +26,8 @@ Rules:
   tried alone first, topology_checks), the removal it did not make, or the request it refused.
 - Values drawn from the machine's state are picks (machine_support), names are logical
   (`x0`..`x3`, `q0`..`q3`) and real names are unique per example; everything is deleted at teardown.
+- A publish and its judgement are topology_publish's (`TopologyPublishing`), the checks after
+  each step topology_checks' (its base class).
 """
 
 from __future__ import annotations
@@ -45,12 +47,6 @@ from codec import (
     BasicCancelOk,
     BasicConsume,
     BasicConsumeOk,
-    BasicGet,
-    BasicGetEmpty,
-    BasicGetOk,
-    BasicProperties,
-    BasicPublish,
-    BasicReturn,
     ExchangeBind,
     ExchangeBindOk,
     ExchangeDeclare,
@@ -68,11 +64,9 @@ from codec import (
     QueueDeleteOk,
     QueueUnbind,
     QueueUnbindOk,
-    ReplyCode,
 )
-from conformance.catalogue.mentions import RuleViolation
-from conformance.drivers.raw import DriverError, Recorder
-from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology, extra_rule
+from conformance.drivers.raw import Recorder
+from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology
 from conformance.suite.steps.machine_support import (
     PICKS,
     Budget,
@@ -87,7 +81,7 @@ from conformance.suite.steps.machine_support import (
     from_machine,
     run_within_budget,
 )
-from conformance.suite.steps.topology_checks import CHECK, TopologyChecks
+from conformance.suite.steps.topology_checks import CHECK
 from conformance.suite.steps.topology_draws import (
     BINDING_HEADERS,
     EXCHANGES,
@@ -98,9 +92,9 @@ from conformance.suite.steps.topology_draws import (
     WORDS,
 )
 from conformance.suite.steps.topology_draws import fill as fill_key
+from conformance.suite.steps.topology_publish import STEP, TopologyPublishing
 from conformance.suite.steps.topology_replay import reduce_failure
 
-STEP = 1  # the channel of every step (CHECK: the checks')
 STABLE_EXAMPLES = 1000  # an example takes milliseconds: shrinking may go on (STABLE_SECONDS still ends it)
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -133,7 +127,7 @@ def _aimable(m: TopologyMachine) -> list[Binding]:
     return [b for b in m.model.bindings if not m.model.exchanges[b.source].internal]
 
 
-class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
+class TopologyMachine(TopologyPublishing, RuleBasedStateMachine):
     """ROUTE-01, 03..07, 09..13, EXCH-06..10, QUEUE-05, 06, 10, 11 over one connection. A step runs
     nothing when what it would name does not exist (no preconditions: a rule's draw keeps its meaning
     when the shrinker deletes the steps before it)."""
@@ -337,74 +331,6 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
                                    durable=spec.durable), QueueDeclareOk)
         self.model.declare_queue(name, spec)
 
-    def _request(self, rule_id: str, what: str, method: Method, *reply: type[Method]) -> None:
-        try:
-            self.client.rpc(STEP, method, *reply, timeout=self.target.timeout(5.0))
-        except DriverError as exc:
-            raise RuleViolation(rule_id, f"{what} must succeed (everything it names exists in the model); "
-                                         f"the broker answered: {exc}") from None
-
-    def _publish(self, exchange: str, real: str, key: str, headers: dict[str, Any], cc: tuple[str, ...],
-                 mandatory: bool, logical: str | None = None) -> None:
-        self.bodies += 1
-        body = f"m{self.bodies}"
-        route = self.model.route(exchange, logical if logical is not None else key, headers, cc)
-        what = f"publish {body} to {exchange or 'the default exchange'} key {key!r} headers {headers}" + \
-            (" mandatory" if mandatory else "")
-        self.client.send(STEP, BasicPublish(exchange=real, routing_key=key, mandatory=mandatory),
-                         BasicProperties(headers=headers or None), body.encode())
-        got = self._drain(what)
-        wanted = set(route.queues)
-        problems = []
-        for queue in sorted(self.model.queues):
-            copies = got.get(queue, 0)
-            if queue in wanted and copies == 0:
-                rule_id, probed = self._missing_rule(route, route.queues[queue], key, headers)
-                problems.append((rule_id, f"{queue} did not get it (the rules route it "
-                                 f"there by {_hop_text(route.queues[queue])}{probed})"))
-            elif queue not in wanted and copies:
-                misses = route.misses.get(queue)
-                problems.append((extra_rule(self.model, route, queue), f"{queue} got it (" + (
-                    f"the rules do not match it to {misses[0].binding.describe() if misses[0].binding else queue}"
-                    if misses else "no route the rules know leads there") + ")"))
-            elif copies > 1:
-                problems.append(("ROUTE-10", f"{queue} got {copies} copies (one however many routes)"))
-        returns = [c.method for c in self.client.pending(STEP) if isinstance(c.method, BasicReturn)]
-        self.client.inbox.pop(STEP, None)
-        must_return = mandatory and not wanted
-        if not problems and len(returns) != int(must_return):
-            said = "not returned" if not returns else f"returned {len(returns)} time(s)"
-            problems.append(("ROUTE-11", f"it was {said}; a mandatory publish that reaches no queue is returned "
-                                         "once (312 NO_ROUTE), any other publish never"))
-        elif not problems and returns and returns[0].reply_code != ReplyCode.NO_ROUTE:
-            problems.append(("ROUTE-11", f"it was returned with {returns[0].reply_code}, not 312 NO_ROUTE"))
-        if problems:
-            rule_id = problems[0][0]
-            detail = "; ".join(text for _, text in problems)
-            raise RuleViolation(rule_id, f"{what}: {detail}. The rules send it to {sorted(wanted) or 'no queue'}; "
-                                         f"the broker to {sorted(q for q in got if got[q])}. "
-                                         f"Bindings: {[b.describe() for b in self.model.bindings]}")
-        self._check(Removed())
-
-    def _drain(self, what: str) -> dict[str, int]:
-        """Each queue the model holds, emptied with basic.get: the copies of the last body each got."""
-        got: dict[str, int] = {}
-        for queue in sorted(self.model.queues):
-            while True:
-                try:
-                    reply = self.client.rpc(STEP, BasicGet(queue=self.real(queue), no_ack=True), BasicGetOk,
-                                            BasicGetEmpty, timeout=self.target.timeout(5.0))
-                except DriverError as exc:
-                    raise RuleViolation("EXCH-09", f"{what}: the publish to an existing, not internal exchange "
-                                                   f"was refused, or {queue} was gone: {exc}") from None
-                if isinstance(reply.method, BasicGetEmpty):
-                    break
-                got[queue] = got.get(queue, 0) + 1
-        self._request("EXCH-09", f"{what}, then a passive declare of amq.direct (a round trip: a basic.return "
-                                 "comes before its reply)", ExchangeDeclare(exchange="amq.direct", passive=True),
-                      ExchangeDeclareOk)
-        return got
-
     # -- teardown ----------------------------------------------------------------------------
     def teardown(self) -> None:
         if self.failed is not None and isinstance(sys.exc_info()[1], AssertionError):
@@ -421,13 +347,6 @@ class TopologyMachine(TopologyChecks, RuleBasedStateMachine):
         deletes: list[Method] = [QueueDelete(queue=self.real(n)) for n in sorted(self.declared) if n.startswith("q")]
         deletes += [ExchangeDelete(exchange=self.real(n)) for n in sorted(self.declared) if n.startswith("x")]
         delete_after_close(deletes, self.target.url, self.target.timeout(5.0))
-
-
-def _hop_text(hop: Any) -> str:
-    how = {"publish": "", "exchange-to-exchange": " (reached by an exchange-to-exchange binding)",
-           "alternate": " (its alternate exchange)"}[hop.via]
-    binding = hop.binding.describe() if hop.binding else f"the default exchange's binding of {hop.exchange!r}"
-    return f"{binding}{how}" + (" on a CC key" if hop.by_cc else "")
 
 
 def run_topology_machine(target: MachineTarget, *, examples: int, steps: int, shard: int = 0) -> None:
