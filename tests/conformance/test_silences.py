@@ -144,10 +144,10 @@ def test_a_reply_that_comes_while_the_ping_is_awaited_is_late_not_missing(learni
     """A slow broker (every frame held 0.3 s from its basic.get on, as a loaded runner can): the
     wait of 0.2 s ends, the driver pings the channel, and the basic.get-ok arrives before the ping's
     reply. It is the reply, late: `expect` returns it and nothing is learned."""
-    from conformance.drivers import raw
+    from conformance.drivers import raw_probing
     from tests.conformance.hostile import HostileProxy, Mode, Plan
 
-    monkeypatch.setattr(raw, "PROBE", 2.0)  # the ping's reply is held too: wait for it, not for the clock
+    monkeypatch.setattr(raw_probing, "PROBE", 2.0)  # the ping's reply is held too: wait for it, not for the clock
     with EmbeddedBroker() as broker, HostileProxy(
             (broker.host, broker.port), Plan(Mode.DELAY, on_request=lambda m: isinstance(m, BasicGet), delay=0.3)
     ) as proxy, RawClient(proxy.url, timeout=5.0) as client:
