@@ -26,6 +26,7 @@ from codec import (
     ConfirmSelect,
     ConfirmSelectOk,
     QueueDelete,
+    QueueDeleteOk,
     TxCommit,
     TxCommitOk,
     TxRollback,
@@ -35,7 +36,8 @@ from codec import (
     encode_method,
 )
 from codec.constants import METHOD_IDS, ReplyCode
-from conformance.drivers.raw import ChannelClosed, ConnectionClosed, RawClient
+from conformance.catalogue.mentions import RuleViolation
+from conformance.drivers.raw import ChannelClosed, ConnectionClosed, NoReply, RawClient
 from conformance.plugin.session import Names, Target
 from conformance.plugin.verdicts import not_applicable
 from conformance.suite.steps.confirms import PERSISTENT, QUIET, confirm_channel, declare, message_count
@@ -74,21 +76,40 @@ def test_a_full_queue_with_reject_publish_nacks(connect: Connect, names: Names,
     assert message_count(client, ch, queue) == 1  # the nacked messages were refused, not kept
 
 
-@pytest.mark.bound(10)  # fifty confirms behind a durable queue's disk writes (a deviating broker waits it out)
+@pytest.mark.bound(10)  # queue.delete-ok behind a durable queue's disk writes (a deviating broker waits it out)
 @pytest.mark.rules("PC-09")
 @pytest.mark.clauses("PC-09.a")
 @pytest.mark.parametrize("durable", [True, False], ids=["durable-persistent", "transient"])
 def test_queue_deleted_with_confirms_pending_means_ack(connect: Connect, names: Names, target: Target,
                                                        durable: bool) -> None:
     """Publishes and the queue's deletion go in one write, so the deletion can overtake the
-    confirms; whatever was pending must be acked, never nacked."""
+    confirms; whatever was pending must be acked, never nacked.
+
+    The disk is waited for once: queue.delete-ok (the queue's files and its record go first) gets
+    the 10-s bound. What is still unconfirmed then is owed at once (`prompt`): RabbitMQ's queue
+    process replies to the delete from its `terminate` and then exits `normal` (v3.10.8
+    `stop/2`, answered by gen_server2 after `terminate`; v4.0.5 and v4.3.5 `terminate_delete/4` with `reply_to`), and the channel settles
+    every seqno still pending for that queue as an ack when it handles that exit, with no disk
+    or timer in between (`rabbit_classic_queue:handle_event({down, ...})` returns `eol` for a
+    normal exit, then `rabbit_confirms:remove_queue` and `record_confirms`: rabbit_channel
+    v3.10.8 l. 823-830, v4.0.5 `handle_eol` l. 2776, v4.3.5 l. 2829). A transient queue confirms
+    while enqueueing (`prompt`'s evidence), before the deletion is handled."""
     client = connect()
     ch = confirm_channel(client)
     queue = names.queue()
     declare(client, ch, queue, durable=durable)
     props = PERSISTENT if durable else BasicProperties()
     publish_burst(client, ch, [queue] * 50, properties=props, tail=encode_method(ch, QueueDelete(queue=queue)))
-    confirms = Confirms.expecting(1, 50).collect(client, ch, target.timeout(10))
+    client.expect(ch, QueueDeleteOk, timeout=target.timeout(10))  # the confirms that came before it stay queued
+    confirms = Confirms.expecting(1, 50)
+    try:
+        confirms.collect(client, ch, prompt(client))
+    except NoReply:
+        missing = sorted(confirms.outstanding)
+        raise RuleViolation(("PC-09",), f"seqnos {missing[:10]}{' ...' if len(missing) > 10 else ''} "
+                            f"({len(missing)} of 50) were still unconfirmed {prompt(client):g} s after "
+                            "queue.delete-ok: a deleted queue's pending confirms are owed as acks once it is "
+                            f"gone, with nothing left to wait for; confirms seen: {confirms.seen}") from None
     assert not confirms.nacked, f"nacked {sorted(confirms.nacked)}: a deleted queue means ack (PC-09)"
 
 
