@@ -45,6 +45,15 @@ from tests.conformance.test_probes import BROKERS, upstream
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def suite_run(url: str, out: Path, run_id: str, test: str, *, timeout: float,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The suite's test(s) named by `test` (a -k expression) against `url`, as a user runs them."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
+                           "-o", "addopts=", "--broker-url", url, "--results-dir", str(out), "--run-id", run_id,
+                           "-k", test, "--pyargs", "conformance.suite"],
+                          capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT, env=env)
+
+
 class QuorumCountLags(Deviation):
     """A quorum queue's ready count, as queue.declare-ok reports it, trails the truth by `LAG` s."""
 
@@ -77,11 +86,7 @@ class QuorumCountLags(Deviation):
 def test_the_requeue_machine_waits_for_a_quorum_queue_applying_commands_late(tmp_path: Path) -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), QuorumCountLags) as proxy:
         env = {**os.environ, "AMQPC_MACHINE_EXAMPLES": "6"}
-        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
-                              "-o", "addopts=", "--broker-url", proxy.url, "--results-dir", str(tmp_path),
-                              "--run-id", "lag", "-k", "test_requeue_order_and_redelivered_match_the_model",
-                              "--pyargs", "conformance.suite"],
-                             capture_output=True, text=True, timeout=280, check=False, cwd=ROOT, env=env)
+        run = suite_run(proxy.url, tmp_path, "lag", "test_requeue_order_and_redelivered_match_the_model", timeout=280, env=env)
         lagged = proxy.actions.count("lagged")
     rows = read_table(tmp_path, "tests", "lag").to_pylist()
     assert [r["verdict"] for r in rows] == ["passed"], (run.stdout[-3000:], [r["message"] for r in rows])
@@ -159,11 +164,7 @@ def test_the_lifecycle_machine_passes_behind_a_slow_link(tmp_path: Path) -> None
     earlier on the broker's clock than the machine assumes, never later."""
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), SlowLink) as proxy:
         env = {**os.environ, "AMQPC_MACHINE_EXAMPLES": "6"}
-        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
-                              "-o", "addopts=", "--broker-url", proxy.url, "--results-dir", str(tmp_path),
-                              "--run-id", "slow", "-k", "test_the_message_lifecycle_matches_the_model",
-                              "--pyargs", "conformance.suite"],
-                             capture_output=True, text=True, timeout=280, check=False, cwd=ROOT, env=env)
+        run = suite_run(proxy.url, tmp_path, "slow", "test_the_message_lifecycle_matches_the_model", timeout=280, env=env)
         delayed = proxy.actions.count("delayed")
     rows = read_table(tmp_path, "tests", "slow").to_pylist()
     assert [r["verdict"] for r in rows] == ["passed"], (run.stdout[-3000:], [r["message"] for r in rows])
@@ -180,11 +181,7 @@ class CloseOkLate(MethodLate):
 
 def test_methods_after_a_channel_close_wait_for_a_late_close_ok(tmp_path: Path) -> None:
     with EmbeddedBroker() as broker, DeviantProxy((broker.host, broker.port), CloseOkLate) as proxy:
-        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
-                              "-o", "addopts=", "--broker-url", proxy.url, "--results-dir", str(tmp_path),
-                              "--run-id", "late", "-k", "test_methods_after_a_broker_channel_close_are_ignored",
-                              "--pyargs", "conformance.suite"],
-                             capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+        run = suite_run(proxy.url, tmp_path, "late", "test_methods_after_a_broker_channel_close_are_ignored", timeout=120)
         late = proxy.actions.count("late")
     rows = read_table(tmp_path, "tests", "late").to_pylist()
     assert [r["verdict"] for r in rows] == ["passed"], (run.stdout[-3000:], [r["message"] for r in rows])
@@ -205,11 +202,7 @@ def test_a_deleted_queues_confirms_are_waited_for_behind_a_late_delete_ok(port: 
     """PC-09's test gives the deletion the disk's 10 s and what is still unconfirmed after its
     delete-ok the 2 s owed at once: a delete-ok and confirms 3 s late fail nothing."""
     with EmbeddedBroker() as broker, DeviantProxy(upstream(port, broker), DeleteLate) as proxy:
-        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
-                              "-o", "addopts=", "--broker-url", proxy.url, "--results-dir", str(tmp_path),
-                              "--run-id", "late", "-k", "test_queue_deleted_with_confirms_pending_means_ack",
-                              "--pyargs", "conformance.suite"],
-                             capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+        run = suite_run(proxy.url, tmp_path, "late", "test_queue_deleted_with_confirms_pending_means_ack", timeout=120)
         late = proxy.actions.count("late")
     rows = read_table(tmp_path, "tests", "late").to_pylist()
     assert [r["verdict"] for r in rows] == ["passed", "passed"], (run.stdout[-3000:], [r["message"] for r in rows])
