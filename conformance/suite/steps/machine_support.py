@@ -18,7 +18,8 @@ Rules:
 - Budget: each machine test has a wall-clock budget, shrinking included (`AMQPC_MACHINE_BUDGET`
   seconds, default `DEFAULT_BUDGET`, not scaled: a budget is what the user waits). Shrinking stops
   when it is spent, or once the smallest failure is stable (`STABLE_EXAMPLES` examples have run,
-  or `STABLE_SECONDS` have passed, since a smaller failing example was last seen: against a deviating broker each example waits
+  or `STABLE_SECONDS` have passed (a machine may pass its own: the topology machine, which
+  reduces its failure by replaying it afterwards, 2 s), since a smaller failing example was last seen: against a deviating broker each example waits
   for frames that never come, and a search that no longer finds smaller failures only spends
   the user's time); the smallest failure found by then is reported, as a failure (never
   `broken`); generation is bounded by the example count, every step by its bounded waits.
@@ -153,8 +154,9 @@ class Smallest:
     failure with fewer steps was last seen (one with as many steps and smaller values does not
     count: the shrinker finds those on and on, each a little smaller)."""
 
-    def __init__(self, stable_examples: int = STABLE_EXAMPLES) -> None:
+    def __init__(self, stable_examples: int = STABLE_EXAMPLES, stable_seconds: float = STABLE_SECONDS) -> None:
         self.stable_examples = stable_examples  # a fast machine runs many more examples in STABLE_SECONDS
+        self.stable_seconds = stable_seconds
         self.best: tuple[int, BaseException, Program, str] | None = None
         self.examples = 0  # examples offered so far
         self.improved_at = 0  # the example that last gave a smaller failure
@@ -192,7 +194,7 @@ class Smallest:
     @property
     def stable(self) -> bool:
         return self.best is not None and (self.examples - self.improved_at >= self.stable_examples
-                                          or time.perf_counter() - self.improved_time >= STABLE_SECONDS)
+                                          or time.perf_counter() - self.improved_time >= self.stable_seconds)
 
     @contextlib.contextmanager
     def instead_of_flaky(self) -> Iterator[None]:
@@ -288,7 +290,7 @@ def example_ended(budget: Budget | None, smallest: Smallest | None, program: Pro
         smallest.offer(program, frames, hurried)
         if smallest.stable and current_build_context().is_final:
             note(f"shrinking stopped: no smaller failure in the last {smallest.stable_examples} examples or "
-                 f"{STABLE_SECONDS:g} s")
+                 f"{smallest.stable_seconds:g} s")
     if budget is not None:
         budget.report()
     note(program)
