@@ -76,8 +76,15 @@ def verdicts(out: Path) -> dict[str, str]:
     return rows
 
 
+def run_env() -> dict[str, str]:
+    """The environment of a timed run: as a user's shell has it (no AMQPC_JOBS, and Python caching
+    compiled modules: with PYTHONDONTWRITEBYTECODE every xdist worker compiles the project and
+    rewrites the suite's asserts again, which lengthens the workers' start)."""
+    return {k: v for k, v in os.environ.items() if k not in ("AMQPC_JOBS", "PYTHONDONTWRITEBYTECODE")}
+
+
 def run_once(target: str, jobs: str, extra: list[str]) -> Run:
-    env = {k: v for k, v in os.environ.items() if k not in ("AMQPC_JOBS", "PYTHONDONTWRITEBYTECODE")}
+    env = run_env()
     with tempfile.TemporaryDirectory(prefix="amqpc-suite-time-") as tmp:
         command = [*CLI, "run", "--out", tmp, *extra, *([] if jobs == "default" else ["--jobs", jobs])]
         start = time.monotonic()
@@ -110,8 +117,8 @@ def deviation_ratios(names: list[str]) -> tuple[list[dict[str, object]], int]:
     (deviations.json) and its exit status (0: every deviation killed as its own rule)."""
     with tempfile.TemporaryDirectory(prefix="amqpc-suite-time-dev-") as tmp:
         command = [*MATRIX, "--out", tmp, *(["--deviations", *names] if names else [])]
-        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              check=False, timeout=7200)
+        done = subprocess.run(command, cwd=ROOT, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, check=False, timeout=7200)
         try:
             rows = list(json.loads((Path(tmp) / "deviations.json").read_text()).get("time_ratios", []))
         except (OSError, ValueError):
