@@ -152,6 +152,7 @@ class ClusterCancelMachine(CancelMachine):
 
     REMOTE = "q3"  # on node 2
     ADAPTIVE_HURRY: ClassVar[bool] = False  # a node's stop and start are slower than any settle before them
+    REPLAY_REDUCTION: ClassVar[bool] = False  # each replay would wait on that clock again (machine_base)
     NODE = 2
 
     def __init__(self, target: MachineTarget, cluster: MachineCluster) -> None:

@@ -101,6 +101,7 @@ class LifecycleMachine(ModelMachine):
     """See the module docstring."""
 
     ADAPTIVE_HURRY: ClassVar[bool] = False  # its counts follow the TTLs' clock
+    REPLAY_REDUCTION: ClassVar[bool] = False  # each replay would wait on that clock again (machine_base)
 
     def __init__(self, target: MachineTarget) -> None:
         super().__init__(target)

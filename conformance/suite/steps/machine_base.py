@@ -28,11 +28,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-from hypothesis.stateful import RuleBasedStateMachine
+from hypothesis.stateful import INITIALIZE_RULE_MARKER, RuleBasedStateMachine
 
 from codec import (
     ExchangeDeclare,
@@ -54,9 +55,11 @@ from conformance.model import (
     ConnectionClosed,
     Outcome,
 )
+from conformance.suite.steps.machine_replay import Call, Replaying, reduce_failure
 from conformance.suite.steps.machine_settle import CONTROL, Settling
 from conformance.suite.steps.machine_support import (
     ENV_EXAMPLES,
+    REDUCED_STABLE_SECONDS,
     Budget,
     FrameLog,
     MachineClient,
@@ -84,15 +87,31 @@ F = TypeVar("F", bound=Callable[..., None])
 
 def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples: int, steps: int,
                 **arguments: Any) -> None:
-    """Run `machine(target, **arguments)` as a Hypothesis test, within its budget (`run_within_budget`)."""
-    budget, smallest = Budget(Budget.seconds_configured()), Smallest()
+    """Run `machine(target, **arguments)` as a Hypothesis test, within its budget (`run_within_budget`);
+    a failure is then reduced by replaying its steps (`machine_replay`), unless the machine says
+    its replays cost too much (`REPLAY_REDUCTION`)."""
+    reducing = machine.REPLAY_REDUCTION
+    budget = Budget(Budget.seconds_configured())
+    smallest = Smallest(stable_seconds=REDUCED_STABLE_SECONDS) if reducing else Smallest()
 
     def factory() -> ModelMachine:  # its source seeds the examples: keep it (machine_support rules)
         made = machine(target, **arguments)
         made.budget, made.smallest = budget, smallest
         return made
 
-    run_within_budget(factory, budget, smallest, examples=examples, steps=steps)
+    def replaying(hurried: bool) -> ModelMachine:
+        made = machine(target, **arguments)
+        made.smallest = Replaying(smallest, hurried)
+        return made
+
+    try:
+        run_within_budget(factory, budget, smallest, examples=examples, steps=steps)
+    except AssertionError as failure:
+        if reducing and smallest.failed_calls:
+            calls = smallest.failed_calls[-1]
+            fixed = sum(1 for name, _ in itertools.takewhile(lambda call: machine.initializes(call[0]), calls))
+            reduce_failure(replaying, calls, failure, budget, fixed=fixed)
+        raise
 
 
 def step(fn: F) -> F:
@@ -103,6 +122,7 @@ def step(fn: F) -> F:
     def wrapper(self: ModelMachine, **kwargs: Any) -> None:
         kwargs = {k: v.resolve(self) if isinstance(v, Pick) else v for k, v in kwargs.items()}
         self.program.add(fn.__name__, kwargs)
+        self.calls.append((fn.__name__, kwargs))
         self.busy = True
         fn(self, **kwargs)
         self.sync()
@@ -117,6 +137,9 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
 
     steps_run: ClassVar[int] = 0
     budget: Budget | None = None
+    # False: a failure is reported as Hypothesis shrank it, after the usual STABLE_SECONDS (a machine
+    # whose steps wait on the broker's clock, where each replay would cost seconds)
+    REPLAY_REDUCTION: ClassVar[bool] = True
     PIPELINED_SETUP: ClassVar[bool] = True  # False: `pipelined` waits for each reply (declares on other nodes)
 
     def __init__(self, target: MachineTarget) -> None:
@@ -137,6 +160,7 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
         self.control_conn = "A"
         self.program = Program(type(self).__name__)
         self.pending: list[type[Method]] | None = None  # replies owed inside `pipelined`
+        self.calls: list[Call] = []  # the steps as called, picks resolved (replay)
 
     # -- setup -------------------------------------------------------------------------------
     def connect(self, conn: str, **capabilities: Any) -> MachineClient:
@@ -287,11 +311,29 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
     def final_check(self) -> None:
         """Hook: what must hold at the end of a run (confirms settled, ...)."""
 
+    @classmethod
+    def initializes(cls, name: str) -> bool:
+        """True for an `@initialize` step (a replay keeps it: machine_replay)."""
+        return getattr(getattr(cls, name, None), INITIALIZE_RULE_MARKER, None) is not None
+
+    def finish(self) -> None:
+        """The end of a replay (machine_replay): the final check, unless a step was cut short."""
+        if not self.busy:
+            self.final_check()
+
+    def close(self) -> None:
+        self.cleanup()
+
     def teardown(self) -> None:
+        failure = sys.exc_info()[1]
         try:
-            if not self.busy:
-                self.final_check()
+            self.finish()
+        except AssertionError as exc:
+            failure = exc
+            raise
         finally:
+            if self.REPLAY_REDUCTION and self.smallest is not None and isinstance(failure, AssertionError):
+                self.smallest.failed_calls.append(list(self.calls))  # run_machine reduces the last
             self.cleanup()
             example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
 

@@ -110,6 +110,7 @@ class ClusterConsuming(ConsumingMachine):
     """Mixin (first base) for a `ConsumingMachine` subclass: the remote queue and the node stop."""
 
     ADAPTIVE_HURRY: ClassVar[bool] = False  # a node's stop and start are slower than any settle before them
+    REPLAY_REDUCTION: ClassVar[bool] = False  # each replay would wait on that clock again (machine_base)
     PIPELINED_SETUP: ClassVar[bool] = False  # some queues are declared on node 2, over another connection
 
     def __init__(self, target: MachineTarget, cluster: MachineCluster) -> None:

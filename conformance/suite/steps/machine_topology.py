@@ -67,8 +67,10 @@ from codec import (
 )
 from conformance.drivers.raw import Recorder
 from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology
+from conformance.suite.steps.machine_replay import reduce_failure
 from conformance.suite.steps.machine_support import (
     PICKS,
+    REDUCED_STABLE_SECONDS,
     Budget,
     FrameLog,
     MachineClient,
@@ -93,14 +95,12 @@ from conformance.suite.steps.topology_draws import (
 )
 from conformance.suite.steps.topology_draws import fill as fill_key
 from conformance.suite.steps.topology_publish import STEP, TopologyPublishing
-from conformance.suite.steps.topology_replay import reduce_failure
 
-STABLE_EXAMPLES = 1000  # an example takes milliseconds: shrinking may go on (STABLE_SECONDS still ends it)
-# Hypothesis's shrinking stops 2 s after its last smaller failure (the other machines: 6 s): what
-# it leaves, `reduce_failure` reduces by replaying the steps, dropping each that plays no part.
+STABLE_EXAMPLES = 1000  # an example takes milliseconds: shrinking may go on (the stable seconds still end it)
+# Hypothesis's shrinking stops REDUCED_STABLE_SECONDS after its last smaller failure: what it
+# leaves, `reduce_failure` reduces by replaying the steps, dropping each that plays no part.
 # Timed through exchange_bind_reversed: the first failure (5 steps) at 0.4 s, nothing smaller in
 # the next 6 s (250 examples), the replay reduction 0.04 s.
-STABLE_SECONDS = 2.0
 F = TypeVar("F", bound=Callable[..., None])
 
 
@@ -345,6 +345,9 @@ class TopologyMachine(TopologyPublishing, RuleBasedStateMachine):
         finally:
             example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
 
+    def finish(self) -> None:
+        """Nothing more at the end of a replay (machine_replay): each step judged its own outcome."""
+
     def close(self) -> None:
         """Close the connection, then delete every name a declare of this example named (nothing
         else can exist; machine_support.delete_after_close)."""
@@ -356,10 +359,10 @@ class TopologyMachine(TopologyPublishing, RuleBasedStateMachine):
 
 def run_topology_machine(target: MachineTarget, *, examples: int, steps: int, shard: int = 0) -> None:
     """The machine as a Hypothesis test within its budget (machine_support rules); a failure is
-    then reduced by replaying its steps (`topology_replay`). `shard` 1..n: one of the suite's
+    then reduced by replaying its steps (`machine_replay`). `shard` 1..n: one of the suite's
     shards, side by side on their own workers, each with its examples seeded by its number in
     place of the factory's source (Hypothesis's `seed` wins over `derandomize`)."""
-    budget, smallest = Budget(Budget.seconds_configured()), Smallest(STABLE_EXAMPLES, STABLE_SECONDS)
+    budget, smallest = Budget(Budget.seconds_configured()), Smallest(STABLE_EXAMPLES, REDUCED_STABLE_SECONDS)
     failed: list[list[tuple[str, dict[str, Any]]]] = []
 
     def factory() -> TopologyMachine:  # its source seeds the examples (machine_support rules)
@@ -372,5 +375,5 @@ def run_topology_machine(target: MachineTarget, *, examples: int, steps: int, sh
                           examples=examples, steps=steps)
     except AssertionError as failure:
         if failed:
-            reduce_failure(lambda: TopologyMachine(target), failed[-1], failure, budget)
+            reduce_failure(lambda _hurried: TopologyMachine(target), failed[-1], failure, budget)
         raise

@@ -99,6 +99,7 @@ class TimeoutWire(ModelMachine):
     SETTLE_SECONDS: ClassVar[float] = 3.0  # per step, scaled: SHORT timeouts fire well within it
     HURRIED_SECONDS: ClassVar[float] = 1.0  # while a failure is shrunk (machine_base.settle_seconds): 5 x SHORT
     ADAPTIVE_HURRY: ClassVar[bool] = False  # its waits are the consumer timeouts' clock
+    REPLAY_REDUCTION: ClassVar[bool] = False  # each replay would wait on that clock again (machine_base)
 
     def __init__(self, target: MachineTarget) -> None:
         super().__init__(target)
