@@ -71,10 +71,10 @@ def run_through(outcome: Outcome, deviation: type[Deviation], out: Path, selecti
     """Run `selection` through a proxy applying `deviation` (the base class: none) and judge it into `outcome`."""
     forget_run(out, run_id)
     with EmbeddedBroker(management_port=0) as broker, DeviantProxy((broker.host, broker.port), deviation) as proxy:
+        # no anyio plugin in the workers, as `amqp-conformance run` (conformance.gate.runner.pytest_args)
         cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:anyio", "-q",
                "-o", "addopts=", "--broker-url", proxy.url, "--broker-admin", broker.management_url or "none",
                "--timeout-scale", str(scale), "--results-dir", str(out), "--run-id", run_id, *selection]
-        # no anyio plugin in the workers, as `amqp-conformance run` (conformance.gate.runner.pytest_args)
         if jobs > 1:  # pytest-xdist, as `amqp-conformance run --jobs N` (conformance.plugin.schedule)
             cmd += ["-n", str(jobs)]
         env = {k: v for k, v in os.environ.items() if k not in ("AMQPC_BROKER_URL", "AMQPC_BROKER_FAULTS")}

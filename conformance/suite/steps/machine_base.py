@@ -108,7 +108,7 @@ def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples:
         run_within_budget(factory, budget, smallest, examples=examples, steps=steps)
     except AssertionError as failure:
         if reducing and smallest.failed_calls:
-            calls = smallest.failed_calls[-1]
+            calls = smallest.failed_calls
             fixed = sum(1 for name, _ in itertools.takewhile(lambda call: machine.initializes(call[0]), calls))
             reduce_failure(replaying, calls, failure, budget, fixed=fixed)
         raise
@@ -333,7 +333,7 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
             raise
         finally:
             if self.REPLAY_REDUCTION and self.smallest is not None and isinstance(failure, AssertionError):
-                self.smallest.failed_calls.append(list(self.calls))  # run_machine reduces the last
+                self.smallest.failed_calls = list(self.calls)  # run_machine reduces the last
             self.cleanup()
             example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
 

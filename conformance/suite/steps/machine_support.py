@@ -167,7 +167,7 @@ class Smallest:
         self.size: tuple[int, int] | None = None  # the smallest failure's steps and length as written
         self.setup_failure: BaseException | None = None  # a failure before an example's first step
         self.slowest_settle = 0.0  # seconds: the slowest sync of this test that got all it waited for
-        self.failed_calls: list[list[Any]] = []  # each failing example's steps as called (machine_replay)
+        self.failed_calls: list[Any] | None = None  # the last failing example's steps as called (machine_replay)
 
     def hurry(self) -> bool:
         """True while Hypothesis shrinks a failure already seen, except in its final replay."""
