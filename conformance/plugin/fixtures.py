@@ -8,6 +8,8 @@
 - `connect`: a factory of connected `RawClient`s sharing the test's frame `recorder` (the
   target's URL, or another user's or vhost's given as `url`), closed at teardown; `names`: unique "amqpc." names, whose queues and exchanges are deleted at
   teardown; `admin`: the `--broker-admin` adapter, every change undone at teardown.
+- `broker_nodes` (session): how many nodes the broker's cluster has, as `--broker-admin` lists
+  them (None without an admin, or when it cannot tell); read once per process, changes nothing.
 - `_rules_apply` (autouse): runs a rule test under the profile its rules are judged by, and
   skips it as not-applicable or not-claimed when none of its rules applies.
 """
@@ -33,7 +35,7 @@ from conformance.plugin.verdicts import skip_unless_applies
 from conformance.plugin.watchdog import Watchdog
 from conformance.results.records import redact_url
 from conformance.results.verdicts import EXIT_UNREACHABLE, HarnessError
-from conformance.run.admin import parse_admin
+from conformance.run.admin import AdminError, Unavailable, parse_admin
 from conformance.run.nodes import EMBEDDED_NODES, cluster_urls, embedded_cluster
 from conformance.run.restoring import Ledger, RestoringAdmin
 
@@ -149,6 +151,15 @@ def names(target: Target, request: pytest.FixtureRequest) -> Iterator[Names]:
                 state.names.deleted(kind, name)
             except ChannelClosed:
                 ch = c.channel()
+
+
+@pytest.fixture(scope="session")
+def broker_nodes(target: Target, request: pytest.FixtureRequest) -> int | None:
+    """The number of nodes `--broker-admin` lists (GET /api/nodes, or rabbitmqctl), None when unknown."""
+    try:
+        return len(harness(request.config).admin.node_names()) or None
+    except (Unavailable, AdminError):
+        return None
 
 
 @pytest.fixture

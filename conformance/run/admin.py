@@ -148,6 +148,9 @@ class ManagementApi(AdminAdapter):
         nodes = self._call("GET", "/api/nodes") or []
         return frozenset(resource for n in nodes for resource, key in ALARM_FIELDS.items() if n.get(key))
 
+    def node_names(self) -> list[str]:
+        return [str(n.get("name")) for n in self._call("GET", "/api/nodes") or []]
+
     def set_alarm(self, resource: str, on: bool) -> None:
         """The reference broker's extension (PUT/DELETE /api/alarms/<resource>); RabbitMQ's API
         has no way to raise an alarm (its 405, or a 404, means Unavailable)."""

@@ -120,6 +120,10 @@ class AdminAdapter(abc.ABC):
         """Raise or clear a resource alarm ("memory" or "disk"), as rabbit_alarm does."""
         raise Unavailable(NEEDS_ADMIN)
 
+    def node_names(self) -> list[str]:
+        """Every node of the broker's cluster, running or not (one name for a single node)."""
+        raise Unavailable(NEEDS_ADMIN)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (HTTP connections); the adapter is not used afterwards."""
 

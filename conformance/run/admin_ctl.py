@@ -136,6 +136,11 @@ class Rabbitmqctl(AdminAdapter):
     def set_topic_permissions(self, vhost: str, user: str, exchange: str, write: str, read: str) -> None:
         self.run("set_topic_permissions", "-p", vhost, user, exchange, write, read)
 
+    def node_names(self) -> list[str]:
+        """rabbit_nodes:list_members() (`rabbit_mnesia:cluster_nodes(all)` before 3.12), on the node rabbitmqctl reaches."""
+        out = self.run("eval", "try rabbit_nodes:list_members() catch _:_ -> rabbit_mnesia:cluster_nodes(all) end.")
+        return re.findall(r"'?([\w.-]+@[\w.-]+)'?", out)
+
     def alarms(self) -> frozenset[str]:
         """rabbit_alarm:get_alarms() on the node rabbitmqctl reaches (alarms are cluster-wide)."""
         out = self.run("eval", "rabbit_alarm:get_alarms().")

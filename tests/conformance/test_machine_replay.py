@@ -11,7 +11,7 @@ from conformance.catalogue.mentions import named_rules
 from conformance.drivers.raw import Recorder
 from conformance.suite.confirms.test_machine_confirms import ConfirmMachine
 from conformance.suite.steps.machine_base import run_machine
-from conformance.suite.steps.machine_replay import Replaying, reduce_failure
+from conformance.suite.steps.machine_replay import Replaying, reduce_failure, replay_in_full
 from conformance.suite.steps.machine_support import Budget, MachineTarget, Program, Smallest
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy
@@ -82,6 +82,30 @@ def test_a_spent_budget_ends_the_reduction() -> None:
     reduce_failure(lambda hurried: Scripted(hurried, {"publish"}), CALLS,
                    AssertionError("(PC-05)"), Budget(0), fixed=1)
     assert Scripted.runs == []
+
+
+def test_a_hurried_report_is_replaced_by_its_full_replay() -> None:
+    """Hypothesis's final replay was hurried (a reduction was to follow) and nothing was reduced:
+    its example replayed with every wait in full is what is reported."""
+    Scripted.runs = []
+    with pytest.raises(AssertionError) as failed:
+        replay_in_full(lambda hurried: Scripted(hurried, {"publish"}), CALLS,
+                       AssertionError("after 0.1 s: seqnos never settled (PC-05)"), Smallest())
+    assert "the full wait" in str(failed.value) and Scripted.runs == [(False, [c for c, _ in CALLS])]
+    assert "(the example Hypothesis reported, replayed with every wait in full)" in failed.value.__notes__
+
+
+def test_a_hurried_report_that_a_full_replay_does_not_show_gives_way_to_the_smallest_full_failure() -> None:
+    smallest = Smallest()
+    program = Program("Scripted")
+    program.add("publish", {"count": 5})
+    smallest.best = (1, AssertionError("seqnos never settled after the full wait (PC-05)"), program, "frames: ...")
+    with pytest.raises(AssertionError) as failed:
+        replay_in_full(lambda hurried: Scripted(hurried, {"publish"}, flaky_when_hurried=True), [("setup", {})],
+                       AssertionError("seqnos never settled after a hurried wait (PC-05)"), smallest)
+    assert "after the full wait" in str(failed.value)
+    notes = "\n".join(failed.value.__notes__)
+    assert "smallest failing example seen with every wait in full" in notes and "frames: ..." in notes
 
 
 def test_a_replay_waits_as_it_is_told_with_the_settle_measured_so_far() -> None:

@@ -46,11 +46,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def suite_run(url: str, out: Path, run_id: str, test: str, *, timeout: float,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The suite's test(s) named by `test` (a -k expression) against `url`, as a user runs them."""
+              env: dict[str, str] | None = None, extra: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The suite's test(s) named by `test` (a -k expression) against `url`, as a user runs them
+    (`extra`: more of the plugin's options)."""
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                            "-o", "addopts=", "--broker-url", url, "--results-dir", str(out), "--run-id", run_id,
-                           "-k", test, "--pyargs", "conformance.suite"],
+                           *(extra or []), "-k", test, "--pyargs", "conformance.suite"],
                           capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT, env=env)
 
 

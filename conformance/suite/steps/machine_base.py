@@ -55,7 +55,7 @@ from conformance.model import (
     ConnectionClosed,
     Outcome,
 )
-from conformance.suite.steps.machine_replay import Call, Replaying, reduce_failure
+from conformance.suite.steps.machine_replay import Call, Replaying, reduce_failure, replay_in_full
 from conformance.suite.steps.machine_settle import CONTROL, Settling
 from conformance.suite.steps.machine_support import (
     ENV_EXAMPLES,
@@ -92,7 +92,7 @@ def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples:
     its replays cost too much (`REPLAY_REDUCTION`)."""
     reducing = machine.REPLAY_REDUCTION
     budget = Budget(Budget.seconds_configured())
-    smallest = Smallest(stable_seconds=REDUCED_STABLE_SECONDS) if reducing else Smallest()
+    smallest = Smallest(stable_seconds=REDUCED_STABLE_SECONDS, replayed_after=True) if reducing else Smallest()
 
     def factory() -> ModelMachine:  # its source seeds the examples: keep it (machine_support rules)
         made = machine(target, **arguments)
@@ -111,6 +111,8 @@ def run_machine(machine: type[ModelMachine], target: MachineTarget, *, examples:
             calls = smallest.failed_calls
             fixed = sum(1 for name, _ in itertools.takewhile(lambda call: machine.initializes(call[0]), calls))
             reduce_failure(replaying, calls, failure, budget, fixed=fixed)
+            if smallest.failed_hurried:
+                replay_in_full(replaying, calls, failure, smallest)
         raise
 
 
@@ -334,6 +336,7 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
         finally:
             if self.REPLAY_REDUCTION and self.smallest is not None and isinstance(failure, AssertionError):
                 self.smallest.failed_calls = list(self.calls)  # run_machine reduces the last
+                self.smallest.failed_hurried = self.hurried
             self.cleanup()
             example_ended(self.budget, self.smallest, self.program, FrameLog(self.recorder), self.hurried)
 

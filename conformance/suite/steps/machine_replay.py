@@ -12,6 +12,11 @@ Rules:
   waits: machine_support, hurried shrinking), the reduced program is run once more from scratch
   with every wait in full, and its own failure (message, frames) is what is raised; if it does not
   fail the same way again, the original failure stands unchanged.
+- Hypothesis's own final replay is hurried too when a reduction follows (`Smallest.replayed_after`:
+  a missing frame's full wait is not waited twice). Its failure is then only reported once a replay
+  waited in full shows it: the reduced program's, else `replay_in_full` of Hypothesis's example;
+  if that passes, the smallest failure seen with every wait in full is reported
+  (`Smallest.best_failure`).
 - The first `fixed` steps (the set-up: the topology's build, a machine's `@initialize` steps)
   stay; the others are tried in order, each replay a fresh connection and fresh names, within the
   machine test's budget (a spent budget ends the reduction). A candidate whose later step names
@@ -21,7 +26,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from conformance.catalogue.mentions import named_rules
 from conformance.drivers.raw import DriverError
@@ -100,3 +105,19 @@ def reduce_failure(make: Callable[[bool], Replayable], calls: list[Call], failur
     final.add_note(repr(machine.program))
     final.add_note(repr(FrameLog(machine.recorder)))
     raise final from failure
+
+
+def replay_in_full(make: Callable[[bool], Replayable], calls: list[Call], failure: AssertionError,
+                   smallest: Smallest) -> NoReturn:
+    """Hypothesis's failure came from a hurried final replay and no reduced replay stood in for it:
+    raise the replay of its `calls` with every wait in full if it fails the same way, else the
+    smallest failure seen in full (module rules)."""
+    machine, again = replay(make, calls)
+    if again is not None and _first_rule(again) == _first_rule(failure):
+        again.add_note(machine.program.as_failing_case())
+        again.add_note("(the example Hypothesis reported, replayed with every wait in full)")
+        again.add_note(repr(machine.program))
+        again.add_note(repr(FrameLog(machine.recorder)))
+        raise again from failure
+    raise smallest.best_failure("the smallest one Hypothesis found, replayed with every wait in full, did not "
+                                "fail the same way") from failure

@@ -157,9 +157,11 @@ class Smallest:
     failure with fewer steps was last seen (one with as many steps and smaller values does not
     count: the shrinker finds those on and on, each a little smaller)."""
 
-    def __init__(self, stable_examples: int = STABLE_EXAMPLES, stable_seconds: float = STABLE_SECONDS) -> None:
+    def __init__(self, stable_examples: int = STABLE_EXAMPLES, stable_seconds: float = STABLE_SECONDS, *,
+                 replayed_after: bool = False) -> None:
         self.stable_examples = stable_examples  # a fast machine runs many more examples in STABLE_SECONDS
         self.stable_seconds = stable_seconds
+        self.replayed_after = replayed_after  # a full replay follows Hypothesis's final one (machine_replay)
         self.best: tuple[int, BaseException, Program, str] | None = None
         self.examples = 0  # examples offered so far
         self.improved_at = 0  # the example that last gave a smaller failure
@@ -168,10 +170,12 @@ class Smallest:
         self.setup_failure: BaseException | None = None  # a failure before an example's first step
         self.slowest_settle = 0.0  # seconds: the slowest sync of this test that got all it waited for
         self.failed_calls: list[Any] | None = None  # the last failing example's steps as called (machine_replay)
+        self.failed_hurried = False  # and whether it waited less than in full
 
     def hurry(self) -> bool:
-        """True while Hypothesis shrinks a failure already seen, except in its final replay."""
-        return self.best is not None and not current_build_context().is_final
+        """True while Hypothesis shrinks a failure already seen, except in its final replay (in that
+        one too when a replay with every wait in full follows it: `replayed_after`)."""
+        return self.best is not None and (self.replayed_after or not current_build_context().is_final)
 
     def settled(self, seconds: float) -> None:
         """A sync got everything it waited for in `seconds` (module rules: hurried shrinking)."""
@@ -214,14 +218,20 @@ class Smallest:
                 raise failure from flaky
             if self.best is None:
                 raise
-            _, exc, program, frames = self.best
-            failure = AssertionError(f"{type(exc).__name__}: {exc}")
-            failure.add_note(program.as_failing_case())
-            failure.add_note(f"(the smallest failing example seen; Hypothesis could not replay it the same way, "
-                             f"{type(flaky).__name__}: the broker's timing differs between runs)")
-            failure.add_note(repr(program))
-            failure.add_note(frames)
-            raise failure from flaky
+            raise self.best_failure(f"Hypothesis could not replay it the same way, {type(flaky).__name__}: the "
+                                    f"broker's timing differs between runs") from flaky
+
+    def best_failure(self, why: str) -> AssertionError:
+        """The smallest failure seen with every wait in full, as reported when a replay of a smaller
+        one does not fail the same way (`why`)."""
+        assert self.best is not None
+        _, exc, program, frames = self.best
+        failure = AssertionError(f"{type(exc).__name__}: {exc}")
+        failure.add_note(program.as_failing_case())
+        failure.add_note(f"(the smallest failing example seen with every wait in full; {why})")
+        failure.add_note(repr(program))
+        failure.add_note(frames)
+        return failure
 
 
 RUNNING: list[Smallest] = []  # the Smallest of the machine test `run_within_budget` runs now
