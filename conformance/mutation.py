@@ -20,7 +20,8 @@ Rules (made strict by, kill = own rule by):
   on a clean broker cannot measure kills.
 - Per fault the report shows the rules its failures named and the failed tests, which model
   machine failed naming its rule and the step count of its shrunk example (the `state.` lines
-  of Hypothesis's minimal example), and the wall time; an exit status other than 0 or 1 comes
+  of the first failing case it reports: a failure reduced by replaying, `shrunk_steps`), and the
+  wall time; an exit status other than 0 or 1 comes
   with the run's last output line (a collection error leaves no record). Before them: the
   control's outcome and wall time, the date and the git commit (`git rev-parse --short
   HEAD`, else "unknown").
@@ -57,6 +58,7 @@ FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one",
                "frame_max_not_enforced")
 CONTROL = "control"  # the `fault` of a control run's Outcome
 _STEP = re.compile(r"^state\.(?!teardown\(\))\w+\(", re.MULTILINE)
+_CASE = re.compile(r"^state = ", re.MULTILINE)  # where each failing case's program starts
 
 
 @dataclass
@@ -144,12 +146,20 @@ def judge(outcome: Outcome, out: Path, run_id: str) -> Outcome:
             outcome.ambiguous.append(test)  # "one of these", or a failure that named no rule: not a kill
         elif own:
             outcome.own_rule_killers.append(test)
-            steps = len(_STEP.findall(str(row["minimal_example"] or "")))
+            steps = shrunk_steps(str(row["minimal_example"] or ""))
             if "machine" in test and outcome.machine is None and steps:
                 outcome.machine, outcome.shrunk_steps = test.rsplit("::", 1)[-1], steps
     outcome.failed.sort()
     outcome.broken.sort()
     return outcome
+
+
+def shrunk_steps(example: str) -> int:
+    """The steps of the example a machine's failure reports first: the text of a failure reduced by
+    replaying also holds, after it, the longer example Hypothesis reported (its cause), each one
+    starting at its `state = ...` line."""
+    cases = _CASE.split(example)
+    return len(_STEP.findall(cases[1] if len(cases) > 1 else example))
 
 
 def _rows(out: Path, run_id: str) -> list[dict[str, Any]]:

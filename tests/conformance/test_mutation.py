@@ -53,6 +53,21 @@ def test_a_failure_naming_its_own_rule_kills_and_names_its_machine(tmp_path: Pat
     assert (outcome.machine, outcome.shrunk_steps) == ("test_cancel_machine", 2)
 
 
+def test_a_reduced_failure_counts_the_steps_it_reports_not_its_cause(tmp_path: Path) -> None:
+    """A machine's failure reduced by replaying reports its short program first and, after it, the
+    longer example Hypothesis reported (the cause): the steps counted are the first case's."""
+    reduced = ("Failing test case: <state machine>\nstate = ConfirmMachine()\nstate.select(ch=2)\n"
+               "state.publish(ch=2, count=1, to='nowhere')\nstate.teardown()\n(reduced by replaying: 2 of the "
+               "9 steps Hypothesis reported still fail as PC-06; this is that replay)\n  m.select(ch=2)\n\n"
+               "Failing test case: <state machine>\nstate = ConfirmMachine()\n"
+               + "".join(f"state.select(ch={i})\n" for i in range(9)) + "state.teardown()\n")
+    assert mutation.shrunk_steps(reduced) == 2 and mutation.shrunk_steps(EXAMPLE) == 2
+    assert mutation.shrunk_steps("no program here") == 0
+    outcome = _judged(tmp_path, ["PC-06"], [{"test_id": "test_machine_confirms.py::test_m", "verdict": "failed",
+                                             "failed_rules": ["PC-06"], "minimal_example": reduced}])
+    assert (outcome.machine, outcome.shrunk_steps) == ("test_m", 2)
+
+
 def test_the_other_conditions_still_hold_when_the_own_rule_failed(tmp_path: Path) -> None:
     own = {"test_id": "t::own", "verdict": "failed", "failed_rules": ["ACK-05"]}
     assert _judged(tmp_path / "a", ["ACK-05"], [own, {"test_id": "t::b", "verdict": "broken"}]).why_not \
