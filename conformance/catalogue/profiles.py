@@ -53,7 +53,8 @@ class ProfileError(ValueError):
     """A profile, capability or extension profile the catalogue does not know."""
 
 
-def _version(text: str) -> tuple[int, ...]:
+def version_numbers(text: str) -> tuple[int, ...]:
+    """The numbers of a version ("4.3.6" -> (4, 3, 6); at most three)."""
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
@@ -68,12 +69,12 @@ def version_fit(version: str) -> tuple[str, str | None]:
     a person needs when it is not that version's own profile: the newest profile not newer than the
     version judges it (a profile's rules hold until a newer profile changes them), the oldest
     profile a version older than every profile."""
-    number = _version(version)
+    number = version_numbers(version)
     if not number:
         raise ProfileError(f"{version!r} is not a RabbitMQ version")
     ours = PROFILES[:-1]  # newest first
     for profile in ours:
-        own = _version(profile.removeprefix("rabbitmq-"))
+        own = version_numbers(profile.removeprefix("rabbitmq-"))
         if number >= own:
             if number[: len(own)] == own:
                 return profile, None
@@ -139,7 +140,7 @@ def _compatible_base(choice: str) -> str:
     if choice == COMPATIBLE:
         return NEWEST
     prefix, _, version = choice.partition(":")
-    if prefix != COMPATIBLE or not version or not _version(version):
+    if prefix != COMPATIBLE or not version or not version_numbers(version):
         raise ProfileError(f"--profile {choice!r}: write {COMPATIBLE} or {COMPATIBLE}:VERSION (e.g. {COMPATIBLE}:4.0)")
     return rabbitmq_profile(version)
 
@@ -226,7 +227,7 @@ class Profile:
         rabbitmq-compatible:VERSION): which profile judges it, and why (`version_fit`)."""
         version = self.version
         picked = self.label == AUTO or self.label.startswith(f"{COMPATIBLE}:")
-        if not (picked and self.rabbitmq and version and _version(version)):
+        if not (picked and self.rabbitmq and version and version_numbers(version)):
             return None
         return version_fit(version)[1]
 
@@ -234,7 +235,7 @@ class Profile:
         """Why this broker has no `queue_type` queues ("RabbitMQ 3.8.9 has no stream queues: they
         came in 3.9"): its version predates them. None when it has them or its version is unknown."""
         since, version = QUEUE_TYPE_SINCE.get(queue_type), self.version
-        if since is None or not version or not _version(version) or _version(version) >= _version(since):
+        if since is None or not version or not version_numbers(version) or version_numbers(version) >= version_numbers(since):
             return None
         return f"RabbitMQ {version} has no {queue_type} queues: they came in {since}"
 
@@ -250,7 +251,7 @@ class Profile:
         """True when `name` is a rabbitmq-X profile at or above `version` ("4.3", "3.12", ...)."""
         if not self.name.startswith("rabbitmq-"):
             return False
-        return _version(self.name.removeprefix("rabbitmq-")) >= _version(version)
+        return version_numbers(self.name.removeprefix("rabbitmq-")) >= version_numbers(version)
 
     @property
     def capabilities(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from codec import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from conformance.catalogue.profiles import Profile, rabbitmq_version
+from conformance.catalogue.profiles import Profile, rabbitmq_version, version_numbers
 from conformance.drivers.raw import NoReply, RawClient
 from conformance.suite.steps.machine_settle import count_polls
 from conformance.suite.steps.wire import Confirms
@@ -60,9 +60,8 @@ def message_count(client: RawClient, ch: int, queue: str) -> int:
 
 def applied_barrier(profile: Profile, nodes: int | None) -> bool:
     """Whether a quorum queue's count proves its confirms were sent (module rules)."""
-    version = rabbitmq_version(profile.server_properties)
-    numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) if version else ()
-    return nodes == 1 and len(numbers) == 2 and numbers >= BARRIER_SINCE
+    numbers = version_numbers(rabbitmq_version(profile.server_properties) or "")
+    return nodes == 1 and len(numbers) >= 2 and numbers >= BARRIER_SINCE
 
 
 def collect_applied(confirms: Confirms, client: RawClient, ch: int, queue: str, published: int, timeout: float,
