@@ -2,6 +2,16 @@
 
 Responsibility: `Rabbitmqctl`: every call a `rabbitmqctl` command (`AMQPC_RABBITMQCTL` names
 it, e.g. one run in a chroot) under a timeout; its JSON and Erlang terms read back.
+
+Rules:
+- The frequent calls (the `eval`s: settings, alarms, nodes; and policies) go through one
+  `rabbitmqctl eval` kept open (conformance.run.admin_ctl_session), started at the first of
+  them; where it does not start, each is its own rabbitmqctl command, as every other call is.
+- Through the session a policy call is the function the rabbitmqctl command calls on the node,
+  with the same arguments (RabbitMQ v3.10.8 and v4.3.5 `set_policy_command.ex` and its
+  siblings: `rabbit_policy:parse_set/7`, `parse_set_op/7`, `delete/3`, `delete_op/3`, acting
+  user `<<"rmq-cli">>`, the priority an integer, the definition JSON text); reading one is
+  `rabbit_policy:lookup/2` (`lookup_op/2`), the proplist `list_policies` lists.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ import os
 import re
 import shlex
 import subprocess
+import threading
 from typing import Any
 
 from conformance.run.admin_base import (
@@ -22,6 +33,7 @@ from conformance.run.admin_base import (
     QueueInfo,
     _resource,
 )
+from conformance.run.admin_ctl_session import CtlSession, erl_binary
 
 _ATOM = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -29,9 +41,36 @@ _ATOM = re.compile(r"[a-z][a-z0-9_]*")
 class Rabbitmqctl(AdminAdapter):
     """`rabbitmqctl` on this machine (or `$AMQPC_RABBITMQCTL`, e.g. "docker exec rmq rabbitmqctl")."""
 
-    def __init__(self, command: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, command: str | None = None, timeout: float = 30.0, *, session: bool = True) -> None:
         self.command = shlex.split(command or os.environ.get("AMQPC_RABBITMQCTL", "rabbitmqctl"))
         self.timeout = timeout
+        self._session: CtlSession | None = None
+        self._session_tried = not session  # one try per adapter: after a failure, a command per call
+        self._session_lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._session_lock:
+            if self._session is not None:
+                self._session.close()
+                self._session = None
+
+    def session(self) -> CtlSession | None:
+        """The kept `rabbitmqctl eval` (started on first use), or None where it does not work."""
+        with self._session_lock:
+            if self._session is not None and self._session.alive:
+                return self._session
+            self._session = None
+            if not self._session_tried:
+                self._session_tried = True
+                session = CtlSession(self.command, self.timeout)
+                if session.start():
+                    self._session = session
+            return self._session
+
+    def eval(self, expression: str) -> str:
+        """`rabbitmqctl eval EXPRESSION`'s value as Erlang text (through the session if it runs)."""
+        session = self.session()
+        return session.call(expression) if session is not None else self.run("eval", expression)
 
     def describe(self) -> str:
         return "rabbitmqctl"
@@ -75,6 +114,20 @@ class Rabbitmqctl(AdminAdapter):
                 return
 
     def get_policy(self, vhost: str, name: str, *, operator: bool = False) -> Policy | None:
+        session = self.session()
+        if session is not None:
+            lookup = "lookup_op" if operator else "lookup"
+            found = session.call_json(
+                f"case rabbit_policy:{lookup}({erl_binary(vhost)}, {erl_binary(name)}) of "
+                "not_found -> {amqpc_json, <<\"null\">>}; P -> D = proplists:get_value(definition, P), "
+                "{amqpc_json, rabbit_json:encode(#{<<\"pattern\">> => proplists:get_value(pattern, P), "
+                "<<\"apply-to\">> => proplists:get_value('apply-to', P), "
+                "<<\"priority\">> => proplists:get_value(priority, P), "
+                "<<\"definition\">> => case is_list(D) of true -> maps:from_list(D); false -> D end})} end.")
+            if found is None:
+                return None
+            return Policy(vhost, name, found["pattern"], dict(found["definition"]), found.get("apply-to") or "all",
+                          int(found.get("priority") or 0))
         for r in self._json("list_operator_policies" if operator else "list_policies", "-p", vhost):
             if r["name"] == name:
                 definition = r["definition"]
@@ -84,10 +137,26 @@ class Rabbitmqctl(AdminAdapter):
 
     def put_policy(self, vhost: str, name: str, pattern: str, definition: dict[str, Any],
                    apply_to: str = "queues", priority: int = 0, *, operator: bool = False) -> None:
+        session = self.session()
+        if session is not None:
+            done = session.call(
+                f"rabbit_policy:{'parse_set_op' if operator else 'parse_set'}({erl_binary(vhost)}, {erl_binary(name)}, "
+                f"{erl_binary(pattern)}, {erl_binary(json.dumps(definition))}, {int(priority)}, "
+                f"{erl_binary(apply_to)}, <<\"rmq-cli\">>).")
+            if done != "ok":
+                raise AdminError(f"rabbitmqctl {'set_operator_policy' if operator else 'set_policy'}: {done}")
+            return
         self.run("set_operator_policy" if operator else "set_policy", "-p", vhost, "--priority", str(priority),
                  "--apply-to", apply_to, name, pattern, json.dumps(definition))
 
     def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
+        session = self.session()
+        if session is not None:
+            done = session.call(f"rabbit_policy:{'delete_op' if operator else 'delete'}({erl_binary(vhost)}, "
+                                f"{erl_binary(name)}, <<\"rmq-cli\">>).")
+            if done != "ok" and "does not exist" not in done:
+                raise AdminError(f"rabbitmqctl {'clear_operator_policy' if operator else 'clear_policy'}: {done}")
+            return
         try:
             self.run("clear_operator_policy" if operator else "clear_policy", "-p", vhost, name)
         except AdminError as exc:
@@ -95,7 +164,7 @@ class Rabbitmqctl(AdminAdapter):
                 raise
 
     def get_global(self, key: str) -> GlobalValue:
-        out = self.run("eval", f"application:get_env(rabbit, {_atom(key)}).").strip()
+        out = self.eval(f"application:get_env(rabbit, {_atom(key)}).").strip()
         if out == "undefined":
             return None
         match = re.fullmatch(r"\{ok,\s*(.+)\}", out)
@@ -108,12 +177,12 @@ class Rabbitmqctl(AdminAdapter):
 
     def set_global(self, key: str, value: GlobalValue) -> None:
         if value is None:
-            self.run("eval", f"application:unset_env(rabbit, {_atom(key)}).")
+            self.eval(f"application:unset_env(rabbit, {_atom(key)}).")
             return
         if not isinstance(value, int):  # bool is an int
             raise TypeError(f"rabbit.{key}: an integer or a boolean, not {value!r}")
         term = str(value).lower() if isinstance(value, bool) else str(value)
-        self.run("eval", f"application:set_env(rabbit, {_atom(key)}, {term}).")
+        self.eval(f"application:set_env(rabbit, {_atom(key)}, {term}).")
 
 
     def put_user(self, name: str, password: str, tags: str = "") -> None:
@@ -138,12 +207,12 @@ class Rabbitmqctl(AdminAdapter):
 
     def node_names(self) -> list[str]:
         """rabbit_nodes:list_members() (`rabbit_mnesia:cluster_nodes(all)` before 3.12), on the node rabbitmqctl reaches."""
-        out = self.run("eval", "try rabbit_nodes:list_members() catch _:_ -> rabbit_mnesia:cluster_nodes(all) end.")
+        out = self.eval("try rabbit_nodes:list_members() catch _:_ -> rabbit_mnesia:cluster_nodes(all) end.")
         return re.findall(r"'?([\w.-]+@[\w.-]+)'?", out)
 
     def alarms(self) -> frozenset[str]:
         """rabbit_alarm:get_alarms() on the node rabbitmqctl reaches (alarms are cluster-wide)."""
-        out = self.run("eval", "rabbit_alarm:get_alarms().")
+        out = self.eval("rabbit_alarm:get_alarms().")
         return frozenset(re.findall(r"resource_limit,\s*(memory|disk)", out))
 
     def set_alarm(self, resource: str, on: bool) -> None:
@@ -156,7 +225,7 @@ class Rabbitmqctl(AdminAdapter):
         Without it a publish could beat the alarm, go through, and never be blocked."""
         alarm = f"{{resource_limit, {_resource(resource)}, node()}}"
         change = f"rabbit_alarm:set_alarm({{{alarm}, []}})" if on else f"rabbit_alarm:clear_alarm({alarm})"
-        self.run("eval", f"{change}, rabbit_alarm:get_alarms().")
+        self.eval(f"{change}, rabbit_alarm:get_alarms().")
 
     def _missing_ok(self, *args: str) -> None:
         try:

@@ -61,7 +61,7 @@ class CannedRabbitmqctl(Rabbitmqctl):
     """Records argv and answers from `outputs` (first word of the command -> stdout)."""
 
     def __init__(self, outputs: dict[str, str]) -> None:
-        super().__init__("rabbitmqctl")
+        super().__init__("rabbitmqctl", session=False)
         self.outputs = outputs
         self.calls: list[list[str]] = []
 
