@@ -45,7 +45,7 @@ class Rabbitmqctl(AdminAdapter):
         self.command = shlex.split(command or os.environ.get("AMQPC_RABBITMQCTL", "rabbitmqctl"))
         self.timeout = timeout
         self._session: CtlSession | None = None
-        self._session_tried = not session  # one try per adapter: after a failure, a command per call
+        self._session_tried = not session  # after a session failed: a command per call
         self._session_lock = threading.Lock()
 
     def close(self) -> None:
@@ -55,16 +55,21 @@ class Rabbitmqctl(AdminAdapter):
                 self._session = None
 
     def session(self) -> CtlSession | None:
-        """The kept `rabbitmqctl eval` (started on first use), or None where it does not work."""
+        """The kept `rabbitmqctl eval` (started on first use, again after it ended idle or found no
+        free slot), or None: no slot free now, or a session failed once (then a command per call)."""
         with self._session_lock:
             if self._session is not None and self._session.alive:
                 return self._session
+            if self._session is not None and not self._session.idle_ended:
+                self._session_tried = True  # it failed (no answer, rabbitmqctl exited): no other try
             self._session = None
-            if not self._session_tried:
+            if self._session_tried:
+                return None
+            session = CtlSession(self.command, self.timeout)
+            if session.start():
+                self._session = session
+            elif not session.no_slot:
                 self._session_tried = True
-                session = CtlSession(self.command, self.timeout)
-                if session.start():
-                    self._session = session
             return self._session
 
     def eval(self, expression: str) -> str:

@@ -29,6 +29,9 @@ Rules:
   guide: the server's distribution port + 10000 to + 10010, `RABBITMQ_CTL_DIST_PORT_MIN/MAX`):
   twelve kept sessions, one per pytest-xdist worker, took them all, and the next plain
   rabbitmqctl command failed "Distribution failed: nodistribution" (seen on RabbitMQ 3.10.8).
+  A session unused for `IDLE_SECONDS` ends (`idle_ended`) and frees its slot: the tests that
+  use the admin come in bursts, on any worker; a worker that found no free slot tries again at
+  its next call.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from conformance.run.admin_base import AdminError
 
 SLOTS = 3  # sessions at once on this machine: eight of rabbitmqctl's eleven ports stay free
 SLOT_DIR = Path(tempfile.gettempdir()) / "amqpc-rabbitmqctl-sessions"
+IDLE_SECONDS = 3.0
 START_SECONDS = 15.0  # rabbitmqctl's VM start and the first round trip, on a busy machine
 REPLY, JSON_REPLY = "amqpc-reply ", "amqpc-json "
 LOOP = ("Loop = fun(F) -> case io:get_line('') of eof -> ok; {error, _} -> ok; Line -> "
@@ -72,6 +76,9 @@ class CtlSession:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._lock = threading.Lock()
         self._slot: IO[str] | None = None
+        self._idle: threading.Timer | None = None
+        self.no_slot = False  # start found every slot taken (not a failure of rabbitmqctl)
+        self.idle_ended = False  # ended unused for IDLE_SECONDS (not a failure either)
 
     @property
     def alive(self) -> bool:
@@ -81,6 +88,7 @@ class CtlSession:
         """Start rabbitmqctl and see one round trip through it; False when that fails or no slot is free."""
         self._slot = take_slot()
         if self._slot is None:
+            self.no_slot = True
             return False
         try:
             self._process = subprocess.Popen([*self.command, "eval", LOOP], stdin=subprocess.PIPE,
@@ -102,14 +110,39 @@ class CtlSession:
     def call(self, expression: str) -> str:
         """The `~0p` text of `{ok, Value}`'s Value; AdminError for `{Class, Reason}`."""
         with self._lock:
-            return self._call(expression, self.timeout)
+            try:
+                return self._call(expression, self.timeout)
+            finally:
+                self._idle_timer()
 
     def call_json(self, expression: str) -> Any:
         """The JSON an expression returning `{amqpc_json, IoData}` printed, decoded."""
         with self._lock:
-            return json.loads(self._call(expression, self.timeout, want=JSON_REPLY))
+            try:
+                return json.loads(self._call(expression, self.timeout, want=JSON_REPLY))
+            finally:
+                self._idle_timer()
+
+    def _idle_timer(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        if self._process is not None:
+            self._idle = threading.Timer(IDLE_SECONDS, self._end_idle)
+            self._idle.daemon = True
+            self._idle.start()
+
+    def _end_idle(self) -> None:
+        if self._lock.acquire(blocking=False):  # a call in progress keeps it (its end restarts the timer)
+            try:
+                if self._process is not None:
+                    self.idle_ended = True
+                    self.close()
+            finally:
+                self._lock.release()
 
     def close(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
         process, self._process = self._process, None
         if process is not None:
             try:

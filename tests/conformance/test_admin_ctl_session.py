@@ -130,8 +130,26 @@ def test_at_most_slots_sessions_at_once(tmp_path: Path, monkeypatch: pytest.Monk
     held = [Rabbitmqctl(stand_in(tmp_path, "answer"), timeout=5.0) for _ in range(admin_ctl_session.SLOTS + 1)]
     try:
         assert [ctl.session() is not None for ctl in held] == [True] * admin_ctl_session.SLOTS + [False]
-        held[0].close()  # its slot is free again
-        assert Rabbitmqctl(stand_in(tmp_path, "answer"), timeout=5.0).session() is not None
+        held[0].close()  # its slot is free again: the one that found none tries again at its next call
+        assert held[-1].session() is not None
     finally:
         for ctl in held:
             ctl.close()
+
+
+def test_an_idle_session_ends_and_frees_its_slot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admin_ctl_session, "SLOT_DIR", tmp_path / "slots")
+    monkeypatch.setattr(admin_ctl_session, "IDLE_SECONDS", 0.2)
+    ctl = Rabbitmqctl(stand_in(tmp_path, "answer"), timeout=5.0)
+    try:
+        first = ctl.session()
+        assert first is not None and ctl.eval("node().") == "ok"
+        deadline = time.monotonic() + 10.0
+        while first.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not first.alive and first.idle_ended
+        assert admin_ctl_session.take_slot() is not None  # freed (this one is closed with the test)
+        second = ctl.session()  # the next call starts another session, not a command per call
+        assert second is not None and second is not first and ctl.eval("node().") == "ok"
+    finally:
+        ctl.close()
