@@ -149,9 +149,9 @@ class Rabbitmqctl(AdminAdapter):
                 f"{erl_binary(pattern)}, {erl_binary(json.dumps(definition))}, {int(priority)}, "
                 f"{erl_binary(apply_to)}, <<\"rmq-cli\">>).")
             if done != "ok":
-                raise AdminError(f"rabbitmqctl {'set_operator_policy' if operator else 'set_policy'}: {done}")
+                raise AdminError(f"rabbitmqctl {_policy_command('set', operator)}: {done}")
             return
-        self.run("set_operator_policy" if operator else "set_policy", "-p", vhost, "--priority", str(priority),
+        self.run(_policy_command("set", operator), "-p", vhost, "--priority", str(priority),
                  "--apply-to", apply_to, name, pattern, json.dumps(definition))
 
     def delete_policy(self, vhost: str, name: str, *, operator: bool = False) -> None:
@@ -160,10 +160,10 @@ class Rabbitmqctl(AdminAdapter):
             done = session.call(f"rabbit_policy:{'delete_op' if operator else 'delete'}({erl_binary(vhost)}, "
                                 f"{erl_binary(name)}, <<\"rmq-cli\">>).")
             if done != "ok" and "does not exist" not in done:
-                raise AdminError(f"rabbitmqctl {'clear_operator_policy' if operator else 'clear_policy'}: {done}")
+                raise AdminError(f"rabbitmqctl {_policy_command('clear', operator)}: {done}")
             return
         try:
-            self.run("clear_operator_policy" if operator else "clear_policy", "-p", vhost, name)
+            self.run(_policy_command("clear", operator), "-p", vhost, name)
         except AdminError as exc:
             if "does not exist" not in str(exc):
                 raise
@@ -238,6 +238,11 @@ class Rabbitmqctl(AdminAdapter):
         except AdminError as exc:
             if "does not exist" not in str(exc) and "no_such" not in str(exc):
                 raise
+
+
+def _policy_command(verb: str, operator: bool) -> str:
+    """rabbitmqctl's set or clear command for a policy: set_policy, clear_operator_policy, ..."""
+    return f"{verb}_operator_policy" if operator else f"{verb}_policy"
 
 
 def _atom(key: str) -> str:
