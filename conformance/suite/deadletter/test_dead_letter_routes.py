@@ -59,6 +59,7 @@ def bind(client: RawClient, ch: int, queue: str, to: str, key: str = "") -> None
 
 
 # -- DLX-04: cycles ------------------------------------------------------------------------------
+@pytest.mark.long_wait(1)  # the TTL, on the broker's clock
 @pytest.mark.rules("DLX-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_message_expiring_into_its_own_queue_is_dropped(connect: Connect, names: Names, target: Target,
@@ -74,6 +75,7 @@ def test_a_message_expiring_into_its_own_queue_is_dropped(connect: Connect, name
         f"{target.timeout(TTL_TOLERANCE):.1f} s past its TTL the queue still counts {count} (it was dead-lettered into itself)")
 
 
+@pytest.mark.long_wait(1)  # two TTLs, on the broker's clock
 @pytest.mark.rules("DLX-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_expiry_cycle_through_two_queues_is_broken_where_it_closes(connect: Connect, names: Names,
@@ -120,6 +122,7 @@ def test_a_cycle_with_a_rejection_in_it_goes_on(connect: Connect, names: Names, 
         f"[{q1} expired 2, {q2} rejected 1]; got {deaths}")
 
 
+@pytest.mark.long_wait(1)  # two TTLs, on the broker's clock
 @pytest.mark.rules("DLX-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_expiry_cycle_entered_by_a_rejection_is_broken(connect: Connect, names: Names, target: Target,
@@ -148,6 +151,7 @@ def test_an_expiry_cycle_entered_by_a_rejection_is_broken(connect: Connect, name
 
 
 # -- DLX-05: a missing or empty dead-letter exchange ------------------------------------------------
+@pytest.mark.long_wait(2)  # two TTLs, on the broker's clock
 @pytest.mark.rules("DLX-05")
 @pytest.mark.parametrize("how", ["reject", "expired"])
 @pytest.mark.parametrize("kind", KINDS)

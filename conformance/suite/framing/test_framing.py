@@ -189,6 +189,7 @@ def test_a_payload_of_frame_max_is_accepted(connect: Connect, names: Names, targ
     assert isinstance(got.method, BasicGetOk) and len(got.body) == limit
 
 
+@pytest.mark.bound(5)  # the socket's end after the close
 @pytest.mark.rules("FRM-03")
 @pytest.mark.clauses("FRM-03.a", "FRM-03.b")
 def test_a_payload_over_frame_max_is_a_fatal_501(connect: Connect, names: Names, target: Target) -> None:

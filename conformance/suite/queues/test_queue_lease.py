@@ -103,6 +103,7 @@ def _declare(judge: Judge, q: str) -> tuple[float, float]:
     return sent, time.monotonic()
 
 
+@pytest.mark.long_wait(1)  # the lease, on the broker's clock
 @pytest.mark.rules("QUEUE-08")
 def test_an_unused_queue_expires(connect: Connect, names: Names, target: Target) -> None:
     judge = Judge(connect(), target, "QUEUE-08")
@@ -117,6 +118,7 @@ def test_an_unused_queue_expires(connect: Connect, names: Names, target: Target)
                                       f"{lived * 1000:.0f} ms after its declaration was sent, before its lease ended")
 
 
+@pytest.mark.long_wait(1)  # the lease, on the broker's clock
 @pytest.mark.rules("QUEUE-08")
 @pytest.mark.parametrize("use", ["redeclare", "basic.get"])
 def test_use_renews_the_lease(connect: Connect, names: Names, target: Target, use: str) -> None:
@@ -145,6 +147,7 @@ def test_use_renews_the_lease(connect: Connect, names: Names, target: Target, us
         f"{(seen - first_sent) * 1000:.0f} ms after the declaration")
 
 
+@pytest.mark.long_wait(2)  # the lease, on the broker's clock
 @pytest.mark.rules("QUEUE-08")
 def test_a_consumer_holds_the_lease(connect: Connect, names: Names, target: Target) -> None:
     judge = Judge(connect(), target, "QUEUE-08")

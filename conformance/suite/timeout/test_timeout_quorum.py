@@ -106,6 +106,7 @@ def test_classic_queues_and_streams_never_time_out(connect: Connect, names: Name
 
 
 # -- TMO-4.3-2: deadlines in the quorum queue -------------------------------------------------------
+@pytest.mark.long_wait(1)  # a consumer timeout
 @pytest.mark.rules("TMO-4.3-2", "RQ-02", "RQ-06")
 @pytest.mark.clauses("RQ-02.g", "RQ-06.i", "TMO-4.3-2.a", "TMO-4.3-2.b", "TMO-4.3-2.c")
 def test_timeout_returns_the_message_first_and_pauses_the_consumer(connect: Connect, names: Names,
@@ -176,6 +177,7 @@ def test_partial_timeout_returns_only_expired_deliveries(connect: Connect, names
 
 
 # -- TMO-4.3-3: what the client sees -------------------------------------------------------------
+@pytest.mark.long_wait(1)  # a consumer timeout
 @pytest.mark.rules("TMO-4.3-3")
 @pytest.mark.clauses("TMO-4.3-3.a", "TMO-4.3-3.b")
 def test_with_capability_basic_cancel_and_the_channel_stays(connect: Connect, names: Names,
@@ -199,6 +201,7 @@ def test_with_capability_basic_cancel_and_the_channel_stays(connect: Connect, na
     assert_nothing_fires(client, ch, quiet_window(target))
 
 
+@pytest.mark.long_wait(1)  # a consumer timeout
 @pytest.mark.rules("TMO-4.3-3")
 @pytest.mark.clauses("TMO-4.3-3.c", "TMO-4.3-3.d", "TMO-4.3-3.f")
 @pytest.mark.parametrize("case", ["no-capability", "basic-get", "consumer-cancelled-by-client"])
@@ -228,6 +231,7 @@ def test_otherwise_channel_close_with_minus_one(connect: Connect, names: Names, 
 
 
 # -- TMO-4.3-4: registered until cancel-ok ------------------------------------------------------------
+@pytest.mark.long_wait(1)  # a consumer timeout
 @pytest.mark.rules("TMO-4.3-4")
 @pytest.mark.clauses("TMO-4.3-4.a", "TMO-4.3-4.b", "TMO-4.3-4.c")
 @pytest.mark.parametrize("removal", ["cancel-ok", "client-cancel", "channel-close"])

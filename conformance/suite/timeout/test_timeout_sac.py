@@ -79,6 +79,7 @@ def late_timeout(tag: str, within: float, after_publish: float | None, probe: fl
                                             "queue: the timeout waited for the queue's next command")
 
 
+@pytest.mark.long_wait(1)  # a consumer timeout
 @pytest.mark.rules("TMO-4.3-7")
 @pytest.mark.clauses("TMO-4.3-7.a")
 def test_sac_timed_out_active_consumer_hands_over(connect: Connect, names: Names, target: Target) -> None:
