@@ -30,6 +30,11 @@ Connect = Callable[..., RawClient]
 TTL_MS = 100
 
 
+def past_ttls(hops: int) -> pytest.MarkDecorator:
+    """Schedule mark: `hops` TTLs plus the tolerance pass on the broker's clock (`publish_and_wait`)."""
+    return pytest.mark.long_wait(hops * TTL_MS / 1000 + TTL_TOLERANCE)
+
+
 def setup(connect: Connect, target: Target, kind: str) -> tuple[RawClient, int]:
     require_kind(target.profile, kind)
     client = connect()
@@ -59,7 +64,7 @@ def bind(client: RawClient, ch: int, queue: str, to: str, key: str = "") -> None
 
 
 # -- DLX-04: cycles ------------------------------------------------------------------------------
-@pytest.mark.long_wait(1)  # the TTL, on the broker's clock
+@past_ttls(1)
 @pytest.mark.rules("DLX-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_message_expiring_into_its_own_queue_is_dropped(connect: Connect, names: Names, target: Target,
@@ -75,7 +80,7 @@ def test_a_message_expiring_into_its_own_queue_is_dropped(connect: Connect, name
         f"{target.timeout(TTL_TOLERANCE):.1f} s past its TTL the queue still counts {count} (it was dead-lettered into itself)")
 
 
-@pytest.mark.long_wait(1)  # two TTLs, on the broker's clock
+@past_ttls(2)
 @pytest.mark.rules("DLX-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_expiry_cycle_through_two_queues_is_broken_where_it_closes(connect: Connect, names: Names,
@@ -122,7 +127,7 @@ def test_a_cycle_with_a_rejection_in_it_goes_on(connect: Connect, names: Names, 
         f"[{q1} expired 2, {q2} rejected 1]; got {deaths}")
 
 
-@pytest.mark.long_wait(1)  # two TTLs, on the broker's clock
+@past_ttls(2)
 @pytest.mark.rules("DLX-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_expiry_cycle_entered_by_a_rejection_is_broken(connect: Connect, names: Names, target: Target,
@@ -151,7 +156,7 @@ def test_an_expiry_cycle_entered_by_a_rejection_is_broken(connect: Connect, name
 
 
 # -- DLX-05: a missing or empty dead-letter exchange ------------------------------------------------
-@pytest.mark.long_wait(2)  # two TTLs, on the broker's clock
+@pytest.mark.long_wait(3 * (TTL_MS / 1000 + TTL_TOLERANCE))  # schedule: a TTL and its tolerance in each phase
 @pytest.mark.rules("DLX-05")
 @pytest.mark.parametrize("how", ["reject", "expired"])
 @pytest.mark.parametrize("kind", KINDS)

@@ -60,6 +60,8 @@ TTL_MS = 300
 LONG_MS = 600_000  # never passes within a test
 TOLERANCE = TTL_TOLERANCE  # s past the TTL (scaled): see the module's rules
 QUIET = 0.5  # s (scaled) a consumer must get nothing: see the module's rules
+PAST_TTL = pytest.mark.long_wait(TTL_MS / 1000 + TOLERANCE)  # schedule: the TTL passes on the broker's clock
+PAST_TTL_THEN_QUIET = pytest.mark.long_wait(TTL_MS / 1000 + TOLERANCE + QUIET)  # then nothing may arrive
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def past_ttl(confirmed: float, target: Target) -> float:
     return due
 
 
-@pytest.mark.long_wait(1)  # the TTL, on the broker's clock
+@PAST_TTL
 @pytest.mark.rules("TTL-03")
 @pytest.mark.parametrize("source", list(SOURCES))
 @pytest.mark.parametrize("kind", KINDS)
@@ -130,7 +132,7 @@ def test_an_expired_message_stops_being_counted(connect: Connect, names: Names, 
                         f"its TTL (tolerance {target.timeout(TOLERANCE) * 1000:.0f} ms)")
 
 
-@pytest.mark.long_wait(1)  # the TTL, on the broker's clock
+@PAST_TTL
 @pytest.mark.rules("TTL-03")
 @pytest.mark.parametrize("source", list(SOURCES))
 @pytest.mark.parametrize("kind", KINDS)
@@ -143,7 +145,7 @@ def test_basic_get_never_returns_an_expired_message(connect: Connect, names: Nam
                          f"TTL ({describe(SOURCES[source])}: {TTL_MS} ms) on a {kind} queue: {got}")
 
 
-@pytest.mark.long_wait(1.5)  # the TTL, then a quiet window
+@PAST_TTL_THEN_QUIET
 @pytest.mark.rules("TTL-03")
 @pytest.mark.parametrize("source", list(SOURCES))
 @pytest.mark.parametrize("kind", KINDS)
@@ -156,7 +158,7 @@ def test_a_consumer_never_gets_an_expired_message(connect: Connect, names: Names
                  f"its TTL ({describe(SOURCES[source])}: {TTL_MS} ms) on a {kind} queue (TTL-03)")
 
 
-@pytest.mark.long_wait(1.5)  # the TTL, then a quiet window
+@PAST_TTL_THEN_QUIET
 @pytest.mark.rules("TTL-03")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_expired_message_behind_a_live_one_is_not_delivered(connect: Connect, names: Names, target: Target,
@@ -202,7 +204,7 @@ def test_the_ttl_of_a_transactional_publish_counts_from_its_commit(connect: Conn
             "it, with x-message-ttl 1000)")
 
 
-@pytest.mark.long_wait(1.5)  # the TTL, then a quiet window
+@PAST_TTL_THEN_QUIET
 @pytest.mark.rules("TTL-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_unacked_message_does_not_expire_and_goes_when_returned_past_its_ttl(
@@ -220,7 +222,7 @@ def test_an_unacked_message_does_not_expire_and_goes_when_returned_past_its_ttl(
     assert ready(client, ch, queue) == 0, f"TTL-04: the returned, expired message is still counted in the {kind} queue"
 
 
-@pytest.mark.long_wait(1)  # the TTL, on the broker's clock
+@PAST_TTL
 @pytest.mark.rules("TTL-04")
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_unacked_message_past_its_ttl_can_still_be_acked(connect: Connect, names: Names, target: Target,
