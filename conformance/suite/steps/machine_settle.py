@@ -16,6 +16,18 @@ Rules:
   sleep out its whole slice; the deadline is the same). A
   delivery the model does not allow yet is held while other channels may still deliver (a broker
   writes each channel's frames independently, so arrival order across channels is free).
+- A publish's effects are at its queues before a settle counts them: every channel that published
+  since the last settle answers a ping (a passive exchange.declare of amq.direct), awaited, before
+  the first count. A channel handles its methods one at a time in the order they came and hands a
+  publish to its queues' processes while handling it (`rabbit_channel` `handle_method(#'basic.publish'{})`,
+  v3.10.8 l. 1279, v4.0.5 l. 1174, v4.3.5 l. 1161, calls `deliver_to_queues`, which calls
+  `rabbit_queue_type:deliver`: l. 2180, 2084, 2116), so once the ping's reply came its publishes have reached their queues,
+  ahead of any count or later step sent on another channel. A ping on another channel of the same
+  connection shows nothing of them: each channel is a process of its own. Measured without it,
+  against RabbitMQ 4.3.6 under load: two publishes refused by a full queue (reject-publish, on a
+  channel without confirms) left the count as it was, the settle passed at once, and the next
+  step's purge (control channel) overtook them: one was then taken by the emptied queue, a false
+  PC-05/PC-08 failure.
 - The first count of a settle goes out with the flush (a ping on every other connection): the
   control channel's passive declares are its connection's round trip, as its ping on that channel
   was, and what arrived on any channel by the time their replies came is checked before the
@@ -122,6 +134,7 @@ class Settling:
                     mismatch = self.count_mismatch()
                 else:  # the counts and the flush in one round trip (module rules)
                     flushed = True
+                    self.ping_publishers()
                     queues = self.ask_counts()
                     self.flush(counting=bool(queues))
                     mismatch = self.read_counts(queues)
@@ -179,6 +192,21 @@ class Settling:
         for pinger, number in pinged:
             pinger.expect(number, ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
         return self.arrived()
+
+    def ping_publishers(self) -> None:
+        """A ping on every open channel that published since the last settle, each reply awaited,
+        before any count is asked (module rules: a publish's effects are at its queues)."""
+        pinged: list[tuple[RawClient, int]] = []
+        for conn, client in self.clients.items():
+            published, client.published = client.published, set()
+            if client.sock is None or client.lost or client.connection_closed is not None:
+                continue
+            open_numbers = {n for k, (c, n) in self.channels.items() if c == conn and self.model.is_open(k)}
+            for number in sorted(published & open_numbers - ({CONTROL} if conn == self.control_conn else set())):
+                client.send(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True))
+                pinged.append((client, number))
+        for pinger, number in pinged:
+            pinger.expect(number, ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
 
     def arrived(self) -> bool:
         """Whether an open channel of the model has something to check."""

@@ -407,7 +407,17 @@ def format_frame(frame: Any) -> str:
 
 
 class MachineClient(RawClient):
-    """RawClient plus one non-blocking read, for waiting on several connections at once."""
+    """RawClient plus one non-blocking read, for waiting on several connections at once, and the
+    channels it published on since a settle last pinged them (`published`: machine_settle)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.published: set[int] = set()
+
+    def send(self, channel: int, method: Any, properties: Any = None, body: bytes = b"") -> None:
+        super().send(channel, method, properties, body)
+        if method.HAS_CONTENT:
+            self.published.add(channel)
 
     def connect(self) -> MachineClient:
         super().connect()
