@@ -207,8 +207,11 @@ class Trial:
         the publish that took it over its limit, and kept it. Such a queue refuses through a status
         it sends its publishers after the enqueue that went over (rabbit_fifo `evaluate_limit0`,
         rabbit_fifo_client `enqueue/4`); this names the failure where that status came after the
-        next publish (docs/findings-rabbitmq-4.3.6.md, LEN-04). The check itself is unchanged."""
-        if self.kind != QUORUM or self.dead is not None or "nack" not in self.want.confirms[1:]:
+        next publish (docs/findings-rabbitmq-4.3.6.md, LEN-04). With a dead-letter queue, what it got
+        must be what the rules say (the race refuses nothing, so it dead-letters nothing either).
+        The check itself is unchanged."""
+        if self.kind != QUORUM or (self.dead is not None and self.dead != self.want_dead) \
+                or "nack" not in self.want.confirms[1:]:
             return False
         first = self.want.confirms.index("nack", 1)
         confirms = [*self.want.confirms[:first], "ack", *self.want.confirms[first + 1:]]
