@@ -94,8 +94,6 @@ def rank_of(item: Any) -> tuple[int, float]:
     """A collected test's rank and the seconds it is expected to take on a conforming broker
     (the longer of `long_wait(seconds)` and `takes(seconds)`; a machine: MACHINE_SECONDS; a plain
     test marked `bound(seconds)`: that bound, which orders it among the plain tests; otherwise 0)."""
-    if item.get_closest_marker(BROKER_WIDE) is not None:
-        return LAST, 0.0
     marked = [m for m in (item.get_closest_marker(LONG_WAIT), item.get_closest_marker(TAKES)) if m is not None]
     if marked:
         found, seconds = FIRST, max(float(m.args[0]) if m.args else MACHINE_SECONDS for m in marked)
@@ -103,6 +101,8 @@ def rank_of(item: Any) -> tuple[int, float]:
         found = rank(item.nodeid)
         bound = item.get_closest_marker(BOUND)
         seconds = MACHINE_SECONDS if found == FIRST else float(bound.args[0]) if bound is not None else 0.0
+    if item.get_closest_marker(BROKER_WIDE) is not None:  # the longest first among them too
+        return LAST, seconds if found == FIRST else 0.0
     if item.get_closest_marker(BESIDE) is not None and seconds < MACHINE_SECONDS:
         return FILL, seconds
     return found, seconds
@@ -179,8 +179,31 @@ def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, flo
     return first + [index for index in by_rank if index not in taken]
 
 
+def first_phase(order: list[int], keys: list[tuple[int, float]]) -> list[int]:
+    """The order with the broker-wide tests (LAST) moved to its front, in their own order (pure): one
+    worker, the first to start, runs them while the others are still starting (module rules)."""
+    broker_wide = [index for index in order if keys[index][0] == LAST]
+    return broker_wide + [index for index in order if keys[index][0] != LAST]
+
+
+def phase_tests(pending: list[int], keys: list[tuple[int, float]], held: int, num: int) -> list[int]:
+    """What to send a worker holding `held` tests while broker-wide ones are left (pure): up to `num`
+    broker-wide tests (they wait for the lock) or tests marked to run beside them (they hold none),
+    in the order of `pending`; and, when that would leave the worker one test, short plain tests up
+    to two: an xdist worker runs a test only once it holds the next one (or is told to stop), so a
+    lone broker-wide test would never run and the phase never end. A short plain test holds the
+    shared lock for a moment after it."""
+    chosen = [index for index in pending if keys[index][0] in (LAST, FILL)][:num]
+    if held + len(chosen) == 1:
+        short = [index for index in pending if keys[index] == (PLAIN, 0.0) and index not in chosen]
+        rest = short or [index for index in pending if index not in chosen]
+        chosen += rest[:1]
+    return chosen
+
+
 def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
-    """xdist's load scheduler, one test at a time, in the order of `arrange`."""
+    """xdist's load scheduler, one test at a time, in the order of `arrange`, starting on the first
+    worker that collected, the broker-wide tests first on it (module rules)."""
     from xdist.scheduler import LoadScheduling
 
     class LongestFirst(LoadScheduling):  # type: ignore[misc]
@@ -191,14 +214,62 @@ def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
             self.maxschedchunk = 1  # only when the user chose none (`wanted`)
             self.keys: list[tuple[int, float]] = []
 
+        @property
+        def collection_is_completed(self) -> bool:  # the first worker's collection starts the run
+            return bool(self.node2collection)
+
+        def add_node_collection(self, node: Any, collection: Any) -> None:
+            if self.collection is not None and list(collection) != self.collection:
+                self._report_difference(node, collection)  # as xdist reports it; the worker gets no test
+                node.shutdown()
+                return
+            super().add_node_collection(node, collection)
+
+        def _report_difference(self, node: Any, collection: Any) -> None:
+            import pytest
+            from xdist.report import report_collection_diff
+
+            first = next(iter(self.node2collection))
+            text = report_collection_diff(self.collection, list(collection), first.gateway.id, node.gateway.id)
+            self.log(text)
+            self.config.hook.pytest_collectreport(report=pytest.CollectReport(
+                nodeid=node.gateway.id, outcome="failed", longrepr=text, result=[]))
+
+        def broker_wide_left(self) -> bool:
+            """A broker-wide test is still to be sent, or sent and not done."""
+            held = (index for pending in self.node2pending.values() for index in pending)
+            return any(self.keys[index][0] == LAST for index in (*self.pending, *held))
+
+        def check_schedule(self, node: Any, duration: float = 0) -> None:
+            if node in self.node2collection:  # not one still collecting, nor one refused
+                super().check_schedule(node, duration)
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            phase = bool(self.keys) and self.broker_wide_left()
+            super().mark_test_complete(node, item_index, duration)
+            if phase and not self.broker_wide_left():  # the first phase is over: every worker gets tests
+                for other in self.nodes:
+                    if other is not node:
+                        self.check_schedule(other)
+
         def _send_tests(self, node: Any, num: int) -> None:
+            if node not in self.node2collection:  # xdist's first distribution goes to every worker
+                return
             if not self.arranged and self.collection is not None:  # the first distribution
                 pending = set(self.pending)
                 ranks = read_ranks(lock_dir)
-                order = arrange(list(self.collection), len(self.nodes), ranks)
                 self.keys = sort_keys(list(self.collection), ranks)
+                order = first_phase(arrange(list(self.collection), self.numnodes, ranks), self.keys)
                 self.pending[:] = [index for index in order if index in pending]
                 self.arranged = True
+            if self.keys and self.broker_wide_left():  # the first phase: broker-wide tests, and beside them
+                chosen = phase_tests(self.pending, self.keys, len(self.node2pending[node]), num)
+                for index in chosen:
+                    self.pending.remove(index)
+                if chosen:
+                    self.node2pending[node].extend(chosen)
+                    node.send_runtest_some(chosen)
+                return
             elif num == 1 and self.keys:  # later: one test at a time, never a long one behind another
                 position = partner(list(self.node2pending.get(node, [])), self.pending, self.keys)
                 if position:
