@@ -103,7 +103,7 @@ def rank_of(item: Any) -> tuple[int, float]:
         seconds = MACHINE_SECONDS if found == FIRST else float(bound.args[0]) if bound is not None else 0.0
     if item.get_closest_marker(BROKER_WIDE) is not None:  # the longest first among them too
         return LAST, seconds if found == FIRST else 0.0
-    if item.get_closest_marker(BESIDE) is not None and seconds < MACHINE_SECONDS:
+    if item.get_closest_marker(BESIDE) is not None:  # runs beside the broker-wide tests, the longest first
         return FILL, seconds
     return found, seconds
 
@@ -151,8 +151,8 @@ def partner(held: list[int], pending: list[int], keys: list[tuple[int, float]]) 
     (a worker runs what it was sent in order: measured, the requeue machine queued behind a 60-s
     confirms machine started 60 s late while other workers ran short tests), or the first when
     no short test is left."""
-    def long(index: int) -> bool:
-        return keys[index][0] == FIRST or (keys[index][0] == PLAIN and keys[index][1] < 0)  # bounded
+    def long(index: int) -> bool:  # a machine or a long wait, a bounded test, a test beside broker-wide ones that waits
+        return keys[index][0] == FIRST or (keys[index][0] in (PLAIN, FILL) and keys[index][1] < 0)
 
     if not pending or not long(pending[0]) or not any(long(index) for index in held):
         return 0
@@ -180,21 +180,34 @@ def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, flo
 
 
 def first_phase(order: list[int], keys: list[tuple[int, float]]) -> list[int]:
-    """The order with the broker-wide tests (LAST) moved to its front, in their own order (pure): one
-    worker, the first to start, runs them while the others are still starting (module rules)."""
-    broker_wide = [index for index in order if keys[index][0] == LAST]
-    return broker_wide + [index for index in order if keys[index][0] != LAST]
+    """The order with the broker-wide tests (LAST) at its front, then the tests that run beside them
+    (FILL), each in their own order, the longest first (pure; module rules: the first phase)."""
+    def of(rank: int) -> list[int]:
+        return [index for index in order if keys[index][0] == rank]
+
+    return of(LAST) + of(FILL) + [index for index in order if keys[index][0] not in (LAST, FILL)]
 
 
-def phase_tests(pending: list[int], keys: list[tuple[int, float]], held: int, num: int) -> list[int]:
-    """What to send a worker holding `held` tests while broker-wide ones are left (pure): up to `num`
-    broker-wide tests (they wait for the lock) or tests marked to run beside them (they hold none),
-    in the order of `pending`; and, when that would leave the worker one test, short plain tests up
-    to two: an xdist worker runs a test only once it holds the next one (or is told to stop), so a
-    lone broker-wide test would never run and the phase never end. A short plain test holds the
-    shared lock for a moment after it."""
-    chosen = [index for index in pending if keys[index][0] in (LAST, FILL)][:num]
-    if held + len(chosen) == 1:
+def phase_tests(pending: list[int], keys: list[tuple[int, float]], held: list[int], num: int) -> list[int]:
+    """What to send a worker holding `held` while broker-wide tests are left (pure): up to `num` of
+    the broker-wide tests (they wait for the lock) and the tests marked to run beside them (they hold
+    none), in the order of `pending`. A worker holding nothing gets one of each when it can, so the
+    longest test beside them starts behind the first broker-wide one, not after all of them; a
+    worker holding a test beside them gets nothing more than a short partner: a broker-wide test
+    would wait behind it (measured: an alarm test queued behind the 30-s framing test kept the phase
+    open for 30 s), and so would another test beside them, which an idle worker can run. When that would
+    leave the worker one test, a short plain test joins it: an xdist worker runs a test only once it
+    holds the next one (or is told to stop), so a lone broker-wide test would never run and the phase
+    never end; a short plain test holds the shared lock for a moment after it."""
+    wide = [index for index in pending if keys[index][0] == LAST]
+    beside = [index for index in pending if keys[index][0] == FILL]
+    if any(keys[index][0] == FILL for index in held):  # only a short partner (below), never queued behind it
+        chosen = []
+    elif not held and num >= 2 and wide and beside:
+        chosen = [wide[0], beside[0]]
+    else:
+        chosen = [index for index in pending if keys[index][0] in (LAST, FILL)][:num]
+    if len(held) + len(chosen) == 1:
         short = [index for index in pending if keys[index] == (PLAIN, 0.0) and index not in chosen]
         rest = short or [index for index in pending if index not in chosen]
         chosen += rest[:1]
@@ -235,6 +248,14 @@ def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
             self.config.hook.pytest_collectreport(report=pytest.CollectReport(
                 nodeid=node.gateway.id, outcome="failed", longrepr=text, result=[]))
 
+        def schedule(self) -> None:
+            if self.collection is None:
+                super().schedule()
+                return
+            for node in self.nodes:  # a worker that joins later: it gets tests, the others are not topped up
+                if len(self.node2pending[node]) < 2:
+                    self.check_schedule(node)
+
         def broker_wide_left(self) -> bool:
             """A broker-wide test is still to be sent, or sent and not done."""
             held = (index for pending in self.node2pending.values() for index in pending)
@@ -247,9 +268,9 @@ def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
         def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
             phase = bool(self.keys) and self.broker_wide_left()
             super().mark_test_complete(node, item_index, duration)
-            if phase and not self.broker_wide_left():  # the first phase is over: every worker gets tests
+            if phase and not self.broker_wide_left():  # the first phase is over: every idle worker gets tests
                 for other in self.nodes:
-                    if other is not node:
+                    if other is not node and len(self.node2pending[other]) < 2:  # no test queued behind two
                         self.check_schedule(other)
 
         def _send_tests(self, node: Any, num: int) -> None:
@@ -263,7 +284,7 @@ def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
                 self.pending[:] = [index for index in order if index in pending]
                 self.arranged = True
             if self.keys and self.broker_wide_left():  # the first phase: broker-wide tests, and beside them
-                chosen = phase_tests(self.pending, self.keys, len(self.node2pending[node]), num)
+                chosen = phase_tests(self.pending, self.keys, self.node2pending[node], num)
                 for index in chosen:
                     self.pending.remove(index)
                 if chosen:

@@ -143,7 +143,7 @@ def test_short_tests_beside_broker_wide_ones_fill_the_tail_when_there_is_one() -
     items = [Item(nodeid=SUITE[10], marks={BESIDE: (reason,), LONG_WAIT: (3,)}),
              Item(nodeid=SUITE[11], marks={BESIDE: (reason,)}),
              Item(nodeid=SUITE[12], marks={BESIDE: (reason,), LONG_WAIT: (32,)})]  # longer than the tail
-    assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FIRST, 32)]
+    assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FILL, 32)]  # the first phase takes them all
     ranks = {**RANKS, SUITE[10]: (FILL, 3.0), SUITE[11]: (FILL, 0.0)}
     order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
     assert order[-4:] == [SUITE[10], SUITE[11], SUITE[5], SUITE[6]]  # just before the broker-wide ones, longest first

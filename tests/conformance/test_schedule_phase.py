@@ -75,6 +75,7 @@ def drive(tmp_path: Path, workers: int, join_after: int) -> list[tuple[str, int]
         index = node.held.pop(0)
         ran.append((node.gateway.id, index))
         sched.mark_test_complete(node, index)
+        assert all(len(n.held) <= 2 for n in nodes), "a test queued behind two: it waits for both"
     return ran
 
 
@@ -85,18 +86,27 @@ def test_every_test_runs_once_and_nothing_long_starts_before_the_broker_wide_one
     assert sorted(index for _, index in ran) == list(range(len(SUITE))), "a stall: a worker was left one test"
     order = [index for _, index in ran]
     last_wide = max(order.index(i) for i in range(34, 39))
-    assert ran[0] == ("gw0", 34), "the first worker starts with the longest broker-wide test"
+    first = [index for name, index in ran if name == "gw0"][:2]
+    assert first == [34, 39], "the first worker starts with the longest broker-wide test, then the longest beside them"
     early = [SUITE[i] for i in order[:last_wide] if RANKS[SUITE[i]][0] == FIRST]
     assert not early, f"a long test started while broker-wide tests were left: {early}"
+    for worker in {name for name, _ in ran}:
+        ranks = [RANKS[SUITE[index]][0] for name, index in ran if name == worker]
+        behind = [later for before, later in zip(ranks, ranks[1:]) if before == FILL and later == LAST]
+        assert not behind, f"{worker}: a broker-wide test waited behind a test beside them: {ranks}"
 
 
 def test_a_worker_is_never_left_one_test_in_the_first_phase() -> None:
     keys = [RANKS[n] for n in SUITE]
     pending = list(range(len(SUITE)))
-    assert phase_tests(pending, keys, 0, 2) == [34, 35]  # broker-wide ones first, in the order given
-    assert phase_tests([5, 6, 38, 1], keys, 1, 1) == [38]  # two with the one held
-    assert phase_tests([1, 38], keys, 0, 2) == [38, 1]  # no short test left: any, so it runs
-    assert phase_tests([1, 5, 38], keys, 0, 1) == [38, 5]  # one alone would never run: a short one with it
-    assert phase_tests([1, 5], keys, 1, 1) == [5]  # holding one and nothing to go beside: a short one
-    assert phase_tests([1, 5], keys, 0, 2) == []  # holding none: it waits for the phase to end
-    assert phase_tests([39, 40], keys, 0, 2) == [39, 40]  # the tests marked to run beside them
+    assert phase_tests(pending, keys, [], 2) == [34, 39]  # holding none: a broker-wide one and one beside it
+    assert phase_tests(pending, keys, [20], 1) == [34]  # then broker-wide ones first, in the order given
+    assert phase_tests([35, 36, 39], keys, [], 2) == [35, 39]
+    assert phase_tests([35, 36, 40, 5], keys, [39], 1) == [5]  # behind a test beside them: only a short partner
+    assert phase_tests([35, 36, 40, 5], keys, [39, 6], 1) == []
+    assert phase_tests([5, 6, 38, 1], keys, [20], 1) == [38]  # two with the one held
+    assert phase_tests([1, 38], keys, [], 2) == [38, 1]  # no short test left: any, so it runs
+    assert phase_tests([1, 5, 38], keys, [], 1) == [38, 5]  # one alone would never run: a short one with it
+    assert phase_tests([1, 5], keys, [20], 1) == [5]  # holding one and nothing to go beside: a short one
+    assert phase_tests([1, 5], keys, [], 2) == []  # holding none: it waits for the phase to end
+    assert phase_tests([39, 40], keys, [], 2) == [39, 40]  # the tests marked to run beside them
