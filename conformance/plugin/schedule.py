@@ -4,15 +4,17 @@ Responsibility: against a broker that deviates, the model machines run for tens 
 each (they explore, then shrink their failure) while an example test takes a fraction of one;
 with xdist's plain `load` distribution two machines could land one after the other on the
 same worker while the others idled (measured: one worker 91 s, three 21-28 s, with
-`multi_ack_only_named`). The plugin's scheduler starts the long tests first, each on its own
-worker, hands the rest out one test at a time to whichever worker is free, and keeps the tests
-that change broker-wide settings for the end.
+`multi_ack_only_named`). The plugin's scheduler starts the run on the first worker that has
+collected, runs the tests that change broker-wide settings first, while the other workers
+start, then the long tests, each on its own worker, and hands the rest out one test at a time to
+whichever worker is free.
 
 Rules:
 - In xdist's `load` mode (what `-n N` means, and what `amqp-conformance run --jobs N` runs)
   without `--maxschedchunk`, the controller's scheduler is `LongestFirst`: xdist's load
   scheduling with a chunk of one (a worker holds the test it runs and the next one, as xdist
-  needs) and the pending tests in the order `arrange` gives. With `--maxschedchunk` or another
+  needs: a worker runs a test only once it holds the next or is told to stop) and the pending
+  tests in the order `first_phase(arrange(...))` gives. With `--maxschedchunk` or another
   `--dist` mode, xdist schedules as it always does; without pytest-xdist nothing changes.
 - Each test has a rank, from what the test says of itself (`rank_of`, on the workers, which
   hold the collected items; the controller holds only node ids): FIRST for the model machines
@@ -23,14 +25,27 @@ Rules:
   once but is allowed that long, such as a quorum queue's confirm, which a deviating broker makes
   the test wait out; handed out early, such waits overlap the machines' in place of following them),
   LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
-  such as the global consumer timeout), and just before those FILL for the tests marked
-  `beside_broker_wide` that are shorter than `MACHINE_SECONDS`: they hold no lock, so the
-  broker-wide tests start as soon as the plain tests are done, and these run on the workers that
-  would otherwise wait while a broker-wide test holds the broker alone (handed out after the
-  broker-wide tests, they waited behind them: a worker that takes a broker-wide test waits for the
-  lock). A run without broker-wide tests ranks them as their waits alone would. Workers write the ranks into the run's lock directory
+  such as the global consumer timeout) and FILL for the tests marked `beside_broker_wide` (they
+  hold no lock), each with their seconds, the longest first. A run without broker-wide tests ranks
+  FILL tests as their waits alone would. Workers write the ranks into the run's lock directory
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
   them (a worker that could not write), a test ranks by its file name (`rank`).
+- The first phase. Workers other than the first wait at the start gate until the first has
+  collected (`start_gate`), so one worker is ready seconds before the others, which are then
+  starting Python and collecting the suite: every core is busy and no test could run. The
+  scheduler starts the run with the first collection (`collection_is_completed`), and a worker
+  that joins later gets tests as it comes (a worker whose collection differs gets none and is
+  reported, as xdist reports it). The broker-wide tests come first (`first_phase`), while those
+  workers start: they wait on the broker's clock and use little CPU, where at the end of the run
+  they kept the broker alone for 8 s at 10 % CPU (measured, RabbitMQ 4.3.6, 2 cores: 54.4-54.9 s
+  before, 44.3-46.2 s after). While any broker-wide test is to run or running, a worker is sent only
+  broker-wide tests and tests beside them (`phase_tests`: a worker holding nothing gets one of each,
+  so the 30-s framing test starts behind the first broker-wide test; nothing is queued behind a
+  test beside them; a lone test gets a short plain partner, or it would never run), never a long or
+  plain test, whose shared hold would make the next broker-wide change wait for it; when the last
+  broker-wide test ends, every idle worker gets tests. When a worker joins or the phase ends, only
+  workers holding fewer than two tests are sent more (xdist's own `schedule` would queue a third
+  test behind two on every worker).
 - `arrange` is pure: from the node ids, their ranks and the number of workers it returns the
   order of the tests: each worker's first two tests are a long one (a FIRST test or, once those
   are placed, a plain test with a bound) and a short one (a plain test without a bound), so no
@@ -38,15 +53,16 @@ Rules:
   against a deviating broker two bounded tests paired so waited 10 s + 10 s on one worker), then
   the rest by rank, the longer seconds first, collection order within the same.
 - Later, each test sent to a worker is the first of that order unless the worker already holds
-  a long test (FIRST, or bounded) and the first is long too: then the first short plain test goes
-  instead (`partner`, pure), since a worker runs its tests in the order it got them.
-- Why broker-wide tests come last: when one of them changes a broker-wide setting it takes the
-  exclusive lock (`distributed.BrokerLock`) and waits for every running test; one started
-  while a machine runs would make every worker wait for that machine (measured: 24 s stalls
-  against a deviating broker). Only the marked tests can take it (`fixtures.admin` refuses an
-  unmarked test with a harness error), so the mark cannot be forgotten.
+  a long test (FIRST, bounded, or a waiting test beside broker-wide ones) and the first is long
+  too: then the first short plain test goes instead (`partner`, pure), since a worker runs its
+  tests in the order it got them.
+- Why no other test runs beside the broker-wide ones: when one of them changes a broker-wide
+  setting it takes the exclusive lock (`distributed.BrokerLock`) and waits for every running test;
+  one started while a machine runs would make every worker wait for that machine (measured: 24 s
+  stalls against a deviating broker). Only the marked tests can take it (`fixtures.admin` refuses
+  an unmarked test with a harness error), so the mark cannot be forgotten.
 - A test marked `beside_broker_wide(reason)` takes no part in the lock: it runs beside a
-  broker-wide test (the short ones are kept for that, FILL above). The reason names, with RabbitMQ's source for every profiled version, why
+  broker-wide test (FILL above). The reason names, with RabbitMQ's source for every profiled version, why
   nothing such a test changes (the global consumer timeout, the channel tick, an alarm) reaches
   what the test observes; such a test cannot make a broker-wide change itself (`fixtures.admin`
   refuses a test not marked `broker_wide`, and the two marks together are a harness error).

@@ -6,6 +6,7 @@ would leave a worker one test forever shows as a stall."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -92,7 +93,7 @@ def test_every_test_runs_once_and_nothing_long_starts_before_the_broker_wide_one
     assert not early, f"a long test started while broker-wide tests were left: {early}"
     for worker in {name for name, _ in ran}:
         ranks = [RANKS[SUITE[index]][0] for name, index in ran if name == worker]
-        behind = [later for before, later in zip(ranks, ranks[1:]) if before == FILL and later == LAST]
+        behind = [later for before, later in itertools.pairwise(ranks) if before == FILL and later == LAST]
         assert not behind, f"{worker}: a broker-wide test waited behind a test beside them: {ranks}"
 
 
