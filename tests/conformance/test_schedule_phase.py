@@ -54,7 +54,6 @@ def scheduler(tmp_path: Path, workers: int) -> Any:
 def drive(tmp_path: Path, workers: int, join_after: int) -> list[tuple[str, int]]:
     """Node 0 collects first; the others join once it ran `join_after` tests. Each round the
     worker that can run and has run least finishes its current test. The tests as they ran."""
-    pytest.importorskip("xdist")
     sched = scheduler(tmp_path, workers)
     nodes = [Node(f"gw{i}") for i in range(workers)]
     sched.add_node(nodes[0])
