@@ -51,7 +51,7 @@ from typing import IO, Any
 import pytest
 
 from conformance.drivers.raw import DriverError, RawClient
-from conformance.plugin import evidence, schedule
+from conformance.plugin import evidence, schedule, start_gate
 from conformance.plugin.session import Harness
 from conformance.results.verdicts import Verdict
 from conformance.run.config import RunConfig
@@ -98,7 +98,7 @@ def register(config: pytest.Config, state: Harness) -> None:
         lock_dir = config.workerinput.get(LOCK_KEY)  # type: ignore[attr-defined]
         config.pluginmanager.register(WorkerSide(state, lock_dir), "amqpc-xdist-worker")
     elif config.pluginmanager.has_plugin("xdist") and getattr(config.option, "dist", "no") != "no":
-        config.pluginmanager.register(ControllerSide(state), "amqpc-xdist-controller")
+        config.pluginmanager.register(ControllerSide(state, config), "amqpc-xdist-controller")
 
 
 class BrokerLock:
@@ -200,9 +200,11 @@ class WorkerSide:
 
 
 class ControllerSide:
-    def __init__(self, state: Harness) -> None:
+    def __init__(self, state: Harness, config: pytest.Config) -> None:
         self.state = state
         self.lock_dir = tempfile.mkdtemp(prefix="amqpc-lock-")
+        # the first worker starts alone, so the broker-wide tests run while the others start
+        self.gate = start_gate.close_gate(Path(self.lock_dir)) if schedule.wanted(config) else None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -213,7 +215,18 @@ class ControllerSide:
         node.workerinput[LOCK_KEY] = self.lock_dir
 
     def pytest_unconfigure(self) -> None:
+        self.open_gate()
         shutil.rmtree(self.lock_dir, ignore_errors=True)
+
+    def open_gate(self) -> None:
+        if self.gate is not None:
+            start_gate.open_gate(self.gate)
+            start_gate.forget_gate()
+            self.gate = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.open_gate()  # the first worker is ready: the others start (start_gate)
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a first-result hook)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -223,6 +236,7 @@ class ControllerSide:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
+        self.open_gate()  # a worker that went down before collecting must not keep the others waiting
         output = (getattr(node, "workeroutput", None) or {}).get(OUTPUT_KEY)
         if not isinstance(output, dict):
             return

@@ -4,15 +4,17 @@ Responsibility: against a broker that deviates, the model machines run for tens 
 each (they explore, then shrink their failure) while an example test takes a fraction of one;
 with xdist's plain `load` distribution two machines could land one after the other on the
 same worker while the others idled (measured: one worker 91 s, three 21-28 s, with
-`multi_ack_only_named`). The plugin's scheduler starts the long tests first, each on its own
-worker, hands the rest out one test at a time to whichever worker is free, and keeps the tests
-that change broker-wide settings for the end.
+`multi_ack_only_named`). The plugin's scheduler starts the run on the first worker that has
+collected, runs the tests that change broker-wide settings first, while the other workers
+start, then the long tests, each on its own worker, and hands the rest out one test at a time to
+whichever worker is free.
 
 Rules:
 - In xdist's `load` mode (what `-n N` means, and what `amqp-conformance run --jobs N` runs)
   without `--maxschedchunk`, the controller's scheduler is `LongestFirst`: xdist's load
   scheduling with a chunk of one (a worker holds the test it runs and the next one, as xdist
-  needs) and the pending tests in the order `arrange` gives. With `--maxschedchunk` or another
+  needs: a worker runs a test only once it holds the next or is told to stop) and the pending
+  tests in the order `first_phase(arrange(...))` gives. With `--maxschedchunk` or another
   `--dist` mode, xdist schedules as it always does; without pytest-xdist nothing changes.
 - Each test has a rank, from what the test says of itself (`rank_of`, on the workers, which
   hold the collected items; the controller holds only node ids): FIRST for the model machines
@@ -23,14 +25,27 @@ Rules:
   once but is allowed that long, such as a quorum queue's confirm, which a deviating broker makes
   the test wait out; handed out early, such waits overlap the machines' in place of following them),
   LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
-  such as the global consumer timeout), and just before those FILL for the tests marked
-  `beside_broker_wide` that are shorter than `MACHINE_SECONDS`: they hold no lock, so the
-  broker-wide tests start as soon as the plain tests are done, and these run on the workers that
-  would otherwise wait while a broker-wide test holds the broker alone (handed out after the
-  broker-wide tests, they waited behind them: a worker that takes a broker-wide test waits for the
-  lock). A run without broker-wide tests ranks them as their waits alone would. Workers write the ranks into the run's lock directory
+  such as the global consumer timeout) and FILL for the tests marked `beside_broker_wide` (they
+  hold no lock), each with their seconds, the longest first. A run without broker-wide tests ranks
+  FILL tests as their waits alone would. Workers write the ranks into the run's lock directory
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
   them (a worker that could not write), a test ranks by its file name (`rank`).
+- The first phase. Workers other than the first wait at the start gate until the first has
+  collected (`start_gate`), so one worker is ready seconds before the others, which are then
+  starting Python and collecting the suite: every core is busy and no test could run. The
+  scheduler starts the run with the first collection (`collection_is_completed`), and a worker
+  that joins later gets tests as it comes (a worker whose collection differs gets none and is
+  reported, as xdist reports it). The broker-wide tests come first (`first_phase`), while those
+  workers start: they wait on the broker's clock and use little CPU, where at the end of the run
+  they kept the broker alone for 8 s at 10 % CPU (measured, RabbitMQ 4.3.6, 2 cores: 54.4-54.9 s
+  before, 44.3-46.2 s after). While any broker-wide test is to run or running, a worker is sent only
+  broker-wide tests and tests beside them (`phase_tests`: a worker holding nothing gets one of each,
+  so the 30-s framing test starts behind the first broker-wide test; nothing is queued behind a
+  test beside them; a lone test gets a short plain partner, or it would never run), never a long or
+  plain test, whose shared hold would make the next broker-wide change wait for it; when the last
+  broker-wide test ends, every idle worker gets tests. When a worker joins or the phase ends, only
+  workers holding fewer than two tests are sent more (xdist's own `schedule` would queue a third
+  test behind two on every worker).
 - `arrange` is pure: from the node ids, their ranks and the number of workers it returns the
   order of the tests: each worker's first two tests are a long one (a FIRST test or, once those
   are placed, a plain test with a bound) and a short one (a plain test without a bound), so no
@@ -38,15 +53,16 @@ Rules:
   against a deviating broker two bounded tests paired so waited 10 s + 10 s on one worker), then
   the rest by rank, the longer seconds first, collection order within the same.
 - Later, each test sent to a worker is the first of that order unless the worker already holds
-  a long test (FIRST, or bounded) and the first is long too: then the first short plain test goes
-  instead (`partner`, pure), since a worker runs its tests in the order it got them.
-- Why broker-wide tests come last: when one of them changes a broker-wide setting it takes the
-  exclusive lock (`distributed.BrokerLock`) and waits for every running test; one started
-  while a machine runs would make every worker wait for that machine (measured: 24 s stalls
-  against a deviating broker). Only the marked tests can take it (`fixtures.admin` refuses an
-  unmarked test with a harness error), so the mark cannot be forgotten.
+  a long test (FIRST, bounded, or a waiting test beside broker-wide ones) and the first is long
+  too: then the first short plain test goes instead (`partner`, pure), since a worker runs its
+  tests in the order it got them.
+- Why no other test runs beside the broker-wide ones: when one of them changes a broker-wide
+  setting it takes the exclusive lock (`distributed.BrokerLock`) and waits for every running test;
+  one started while a machine runs would make every worker wait for that machine (measured: 24 s
+  stalls against a deviating broker). Only the marked tests can take it (`fixtures.admin` refuses
+  an unmarked test with a harness error), so the mark cannot be forgotten.
 - A test marked `beside_broker_wide(reason)` takes no part in the lock: it runs beside a
-  broker-wide test (the short ones are kept for that, FILL above). The reason names, with RabbitMQ's source for every profiled version, why
+  broker-wide test (FILL above). The reason names, with RabbitMQ's source for every profiled version, why
   nothing such a test changes (the global consumer timeout, the channel tick, an alarm) reaches
   what the test observes; such a test cannot make a broker-wide change itself (`fixtures.admin`
   refuses a test not marked `broker_wide`, and the two marks together are a harness error).
@@ -94,8 +110,6 @@ def rank_of(item: Any) -> tuple[int, float]:
     """A collected test's rank and the seconds it is expected to take on a conforming broker
     (the longer of `long_wait(seconds)` and `takes(seconds)`; a machine: MACHINE_SECONDS; a plain
     test marked `bound(seconds)`: that bound, which orders it among the plain tests; otherwise 0)."""
-    if item.get_closest_marker(BROKER_WIDE) is not None:
-        return LAST, 0.0
     marked = [m for m in (item.get_closest_marker(LONG_WAIT), item.get_closest_marker(TAKES)) if m is not None]
     if marked:
         found, seconds = FIRST, max(float(m.args[0]) if m.args else MACHINE_SECONDS for m in marked)
@@ -103,7 +117,9 @@ def rank_of(item: Any) -> tuple[int, float]:
         found = rank(item.nodeid)
         bound = item.get_closest_marker(BOUND)
         seconds = MACHINE_SECONDS if found == FIRST else float(bound.args[0]) if bound is not None else 0.0
-    if item.get_closest_marker(BESIDE) is not None and seconds < MACHINE_SECONDS:
+    if item.get_closest_marker(BROKER_WIDE) is not None:  # the longest first among them too
+        return LAST, seconds if found == FIRST else 0.0
+    if item.get_closest_marker(BESIDE) is not None:  # runs beside the broker-wide tests, the longest first
         return FILL, seconds
     return found, seconds
 
@@ -151,8 +167,8 @@ def partner(held: list[int], pending: list[int], keys: list[tuple[int, float]]) 
     (a worker runs what it was sent in order: measured, the requeue machine queued behind a 60-s
     confirms machine started 60 s late while other workers ran short tests), or the first when
     no short test is left."""
-    def long(index: int) -> bool:
-        return keys[index][0] == FIRST or (keys[index][0] == PLAIN and keys[index][1] < 0)  # bounded
+    def long(index: int) -> bool:  # a machine or a long wait, a bounded test, a test beside broker-wide ones that waits
+        return keys[index][0] == FIRST or (keys[index][0] in (PLAIN, FILL) and keys[index][1] < 0)
 
     if not pending or not long(pending[0]) or not any(long(index) for index in held):
         return 0
@@ -179,8 +195,44 @@ def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, flo
     return first + [index for index in by_rank if index not in taken]
 
 
+def first_phase(order: list[int], keys: list[tuple[int, float]]) -> list[int]:
+    """The order with the broker-wide tests (LAST) at its front, then the tests that run beside them
+    (FILL), each in their own order, the longest first (pure; module rules: the first phase)."""
+    def of(rank: int) -> list[int]:
+        return [index for index in order if keys[index][0] == rank]
+
+    return of(LAST) + of(FILL) + [index for index in order if keys[index][0] not in (LAST, FILL)]
+
+
+def phase_tests(pending: list[int], keys: list[tuple[int, float]], held: list[int], num: int) -> list[int]:
+    """What to send a worker holding `held` while broker-wide tests are left (pure): up to `num` of
+    the broker-wide tests (they wait for the lock) and the tests marked to run beside them (they hold
+    none), in the order of `pending`. A worker holding nothing gets one of each when it can, so the
+    longest test beside them starts behind the first broker-wide one, not after all of them; a
+    worker holding a test beside them gets nothing more than a short partner: a broker-wide test
+    would wait behind it (measured: an alarm test queued behind the 30-s framing test kept the phase
+    open for 30 s), and so would another test beside them, which an idle worker can run. When that would
+    leave the worker one test, a short plain test joins it: an xdist worker runs a test only once it
+    holds the next one (or is told to stop), so a lone broker-wide test would never run and the phase
+    never end; a short plain test holds the shared lock for a moment after it."""
+    wide = [index for index in pending if keys[index][0] == LAST]
+    beside = [index for index in pending if keys[index][0] == FILL]
+    if any(keys[index][0] == FILL for index in held):  # only a short partner (below), never queued behind it
+        chosen = []
+    elif not held and num >= 2 and wide and beside:
+        chosen = [wide[0], beside[0]]
+    else:
+        chosen = [index for index in pending if keys[index][0] in (LAST, FILL)][:num]
+    if len(held) + len(chosen) == 1:
+        short = [index for index in pending if keys[index] == (PLAIN, 0.0) and index not in chosen]
+        rest = short or [index for index in pending if index not in chosen]
+        chosen += rest[:1]
+    return chosen
+
+
 def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
-    """xdist's load scheduler, one test at a time, in the order of `arrange`."""
+    """xdist's load scheduler, one test at a time, in the order of `arrange`, starting on the first
+    worker that collected, the broker-wide tests first on it (module rules)."""
     from xdist.scheduler import LoadScheduling
 
     class LongestFirst(LoadScheduling):  # type: ignore[misc]
@@ -191,14 +243,70 @@ def make_scheduler(config: Any, log: Any, lock_dir: Path) -> Any:
             self.maxschedchunk = 1  # only when the user chose none (`wanted`)
             self.keys: list[tuple[int, float]] = []
 
+        @property
+        def collection_is_completed(self) -> bool:  # the first worker's collection starts the run
+            return bool(self.node2collection)
+
+        def add_node_collection(self, node: Any, collection: Any) -> None:
+            if self.collection is not None and list(collection) != self.collection:
+                self._report_difference(node, collection)  # as xdist reports it; the worker gets no test
+                node.shutdown()
+                return
+            super().add_node_collection(node, collection)
+
+        def _report_difference(self, node: Any, collection: Any) -> None:
+            import pytest
+            from xdist.report import report_collection_diff
+
+            first = next(iter(self.node2collection))
+            text = report_collection_diff(self.collection, list(collection), first.gateway.id, node.gateway.id)
+            self.log(text)
+            self.config.hook.pytest_collectreport(report=pytest.CollectReport(
+                nodeid=node.gateway.id, outcome="failed", longrepr=text, result=[]))
+
+        def schedule(self) -> None:
+            if self.collection is None:
+                super().schedule()
+                return
+            for node in self.nodes:  # a worker that joins later: it gets tests, the others are not topped up
+                if len(self.node2pending[node]) < 2:
+                    self.check_schedule(node)
+
+        def broker_wide_left(self) -> bool:
+            """A broker-wide test is still to be sent, or sent and not done."""
+            held = (index for pending in self.node2pending.values() for index in pending)
+            return any(self.keys[index][0] == LAST for index in (*self.pending, *held))
+
+        def check_schedule(self, node: Any, duration: float = 0) -> None:
+            if node in self.node2collection:  # not one still collecting, nor one refused
+                super().check_schedule(node, duration)
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            phase = bool(self.keys) and self.broker_wide_left()
+            super().mark_test_complete(node, item_index, duration)
+            if phase and not self.broker_wide_left():  # the first phase is over: every idle worker gets tests
+                for other in self.nodes:
+                    if other is not node and len(self.node2pending[other]) < 2:  # no test queued behind two
+                        self.check_schedule(other)
+
         def _send_tests(self, node: Any, num: int) -> None:
+            if node not in self.node2collection:  # xdist's first distribution goes to every worker
+                return
             if not self.arranged and self.collection is not None:  # the first distribution
                 pending = set(self.pending)
                 ranks = read_ranks(lock_dir)
-                order = arrange(list(self.collection), len(self.nodes), ranks)
                 self.keys = sort_keys(list(self.collection), ranks)
+                order = first_phase(arrange(list(self.collection), self.numnodes, ranks), self.keys)
                 self.pending[:] = [index for index in order if index in pending]
                 self.arranged = True
+            if self.keys and self.broker_wide_left():  # the first phase: broker-wide tests, and beside them
+                chosen = phase_tests(self.pending, self.keys, self.node2pending[node], num)
+                for index in chosen:
+                    self.pending.remove(index)
+                if chosen:
+                    self.node2pending[node].extend(chosen)
+                    node.send_runtest_some(chosen)
+                return
             elif num == 1 and self.keys:  # later: one test at a time, never a long one behind another
                 position = partner(list(self.node2pending.get(node, [])), self.pending, self.keys)
                 if position:

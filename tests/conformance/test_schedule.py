@@ -70,7 +70,9 @@ def test_a_tests_marks_give_its_rank_and_broker_wide_wins() -> None:
     items = [Item(nodeid=SUITE[0], marks={}), Item(nodeid=SUITE[0], marks={LONG_WAIT: (12,)}),
              Item(nodeid=SUITE[1], marks={}), Item(nodeid=SUITE[6], marks={BROKER_WIDE: ()}),
              Item(nodeid=SUITE[0], marks={LONG_WAIT: (3,), BROKER_WIDE: ()})]
-    assert [rank_of(i) for i in items] == [(PLAIN, 0), (FIRST, 12), (FIRST, MACHINE_SECONDS), (LAST, 0), (LAST, 0)]
+    # broker-wide tests keep their seconds: the longest of them starts the run (first_phase)
+    assert [rank_of(i) for i in items] == [(PLAIN, 0), (FIRST, 12), (FIRST, MACHINE_SECONDS), (LAST, MACHINE_SECONDS),
+                                           (LAST, 3)]
 
 
 def test_a_test_that_takes_long_on_rabbitmq_starts_first_by_its_measured_seconds() -> None:
@@ -78,7 +80,7 @@ def test_a_test_that_takes_long_on_rabbitmq_starts_first_by_its_measured_seconds
     items = [Item(nodeid=SUITE[1], marks={TAKES: (26,)}), Item(nodeid=SUITE[0], marks={TAKES: (12,)}),
              Item(nodeid=SUITE[0], marks={TAKES: (4,), LONG_WAIT: (30,)}),
              Item(nodeid=SUITE[0], marks={TAKES: (40,), BROKER_WIDE: ()})]
-    assert [rank_of(i) for i in items] == [(FIRST, 26), (FIRST, 12), (FIRST, 30), (LAST, 0)]
+    assert [rank_of(i) for i in items] == [(FIRST, 26), (FIRST, 12), (FIRST, 30), (LAST, 40)]
     ranks = {**RANKS, SUITE[8]: (FIRST, 26.0), SUITE[12]: (FIRST, 12.0)}  # the cancel machine, test_g
     order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
     assert order[0:4:2] == [SUITE[8], SUITE[12]]  # longest first, whatever the collection order
@@ -141,7 +143,7 @@ def test_short_tests_beside_broker_wide_ones_fill_the_tail_when_there_is_one() -
     items = [Item(nodeid=SUITE[10], marks={BESIDE: (reason,), LONG_WAIT: (3,)}),
              Item(nodeid=SUITE[11], marks={BESIDE: (reason,)}),
              Item(nodeid=SUITE[12], marks={BESIDE: (reason,), LONG_WAIT: (32,)})]  # longer than the tail
-    assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FIRST, 32)]
+    assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FILL, 32)]  # the first phase takes them all
     ranks = {**RANKS, SUITE[10]: (FILL, 3.0), SUITE[11]: (FILL, 0.0)}
     order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
     assert order[-4:] == [SUITE[10], SUITE[11], SUITE[5], SUITE[6]]  # just before the broker-wide ones, longest first
