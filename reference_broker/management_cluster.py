@@ -8,6 +8,9 @@ Rules:
 - PUT and DELETE /api/alarms/{resource} (extension, administrator; resource "memory" or
   "disk"): raise or clear that resource's alarm, as RabbitMQ's rabbit_alarm:set_alarm and
   clear_alarm do (204; 404 for another resource); GET /api/alarms lists the resources in alarm.
+- GET /api/health/checks/alarms: RabbitMQ's health check, 200 {"status": "ok"} with no alarm,
+  503 {"status": "failed", "reason", "alarms": [{"resource": "memory" | "disk space", "node"}]}
+  (rabbit_alarm:format_as_map's names; the broker's alarms are cluster-wide, named on node 1).
 - PUT /api/nodes/{node} {"running": false|true} (extension, administrator): stops or starts
   node 1..N of `reference-broker --nodes N`; it answers 204 once the node has stopped (its
   listener closed, its connections ended, the core told) or listens again; 400 on a bad body,
@@ -29,6 +32,7 @@ from reference_broker.core.texts import DISK, MEMORY, RESOURCES
 from reference_broker.management_http import NOT_FOUND, BrokerServer, bad_request, json_body, server_of
 
 SINGLE = "reference@localhost"
+HEALTH_NAMES = {MEMORY: "memory", DISK: "disk space"}  # a resource -> its name in RabbitMQ's health check
 
 
 def placement(server: BrokerServer, queue: Queue) -> dict[str, Any]:
@@ -55,6 +59,17 @@ async def nodes(request: web.Request) -> web.Response:
 
 async def alarms(request: web.Request) -> web.Response:
     return web.json_response(sorted(server_of(request).core.alarms))
+
+
+async def health_alarms(request: web.Request) -> web.Response:
+    server = server_of(request)
+    raised = sorted(server.core.alarms)
+    if not raised:
+        return web.json_response({"status": "ok"})
+    node = SINGLE if server.core.cluster is None else server.core.cluster.name(1)
+    return web.json_response({"status": "failed", "reason": "There are alarms in effect in the cluster",
+                              "alarms": [{"resource": HEALTH_NAMES[r], "node": node} for r in raised]},
+                             status=HTTPStatus.SERVICE_UNAVAILABLE)
 
 
 async def change_alarm(request: web.Request) -> web.Response:
@@ -89,6 +104,7 @@ CLUSTER_ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/api/nodes", nodes, "login"),
     ("PUT", "/api/nodes/{node}", put_node, "admin"),
     ("GET", "/api/alarms", alarms, "admin"),
+    ("GET", "/api/health/checks/alarms", health_alarms, "login"),
     ("PUT", "/api/alarms/{resource}", change_alarm, "admin"),
     ("DELETE", "/api/alarms/{resource}", change_alarm, "admin"),
 ]

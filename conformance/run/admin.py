@@ -47,6 +47,9 @@ from conformance.run.admin_base import (
 )
 from conformance.run.admin_ctl import Rabbitmqctl
 
+HEALTH_ALARMS = "/api/health/checks/alarms"
+HEALTH_RESOURCES = {"memory": "memory", "disk space": "disk"}  # rabbit_alarm:format_as_map's resource -> ours
+
 __all__ = ["ALARM_FIELDS", "NEEDS_ADMIN", "AdminAdapter", "AdminError", "ConnectionInfo", "GlobalValue",
            "ManagementApi", "NoAdmin", "Policy", "QueueInfo", "Rabbitmqctl", "Unavailable", "parse_admin",
            "policies_path"]
@@ -145,8 +148,25 @@ class ManagementApi(AdminAdapter):
                    {"exchange": exchange, "write": write, "read": read})
 
     def alarms(self) -> frozenset[str]:
-        nodes = self._call("GET", "/api/nodes") or []
-        return frozenset(resource for n in nodes for resource, key in ALARM_FIELDS.items() if n.get(key))
+        """GET /api/health/checks/alarms (RabbitMQ 3.8.10 on): `rabbit_alarm:get_alarms()` read when
+        asked, 200 with none, 503 with {"alarms": [{"resource": "memory" | "disk space", "node"}]}.
+        Not /api/nodes' `mem_alarm`: that is what rabbit_mgmt_external_stats emitted last, once
+        every `collect_statistics_interval` (5 s by default), so an alarm cleared just before still
+        shows there. Where the health check is missing (404: 3.8.0 to 3.8.9) /api/nodes is read."""
+        try:
+            response = self._http.request("GET", HEALTH_ALARMS)
+        except httpx.HTTPError as exc:
+            raise AdminError(f"management API GET {HEALTH_ALARMS}: {exc}") from None
+        if response.status_code == HTTPStatus.NOT_FOUND:
+            nodes = self._call("GET", "/api/nodes") or []
+            return frozenset(resource for n in nodes for resource, key in ALARM_FIELDS.items() if n.get(key))
+        if response.status_code not in (HTTPStatus.OK, HTTPStatus.SERVICE_UNAVAILABLE):
+            raise AdminError(f"management API GET {HEALTH_ALARMS}: HTTP {response.status_code} {response.text[:200]}")
+        body = response.json() if response.content else {}
+        found = {HEALTH_RESOURCES.get(str(a.get("resource"))) for a in body.get("alarms") or [] if isinstance(a, dict)}
+        if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE and not body.get("alarms"):
+            raise AdminError(f"management API GET {HEALTH_ALARMS}: HTTP 503 without alarms: {response.text[:200]}")
+        return frozenset(r for r in found if r is not None)
 
     def node_names(self) -> list[str]:
         return [str(n.get("name")) for n in self._call("GET", "/api/nodes") or []]

@@ -15,6 +15,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +38,7 @@ from tests.conformance.admin_fakes import CannedRabbitmqctl, MemoryAdmin
 from tests.conftest import require
 
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+ROOT = Path(__file__).resolve().parents[2]
 RMQ43_URL = os.environ.get("AMQPC_RMQ43_URL", "amqp://guest:guest@127.0.0.1:5743/")
 RMQ43_MANAGEMENT = os.environ.get("AMQPC_RMQ43_ADMIN", "http://guest:guest@127.0.0.1:15743")
 
@@ -69,6 +71,8 @@ class FakeManagement:
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[httpx.Request] = []
         self.closed: list[tuple[str, str | None]] = []
+        self.node_alarms = {"mem_alarm": False, "disk_free_alarm": False}  # what /api/nodes says
+        self.health: list[dict[str, str]] | None = []  # the health check's alarms; None: no health check (404)
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -83,6 +87,13 @@ class FakeManagement:
         if parts[0] == "connections" and len(parts) == 1:
             return httpx.Response(200, json=[{"name": "127.0.0.1:1 -> 127.0.0.1:5672", "user": "guest",
                                               "vhost": "/", "peer_port": 1, "client_properties": {"product": "p"}}])
+        if parts[0] == "nodes":
+            return httpx.Response(200, json=[{"name": "rabbit@a", **self.node_alarms}])
+        if parts[:3] == ["health", "checks", "alarms"] and self.health is not None:
+            if not self.health:
+                return httpx.Response(200, json={"status": "ok"})
+            return httpx.Response(503, json={"status": "failed", "reason": "There are alarms in effect in the cluster",
+                                             "alarms": self.health})
         if parts[0] == "connections":
             self.closed.append((parts[1], request.headers.get("x-reason")))
             return httpx.Response(204)
@@ -134,6 +145,19 @@ def test_management_api_lists_and_closes(api: ManagementApi, fake: FakeManagemen
     assert (conn.peer_port, conn.client_properties) == (1, {"product": "p"})
     api.close_connection(conn.name, "test over")
     assert fake.closed == [("127.0.0.1%3A1%20-%3E%20127.0.0.1%3A5672", "test over")]
+
+
+def test_management_api_reads_alarms_from_the_health_check_not_the_stale_node_statistics(
+        api: ManagementApi, fake: FakeManagement) -> None:
+    """/api/nodes' mem_alarm is the statistics emitted last (every 5 s): an alarm cleared just before
+    still shows there. The health check reads rabbit_alarm when asked, and is what counts."""
+    fake.node_alarms["mem_alarm"] = True  # cleared less than a statistics interval ago
+    assert api.alarms() == frozenset()
+    fake.health = [{"resource": "memory", "node": "rabbit@a"}, {"resource": "disk space", "node": "rabbit@b"}]
+    assert api.alarms() == {"memory", "disk"}
+    fake.health = None  # RabbitMQ 3.8.0 to 3.8.9: no health check, the node statistics are all there is
+    assert api.alarms() == {"memory"}
+    assert [r.url.path for r in fake.requests[-2:]] == ["/api/health/checks/alarms", "/api/nodes"]
 
 
 def test_management_api_errors_are_admin_errors_and_globals_unavailable(fake: FakeManagement) -> None:
@@ -284,6 +308,25 @@ def test_management_api_against_rabbitmq_4_3_6(rabbitmq43_queue: str) -> None:
     finally:
         admin.delete_policy("/", policy)
         admin.close()
+
+
+@pytest.mark.rabbitmq43
+def test_management_api_reads_an_alarm_cleared_just_now_as_cleared_on_rabbitmq_4_3_6() -> None:
+    """An alarm raised then cleared through rabbitmqctl: the management API adapter reads each at once,
+    though /api/nodes may still show it for up to a statistics interval (collect_statistics_interval)."""
+    require(_management_up(RMQ43_MANAGEMENT), f"RabbitMQ 4.3.6's management API at {redact_url(RMQ43_MANAGEMENT)}")
+    ctl, api = Rabbitmqctl(f"{ROOT}/scripts/rabbitmq4.sh ctl 4.3"), ManagementApi(RMQ43_MANAGEMENT)
+    view = RestoringAdmin(ctl)
+    try:
+        assert api.alarms() == frozenset(), "RabbitMQ 4.3.6 is in alarm before the test"
+        view.set_alarm("memory", True)
+        assert api.alarms() == {"memory"}
+        view.set_alarm("memory", False)
+        stale = any(n.get("mem_alarm") for n in httpx.get(f"{RMQ43_MANAGEMENT}/api/nodes").json())
+        assert api.alarms() == frozenset(), f"read as in alarm just after clearing (/api/nodes stale: {stale})"
+    finally:
+        view.restore()
+        api.close()
 
 
 @pytest.mark.rabbitmq
