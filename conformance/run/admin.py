@@ -70,15 +70,22 @@ class ManagementApi(AdminAdapter):
     def describe(self) -> str:
         return self.base
 
-    def _call(self, verb: str, path: str, body: Any = None, missing_ok: bool = False, **headers: str) -> Any:
+    def _send(self, verb: str, path: str, body: Any = None, accept: tuple[int, ...] = (),
+              **headers: str) -> httpx.Response:
+        """The response to one request; AdminError for a transport error or an HTTP error status
+        other than those in `accept` (which the caller reads itself)."""
         try:
             response = self._http.request(verb, path, json=body, headers=headers or None)
         except httpx.HTTPError as exc:
             raise AdminError(f"management API {verb} {path}: {exc}") from None
-        if missing_ok and response.status_code == HTTPStatus.NOT_FOUND:
-            return None
-        if response.status_code >= HTTPStatus.BAD_REQUEST:
+        if response.status_code >= HTTPStatus.BAD_REQUEST and response.status_code not in accept:
             raise AdminError(f"management API {verb} {path}: HTTP {response.status_code} {response.text[:200]}")
+        return response
+
+    def _call(self, verb: str, path: str, body: Any = None, missing_ok: bool = False, **headers: str) -> Any:
+        response = self._send(verb, path, body, (HTTPStatus.NOT_FOUND,) if missing_ok else (), **headers)
+        if response.status_code == HTTPStatus.NOT_FOUND:
+            return None
         return response.json() if response.content else None
 
     def list_queues(self, vhost: str) -> list[QueueInfo]:
@@ -153,10 +160,7 @@ class ManagementApi(AdminAdapter):
         Not /api/nodes' `mem_alarm`: that is what rabbit_mgmt_external_stats emitted last, once
         every `collect_statistics_interval` (5 s by default), so an alarm cleared just before still
         shows there. Where the health check is missing (404: 3.8.0 to 3.8.9) /api/nodes is read."""
-        try:
-            response = self._http.request("GET", HEALTH_ALARMS)
-        except httpx.HTTPError as exc:
-            raise AdminError(f"management API GET {HEALTH_ALARMS}: {exc}") from None
+        response = self._send("GET", HEALTH_ALARMS, accept=(HTTPStatus.NOT_FOUND, HTTPStatus.SERVICE_UNAVAILABLE))
         if response.status_code == HTTPStatus.NOT_FOUND:
             nodes = self._call("GET", "/api/nodes") or []
             return frozenset(resource for n in nodes for resource, key in ALARM_FIELDS.items() if n.get(key))
@@ -175,15 +179,11 @@ class ManagementApi(AdminAdapter):
         """The reference broker's extension (PUT/DELETE /api/alarms/<resource>); RabbitMQ's API
         has no way to raise an alarm (its 405, or a 404, means Unavailable)."""
         path = f"/api/alarms/{_resource(resource)}"
-        try:
-            response = self._http.request("PUT" if on else "DELETE", path)
-        except httpx.HTTPError as exc:
-            raise AdminError(f"management API {path}: {exc}") from None
-        if response.status_code in (HTTPStatus.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED):  # RabbitMQ: 405
+        response = self._send("PUT" if on else "DELETE", path,
+                              accept=(HTTPStatus.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED))  # RabbitMQ: 405
+        if response.status_code in (HTTPStatus.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED):
             raise Unavailable("the management API cannot raise or clear a resource alarm; use --broker-admin "
                               "rabbitmqctl (rabbit_alarm:set_alarm and clear_alarm through `rabbitmqctl eval`)")
-        if response.status_code >= HTTPStatus.BAD_REQUEST:
-            raise AdminError(f"management API {path}: HTTP {response.status_code} {response.text[:200]}")
 
     def close(self) -> None:
         self._http.close()
