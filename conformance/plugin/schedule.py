@@ -51,7 +51,12 @@ Rules:
   are placed, a plain test with a bound) and a short one (a plain test without a bound), so no
   long test waits behind another on one worker (xdist sends each worker two tests at first:
   against a deviating broker two bounded tests paired so waited 10 s + 10 s on one worker), then
-  the rest by rank, the longer seconds first, collection order within the same.
+  the rest by rank, the longer seconds first, collection order within the same, except the short
+  waits: FIRST tests expected to take less than `SPREAD_SECONDS` (a TTL or lease test, about a
+  second on the broker's clock) are spread evenly among the short plain tests (`spread`). Last in
+  the FIRST rank they were handed out together as the machines ended: on RabbitMQ 4.3.6 (2 cores)
+  forty TTL tests waited on every worker at once and a core idled for 7 s; spread, the workers
+  beside each of them have CPU work.
 - Later, each test sent to a worker is the first of that order unless the worker already holds
   a long test (FIRST, bounded, or a waiting test beside broker-wide ones) and the first is long
   too: then the first short plain test goes instead (`partner`, pure), since a worker runs its
@@ -85,6 +90,7 @@ BROKER_WIDE = "broker_wide"  # marker: the test may change a setting every conne
 BESIDE = "beside_broker_wide"  # marker (with its reason): nothing a broker-wide change touches reaches the test
 RANKS_FILE = "ranks.json"
 MACHINE_SECONDS = 10.0  # what a model machine is expected to take (4-13 s on the brokers we run)
+SPREAD_SECONDS = 3.0  # a FIRST test expected to take less is spread among the short plain tests
 
 
 def rank(nodeid: str) -> int:
@@ -192,7 +198,26 @@ def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, flo
         return by_rank
     first = [index for pair in zip(longs, short, strict=True) for index in pair]
     taken = set(first)
-    return first + [index for index in by_rank if index not in taken]
+    return spread(first + [index for index in by_rank if index not in taken], keys)
+
+
+def spread(order: list[int], keys: list[tuple[int, float]]) -> list[int]:
+    """`order` with its short waits (FIRST tests of less than SPREAD_SECONDS) taken from the end of
+    the FIRST tests and spread evenly among the short plain tests that follow them (pure; module
+    rules)."""
+    waits = [index for index in order if keys[index][0] == FIRST and -keys[index][1] < SPREAD_SECONDS]
+    plain = [index for index in order if keys[index] == (PLAIN, 0.0)]
+    if not waits or not plain:
+        return order
+    moved = set(waits)
+    rest = [index for index in order if index not in moved]
+    after = {plain[len(plain) * (n + 1) // (len(waits) + 1) - 1]: index for n, index in enumerate(waits)}
+    spread_out: list[int] = []
+    for index in rest:
+        spread_out.append(index)
+        if index in after:
+            spread_out.append(after[index])
+    return spread_out
 
 
 def first_phase(order: list[int], keys: list[tuple[int, float]]) -> list[int]:

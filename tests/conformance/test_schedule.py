@@ -24,6 +24,7 @@ from conformance.plugin.schedule import (
     LONG_WAIT,
     MACHINE_SECONDS,
     PLAIN,
+    SPREAD_SECONDS,
     TAKES,
     arrange,
     mark_problem,
@@ -196,6 +197,28 @@ def test_dispatch_one_at_a_time_never_queues_a_long_test_behind_another() -> Non
         longs = [k for k, i in enumerate(order) if keys[i][0] == FIRST]
         assert all(b - a > 1 for a, b in itertools.pairwise(longs)), order
     assert (chosen, plain) == (51.0, 60.5)  # the last machine ran beside the slow one, not after it
+
+
+def test_short_waits_are_spread_among_the_plain_tests_not_run_together_at_the_end() -> None:
+    """A FIRST test shorter than SPREAD_SECONDS (a TTL test waiting 1 s on the broker's clock) went
+    after the longer ones: on RabbitMQ 4.3.6 forty of them ran on every worker at once as the
+    machines ended, with a core idle for 7 s. Spread, each follows its share of the plain tests."""
+    machines = [f"conformance/suite/m{i}/test_machine_{i}.py::test_m" for i in range(3)]
+    waits = [f"conformance/suite/ttl/test_ttl.py::test_{i}" for i in range(4)]
+    long_wait = "conformance/suite/timeout/test_timeout.py::test_long"
+    plain = [f"conformance/suite/p/test_p.py::test_{i}" for i in range(20)]
+    bounded = "conformance/suite/confirms/test_confirms.py::test_quorum"
+    suite = [*waits, *machines, long_wait, bounded, *plain]
+    ranks = ({n: (FIRST, MACHINE_SECONDS) for n in machines} | {n: (FIRST, 1.3) for n in waits}
+             | {long_wait: (FIRST, SPREAD_SECONDS)} | {bounded: (PLAIN, 10.0)} | {n: (PLAIN, 0.0) for n in plain})
+    order = [suite[i] for i in arrange(suite, 3, ranks)]
+    assert sorted(order) == sorted(suite)
+    assert order[:6] == [machines[0], plain[0], machines[1], plain[1], machines[2], plain[2]]
+    assert order[6:8] == [long_wait, bounded]  # not short: in rank order, before the plain tests
+    places = [order.index(n) for n in waits]
+    assert places == sorted(places) and all(order[p - 1] in plain for p in places)
+    assert [b - a for a, b in itertools.pairwise(places)] == [5, 5, 5]  # 4 waits among 20 plain: one per 4
+    assert order[-1] in plain
 
 
 def test_one_worker_or_too_few_short_tests_keep_the_rank_order() -> None:
