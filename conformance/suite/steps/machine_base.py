@@ -76,6 +76,7 @@ from conformance.suite.steps.machine_support import (
     run_within_budget,
     to_outcome,
 )
+from conformance.suite.steps.wire import PING
 
 __all__ = ["CONTROL", "ENV_EXAMPLES", "FrameLog", "MachineClient", "MachineTarget", "ModelMachine", "Pick",
            "format_frame", "from_machine", "machine_settings", "run_machine", "step", "to_outcome"]
@@ -260,7 +261,7 @@ class ModelMachine(Settling, SetupRecorded, RuleBasedStateMachine):
         client, number = self.client(key)
         try:
             client.send(number, method)
-            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+            client.rpc(number, PING,
                        ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
             return OK
         except DriverError as exc:

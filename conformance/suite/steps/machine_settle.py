@@ -51,7 +51,6 @@ from codec import (
     BasicNack,
     BasicReturn,
     ChannelClose,
-    ExchangeDeclare,
     ExchangeDeclareOk,
     QueueDeclare,
     QueueDeclareOk,
@@ -74,6 +73,7 @@ from conformance.suite.steps.machine_support import (
     Smallest,
     count_meaning,
 )
+from conformance.suite.steps.wire import PING
 
 CONTROL = 99  # the channel number of the harness's own channel (declares, counts, deletes)
 READ_SLICE_SECONDS = 0.05  # the longest single wait for frames in `sync` (the deadline is checked between)
@@ -187,7 +187,7 @@ class Settling:
             number = CONTROL if conn == self.control_conn else next(iter(numbers), None)
             if number is None or client.sock is None or client.lost or client.connection_closed is not None:
                 continue
-            client.send(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True))
+            client.send(number, PING)
             pinged.append((client, number))
         for pinger, number in pinged:
             pinger.expect(number, ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))
@@ -203,7 +203,7 @@ class Settling:
                 continue
             open_numbers = {n for k, (c, n) in self.channels.items() if c == conn and self.model.is_open(k)}
             for number in sorted(published & open_numbers - ({CONTROL} if conn == self.control_conn else set())):
-                client.send(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True))
+                client.send(number, PING)
                 pinged.append((client, number))
         for pinger, number in pinged:
             pinger.expect(number, ExchangeDeclareOk, timeout=self.target.timeout(self.SETTLE_SECONDS))

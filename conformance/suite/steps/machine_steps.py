@@ -33,7 +33,6 @@ from codec import (
     BasicReject,
     ChannelClose,
     ChannelCloseOk,
-    ExchangeDeclare,
     ExchangeDeclareOk,
 )
 from codec.constants import ReplyCode
@@ -42,6 +41,7 @@ from conformance.model import OK, GetEmpty, GetOk, GetOutcome, Published
 from conformance.suite.steps.machine_base import ModelMachine
 from conformance.suite.steps.machine_support import MachineTarget
 from conformance.suite.steps.queues import prompt
+from conformance.suite.steps.wire import PING
 
 
 def publish(m: ModelMachine, key: Any, exchange: str, routing_key: str, *, mandatory: bool = False,
@@ -164,7 +164,7 @@ def held_below_multiple(m: ModelMachine) -> str | None:
             return None
         try:
             client.send(number, BasicAck(delivery_tag=tags[0]))
-            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+            client.rpc(number, PING,
                        ExchangeDeclareOk, timeout=m.settle_seconds())
         except DriverError:
             return None
@@ -195,7 +195,7 @@ def _refuses_unknown_tag(target: MachineTarget) -> bool:
         with RawClient(target.url, timeout=target.timeout(5.0), silences=False) as client:
             number = client.channel()
             client.send(number, BasicAck(delivery_tag=1))
-            client.rpc(number, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+            client.rpc(number, PING,
                        ExchangeDeclareOk, timeout=prompt(client))
     except ChannelClosed as closed:
         return closed.code == ReplyCode.PRECONDITION_FAILED

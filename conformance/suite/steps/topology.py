@@ -40,7 +40,7 @@ from conformance.drivers.raw import ChannelClosed, Closed, ConnectionClosed, NoR
 from conformance.plugin.session import Target
 from conformance.suite.steps.queues import Publisher
 from conformance.suite.steps.replies import assert_limited
-from conformance.suite.steps.wire import sync
+from conformance.suite.steps.wire import PING, sync
 
 LOCKED = ("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It "
           "could be originally declared on another connection or the exclusive property value does not "
@@ -123,7 +123,7 @@ class Judge:
         self.client.send(ch, BasicPublish(exchange=exchange, routing_key=key), properties or BasicProperties(),
                          b"refused")
         return self.refused(f"{what} (seen on the next request of its channel)",
-                            ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
+                            PING,
                             ExchangeDeclareOk, code, text, ch=ch, ids=BasicPublish)
 
     def exchange_exists(self, name: str) -> bool:

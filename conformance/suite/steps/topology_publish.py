@@ -19,7 +19,6 @@ from codec import (
     BasicProperties,
     BasicPublish,
     BasicReturn,
-    ExchangeDeclare,
     ExchangeDeclareOk,
     Method,
     ReplyCode,
@@ -28,6 +27,7 @@ from conformance.catalogue.mentions import RuleViolation
 from conformance.drivers.raw import DriverError
 from conformance.model.topology import Removed, extra_rule
 from conformance.suite.steps.topology_checks import TopologyChecks
+from conformance.suite.steps.wire import PING
 
 STEP = 1  # the channel of every step (topology_checks.CHECK: the checks')
 
@@ -101,7 +101,7 @@ class TopologyPublishing(TopologyChecks):
                     break
                 got[queue] = got.get(queue, 0) + 1
         self._request("EXCH-09", f"{what}, then a passive declare of amq.direct (a round trip: a basic.return "
-                                 "comes before its reply)", ExchangeDeclare(exchange="amq.direct", passive=True),
+                                 "comes before its reply)", PING,
                       ExchangeDeclareOk)
         return got
 

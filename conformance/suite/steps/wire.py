@@ -86,10 +86,13 @@ def outcome(error: Closed) -> tuple[str, int, int, int]:
 
 
 # -- round trips and silence ------------------------------------------------------------------
+PING = ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True)  # answered by exchange.declare-ok
+
+
 def sync(client: RawClient, ch: int) -> None:
-    """A harmless synchronising round trip on `ch` (passive declare of amq.direct)."""
-    client.rpc(ch, ExchangeDeclare(exchange="amq.direct", exchange_type="direct", passive=True),
-               ExchangeDeclareOk)
+    """A harmless synchronising round trip on `ch` (PING: a passive declare of amq.direct, an
+    exchange every RabbitMQ-compatible broker has)."""
+    client.rpc(ch, PING, ExchangeDeclareOk)
 
 
 def assert_quiet(client: RawClient, ch: int, duration: float, *types: type, rule: str = "") -> None:
