@@ -26,8 +26,9 @@ Rules:
   the test wait out; handed out early, such waits overlap the machines' in place of following them),
   LAST for the tests marked `broker_wide` (they may change a setting every connection sees,
   such as the global consumer timeout) and FILL for the tests marked `beside_broker_wide` (they
-  hold no lock), each with their seconds, the longest first. A run without broker-wide tests ranks
-  FILL tests as their waits alone would. Workers write the ranks into the run's lock directory
+  hold no lock), each with their seconds, the longest first. Only a FILL test waiting longer than a
+  machine (`MACHINE_SECONDS`: the 30-s framing test) keeps FILL in the order (`sort_keys`); the
+  others, and every one in a run without broker-wide tests, rank as their waits alone would. Workers write the ranks into the run's lock directory
   (`write_ranks`); the controller reads them at its first distribution (`read_ranks`). Without
   them (a worker that could not write), a test ranks by its file name (`rank`).
 - The first phase. Workers other than the first wait at the start gate until the first has
@@ -42,7 +43,12 @@ Rules:
   broker-wide tests and tests beside them (`phase_tests`: a worker holding nothing gets one of each,
   so the 30-s framing test starts behind the first broker-wide test; nothing is queued behind a
   test beside them; a lone test gets a short plain partner, or it would never run), never a long or
-  plain test, whose shared hold would make the next broker-wide change wait for it; when the last
+  plain test, whose shared hold would make the next broker-wide change wait for it. The shorter
+  tests beside them (2-5 s of refused handshakes and heartbeats) are not sent then: handed one to
+  every worker joining the phase, each held its worker while the last broker-wide tests waited for a
+  free one, and the machines waited behind them (RabbitMQ 4.3.6, 2 cores: two workers ran the last
+  fifteen broker-wide tests one after the other while ten slept in them, one core idle for 3 s);
+  ranked by their waits they run beside the machines. When the last
   broker-wide test ends, every idle worker gets tests. When a worker joins or the phase ends, only
   workers holding fewer than two tests are sent more (xdist's own `schedule` would queue a third
   test behind two on every worker).
@@ -150,7 +156,8 @@ def read_ranks(directory: Path) -> dict[str, tuple[int, float]]:
 
 def sort_keys(nodeids: list[str], ranks: Mapping[str, tuple[int, float]] | None = None) -> list[tuple[int, float]]:
     """Each test's place in the order: (its rank, minus its seconds); a test without a known rank
-    ranks by its file name, and a FILL test of a run without broker-wide tests by its wait alone."""
+    ranks by its file name, and a FILL test by its wait alone unless it waits longer than a
+    machine in a run with broker-wide tests (module rules: the first phase)."""
     known = ranks or {}
     broker_wide = any(known.get(nodeid, (PLAIN, 0.0))[0] == LAST for nodeid in nodeids)
 
@@ -159,7 +166,7 @@ def sort_keys(nodeids: list[str], ranks: Mapping[str, tuple[int, float]] | None 
         if found is None:
             named = rank(nodeid)
             return named, -MACHINE_SECONDS if named == FIRST else 0.0
-        if found[0] == FILL and not broker_wide:  # no tail to fill: where its wait alone puts it
+        if found[0] == FILL and (not broker_wide or found[1] <= MACHINE_SECONDS):  # where its wait alone puts it
             return FIRST if found[1] > 0 else PLAIN, -found[1]
         return found[0], -found[1]
 

@@ -139,18 +139,20 @@ def test_each_worker_starts_with_a_long_test_and_a_short_one_and_broker_wide_tes
     assert order[6:8] == [SUITE[8], SUITE[10]]  # the last machine, then the shorter long wait
 
 
-def test_short_tests_beside_broker_wide_ones_fill_the_tail_when_there_is_one() -> None:
+def test_only_a_test_beside_broker_wide_ones_longer_than_a_machine_keeps_its_place_in_the_phase() -> None:
     reason = "nothing broker-wide reaches it"
     items = [Item(nodeid=SUITE[10], marks={BESIDE: (reason,), LONG_WAIT: (3,)}),
              Item(nodeid=SUITE[11], marks={BESIDE: (reason,)}),
              Item(nodeid=SUITE[12], marks={BESIDE: (reason,), LONG_WAIT: (32,)})]  # longer than the tail
-    assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FILL, 32)]  # the first phase takes them all
-    ranks = {**RANKS, SUITE[10]: (FILL, 3.0), SUITE[11]: (FILL, 0.0)}
+    assert [rank_of(i) for i in items] == [(FILL, 3), (FILL, 0), (FILL, 32)]
+    ranks = {**RANKS, SUITE[10]: (FILL, 3.0), SUITE[11]: (FILL, 0.0), SUITE[12]: (FILL, 32.0)}
     order = [SUITE[i] for i in arrange(SUITE, 3, ranks)]
-    assert order[-4:] == [SUITE[10], SUITE[11], SUITE[5], SUITE[6]]  # just before the broker-wide ones, longest first
+    assert order[-3:] == [SUITE[12], SUITE[5], SUITE[6]]  # only the one longer than a machine keeps FILL
+    assert order[6:8] == [SUITE[8], SUITE[10]] and order[8] == SUITE[9]  # a wait with the long ones; plain
     without = [n for n in SUITE if ranks[n][0] != LAST]  # no broker-wide test selected: nothing to fill
     order = [without[i] for i in arrange(without, 3, ranks)]
-    assert order[6:8] == [SUITE[8], SUITE[10]] and order[-2:] == [SUITE[11], SUITE[12]]  # with the long ones; plain
+    assert order[0] == SUITE[12] and order[7:9] == [SUITE[8], SUITE[10]]  # the longest wait first, then as above
+    assert order[-1] == SUITE[11]  # plain
 
 
 def test_a_worker_holding_a_long_test_is_sent_a_short_one_before_the_next_long_one() -> None:

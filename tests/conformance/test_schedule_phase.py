@@ -21,7 +21,8 @@ SUITE = ([f"conformance/suite/m{i}/test_machine_{i}.py::test_m" for i in range(4
          + [f"conformance/suite/timeout/test_wide.py::test_{i}" for i in range(5)]
          + [f"conformance/suite/framing/test_beside.py::test_{i}" for i in range(2)])
 RANKS = ({n: (FIRST, 10.0) for n in SUITE[:4]} | {n: (PLAIN, 0.0) for n in SUITE[4:34]}
-         | {SUITE[34]: (LAST, 10.0)} | {n: (LAST, 0.0) for n in SUITE[35:39]} | {n: (FILL, 3.0) for n in SUITE[39:]})
+         | {SUITE[34]: (LAST, 10.0)} | {n: (LAST, 0.0) for n in SUITE[35:39]} | {SUITE[39]: (FILL, 32.0)}
+         | {SUITE[40]: (FILL, 3.0)})  # the 30-s test beside them, and a shorter one (ranked by its wait)
 
 
 class Node:
@@ -88,6 +89,7 @@ def test_every_test_runs_once_and_nothing_long_starts_before_the_broker_wide_one
     last_wide = max(order.index(i) for i in range(34, 39))
     first = [index for name, index in ran if name == "gw0"][:2]
     assert first == [34, 39], "the first worker starts with the longest broker-wide test, then the longest beside them"
+    assert order.index(40) > last_wide, "a short test beside them waits like the others, after the phase"
     early = [SUITE[i] for i in order[:last_wide] if RANKS[SUITE[i]][0] == FIRST]
     assert not early, f"a long test started while broker-wide tests were left: {early}"
     for worker in {name for name, _ in ran}:
