@@ -205,7 +205,7 @@ def arrange(nodeids: list[str], workers: int, ranks: Mapping[str, tuple[int, flo
         return by_rank
     first = [index for pair in zip(longs, short, strict=True) for index in pair]
     taken = set(first)
-    return spread(first + [index for index in by_rank if index not in taken], keys)
+    return first + spread([index for index in by_rank if index not in taken], keys)  # the pairs kept whole
 
 
 def spread(order: list[int], keys: list[tuple[int, float]]) -> list[int]:
@@ -218,12 +218,13 @@ def spread(order: list[int], keys: list[tuple[int, float]]) -> list[int]:
         return order
     moved = set(waits)
     rest = [index for index in order if index not in moved]
-    after = {plain[len(plain) * (n + 1) // (len(waits) + 1) - 1]: index for n, index in enumerate(waits)}
+    after: dict[int, list[int]] = {}  # a plain test -> the waits that follow it (several when waits outnumber them)
+    for n, index in enumerate(waits):
+        after.setdefault(plain[max(len(plain) * (n + 1) // (len(waits) + 1) - 1, 0)], []).append(index)
     spread_out: list[int] = []
     for index in rest:
         spread_out.append(index)
-        if index in after:
-            spread_out.append(after[index])
+        spread_out.extend(after.get(index, ()))
     return spread_out
 
 

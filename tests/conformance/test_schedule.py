@@ -219,8 +219,12 @@ def test_short_waits_are_spread_among_the_plain_tests_not_run_together_at_the_en
     assert order[6:8] == [long_wait, bounded]  # not short: in rank order, before the plain tests
     places = [order.index(n) for n in waits]
     assert places == sorted(places) and all(order[p - 1] in plain for p in places)
-    assert [b - a for a, b in itertools.pairwise(places)] == [5, 5, 5]  # 4 waits among 20 plain: one per 4
+    assert [b - a for a, b in itertools.pairwise(places)] == [4, 5, 4]  # 4 waits among the 17 plain left
     assert order[-1] in plain
+    few = [*waits, *machines, *plain[:5]]  # more waits than plain tests after the pairs: none is lost
+    order = [few[i] for i in arrange(few, 3, ranks)]
+    assert sorted(order) == sorted(few) and order[:6] == [machines[0], plain[0], machines[1], plain[1], machines[2],
+                                                          plain[2]]
 
 
 def test_one_worker_or_too_few_short_tests_keep_the_rank_order() -> None:
