@@ -6,7 +6,7 @@
 nodes; `/proc/<pid>/stat`) among the busy ones; then the same as JSON. A run that leaves idle
 CPU-seconds on a machine whose cores it could fill waits on something other than the CPU (the
 broker's clock, a lock): docs/benchmarks.md, fourteenth session. Linux only; the command's exit
-status is passed on (4 when no command is given).
+status is passed on (`EXIT_USAGE`, 4, when no command is given).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from conformance.results.verdicts import EXIT_USAGE
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         command = command[1:]
     if not command:
         print("usage: python -m bench.cpu_split -- COMMAND ...", file=sys.stderr)
-        return 4
+        return EXIT_USAGE
     busy0, idle0, beam0, start = *cores(), beam_ticks(), time.monotonic()
     status = subprocess.run(command, check=False).returncode
     busy1, idle1, beam1, wall = *cores(), beam_ticks(), time.monotonic() - start
