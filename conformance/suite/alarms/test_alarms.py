@@ -139,11 +139,11 @@ def test_a_publish_during_alarms_blocks_and_waits_until_none_is_left(connect: Co
     unblocked_each({"both alarms cleared": held, "both alarms cleared, on the empty-body publisher": empty,
                     "both alarms cleared, after the heartbeat-1 s connection's silence": quiet,
                     "both alarms cleared, for the connection opened during them": late}, target)
+    quiet.send_raw(encode_heartbeat(), channel=0)  # at once: its resumed heartbeat monitor counts from the unblock
     got = sorted(deliveries(watcher, chs["held"], 2, target, "ALM-02", "once no alarm is left, the held publishes "
                             "are routed"))
     assert got == [b"held", b"held-silently"], f"ALM-02: the held publishes are delivered once no alarm is left; got {got}"
     assert deliveries(watcher, chs["late"], 1, target, "ALM-02", "both alarms cleared") == [b"held-late"]
-    quiet.send_raw(encode_heartbeat(), channel=0)
     assert deliveries(watcher, chs["quiet"], 1, target, "ALM-05", "unblocked after its silence") == [b"held"]
     sync(quiet, qch)
     not_blocked(silent, target, "ALM-03", "a connection never sent connection.blocked gets no connection.unblocked")
