@@ -51,7 +51,7 @@ from conformance.embedded import BY_NAME, ENV, FAULTS, Fault
 from conformance.model.wording import names_one_of
 from conformance.results.records import PARTITION_KEY, TABLES
 from conformance.results.verdicts import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
-from conformance.suite.steps.machine_support import ENV_BUDGET
+from conformance.suite.steps.machine_budget import ENV_BUDGET
 
 FAST_SUBSET = ("multi_ack_only_named", "requeue_to_tail", "prefetch_off_by_one", "confirm_duplicated",
                "no_cancel_on_queue_delete", "partial_timeout_returns_all", "soft_errors_close_connection",

@@ -43,7 +43,7 @@ from conformance.mutation import (
     timed_control,
 )
 from conformance.suite import SUITE_DIR
-from conformance.suite.steps.machine_support import ENV_BUDGET
+from conformance.suite.steps.machine_budget import ENV_BUDGET
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy, Deviation
 from tests.conformance.deviations import BY_NAME, DEVIATIONS

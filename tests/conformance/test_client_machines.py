@@ -5,7 +5,7 @@ the embedded reference broker with one named fault (reference_broker/faults.py) 
 the failure to name the rule the fault breaks; the same machines pass the conforming reference
 broker and, marked `rabbitmq`, RabbitMQ 3.10.8. Derandomized with the suite's budgets, so
 `make test` stays quick and every run checks the same programs. With shrinking on, a client
-machine reports as the raw machines do (machine_support.MachineRun): the shrunk steps as a
+machine reports as the raw machines do (machine_budget): the shrunk steps as a
 short program with the frames the relay recorded, the smallest failure found when its budget
 (`AMQPC_MACHINE_BUDGET`) runs out, and the smallest failure seen when Hypothesis cannot replay one.
 """
@@ -25,8 +25,9 @@ from conformance.drivers.adapter import load_driver
 from conformance.drivers.interface import ClientDriver, Recorder
 from conformance.drivers.relay import recording_relay
 from conformance.plugin.through_clients import relayed
-from conformance.suite.steps import machine_support
-from conformance.suite.steps.machine_support import ENV_BUDGET, ENV_SHRINK
+from conformance.suite.steps import machine_budget
+from conformance.suite.steps.machine_budget import ENV_BUDGET
+from conformance.suite.steps.machine_support import ENV_SHRINK
 from conformance.suite.through_clients.machine_client_confirms import ClientConfirmMachine
 from conformance.suite.through_clients.machine_client_consuming import (
     ClientCancelMachine,
@@ -136,7 +137,7 @@ def _notes(failure: BaseException) -> str:
 def test_a_client_machine_reports_its_failure_shrunk_to_a_short_program(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_SHRINK, "1")
     # stable by examples only: on a loaded machine the seconds' rule would end shrinking early
-    monkeypatch.setattr(machine_support, "STABLE_SECONDS", 600.0)
+    monkeypatch.setattr(machine_budget, "STABLE_SECONDS", 600.0)
     with EmbeddedBroker(faults=["requeue_to_tail"]) as broker, pytest.raises(AssertionError) as failed:
         run("requeue", "pika", broker.url)
     notes = _notes(failed.value)

@@ -11,8 +11,10 @@ from conformance.catalogue.mentions import named_rules
 from conformance.drivers.raw import Recorder
 from conformance.suite.confirms.test_machine_confirms import ConfirmMachine
 from conformance.suite.steps.machine_base import run_machine
+from conformance.suite.steps.machine_budget import Budget, Smallest
+from conformance.suite.steps.machine_program import Program
 from conformance.suite.steps.machine_replay import Replaying, reduce_failure, replay_in_full
-from conformance.suite.steps.machine_support import Budget, MachineTarget, Program, Smallest
+from conformance.suite.steps.machine_support import MachineTarget
 from reference_broker.server import EmbeddedBroker
 from tests.conformance.deviant import DeviantProxy
 from tests.conformance.deviations import BY_NAME

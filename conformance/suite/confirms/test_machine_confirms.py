@@ -256,7 +256,7 @@ class ConfirmMachine(ModelMachine):
 
     def await_settlement(self, channels: list[Any]) -> None:
         """PC-05: every seqno published on these channels is settled, within the settle (hurried while
-        a failure is shrunk: machine_support, hurried shrinking; the reported replay waits in full)."""
+        a failure is shrunk: machine_budget, hurried shrinking; the reported replay waits in full)."""
         settle = self.settle_seconds()
         started = time.monotonic()
         deadline = started + settle

@@ -17,7 +17,7 @@ Rules:
   every machine; a mismatch names the rules of the model's transitions on that queue in the step.
   basic.get must return the model's head, with the model's x-death entries (queue, reason, count,
   in order).
-- Hurried shrinking (machine_support): a shrink candidate waits `HURRIED_QUIET` instead of `QUIET`
+- Hurried shrinking (machine_budget): a shrink candidate waits `HURRIED_QUIET` instead of `QUIET`
   and the shortened settle; the failure reported is the one replayed with the full waits.
 """
 

@@ -20,7 +20,7 @@ Rules:
 - Values from the machine's state are drawn as indices and resolved when the step runs
   (`Pick`); each example keeps the steps as run, values resolved, and a failing one reports
   them as a program, with the frames of that run. Each machine test has a budget, shrinking
-  included (`Budget`, machine_support).
+  included (`Budget`, machine_budget).
 """
 
 from __future__ import annotations
@@ -55,25 +55,25 @@ from conformance.model import (
     ConnectionClosed,
     Outcome,
 )
+from conformance.suite.steps.machine_budget import (
+    REDUCED_STABLE_SECONDS,
+    Budget,
+    SetupRecorded,
+    Smallest,
+    example_ended,
+    run_within_budget,
+)
+from conformance.suite.steps.machine_program import FrameLog, Program, format_frame
 from conformance.suite.steps.machine_replay import Call, Replaying, reduce_failure, replay_in_full
 from conformance.suite.steps.machine_settle import CONTROL, Settling
 from conformance.suite.steps.machine_support import (
     ENV_EXAMPLES,
-    REDUCED_STABLE_SECONDS,
-    Budget,
-    FrameLog,
     MachineClient,
     MachineTarget,
     Pick,
-    Program,
-    SetupRecorded,
-    Smallest,
     delete_after_close,
-    example_ended,
-    format_frame,
     from_machine,
     machine_settings,
-    run_within_budget,
     to_outcome,
 )
 from conformance.suite.steps.wire import PING

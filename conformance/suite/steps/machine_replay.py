@@ -9,7 +9,7 @@ absence leaves the same failure (the same first rule named), and raises the smal
 that still fails, with that replay's frames (when no step could go, Hypothesis's report stands).
 Rules:
 - Only a failure that replays in full counts: the candidates run hurried (a shrink candidate's
-  waits: machine_support, hurried shrinking), the reduced program is run once more from scratch
+  waits: machine_budget, hurried shrinking), the reduced program is run once more from scratch
   with every wait in full, and its own failure (message, frames) is what is raised; if it does not
   fail the same way again, the original failure stands unchanged.
 - Hypothesis's own final replay is hurried too when a reduction follows (`Smallest.replayed_after`:
@@ -30,7 +30,8 @@ from typing import Any, NoReturn, Protocol
 
 from conformance.catalogue.mentions import named_rules
 from conformance.drivers.raw import DriverError
-from conformance.suite.steps.machine_support import Budget, FrameLog, Program, Smallest
+from conformance.suite.steps.machine_budget import Budget, Smallest
+from conformance.suite.steps.machine_program import FrameLog, Program
 
 Call = tuple[str, dict[str, Any]]
 

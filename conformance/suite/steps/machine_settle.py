@@ -34,7 +34,7 @@ Rules:
   counts are trusted (then they are asked again). One round trip a settle fewer
   (docs/probes.md, "Fewer round trips in the machines").
 - A settle waits `SETTLE_SECONDS` in full (scaled), less while a failure is being shrunk
-  (`settle_seconds`; machine_support rules: hurried shrinking).
+  (`settle_seconds`; machine_budget rules: hurried shrinking).
 """
 
 from __future__ import annotations
@@ -65,14 +65,8 @@ from conformance.model import (
     Violation,
     wording,
 )
-from conformance.suite.steps.machine_support import (
-    HURRIED_FLOOR_SECONDS,
-    HURRIED_SETTLE_SECONDS,
-    MachineClient,
-    MachineTarget,
-    Smallest,
-    count_meaning,
-)
+from conformance.suite.steps.machine_budget import HURRIED_FLOOR_SECONDS, HURRIED_SETTLE_SECONDS, Smallest
+from conformance.suite.steps.machine_support import MachineClient, MachineTarget, count_meaning
 from conformance.suite.steps.wire import PING
 
 CONTROL = 99  # the channel number of the harness's own channel (declares, counts, deletes)
@@ -97,7 +91,7 @@ class Settling:
     SETTLE_SECONDS: ClassVar[float] = 2.0
     CONSENSUS_SETTLE_SECONDS: ClassVar[float] = 10.0  # a quorum queue's count: once Ra applied it (sync)
     HURRIED_SECONDS: ClassVar[float] = HURRIED_SETTLE_SECONDS  # a shrink candidate's settle, at most (settle_seconds)
-    # the hurried settle follows the broker's measured settle (machine_support rules: hurried shrinking);
+    # the hurried settle follows the broker's measured settle (machine_budget rules: hurried shrinking);
     # False: always HURRIED_SECONDS (waits on the broker's clock, which a settle does not measure)
     ADAPTIVE_HURRY: ClassVar[bool] = True
     smallest: Smallest | None = None
@@ -159,7 +153,7 @@ class Settling:
 
     def settle_seconds(self) -> float:
         """How long `sync` waits for what must still come: in full, or hurried while a failure
-        is being shrunk (machine_support rules: hurried shrinking)."""
+        is being shrunk (machine_budget rules: hurried shrinking)."""
         if self.smallest is not None and self.smallest.hurry():
             self.hurried = True
             cap = self.target.timeout(self.HURRIED_SECONDS)

@@ -67,21 +67,22 @@ from codec import (
 )
 from conformance.drivers.raw import Recorder
 from conformance.model.topology import Binding, Exchange, Queue, Removed, Topology
+from conformance.suite.steps.machine_budget import (
+    REDUCED_STABLE_SECONDS,
+    Budget,
+    Smallest,
+    example_ended,
+    run_within_budget,
+)
+from conformance.suite.steps.machine_program import FrameLog, Program
 from conformance.suite.steps.machine_replay import reduce_failure
 from conformance.suite.steps.machine_support import (
     PICKS,
-    REDUCED_STABLE_SECONDS,
-    Budget,
-    FrameLog,
     MachineClient,
     MachineTarget,
     Pick,
-    Program,
-    Smallest,
     delete_after_close,
-    example_ended,
     from_machine,
-    run_within_budget,
 )
 from conformance.suite.steps.topology_checks import CHECK
 from conformance.suite.steps.topology_draws import (
@@ -358,7 +359,7 @@ class TopologyMachine(TopologyPublishing, RuleBasedStateMachine):
 
 
 def run_topology_machine(target: MachineTarget, *, examples: int, steps: int, shard: int = 0) -> None:
-    """The machine as a Hypothesis test within its budget (machine_support rules); a failure is
+    """The machine as a Hypothesis test within its budget (machine_budget rules); a failure is
     then reduced by replaying its steps (`machine_replay`). `shard` 1..n: one of the suite's
     shards, side by side on their own workers, each with its examples seeded by its number in
     place of the factory's source (Hypothesis's `seed` wins over `derandomize`)."""

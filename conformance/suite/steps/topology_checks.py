@@ -45,7 +45,9 @@ from codec import (
 from conformance.catalogue.mentions import RuleViolation
 from conformance.drivers.raw import ChannelClosed, DriverError
 from conformance.model.topology import Binding, Hop, Removed, Route, hop_rule
-from conformance.suite.steps.machine_support import HURRIED_SETTLE_SECONDS, MachineTarget, Program, Smallest
+from conformance.suite.steps.machine_budget import HURRIED_SETTLE_SECONDS, Smallest
+from conformance.suite.steps.machine_program import Program
+from conformance.suite.steps.machine_support import MachineTarget
 
 CHECK = 2  # the checks' channel
 

@@ -31,7 +31,8 @@ from hypothesis.stateful import rule
 
 from conformance.drivers.interface import ClientDriver, Recorder, attempt
 from conformance.model import outcomes
-from conformance.suite.steps.machine_support import Budget, from_machine
+from conformance.suite.steps.machine_budget import Budget
+from conformance.suite.steps.machine_support import from_machine
 from conformance.suite.through_clients.machine_client_events import ClientEventsMachine
 from conformance.suite.through_clients.machine_clients import KEYS, OUTSTANDING, client_step
 

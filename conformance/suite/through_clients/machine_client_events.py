@@ -31,7 +31,7 @@ from conformance.drivers.interface import (
     Recorder,
 )
 from conformance.model import Deliver, ServerCancel, Violation, outcomes
-from conformance.suite.steps.machine_support import Budget
+from conformance.suite.steps.machine_budget import Budget
 from conformance.suite.through_clients.machine_clients import ClientMachine
 
 # a library whose consumers each get their deliveries apart (amqp091-go: a Go channel per consumer),

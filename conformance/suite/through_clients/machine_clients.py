@@ -21,7 +21,7 @@ Rules:
   channel closed for a settle hangs) is waited on for that close's event instead, where the
   rules say the settle closes the channel.
 - After a broker channel close the channel is reopened (the library picks the number).
-- A run is what the raw machines' is (machine_support: `run_within_budget`, `example_ended`):
+- A run is what the raw machines' is (machine_budget: `run_within_budget`, `example_ended`):
   the machine budget, shrinking included, the smallest failure seen when Hypothesis cannot replay
   one, and a failure reported as the program of its steps with the frames the relay recorded in
   that example.
@@ -54,17 +54,15 @@ from conformance.drivers.interface import (
     attempt,
 )
 from conformance.model import BrokerModel, GetEmpty, GetOk, GetOutcome, outcomes
-from conformance.suite.steps.machine_support import (
+from conformance.suite.steps.machine_budget import (
     Budget,
-    FrameLog,
-    Pick,
-    Program,
     SetupRecorded,
     Smallest,
     example_ended,
-    from_machine,
     run_within_budget,
 )
+from conformance.suite.steps.machine_program import FrameLog, Program
+from conformance.suite.steps.machine_support import Pick, from_machine
 from conformance.suite.through_clients.recorded_replies import RecordedReplies
 
 KEYS = st.sampled_from([1, 2])
